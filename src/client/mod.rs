@@ -1,0 +1,367 @@
+//! One client connection, from its startup packet to its last byte.
+//!
+//! This module owns the client's socket and the session state machine:
+//! startup (SSL/GSSENC refusal, cancel requests), authentication, then the
+//! relay loop that borrows a server connection from the pool when the client
+//! starts talking and gives it back when the server says the transaction is
+//! over (transaction mode) or when the client leaves (session mode). It never
+//! opens server connections itself (`pool` does) and never blocks its shard.
+
+mod auth;
+mod pipe;
+mod relay;
+pub mod tracker;
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use tracing::{debug, info, warn};
+
+use crate::config::{Config, PoolMode};
+use crate::net::Stream;
+use crate::pool::{Lease, Pool, PoolError};
+use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
+use crate::protocol::startup::{self, StartupPacket, StartupParams};
+use crate::protocol::ProtocolError;
+use crate::runtime::{with_timeout, ClientEntry, Shard};
+use crate::server::ServerError;
+
+use pipe::Pipe;
+use relay::{Relay, RelayEnd};
+use tracker::Tracker;
+
+/// How long a departing client's server connection may take to roll back or
+/// reset before pglane closes it instead.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves one accepted client connection until it ends.
+pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: String) {
+    let config = shard.shared.config.load_full();
+    let login = with_timeout(Config::secs(config.client_login_timeout), login(shard, &config, &mut stream)).await;
+    let (params, pool) = match login {
+        Some(Ok(Some(ok))) => ok,
+        Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
+        Some(Err(e)) => {
+            debug!(%peer, "login failed: {e}");
+            if let Some(fields) = e.client_message() {
+                send_error(&mut stream, &fields).await;
+            }
+            return;
+        }
+        None => {
+            send_error(&mut stream, &ErrorFields::fatal("08P01", "client_login_timeout: login took too long")).await;
+            return;
+        }
+    };
+    let user = params.user().unwrap_or_default().to_owned();
+    let database = params.database().unwrap_or_default().to_owned();
+    let mode = config.pool_mode_for(&database, &user);
+    let (process_id, entry) = shard.register_client();
+    let mut session = Session {
+        shard: shard.clone(),
+        c2s: Pipe::new(config.max_message_size),
+        s2c: Pipe::new(config.max_message_size),
+        config,
+        client: stream,
+        pool,
+        mode,
+        process_id,
+        entry,
+        tracker: Tracker::default(),
+    };
+    match session.run(&params).await {
+        Ok(()) => debug!(%peer, %user, %database, "client left"),
+        Err(e) => {
+            info!(%peer, %user, %database, "client session ended: {e}");
+            if let Some(fields) = e.client_message() {
+                if session.s2c.at_boundary() {
+                    send_error(&mut session.client, &fields).await;
+                }
+            }
+        }
+    }
+    shard.shutdown.forget(u64::from(process_id as u32));
+    shard.unregister_client(process_id);
+}
+
+/// Why a login or session ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("client protocol error: {0}")]
+    ClientProtocol(#[from] ProtocolError),
+    #[error("client connection: {0}")]
+    ClientIo(#[from] std::io::Error),
+    #[error("client closed the connection")]
+    ClientClosed,
+    /// A message for the client has been prepared; the session ends.
+    #[error("{0}")]
+    Refused(ErrorFields),
+    #[error("server: {0}")]
+    Server(#[from] ServerError),
+    #[error("{0}")]
+    Pool(#[from] PoolError),
+}
+
+impl SessionError {
+    /// The ErrorResponse the client should see before the connection closes.
+    fn client_message(&self) -> Option<ErrorFields> {
+        match self {
+            SessionError::ClientProtocol(e) => Some(ErrorFields::fatal("08P01", format!("protocol violation: {e}"))),
+            SessionError::ClientIo(_) | SessionError::ClientClosed => None,
+            SessionError::Refused(fields) => Some(fields.clone()),
+            SessionError::Server(ServerError::Refused(fields)) => Some(ErrorFields { severity: "FATAL".into(), ..fields.clone() }),
+            SessionError::Server(e) => Some(ErrorFields::fatal("08006", e.to_string())),
+            SessionError::Pool(PoolError::WaitTimeout) => Some(ErrorFields::fatal("08P01", "query_wait_timeout")),
+            SessionError::Pool(PoolError::Server(ServerError::Refused(fields))) => {
+                Some(ErrorFields { severity: "FATAL".into(), ..fields.clone() })
+            }
+            SessionError::Pool(e) => Some(ErrorFields::fatal("08006", e.to_string())),
+        }
+    }
+}
+
+async fn send_error(stream: &mut Stream, fields: &ErrorFields) {
+    let mut out = BytesMut::new();
+    backend::error_response(&mut out, fields);
+    let _ = stream.write_all(&out).await;
+    let _ = stream.close().await;
+}
+
+/// Reads the startup packet(s) and authenticates. `Ok(None)` when the
+/// connection was only a cancel request (or gave up after SSL was refused).
+async fn login(
+    shard: &Rc<Shard>,
+    config: &Config,
+    stream: &mut Stream,
+) -> Result<Option<(StartupParams, Rc<Pool>)>, SessionError> {
+    let params = loop {
+        match read_startup_packet(stream).await? {
+            StartupPacket::SslRequest | StartupPacket::GssEncRequest => stream.write_all(b"N").await?,
+            StartupPacket::Cancel { process_id, secret_key } => {
+                shard.route_cancel(process_id, secret_key).await;
+                return Ok(None);
+            }
+            StartupPacket::Startup(params) => break params,
+        }
+    };
+    if shard.shared.clients.load(Ordering::Relaxed) > config.max_client_conn {
+        return Err(SessionError::Refused(ErrorFields::fatal("53300", "no more connections allowed (max_client_conn)")));
+    }
+    if shard.shutdown.is_fired() {
+        return Err(SessionError::Refused(ErrorFields::fatal("57P03", "pglane is shutting down")));
+    }
+    let Some(user) = params.user() else {
+        return Err(SessionError::Refused(ErrorFields::fatal("28000", "no PostgreSQL user name specified in startup packet")));
+    };
+    if params.get("replication").is_some_and(|r| r != "false" && r != "off" && r != "0") {
+        return Err(SessionError::Refused(ErrorFields::fatal("08P01", "pglane does not pool replication connections")));
+    }
+    let database = params.database().unwrap_or(user);
+    auth::authenticate(shard, stream, config, user).await?;
+    let Some(pool) = shard.pool(config, database, user) else {
+        return Err(SessionError::Refused(ErrorFields::fatal(
+            "3D000",
+            format!("database \"{database}\" does not exist in pglane's configuration"),
+        )));
+    };
+    Ok(Some((params, pool)))
+}
+
+async fn read_startup_packet(stream: &mut Stream) -> Result<StartupPacket, SessionError> {
+    let mut head = [0u8; 4];
+    read_exact(stream, &mut head).await?;
+    let len = startup::packet_length(&head)?.ok_or(ProtocolError::UnexpectedEof)?;
+    let mut packet = vec![0u8; len];
+    packet[..4].copy_from_slice(&head);
+    read_exact(stream, &mut packet[4..]).await?;
+    Ok(startup::decode(&packet)?)
+}
+
+async fn read_exact(stream: &mut Stream, buf: &mut [u8]) -> Result<(), SessionError> {
+    stream.read_exact(buf).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => SessionError::ClientClosed,
+        _ => SessionError::ClientIo(e),
+    })
+}
+
+/// A logged-in client.
+struct Session {
+    shard: Rc<Shard>,
+    config: Arc<Config>,
+    client: Stream,
+    pool: Rc<Pool>,
+    mode: PoolMode,
+    process_id: i32,
+    entry: Rc<ClientEntry>,
+    c2s: Pipe,
+    s2c: Pipe,
+    tracker: Tracker,
+}
+
+/// What the client did while it held no server connection.
+enum Idle {
+    /// It sent (the start of) a message: it needs a server.
+    Message,
+    /// It said Terminate or closed its socket.
+    Gone,
+    Shutdown,
+}
+
+impl Session {
+    async fn run(&mut self, startup: &StartupParams) -> Result<(), SessionError> {
+        let wait = Config::secs(self.config.query_wait_timeout);
+        let server_params = self.pool.server_params(wait).await?;
+        self.greet(startup, &server_params, self.process_id).await?;
+        let mut lease = match self.mode {
+            PoolMode::Session => Some(self.checkout().await?),
+            PoolMode::Transaction => None,
+        };
+        loop {
+            let server = match lease.as_mut() {
+                Some(server) => server,
+                None => match self.wait_for_client().await? {
+                    Idle::Message => lease.insert(self.checkout().await?),
+                    Idle::Gone => return Ok(()),
+                    Idle::Shutdown => return Err(shutting_down()),
+                },
+            };
+            let release_when_idle = self.mode == PoolMode::Transaction;
+            let waker_id = self.waker_id();
+            let end = Relay {
+                client: &mut self.client,
+                server: &mut server.stream,
+                c2s: &mut self.c2s,
+                s2c: &mut self.s2c,
+                tracker: &mut self.tracker,
+                release_when_idle,
+                max_message: self.config.max_message_size,
+                shutdown: &self.shard.shutdown,
+                waker_id,
+                saw_ready: false,
+            }
+            .await;
+            match end {
+                RelayEnd::Released => {
+                    let server = lease.take();
+                    *self.entry.server.borrow_mut() = None;
+                    if let Some(server) = server {
+                        self.give_back(server).await;
+                    }
+                }
+                RelayEnd::ClientLeft => {
+                    if let Some(server) = lease.take() {
+                        self.give_back(server).await;
+                    }
+                    return Ok(());
+                }
+                RelayEnd::Shutdown => {
+                    if let Some(server) = lease.take() {
+                        self.give_back(server).await;
+                    }
+                    return Err(shutting_down());
+                }
+                RelayEnd::ServerClosed => {
+                    return Err(SessionError::Refused(ErrorFields::fatal(
+                        "08006",
+                        "server closed the connection unexpectedly",
+                    )))
+                }
+                RelayEnd::ServerError(e) => return Err(SessionError::Server(ServerError::Write(e))),
+                RelayEnd::ClientError(e) => return Err(SessionError::ClientProtocol(e)),
+            }
+        }
+    }
+
+    fn waker_id(&self) -> u64 {
+        u64::from(self.process_id as u32)
+    }
+
+    /// AuthenticationOk was sent by `auth`; now ParameterStatus, BackendKeyData
+    /// and the first ReadyForQuery.
+    async fn greet(&mut self, startup: &StartupParams, server_params: &[(String, String)], process_id: i32) -> Result<(), SessionError> {
+        let mut out = BytesMut::new();
+        for (name, value) in server_params {
+            let value = match name.as_str() {
+                "application_name" => startup.get("application_name").unwrap_or(""),
+                _ => value.as_str(),
+            };
+            backend::parameter_status(&mut out, name, value);
+        }
+        backend::backend_key_data(&mut out, process_id, self.entry.secret_key);
+        backend::ready_for_query(&mut out, TransactionStatus::Idle);
+        self.client.write_all(&out).await?;
+        Ok(())
+    }
+
+    async fn checkout(&mut self) -> Result<Lease, SessionError> {
+        let lease = self.pool.checkout(Config::secs(self.config.query_wait_timeout)).await?;
+        *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
+        Ok(lease)
+    }
+
+    /// Waits, holding no server, until the client sends something.
+    async fn wait_for_client(&mut self) -> Result<Idle, SessionError> {
+        let id = self.waker_id();
+        let (c2s, client, shutdown) = (&mut self.c2s, &mut self.client, &self.shard.shutdown);
+        futures_lite::future::poll_fn(|cx| loop {
+            match c2s.unscanned().first() {
+                Some(&crate::protocol::frontend::TERMINATE) => return std::task::Poll::Ready(Ok(Idle::Gone)),
+                Some(_) => return std::task::Poll::Ready(Ok(Idle::Message)),
+                None if c2s.eof => return std::task::Poll::Ready(Ok(Idle::Gone)),
+                None => {}
+            }
+            if shutdown.poll_fired(id, cx) {
+                return std::task::Poll::Ready(Ok(Idle::Shutdown));
+            }
+            match c2s.poll_fill(cx, client) {
+                std::task::Poll::Ready(Ok(_)) => continue,
+                std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(SessionError::ClientIo(e))),
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// Returns a server connection the client is done with: reused if it can
+    /// be made clean (rolled back, reset in session mode), closed otherwise.
+    async fn give_back(&mut self, mut server: Lease) {
+        *self.entry.server.borrow_mut() = None;
+        let stray_bytes = !self.s2c.unscanned().is_empty();
+        if stray_bytes || !self.tracker.is_quiet() || !self.c2s.at_boundary() {
+            debug!("closing a server connection left mid-conversation");
+            self.s2c.discard_unscanned();
+            return; // dropping the lease closes it
+        }
+        let mut cleanups: Vec<&str> = Vec::new();
+        if self.tracker.status() != TransactionStatus::Idle {
+            cleanups.push("ROLLBACK");
+        }
+        let reset = self.mode == PoolMode::Session || self.config.server_reset_query_always;
+        if reset && !self.config.server_reset_query.is_empty() {
+            cleanups.push(&self.config.server_reset_query);
+        }
+        for sql in cleanups {
+            match with_timeout(CLEANUP_TIMEOUT, server.run_to_idle(sql)).await {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    warn!("closing a server connection: {sql} failed: {e}");
+                    return;
+                }
+                None => {
+                    warn!("closing a server connection: {sql} timed out");
+                    return;
+                }
+            }
+        }
+        self.tracker = Tracker::default();
+        server.release();
+    }
+}
+
+fn shutting_down() -> SessionError {
+    SessionError::Refused(ErrorFields::fatal("57P01", "terminating connection because pglane is shutting down"))
+}

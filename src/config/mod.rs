@@ -1,0 +1,364 @@
+//! pglane's configuration: the TOML model, its defaults and its validation.
+//!
+//! This module owns turning a file into a checked [`Config`]; it never opens
+//! sockets and never holds runtime state. A `Config` that exists has passed
+//! [`Config::validate`], so the rest of pglane reads it without re-checking.
+//!
+//! The smallest useful file is:
+//!
+//! ```toml
+//! listen = "127.0.0.1:6432"
+//! pool_mode = "transaction"
+//! admin_users = ["postgres"]
+//!
+//! [databases.app]
+//! host = "127.0.0.1"
+//! port = 5432
+//! dbname = "postgres"
+//! pool_size = 8
+//!
+//! [users.postgres]
+//! password = "secret"
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::auth::secret::Secret;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Parse(#[from] toml::de::Error),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+fn invalid(msg: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid(msg.into())
+}
+
+/// When a server connection goes back to the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolMode {
+    /// When the client disconnects.
+    Session,
+    /// At the end of each transaction (ReadyForQuery with status idle).
+    #[default]
+    Transaction,
+}
+
+/// How clients prove who they are to pglane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub enum AuthType {
+    #[serde(rename = "trust")]
+    Trust,
+    #[serde(rename = "md5")]
+    Md5,
+    #[default]
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address clients connect to; every shard listens on it (SO_REUSEPORT).
+    pub listen: String,
+    #[serde(default)]
+    pub pool_mode: PoolMode,
+    #[serde(default)]
+    pub auth_type: AuthType,
+    /// Users allowed to use the admin console (issue: admin console).
+    #[serde(default)]
+    pub admin_users: Vec<String>,
+    #[serde(default)]
+    pub stats_users: Vec<String>,
+    /// Number of shards (one per core); the command line's `--cores` wins.
+    pub cores: Option<usize>,
+    /// Client connections allowed at once, over all shards.
+    #[serde(default = "defaults::max_client_conn")]
+    pub max_client_conn: usize,
+    /// Seconds a client waits for a server connection before it gets an error.
+    #[serde(default = "defaults::query_wait_timeout")]
+    pub query_wait_timeout: f64,
+    /// Seconds allowed to open and log in a server connection.
+    #[serde(default = "defaults::server_connect_timeout")]
+    pub server_connect_timeout: f64,
+    /// Seconds a client has to finish startup and authentication.
+    #[serde(default = "defaults::client_login_timeout")]
+    pub client_login_timeout: f64,
+    /// Seconds a shutdown waits for transactions in flight before closing them.
+    #[serde(default = "defaults::shutdown_timeout")]
+    pub shutdown_timeout: f64,
+    /// Largest message body accepted from a client, in bytes.
+    #[serde(default = "defaults::max_message_size")]
+    pub max_message_size: usize,
+    /// Run on a server connection when a session-mode client leaves it.
+    #[serde(default = "defaults::server_reset_query")]
+    pub server_reset_query: String,
+    /// Also run the reset query in transaction mode.
+    #[serde(default)]
+    pub server_reset_query_always: bool,
+    #[serde(default)]
+    pub databases: BTreeMap<String, Database>,
+    #[serde(default)]
+    pub users: BTreeMap<String, User>,
+}
+
+mod defaults {
+    pub fn max_client_conn() -> usize {
+        10_000
+    }
+    pub fn query_wait_timeout() -> f64 {
+        120.0
+    }
+    pub fn server_connect_timeout() -> f64 {
+        15.0
+    }
+    pub fn client_login_timeout() -> f64 {
+        60.0
+    }
+    pub fn shutdown_timeout() -> f64 {
+        10.0
+    }
+    pub fn max_message_size() -> usize {
+        64 << 20
+    }
+    pub fn server_reset_query() -> String {
+        "DISCARD ALL".into()
+    }
+    pub fn host() -> String {
+        "127.0.0.1".into()
+    }
+    pub fn port() -> u16 {
+        5432
+    }
+    pub fn pool_size() -> usize {
+        20
+    }
+}
+
+/// A database clients may connect to, and the server it lives on.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Database {
+    /// A host name or IP address, or a directory holding PostgreSQL's unix
+    /// socket (`/var/run/postgresql`), as libpq spells it.
+    #[serde(default = "defaults::host")]
+    pub host: String,
+    #[serde(default = "defaults::port")]
+    pub port: u16,
+    /// The database's name on the server; defaults to the name clients use.
+    pub dbname: Option<String>,
+    /// Server connections for this database and one user, **over all shards**.
+    /// Each shard gets an equal share (at least one): see [`Config::pool_size_per_shard`].
+    #[serde(default = "defaults::pool_size")]
+    pub pool_size: usize,
+    /// Log in to the server as this user instead of the client's.
+    pub user: Option<String>,
+    /// Password for `user` (or the client's user) on the server.
+    pub password: Option<String>,
+    /// Overrides the global pool_mode for this database.
+    pub pool_mode: Option<PoolMode>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct User {
+    /// A plaintext password, an md5 hash (`md5...`) or a SCRAM-SHA-256 secret
+    /// as PostgreSQL stores it. Used to check clients and, when plaintext, to
+    /// log in to servers.
+    pub password: Option<String>,
+    pub pool_mode: Option<PoolMode>,
+}
+
+/// Where a server lives.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ServerAddress {
+    Tcp { host: String, port: u16 },
+    /// Path of the socket file (`<dir>/.s.PGSQL.<port>`).
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for ServerAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerAddress::Tcp { host, port } => write!(f, "{host}:{port}"),
+            ServerAddress::Unix(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+impl Database {
+    pub fn address(&self) -> ServerAddress {
+        if self.host.starts_with('/') {
+            ServerAddress::Unix(Path::new(&self.host).join(format!(".s.PGSQL.{}", self.port)))
+        } else {
+            ServerAddress::Tcp { host: self.host.clone(), port: self.port }
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::parse(&text)
+    }
+
+    /// Parses and validates config text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.listen_addr()?;
+        if self.cores == Some(0) {
+            return Err(invalid("cores must be at least 1"));
+        }
+        if self.databases.is_empty() {
+            return Err(invalid("no [databases.<name>] section: clients would have nothing to connect to"));
+        }
+        if self.max_message_size < 1024 {
+            return Err(invalid("max_message_size must be at least 1024 bytes"));
+        }
+        for (name, seconds) in [
+            ("query_wait_timeout", self.query_wait_timeout),
+            ("server_connect_timeout", self.server_connect_timeout),
+            ("client_login_timeout", self.client_login_timeout),
+            ("shutdown_timeout", self.shutdown_timeout),
+        ] {
+            if !(seconds.is_finite() && seconds > 0.0) {
+                return Err(invalid(format!("{name} must be a positive number of seconds, not {seconds}")));
+            }
+        }
+        for (name, db) in &self.databases {
+            if db.pool_size == 0 {
+                return Err(invalid(format!("databases.{name}.pool_size must be at least 1")));
+            }
+            if db.host.is_empty() {
+                return Err(invalid(format!("databases.{name}.host is empty")));
+            }
+        }
+        for (name, user) in &self.users {
+            let Some(password) = &user.password else { continue };
+            let secret = Secret::parse(password)
+                .map_err(|e| invalid(format!("users.{name}.password: {e}")))?;
+            if self.auth_type == AuthType::Md5 && matches!(secret, Secret::Scram(_)) {
+                return Err(invalid(format!(
+                    "users.{name}.password is a SCRAM secret, which cannot check md5 logins (auth_type = \"md5\")"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.listen
+            .parse()
+            .map_err(|_| invalid(format!("listen = {:?} is not an address like \"127.0.0.1:6432\"", self.listen)))
+    }
+
+    pub fn pool_mode_for(&self, database: &str, user: &str) -> PoolMode {
+        self.users
+            .get(user)
+            .and_then(|u| u.pool_mode)
+            .or_else(|| self.databases.get(database).and_then(|d| d.pool_mode))
+            .unwrap_or(self.pool_mode)
+    }
+
+    /// pool_size is a total over all shards, because that is what PostgreSQL
+    /// sees and what an operator sizes against max_connections. Each shard
+    /// gets `pool_size / shards`, the first `pool_size % shards` shards one
+    /// more, and every shard at least one (so a pool_size below the shard
+    /// count opens up to one connection per shard).
+    pub fn pool_size_per_shard(pool_size: usize, shards: usize, shard: usize) -> usize {
+        let base = pool_size / shards;
+        let extra = usize::from(shard < pool_size % shards);
+        (base + extra).max(1)
+    }
+
+    pub fn secs(seconds: f64) -> Duration {
+        Duration::from_secs_f64(seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+listen = "127.0.0.1:6432"
+pool_mode = "transaction"      # or "session"
+admin_users = ["postgres"]
+
+[databases.app]                # the name clients connect to
+host = "127.0.0.1"
+port = 5432
+dbname = "postgres"
+pool_size = 8
+
+[users.postgres]
+password = "secret"
+"#;
+
+    #[test]
+    fn the_minimal_file_from_the_readme_parses() {
+        let c = Config::parse(MINIMAL).unwrap();
+        assert_eq!(c.pool_mode, PoolMode::Transaction);
+        assert_eq!(c.auth_type, AuthType::ScramSha256);
+        assert_eq!(c.databases["app"].pool_size, 8);
+        assert_eq!(c.databases["app"].address(), ServerAddress::Tcp { host: "127.0.0.1".into(), port: 5432 });
+        assert_eq!(c.max_message_size, 64 << 20);
+        assert_eq!(c.pool_mode_for("app", "postgres"), PoolMode::Transaction);
+    }
+
+    #[test]
+    fn the_shipped_example_parses() {
+        let text = include_str!("../../config/pglane.toml");
+        Config::parse(text).unwrap();
+    }
+
+    #[test]
+    fn unix_socket_hosts() {
+        let c = Config::parse(&MINIMAL.replace("host = \"127.0.0.1\"", "host = \"/var/run/postgresql\"")).unwrap();
+        assert_eq!(c.databases["app"].address(), ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5432".into()));
+    }
+
+    #[test]
+    fn mistakes_are_reported() {
+        let bad = |from: &str, to: &str| Config::parse(&MINIMAL.replace(from, to)).unwrap_err().to_string();
+        assert!(bad("127.0.0.1:6432", "localhost").contains("listen"));
+        assert!(bad("pool_size = 8", "pool_size = 0").contains("pool_size"));
+        assert!(bad("\"transaction\"", "\"statement\"").contains("pool_mode"));
+        assert!(bad("pool_size = 8", "pool_sise = 8").contains("pool_sise"));
+        assert!(bad("admin_users", "cores = 0\nadmin_users").contains("cores"));
+        assert!(bad("password = \"secret\"", "password = \"SCRAM-SHA-256$x\"").contains("users.postgres"));
+        let md5_with_scram = MINIMAL.replace("pool_mode = \"transaction\"", "auth_type = \"md5\"").replace(
+            "\"secret\"",
+            "\"SCRAM-SHA-256$4096:c2FsdA==$Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmE=:Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmE=\"",
+        );
+        assert!(Config::parse(&md5_with_scram).unwrap_err().to_string().contains("md5"));
+    }
+
+    #[test]
+    fn pool_size_is_split_over_shards() {
+        let split = |size, shards| (0..shards).map(|s| Config::pool_size_per_shard(size, shards, s)).collect::<Vec<_>>();
+        assert_eq!(split(8, 2), vec![4, 4]);
+        assert_eq!(split(9, 2), vec![5, 4]);
+        assert_eq!(split(8, 1), vec![8]);
+        assert_eq!(split(2, 4), vec![1, 1, 1, 1]);
+    }
+}

@@ -1,0 +1,136 @@
+//! One socket type for TCP and unix-domain connections.
+//!
+//! pglane talks to clients and servers over either; everything above this
+//! module sees a [`Stream`] that implements `AsyncRead`/`AsyncWrite`. It owns
+//! nothing but the socket, and adds no buffering of its own: the session keeps
+//! its own buffers so it can forward bytes without copying them twice.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_lite::{AsyncRead, AsyncWrite};
+use glommio::net::{TcpStream, UnixStream};
+
+use crate::config::ServerAddress;
+
+pub enum Stream {
+    Tcp(TcpStream),
+    /// glommio's UnixStream does not expose its fd, so we keep it beside it.
+    Unix(UnixStream, RawFd),
+}
+
+impl Stream {
+    /// Connects to a server, TCP_NODELAY set, within `timeout`.
+    pub async fn connect(addr: &ServerAddress, timeout: Duration) -> io::Result<Stream> {
+        let connect = async {
+            match addr {
+                ServerAddress::Tcp { host, port } => {
+                    let stream = TcpStream::connect((host.as_str(), *port)).await.map_err(io::Error::from)?;
+                    stream.set_nodelay(true).map_err(io::Error::from)?;
+                    Ok(Stream::Tcp(stream))
+                }
+                ServerAddress::Unix(path) => {
+                    // A local unix-socket connect completes (or fails) at once,
+                    // so this blocking std connect does not stall the shard.
+                    let std = std::os::unix::net::UnixStream::connect(path)?;
+                    std.set_nonblocking(true)?;
+                    let fd = std.into_raw_fd();
+                    // SAFETY: `fd` is a connected socket we own; glommio takes ownership.
+                    Ok(Stream::Unix(unsafe { UnixStream::from_raw_fd(fd) }, fd))
+                }
+            }
+        };
+        crate::runtime::with_timeout(timeout, connect)
+            .await
+            .unwrap_or_else(|| Err(io::Error::new(io::ErrorKind::TimedOut, format!("timed out connecting to {addr}"))))
+    }
+
+    /// Without blocking: is the peer still there and silent? A server
+    /// connection resting in a pool must have nothing to say; if it has sent
+    /// something (a FATAL before its backend exited) or closed, it is unusable.
+    pub fn is_quiet_and_open(&self) -> bool {
+        let mut byte = 0u8;
+        // SAFETY: recv into one valid byte of our own stack, on a socket we own.
+        let n = unsafe {
+            libc::recv(self.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+        };
+        n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(_, fd) => *fd,
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s, _) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Unix(s, _) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Unix(s, _) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_close(cx),
+            Stream::Unix(s, _) => Pin::new(s).poll_close(cx),
+        }
+    }
+}
+
+/// Why reading a whole message failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Protocol(#[from] crate::protocol::ProtocolError),
+    #[error("connection closed")]
+    Closed,
+}
+
+/// Reads one whole tagged message, buffering in `buf` (which may hold bytes
+/// read earlier and keeps what follows the message). For the login phases;
+/// the relay forwards without reading whole messages.
+pub async fn read_message(
+    stream: &mut Stream,
+    buf: &mut bytes::BytesMut,
+    max_body: usize,
+) -> Result<crate::protocol::frame::Message, ReadError> {
+    use futures_lite::AsyncReadExt;
+    loop {
+        if let Some(m) = crate::protocol::frame::split_message(buf, max_body)? {
+            return Ok(m);
+        }
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(ReadError::Closed);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}

@@ -1,0 +1,278 @@
+//! A shard's pool of server connections for one (database, user).
+//!
+//! This module owns the idle server connections and the count of open ones,
+//! and decides who gets a connection when: the idle list first, then a new
+//! connection while under the shard's share of `pool_size`, else a FIFO wait
+//! queue bounded by `query_wait_timeout`. It lives inside one shard, so it is
+//! plain `Rc`/`RefCell` state with no locks. It never reads or writes a
+//! client's traffic.
+//!
+//! A lent connection is a [`Lease`]: hand it back with [`Lease::release`]
+//! when the server is idle and clean, or drop it to close the connection. Either
+//! way the pool's count stays right, whatever path a session takes out.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::server::{ServerConn, ServerError, ServerTarget};
+
+#[derive(Debug, Error)]
+pub enum PoolError {
+    #[error("query_wait_timeout: no server connection became free in time")]
+    WaitTimeout,
+    #[error(transparent)]
+    Server(#[from] ServerError),
+}
+
+/// Per-pool counters, read by the admin console and metrics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PoolStats {
+    pub checkouts: u64,
+    pub waits: u64,
+    pub wait_timeouts: u64,
+    pub connects: u64,
+    pub connect_failures: u64,
+    pub unhealthy_closed: u64,
+}
+
+pub struct Pool {
+    target: ServerTarget,
+    max_size: usize,
+    idle: RefCell<Vec<ServerConn>>,
+    /// Connections open or being opened, lent or idle.
+    open: Cell<usize>,
+    waiters: RefCell<VecDeque<Rc<Waiter>>>,
+    /// ParameterStatus values of the first server connection, shown to clients at login.
+    server_params: RefCell<Option<Rc<Vec<(String, String)>>>>,
+    stats: Cell<PoolStats>,
+}
+
+/// What a waiting client is handed.
+enum Grant {
+    Conn(ServerConn),
+    /// A slot under max_size freed up: open a new connection in it.
+    Slot,
+}
+
+struct Waiter {
+    grant: RefCell<Option<Grant>>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Pool {
+    pub fn new(target: ServerTarget, max_size: usize) -> Rc<Pool> {
+        Rc::new(Pool {
+            target,
+            max_size,
+            idle: RefCell::new(Vec::new()),
+            open: Cell::new(0),
+            waiters: RefCell::new(VecDeque::new()),
+            server_params: RefCell::new(None),
+            stats: Cell::new(PoolStats::default()),
+        })
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        self.stats.get()
+    }
+
+    pub fn open_count(&self) -> usize {
+        self.open.get()
+    }
+
+    pub fn idle_count(&self) -> usize {
+        self.idle.borrow().len()
+    }
+
+    pub fn waiting_count(&self) -> usize {
+        self.waiters.borrow().len()
+    }
+
+    pub fn max_size(&self) -> usize {
+        self.max_size
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut PoolStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+
+    /// Lends a server connection, waiting up to `wait` for one.
+    pub async fn checkout(self: &Rc<Self>, wait: Duration) -> Result<Lease, PoolError> {
+        self.bump(|s| s.checkouts += 1);
+        if let Some(conn) = self.take_idle() {
+            return Ok(self.lease(conn));
+        }
+        if self.open.get() < self.max_size {
+            self.open.set(self.open.get() + 1);
+            return self.open_in_slot().await;
+        }
+        self.bump(|s| s.waits += 1);
+        let waiter = Rc::new(Waiter { grant: RefCell::new(None), waker: RefCell::new(None) });
+        self.waiters.borrow_mut().push_back(waiter.clone());
+        let guard = WaitGuard { pool: self, waiter: &waiter };
+        let granted = futures_lite::future::poll_fn(|cx| match guard.waiter.grant.borrow_mut().take() {
+            Some(g) => Poll::Ready(g),
+            None => {
+                *guard.waiter.waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        });
+        let grant = crate::runtime::with_timeout(wait, granted).await;
+        drop(guard);
+        match grant {
+            Some(Grant::Conn(conn)) => Ok(self.lease(conn)),
+            Some(Grant::Slot) => self.open_in_slot().await,
+            None => {
+                self.bump(|s| s.wait_timeouts += 1);
+                Err(PoolError::WaitTimeout)
+            }
+        }
+    }
+
+    /// The login parameters to show clients, from a server connection of this
+    /// pool (opening one if none was ever opened).
+    pub async fn server_params(self: &Rc<Self>, wait: Duration) -> Result<Rc<Vec<(String, String)>>, PoolError> {
+        if let Some(p) = self.server_params.borrow().clone() {
+            return Ok(p);
+        }
+        let lease = self.checkout(wait).await?;
+        let params = self.server_params.borrow().clone().unwrap_or_else(|| Rc::new(lease.params.clone()));
+        lease.release();
+        Ok(params)
+    }
+
+    /// Closes idle connections (for shutdown and reloads).
+    pub fn close_idle(&self) {
+        let closed = std::mem::take(&mut *self.idle.borrow_mut());
+        for _ in closed {
+            self.slot_freed();
+        }
+    }
+
+    fn take_idle(&self) -> Option<ServerConn> {
+        loop {
+            let conn = self.idle.borrow_mut().pop()?;
+            if conn.is_healthy() {
+                return Some(conn);
+            }
+            self.bump(|s| s.unhealthy_closed += 1);
+            self.open.set(self.open.get() - 1);
+        }
+    }
+
+    async fn open_in_slot(self: &Rc<Self>) -> Result<Lease, PoolError> {
+        match ServerConn::connect(&self.target).await {
+            Ok(conn) => {
+                self.bump(|s| s.connects += 1);
+                if self.server_params.borrow().is_none() {
+                    *self.server_params.borrow_mut() = Some(Rc::new(conn.params.clone()));
+                }
+                Ok(self.lease(conn))
+            }
+            Err(e) => {
+                self.bump(|s| s.connect_failures += 1);
+                self.slot_freed();
+                Err(e.into())
+            }
+        }
+    }
+
+    fn lease(self: &Rc<Self>, conn: ServerConn) -> Lease {
+        Lease { conn: Some(conn), pool: self.clone() }
+    }
+
+    fn next_waiter(&self) -> Option<Rc<Waiter>> {
+        self.waiters.borrow_mut().pop_front()
+    }
+
+    /// A connection comes back idle and clean.
+    fn checkin(&self, mut conn: ServerConn) {
+        if let Some(waiter) = self.next_waiter() {
+            waiter.grant(Grant::Conn(conn));
+            return;
+        }
+        conn.idle_since = Instant::now();
+        self.idle.borrow_mut().push(conn);
+    }
+
+    /// A connection was closed: its slot goes to the next waiter, if any.
+    fn slot_freed(&self) {
+        match self.next_waiter() {
+            Some(waiter) => waiter.grant(Grant::Slot),
+            None => self.open.set(self.open.get() - 1),
+        }
+    }
+}
+
+impl Waiter {
+    fn grant(&self, grant: Grant) {
+        *self.grant.borrow_mut() = Some(grant);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+/// Leaves the wait queue when a wait ends for any reason; a grant that arrived
+/// too late (timeout, or the waiting client went away) is passed on.
+struct WaitGuard<'a> {
+    pool: &'a Pool,
+    waiter: &'a Rc<Waiter>,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.pool.waiters.borrow_mut().retain(|w| !Rc::ptr_eq(w, self.waiter));
+        match self.waiter.grant.borrow_mut().take() {
+            Some(Grant::Conn(conn)) => self.pool.checkin(conn),
+            Some(Grant::Slot) => self.pool.slot_freed(),
+            None => {}
+        }
+    }
+}
+
+/// A server connection lent to one client.
+pub struct Lease {
+    conn: Option<ServerConn>,
+    pool: Rc<Pool>,
+}
+
+impl Lease {
+    /// Gives the connection back for reuse. Only call this when the server is
+    /// idle (ReadyForQuery 'I') with nothing in flight.
+    pub fn release(mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.pool.checkin(conn);
+        }
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = ServerConn;
+    fn deref(&self) -> &ServerConn {
+        self.conn.as_ref().expect("lease holds a connection until released")
+    }
+}
+
+impl std::ops::DerefMut for Lease {
+    fn deref_mut(&mut self) -> &mut ServerConn {
+        self.conn.as_mut().expect("lease holds a connection until released")
+    }
+}
+
+impl Drop for Lease {
+    /// Dropped without `release`: the connection's state is unknown, so it is
+    /// closed and its slot freed.
+    fn drop(&mut self) {
+        if self.conn.take().is_some() {
+            self.pool.slot_freed();
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The PostgreSQL v3 wire protocol, as small pure functions over `bytes`.
+//!
+//! This module owns the byte layout of every message pglane reads or writes and
+//! nothing else: no sockets, no state machines, no policy. Decoders take a
+//! complete message body and return a typed value or a [`ProtocolError`]; they
+//! never panic on input from the network. Encoders append to a `BytesMut`, so a
+//! caller can build several messages into one buffer and send them in one write.
+//!
+//! - [`frame`]: splitting a byte stream into messages without copying them.
+//! - [`startup`]: the untagged first packet (StartupMessage, SSLRequest,
+//!   GSSENCRequest, CancelRequest).
+//! - [`backend`]: messages PostgreSQL (or pglane, posing as it) sends to a client.
+//! - [`frontend`]: messages a client (or pglane, posing as one) sends to a server.
+
+pub mod backend;
+pub mod frame;
+pub mod frontend;
+pub mod startup;
+
+use thiserror::Error;
+
+/// The protocol version number of v3.0 in a StartupMessage.
+pub const PROTOCOL_VERSION_3: i32 = 196_608;
+
+/// What went wrong while reading a message off the wire.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ProtocolError {
+    #[error("message length {len} exceeds the maximum of {max} bytes")]
+    MessageTooLarge { len: usize, max: usize },
+    #[error("invalid message length {0}")]
+    InvalidLength(i64),
+    #[error("malformed {0} message")]
+    Malformed(&'static str),
+    #[error("unexpected message type '{}'", char::from(*.0))]
+    UnexpectedMessage(u8),
+    #[error("unsupported protocol version {}.{}", .0 >> 16, .0 & 0xffff)]
+    UnsupportedVersion(i32),
+    #[error("connection closed in the middle of a message")]
+    UnexpectedEof,
+}
+
+/// A cursor over a message body with the typed reads the protocol needs.
+/// Every read checks bounds and reports `Malformed(what)` instead of panicking.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(buf: &'a [u8], what: &'static str) -> Self {
+        Reader { buf, what }
+    }
+
+    fn malformed(&self) -> ProtocolError {
+        ProtocolError::Malformed(self.what)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, ProtocolError> {
+        let (&b, rest) = self.buf.split_first().ok_or(self.malformed())?;
+        self.buf = rest;
+        Ok(b)
+    }
+
+    pub(crate) fn i32(&mut self) -> Result<i32, ProtocolError> {
+        let b = self.bytes(4)?;
+        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8], ProtocolError> {
+        if self.buf.len() < n {
+            return Err(self.malformed());
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    /// A NUL-terminated string, returned without its terminator.
+    pub(crate) fn cstr(&mut self) -> Result<&'a str, ProtocolError> {
+        let end = self.buf.iter().position(|&b| b == 0).ok_or(self.malformed())?;
+        let s = std::str::from_utf8(&self.buf[..end]).map_err(|_| self.malformed())?;
+        self.buf = &self.buf[end + 1..];
+        Ok(s)
+    }
+
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.buf)
+    }
+}
+
+/// Appends a NUL-terminated string.
+pub(crate) fn put_cstr(buf: &mut bytes::BytesMut, s: &str) {
+    buf.extend_from_slice(s.as_bytes());
+    buf.extend_from_slice(&[0]);
+}
+
+/// Writes a tagged message: tag, length placeholder, body written by `body`,
+/// then the length patched in. One allocation-free way to encode every message.
+pub(crate) fn put_message(buf: &mut bytes::BytesMut, tag: u8, body: impl FnOnce(&mut bytes::BytesMut)) {
+    buf.extend_from_slice(&[tag, 0, 0, 0, 0]);
+    let len_at = buf.len() - 4;
+    body(buf);
+    let len = (buf.len() - len_at) as i32;
+    buf[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
+}

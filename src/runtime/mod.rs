@@ -1,0 +1,323 @@
+//! Shards: one glommio executor pinned to each core, each with its own
+//! SO_REUSEPORT listener, pools and client registry.
+//!
+//! This module owns the threads, the listeners, the shard-local registries and
+//! the messages shards send each other (cancel requests, shutdown). A shard's
+//! state is `Rc`/`RefCell`, touched only by its own thread; what shards share
+//! is read-mostly ([`Shared`]: the config behind arc-swap, a client counter
+//! used at accept time). Nothing here is on the per-query path except the
+//! lookups a session does once per login.
+
+mod cancel;
+mod shutdown;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use glommio::channels::channel_mesh::{MeshBuilder, Senders};
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+use tracing::{error, info, warn};
+
+use crate::auth::secret::ScramSecret;
+use crate::client;
+use crate::config::Config;
+use crate::net::Stream;
+use crate::pool::Pool;
+use crate::server::{CancelKey, ServerTarget};
+
+pub use cancel::{CancelMessage, ClientEntry};
+pub use shutdown::ShutdownSignal;
+
+/// Runs `fut` for at most `limit`; `None` if time ran out first.
+pub async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> Option<T> {
+    futures_lite::future::or(async { Some(fut.await) }, async {
+        glommio::timer::sleep(limit).await;
+        None
+    })
+    .await
+}
+
+/// What all shards share. Read-mostly; never touched per query.
+pub struct Shared {
+    pub config: ArcSwap<Config>,
+    /// Client connections open, over all shards (for max_client_conn).
+    pub clients: AtomicUsize,
+    pub shutting_down: AtomicBool,
+}
+
+/// The state one core owns.
+pub struct Shard {
+    /// This shard's index, also encoded in the cancel keys it hands out.
+    pub id: usize,
+    pub shards: usize,
+    pub shared: Arc<Shared>,
+    pub shutdown: ShutdownSignal,
+    pools: RefCell<HashMap<(String, String), Rc<Pool>>>,
+    clients: RefCell<HashMap<i32, Rc<ClientEntry>>>,
+    next_client: Cell<u32>,
+    peers: Senders<CancelMessage>,
+    /// SCRAM secrets derived from plaintext passwords in the config, so the
+    /// 4096-round key derivation runs once per password, not once per login.
+    scram_secrets: RefCell<HashMap<String, ScramSecret>>,
+}
+
+/// How many shards, and on which CPUs.
+pub fn cpu_plan(cores: Option<usize>) -> Vec<usize> {
+    let online: Vec<usize> = core_affinity::get_core_ids()
+        .map(|ids| ids.into_iter().map(|c| c.id).collect())
+        .filter(|ids: &Vec<usize>| !ids.is_empty())
+        .unwrap_or_else(|| vec![0]);
+    let n = cores.unwrap_or(online.len()).max(1);
+    (0..n).map(|i| online[i % online.len()]).collect()
+}
+
+/// Starts one shard per entry of `cpus` and blocks until all have stopped
+/// (after `shared.shutting_down` is set). Returns an error if any shard could
+/// not start (e.g. the listen address is taken).
+pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
+    let mesh = MeshBuilder::full(cpus.len(), 1024);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let mut handles = Vec::new();
+    for (id, &cpu) in cpus.iter().enumerate() {
+        let shared = shared.clone();
+        let mesh = mesh.clone();
+        let ready = ready_tx.clone();
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("pglane-{id}"))
+            .spawn(move || async move {
+                let (peers, receivers) = match mesh.join().await {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        let _ = ready.send(Err(format!("shard {id}: joining the shard mesh failed: {e}")));
+                        return;
+                    }
+                };
+                let addr = shared.config.load().listen.clone();
+                let listener = match bind_listener(&addr) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = ready.send(Err(format!("cannot listen on {addr}: {e}")));
+                        return;
+                    }
+                };
+                let shard = Rc::new(Shard {
+                    id: peers.peer_id(),
+                    shards: peers.nr_consumers(),
+                    shared,
+                    shutdown: ShutdownSignal::default(),
+                    pools: RefCell::default(),
+                    clients: RefCell::default(),
+                    next_client: Cell::new(1),
+                    peers,
+                    scram_secrets: RefCell::default(),
+                });
+                cancel::serve_peers(&shard, receivers);
+                let _ = ready.send(Ok(()));
+                shard.run(listener).await;
+            })
+            .map_err(|e| format!("cannot start shard {id} on cpu {cpu}: {e}"))?;
+        handles.push(handle);
+    }
+    drop(ready_tx);
+    let mut failure = None;
+    for _ in 0..cpus.len() {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failure = Some(e),
+            Err(_) => failure = Some("a shard stopped before it was ready".into()),
+        }
+        if failure.is_some() {
+            break;
+        }
+    }
+    if let Some(e) = failure {
+        shared.shutting_down.store(true, Ordering::SeqCst);
+        return Err(e);
+    }
+    info!(shards = cpus.len(), listen = %shared.config.load().listen, "pglane is ready");
+    for h in handles {
+        if h.join().is_err() {
+            error!("a shard panicked");
+        }
+    }
+    Ok(())
+}
+
+impl Shard {
+    async fn run(self: Rc<Self>, listener: TcpListener) {
+        let watcher = glommio::spawn_local(watch_for_shutdown(self.clone()));
+        loop {
+            let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+                self.shutdown.wait().await;
+                None
+            })
+            .await;
+            match accepted {
+                None => break,
+                Some(Ok(stream)) => self.admit(stream),
+                Some(Err(e)) => {
+                    warn!(shard = self.id, "accept failed: {e}");
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        drop(listener);
+        watcher.await;
+        self.drain().await;
+    }
+
+    fn admit(self: &Rc<Self>, stream: glommio::net::TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        self.shared.clients.fetch_add(1, Ordering::Relaxed);
+        let shard = self.clone();
+        glommio::spawn_local(async move {
+            client::serve(&shard, Stream::Tcp(stream), peer).await;
+            shard.shared.clients.fetch_sub(1, Ordering::Relaxed);
+        })
+        .detach();
+    }
+
+    /// After the listener closed: wait (bounded by shutdown_timeout) for clients
+    /// to finish their transactions, then close idle server connections.
+    async fn drain(&self) {
+        let limit = Config::secs(self.shared.config.load().shutdown_timeout);
+        let all_gone = async {
+            while !self.clients.borrow().is_empty() {
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        if with_timeout(limit, all_gone).await.is_none() {
+            warn!(shard = self.id, clients = self.clients.borrow().len(), "shutdown_timeout passed; closing clients in transactions");
+        }
+        for pool in self.pools.borrow().values() {
+            pool.close_idle();
+        }
+    }
+
+    /// This shard's pool for (database, user), created on first use.
+    pub fn pool(&self, config: &Config, database: &str, user: &str) -> Option<Rc<Pool>> {
+        let key = (database.to_owned(), user.to_owned());
+        if let Some(pool) = self.pools.borrow().get(&key) {
+            return Some(pool.clone());
+        }
+        let db = config.databases.get(database)?;
+        let server_user = db.user.clone().unwrap_or_else(|| user.to_owned());
+        let secret = match &db.password {
+            Some(p) => Some(crate::auth::secret::Secret::Plain(p.clone())),
+            None => config
+                .users
+                .get(&server_user)
+                .and_then(|u| u.password.as_deref())
+                .and_then(|p| crate::auth::secret::Secret::parse(p).ok()),
+        };
+        let target = ServerTarget {
+            address: db.address(),
+            dbname: db.dbname.clone().unwrap_or_else(|| database.to_owned()),
+            user: server_user,
+            secret,
+            connect_timeout: Config::secs(config.server_connect_timeout),
+        };
+        let size = Config::pool_size_per_shard(db.pool_size, self.shards, self.id);
+        let pool = Pool::new(target, size);
+        self.pools.borrow_mut().insert(key, pool.clone());
+        Some(pool)
+    }
+
+    /// The SCRAM secret pglane checks a plaintext-password user's logins with.
+    pub fn scram_secret(&self, password: &str) -> ScramSecret {
+        self.scram_secrets
+            .borrow_mut()
+            .entry(password.to_owned())
+            .or_insert_with(|| ScramSecret::generate(password))
+            .clone()
+    }
+
+    /// Registers a client for cancel requests; returns its BackendKeyData.
+    /// The process id's top byte is the shard, so any shard can route a
+    /// CancelRequest to the owner.
+    pub fn register_client(&self) -> (i32, Rc<ClientEntry>) {
+        let secret_key: i32 = rand::random();
+        let mut clients = self.clients.borrow_mut();
+        let process_id = loop {
+            let n = self.next_client.get();
+            self.next_client.set(if n >= 0x00ff_ffff { 1 } else { n + 1 });
+            let pid = ((self.id as i32) << 24) | n as i32;
+            if !clients.contains_key(&pid) {
+                break pid;
+            }
+        };
+        let entry = Rc::new(ClientEntry { secret_key, server: RefCell::new(None) });
+        clients.insert(process_id, entry.clone());
+        (process_id, entry)
+    }
+
+    pub fn unregister_client(&self, process_id: i32) {
+        self.clients.borrow_mut().remove(&process_id);
+    }
+
+    /// A CancelRequest arrived on this shard: handle it here or pass it to
+    /// the shard that owns the client.
+    pub async fn route_cancel(&self, process_id: i32, secret_key: i32) {
+        let owner = (process_id >> 24) as usize;
+        let message = CancelMessage { process_id, secret_key };
+        if owner == self.id {
+            self.cancel_local(message).await;
+        } else if owner < self.shards {
+            if self.peers.send_to(owner, message).await.is_err() {
+                warn!(shard = self.id, owner, "could not pass a cancel request to its shard");
+            }
+        }
+    }
+
+    async fn cancel_local(&self, m: CancelMessage) {
+        let key: Option<Rc<CancelKey>> = {
+            let clients = self.clients.borrow();
+            clients
+                .get(&m.process_id)
+                .filter(|c| c.secret_key == m.secret_key)
+                .and_then(|c| c.server.borrow().clone())
+        };
+        let Some(key) = key else { return };
+        let timeout = Config::secs(self.shared.config.load().server_connect_timeout);
+        if let Err(e) = crate::server::send_cancel(&key, timeout).await {
+            warn!(shard = self.id, "cancel request to {} failed: {e}", key.address);
+        }
+    }
+}
+
+/// A listening socket with SO_REUSEPORT (one per shard, the kernel spreads
+/// connections over them) and SO_REUSEADDR (so a restart is not refused while
+/// old connections sit in TIME_WAIT). glommio's own `bind` sets only the
+/// former, hence this.
+fn bind_listener(addr: &str) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let addr: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad listen address {addr}")))?;
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    // SAFETY: a bound, listening socket we own; glommio takes ownership.
+    Ok(unsafe { TcpListener::from_raw_fd(socket.into_raw_fd()) })
+}
+
+/// Turns the process-wide shutdown flag (set from the signal thread) into this
+/// shard's local signal.
+async fn watch_for_shutdown(shard: Rc<Shard>) {
+    while !shard.shared.shutting_down.load(Ordering::Relaxed) {
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+    }
+    shard.shutdown.fire();
+}

@@ -1,0 +1,228 @@
+//! One connection to a PostgreSQL server: opening it, logging in, and the
+//! few things pglane does with it on its own (reset, rollback, health check).
+//!
+//! This module owns the server socket while no client is using it. It never
+//! decides when a connection is lent or returned (that is `pool`), and never
+//! relays a client's traffic (that is `client`).
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use futures_lite::AsyncWriteExt;
+use thiserror::Error;
+
+use crate::auth::md5::{md5_password_hash, md5_salted_response};
+use crate::auth::scram::{ScramClient, SCRAM_SHA_256};
+use crate::auth::secret::Secret;
+use crate::config::ServerAddress;
+use crate::net::{read_message, ReadError, Stream};
+use crate::protocol::backend::{self, Authentication, ErrorFields, TransactionStatus};
+use crate::protocol::{frontend, startup};
+
+/// Largest message pglane reads whole from a server during login and reset.
+const MAX_LOGIN_MESSAGE: usize = 1 << 20;
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("cannot connect to server {addr}: {source}")]
+    Connect { addr: ServerAddress, source: std::io::Error },
+    #[error("server {0}")]
+    Refused(ErrorFields),
+    #[error("server asks for {0}, which pglane cannot answer: {1}")]
+    Auth(&'static str, String),
+    #[error("server connection: {0}")]
+    Read(#[from] ReadError),
+    #[error("server connection: {0}")]
+    Write(#[from] std::io::Error),
+    #[error("server sent unexpected message '{}' during {during}", char::from(*.tag))]
+    Unexpected { tag: u8, during: &'static str },
+    #[error("server: {0}")]
+    Protocol(#[from] crate::protocol::ProtocolError),
+}
+
+/// What pglane needs to open a server connection for one pool.
+#[derive(Debug, Clone)]
+pub struct ServerTarget {
+    pub address: ServerAddress,
+    pub dbname: String,
+    pub user: String,
+    /// The secret to answer the server's password request with, if any.
+    pub secret: Option<Secret>,
+    pub connect_timeout: Duration,
+}
+
+/// The key a client needs to cancel what this server connection is running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelKey {
+    pub address: ServerAddress,
+    pub process_id: i32,
+    pub secret_key: i32,
+}
+
+pub struct ServerConn {
+    pub stream: Stream,
+    /// Shared with the client that holds the connection, for cancel requests.
+    pub cancel_key: Rc<CancelKey>,
+    /// ParameterStatus values the server reported at login.
+    pub params: Vec<(String, String)>,
+    pub created: Instant,
+    /// When it last went back to its pool.
+    pub idle_since: Instant,
+}
+
+impl ServerConn {
+    /// Connects and logs in; returns once the server says ReadyForQuery.
+    pub async fn connect(target: &ServerTarget) -> Result<ServerConn, ServerError> {
+        let mut stream = Stream::connect(&target.address, target.connect_timeout)
+            .await
+            .map_err(|source| ServerError::Connect { addr: target.address.clone(), source })?;
+        let login = login(&mut stream, target);
+        crate::runtime::with_timeout(target.connect_timeout, login)
+            .await
+            .unwrap_or_else(|| {
+                Err(ServerError::Connect {
+                    addr: target.address.clone(),
+                    source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out logging in"),
+                })
+            })
+            .map(|(process_id, secret_key, params)| ServerConn {
+                stream,
+                cancel_key: Rc::new(CancelKey { address: target.address.clone(), process_id, secret_key }),
+                params,
+                created: Instant::now(),
+                idle_since: Instant::now(),
+            })
+    }
+
+    /// Runs `sql` as a simple query and waits for ReadyForQuery, discarding
+    /// its results. Ok only if the server ends up idle (not in a transaction).
+    pub async fn run_to_idle(&mut self, sql: &str) -> Result<(), ServerError> {
+        let mut out = BytesMut::new();
+        frontend::query(&mut out, sql);
+        self.stream.write_all(&out).await?;
+        let mut buf = BytesMut::new();
+        loop {
+            let m = read_message(&mut self.stream, &mut buf, MAX_LOGIN_MESSAGE).await?;
+            match m.tag {
+                backend::READY_FOR_QUERY => {
+                    return match backend::decode_ready_for_query(&m.body)? {
+                        TransactionStatus::Idle if buf.is_empty() => Ok(()),
+                        _ => Err(ServerError::Unexpected { tag: m.tag, during: "reset" }),
+                    };
+                }
+                backend::ERROR_RESPONSE => {
+                    let e = backend::decode_error_fields(&m.body)?;
+                    if e.severity == "FATAL" || e.severity == "PANIC" {
+                        return Err(ServerError::Refused(e));
+                    }
+                }
+                backend::COPY_IN_RESPONSE | backend::COPY_BOTH_RESPONSE => {
+                    return Err(ServerError::Unexpected { tag: m.tag, during: "reset" });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A connection that has been idle may have been closed by the server
+    /// (restart, pg_terminate_backend, idle timeout). Checked without blocking.
+    pub fn is_healthy(&self) -> bool {
+        self.stream.is_quiet_and_open()
+    }
+}
+
+/// Sends a CancelRequest for `key` on a new connection, as PostgreSQL expects.
+pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> Result<(), ServerError> {
+    let mut stream = Stream::connect(&key.address, timeout)
+        .await
+        .map_err(|source| ServerError::Connect { addr: key.address.clone(), source })?;
+    let mut out = BytesMut::new();
+    startup::encode_cancel(&mut out, key.process_id, key.secret_key);
+    stream.write_all(&out).await?;
+    stream.close().await?;
+    Ok(())
+}
+
+type LoginResult = (i32, i32, Vec<(String, String)>);
+
+async fn login(stream: &mut Stream, target: &ServerTarget) -> Result<LoginResult, ServerError> {
+    let mut out = BytesMut::new();
+    startup::encode_startup(&mut out, &[("user", &target.user), ("database", &target.dbname)]);
+    stream.write_all(&out).await?;
+    let mut buf = BytesMut::new();
+    authenticate(stream, &mut buf, target).await?;
+    let mut key = (0, 0);
+    let mut params = Vec::new();
+    loop {
+        let m = read_message(stream, &mut buf, MAX_LOGIN_MESSAGE).await?;
+        match m.tag {
+            backend::PARAMETER_STATUS => params.push(backend::decode_parameter_status(&m.body)?),
+            backend::BACKEND_KEY_DATA => key = backend::decode_backend_key_data(&m.body)?,
+            backend::READY_FOR_QUERY => return Ok((key.0, key.1, params)),
+            backend::ERROR_RESPONSE => return Err(ServerError::Refused(backend::decode_error_fields(&m.body)?)),
+            backend::NOTICE_RESPONSE | backend::NEGOTIATE_PROTOCOL_VERSION => {}
+            other => return Err(ServerError::Unexpected { tag: other, during: "login" }),
+        }
+    }
+}
+
+async fn authenticate(stream: &mut Stream, buf: &mut BytesMut, target: &ServerTarget) -> Result<(), ServerError> {
+    let mut scram: Option<ScramClient> = None;
+    loop {
+        let m = read_message(stream, buf, MAX_LOGIN_MESSAGE).await?;
+        match m.tag {
+            backend::AUTHENTICATION => {}
+            backend::ERROR_RESPONSE => return Err(ServerError::Refused(backend::decode_error_fields(&m.body)?)),
+            other => return Err(ServerError::Unexpected { tag: other, during: "authentication" }),
+        }
+        let mut out = BytesMut::new();
+        match backend::decode_authentication(&m.body)? {
+            Authentication::Ok => return Ok(()),
+            Authentication::CleartextPassword => {
+                frontend::password(&mut out, plaintext(target, "a cleartext password")?);
+            }
+            Authentication::Md5Password { salt } => {
+                let hash = match &target.secret {
+                    Some(Secret::Md5(hash)) => hash.clone(),
+                    _ => md5_password_hash(&target.user, plaintext(target, "md5")?),
+                };
+                frontend::password(&mut out, &md5_salted_response(&hash, salt));
+            }
+            Authentication::Sasl { mechanisms } => {
+                if !mechanisms.iter().any(|m| m == SCRAM_SHA_256) {
+                    return Err(ServerError::Auth("SASL", format!("no supported mechanism in {mechanisms:?}")));
+                }
+                let client = ScramClient::new(plaintext(target, "SCRAM-SHA-256")?);
+                frontend::sasl_initial_response(&mut out, SCRAM_SHA_256, &client.client_first());
+                scram = Some(client);
+            }
+            Authentication::SaslContinue(data) => {
+                let client = scram.as_mut().ok_or(ServerError::Unexpected { tag: b'R', during: "SASL continue" })?;
+                let reply = client.handle_server_first(&data).map_err(|e| ServerError::Auth("SCRAM-SHA-256", e.to_string()))?;
+                frontend::sasl_response(&mut out, &reply);
+            }
+            Authentication::SaslFinal(data) => {
+                let client = scram.as_ref().ok_or(ServerError::Unexpected { tag: b'R', during: "SASL final" })?;
+                client.verify_server_final(&data).map_err(|e| ServerError::Auth("SCRAM-SHA-256", e.to_string()))?;
+                continue;
+            }
+            Authentication::Unsupported(code) => {
+                return Err(ServerError::Auth("an authentication method", format!("code {code} is not supported")));
+            }
+        }
+        stream.write_all(&out).await?;
+    }
+}
+
+fn plaintext<'a>(target: &'a ServerTarget, method: &'static str) -> Result<&'a str, ServerError> {
+    target.secret.as_ref().and_then(Secret::plaintext).ok_or_else(|| {
+        ServerError::Auth(
+            method,
+            format!(
+                "no plaintext password for user \"{}\" in the config (a hashed secret can check clients but cannot log in to a server)",
+                target.user
+            ),
+        )
+    })
+}
