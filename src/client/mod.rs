@@ -334,6 +334,14 @@ impl Session {
         if stray_bytes || !self.tracker.is_quiet() || !self.c2s.at_boundary() {
             debug!("closing a server connection left mid-conversation");
             self.s2c.discard_unscanned();
+            // A backend busy with an abandoned query would run it to the end
+            // before noticing its socket closed: cancel it first.
+            let key = server.cancel_key.clone();
+            let timeout = Config::secs(self.config.server_connect_timeout);
+            glommio::spawn_local(async move {
+                let _ = crate::server::send_cancel(&key, timeout).await;
+            })
+            .detach();
             return; // dropping the lease closes it
         }
         let mut cleanups: Vec<&str> = Vec::new();

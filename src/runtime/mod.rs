@@ -271,6 +271,7 @@ impl Shard {
         if owner == self.id {
             self.cancel_local(message).await;
         } else if owner < self.shards {
+            info!(shard = self.id, owner, "passing a cancel request to the shard that owns the client");
             if self.peers.send_to(owner, message).await.is_err() {
                 warn!(shard = self.id, owner, "could not pass a cancel request to its shard");
             }
@@ -317,7 +318,7 @@ fn bind_listener(addr: &str) -> std::io::Result<TcpListener> {
 /// shard's local signal.
 async fn watch_for_shutdown(shard: Rc<Shard>) {
     while !shard.shared.shutting_down.load(Ordering::Relaxed) {
-        glommio::timer::sleep(Duration::from_millis(50)).await;
+        glommio::timer::sleep(Duration::from_millis(250)).await;
     }
     shard.shutdown.fire();
 }
