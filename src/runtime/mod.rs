@@ -89,8 +89,11 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         let shared = shared.clone();
         let mesh = mesh.clone();
         let ready = ready_tx.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
-            .name(&format!("pglane-{id}"))
+        let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cpu)).name(&format!("pglane-{id}"));
+        if let Some(spin) = std::env::var("PGLANE_SPIN_US").ok().and_then(|v| v.parse::<u64>().ok()) {
+            builder = builder.spin_before_park(Duration::from_micros(spin));
+        }
+        let handle = builder
             .spawn(move || async move {
                 let (peers, receivers) = match mesh.join().await {
                     Ok(pair) => pair,
