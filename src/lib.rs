@@ -9,6 +9,7 @@ pub mod client;
 pub mod config;
 pub mod net;
 pub mod pool;
+pub mod prepare;
 pub mod protocol;
 pub mod runtime;
 pub mod server;

@@ -8,7 +8,8 @@
 //! opens server connections itself (`pool` does) and never blocks its shard.
 
 mod auth;
-mod pipe;
+pub mod exchange;
+mod inbox;
 mod relay;
 pub mod tracker;
 
@@ -30,9 +31,9 @@ use crate::protocol::ProtocolError;
 use crate::runtime::{with_timeout, ClientEntry, Shard};
 use crate::server::ServerError;
 
-use pipe::Pipe;
-use relay::{Relay, RelayEnd};
-use tracker::Tracker;
+use crate::prepare::ClientStatements;
+use exchange::Exchange;
+use relay::{Buffers, Relay, RelayEnd};
 
 /// How long a departing client's server connection may take to roll back or
 /// reset before pglane closes it instead.
@@ -63,22 +64,22 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: String) {
     let (process_id, entry) = shard.register_client();
     let mut session = Session {
         shard: shard.clone(),
-        c2s: Pipe::new(config.max_message_size),
-        s2c: Pipe::new(config.max_message_size),
+        buffers: Buffers::new(config.max_message_size),
+        statements: ClientStatements::new(config.max_client_prepared_statements),
         config,
         client: stream,
         pool,
         mode,
         process_id,
         entry,
-        tracker: Tracker::default(),
+        exchange: Exchange::default(),
     };
     match session.run(&params).await {
         Ok(()) => debug!(%peer, %user, %database, "client left"),
         Err(e) => {
             info!(%peer, %user, %database, "client session ended: {e}");
             if let Some(fields) = e.client_message() {
-                if session.s2c.at_boundary() {
+                if session.buffers.from_server.at_boundary() && session.buffers.to_client.is_empty() {
                     send_error(&mut session.client, &fields).await;
                 }
             }
@@ -197,9 +198,10 @@ struct Session {
     mode: PoolMode,
     process_id: i32,
     entry: Rc<ClientEntry>,
-    c2s: Pipe,
-    s2c: Pipe,
-    tracker: Tracker,
+    buffers: Buffers,
+    exchange: Exchange,
+    /// This client's names for the shard's prepared statements.
+    statements: ClientStatements,
 }
 
 /// What the client did while it held no server connection.
@@ -231,14 +233,16 @@ impl Session {
             };
             let release_when_idle = self.mode == PoolMode::Transaction;
             let waker_id = self.waker_id();
+            let server = &mut **server;
             let end = Relay {
                 client: &mut self.client,
                 server: &mut server.stream,
-                c2s: &mut self.c2s,
-                s2c: &mut self.s2c,
-                tracker: &mut self.tracker,
+                buffers: &mut self.buffers,
+                exchange: &mut self.exchange,
+                registry: &self.shard.registry,
+                client_statements: &mut self.statements,
+                server_statements: &mut server.statements,
                 release_when_idle,
-                max_message: self.config.max_message_size,
                 shutdown: &self.shard.shutdown,
                 waker_id,
                 saw_ready: false,
@@ -306,18 +310,18 @@ impl Session {
     /// Waits, holding no server, until the client sends something.
     async fn wait_for_client(&mut self) -> Result<Idle, SessionError> {
         let id = self.waker_id();
-        let (c2s, client, shutdown) = (&mut self.c2s, &mut self.client, &self.shard.shutdown);
+        let (inbox, client, shutdown) = (&mut self.buffers.from_client, &mut self.client, &self.shard.shutdown);
         futures_lite::future::poll_fn(|cx| loop {
-            match c2s.unscanned().first() {
+            match inbox.pending().first() {
                 Some(&crate::protocol::frontend::TERMINATE) => return std::task::Poll::Ready(Ok(Idle::Gone)),
                 Some(_) => return std::task::Poll::Ready(Ok(Idle::Message)),
-                None if c2s.eof => return std::task::Poll::Ready(Ok(Idle::Gone)),
+                None if inbox.eof => return std::task::Poll::Ready(Ok(Idle::Gone)),
                 None => {}
             }
             if shutdown.poll_fired(id, cx) {
                 return std::task::Poll::Ready(Ok(Idle::Shutdown));
             }
-            match c2s.poll_fill(cx, client) {
+            match inbox.poll_fill(cx, client) {
                 std::task::Poll::Ready(Ok(_)) => continue,
                 std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(SessionError::ClientIo(e))),
                 std::task::Poll::Pending => return std::task::Poll::Pending,
@@ -330,10 +334,12 @@ impl Session {
     /// be made clean (rolled back, reset in session mode), closed otherwise.
     async fn give_back(&mut self, mut server: Lease) {
         *self.entry.server.borrow_mut() = None;
-        let stray_bytes = !self.s2c.unscanned().is_empty();
-        if stray_bytes || !self.tracker.is_quiet() || !self.c2s.at_boundary() {
+        let b = &mut self.buffers;
+        let stray_bytes = !b.from_server.pending().is_empty() || !b.from_server.at_boundary();
+        if stray_bytes || !self.exchange.is_quiet() || !b.from_client.at_boundary() || !b.to_server.is_empty() {
             debug!("closing a server connection left mid-conversation");
-            self.s2c.discard_unscanned();
+            b.from_server.clear();
+            b.to_server.clear();
             // A backend busy with an abandoned query would run it to the end
             // before noticing its socket closed: cancel it first.
             let key = server.cancel_key.clone();
@@ -345,7 +351,7 @@ impl Session {
             return; // dropping the lease closes it
         }
         let mut cleanups: Vec<&str> = Vec::new();
-        if self.tracker.status() != TransactionStatus::Idle {
+        if self.exchange.tracker.status() != TransactionStatus::Idle {
             cleanups.push("ROLLBACK");
         }
         let reset = self.mode == PoolMode::Session || self.config.server_reset_query_always;
@@ -354,7 +360,11 @@ impl Session {
         }
         for sql in cleanups {
             match with_timeout(CLEANUP_TIMEOUT, server.run_to_idle(sql)).await {
-                Some(Ok(())) => {}
+                Some(Ok(())) => {
+                    if forgets_statements(sql) {
+                        server.statements.clear();
+                    }
+                }
                 Some(Err(e)) => {
                     warn!("closing a server connection: {sql} failed: {e}");
                     return;
@@ -365,9 +375,15 @@ impl Session {
                 }
             }
         }
-        self.tracker = Tracker::default();
+        self.exchange = Exchange::default();
         server.release();
     }
+}
+
+/// Does this reset query drop the server's prepared statements?
+fn forgets_statements(sql: &str) -> bool {
+    let sql = sql.to_ascii_uppercase();
+    sql.contains("DISCARD ALL") || sql.contains("DEALLOCATE ALL")
 }
 
 fn shutting_down() -> SessionError {

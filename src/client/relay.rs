@@ -1,26 +1,32 @@
-//! The relay: one future that moves bytes both ways between a client and the
-//! server connection it holds, until the transaction (or session) is over.
+//! The relay: one future that moves messages both ways between a client and
+//! the server connection it holds, until the transaction (or session) is over.
 //!
 //! It is a single hand-written poll loop rather than two tasks, so that one
-//! wakeup reads whatever both sockets have, scans it, and writes each
-//! direction's bytes in one `send` from the buffer they were read into. Both
-//! directions always make progress independently, so a pipelining client and
-//! a chatty server can never deadlock each other through full socket buffers.
+//! wakeup reads whatever both sockets have, runs it through the [`Exchange`],
+//! and writes each direction's output in one `send`. Both directions always
+//! make progress independently, so a pipelining client and a chatty server can
+//! never deadlock each other through full socket buffers.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::pipe::Pipe;
-use super::tracker::Tracker;
+use bytes::{Buf, BytesMut};
+use futures_lite::AsyncWrite;
+
+use super::exchange::{client_needs_whole, server_needs_whole, Exchange, Statements};
+use super::inbox::{Inbox, Piece};
 use crate::net::Stream;
-use crate::protocol::frame::Flow;
-use crate::protocol::{backend, frontend, ProtocolError};
+use crate::prepare::{ClientStatements, Registry, ServerStatements};
+use crate::protocol::{frontend, ProtocolError};
 use crate::runtime::ShutdownSignal;
 
 /// Rounds of work one poll may do before yielding to other tasks.
 const BUDGET: usize = 32;
+
+/// Stop reading a socket while this much output for the other is unsent.
+const HIGH_WATER: usize = 256 * 1024;
 
 /// Why the relay stopped.
 pub enum RelayEnd {
@@ -38,24 +44,42 @@ pub enum RelayEnd {
     Shutdown,
 }
 
+/// The two directions' buffers of one client session.
+pub struct Buffers {
+    pub from_client: Inbox,
+    pub to_server: BytesMut,
+    pub from_server: Inbox,
+    pub to_client: BytesMut,
+}
+
+impl Buffers {
+    pub fn new(max_message: usize) -> Buffers {
+        Buffers {
+            from_client: Inbox::new(max_message),
+            to_server: BytesMut::with_capacity(8 * 1024),
+            // Server messages are not size-checked by pglane: PostgreSQL
+            // enforces its own limits, and only small ones are seen whole.
+            from_server: Inbox::new(i32::MAX as usize),
+            to_client: BytesMut::with_capacity(16 * 1024),
+        }
+    }
+}
+
 pub struct Relay<'a> {
     pub client: &'a mut Stream,
     pub server: &'a mut Stream,
-    pub c2s: &'a mut Pipe,
-    pub s2c: &'a mut Pipe,
-    pub tracker: &'a mut Tracker,
+    pub buffers: &'a mut Buffers,
+    pub exchange: &'a mut Exchange,
+    pub registry: &'a Registry,
+    pub client_statements: &'a mut ClientStatements,
+    pub server_statements: &'a mut ServerStatements,
     pub release_when_idle: bool,
-    pub max_message: usize,
     pub shutdown: &'a ShutdownSignal,
     pub waker_id: u64,
     /// A ReadyForQuery has come back in this relay: before that, an idle
-    /// tracker only means nothing was sent yet.
+    /// exchange only means nothing was sent yet.
     pub saw_ready: bool,
 }
-
-/// Server messages are not size-checked: PostgreSQL enforces its own limits,
-/// and only ReadyForQuery (one byte) is ever inspected whole.
-const SERVER_MAX_BODY: usize = i32::MAX as usize;
 
 impl Future for Relay<'_> {
     type Output = RelayEnd;
@@ -80,88 +104,115 @@ enum Step {
     Done(RelayEnd),
 }
 
+/// Writes as much of `out` as the socket takes. `Ready(Ok(true))` if it wrote.
+fn poll_send(cx: &mut Context<'_>, stream: &mut Stream, out: &mut BytesMut) -> Poll<io::Result<bool>> {
+    if out.is_empty() {
+        return Poll::Ready(Ok(false));
+    }
+    let n = std::task::ready!(Pin::new(stream).poll_write(cx, out))?;
+    if n == 0 {
+        return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+    }
+    out.advance(n);
+    Poll::Ready(Ok(true))
+}
+
 impl Relay<'_> {
-    /// One round: read, scan and write each direction once.
+    fn releasable(release_when_idle: bool, saw_ready: bool, exchange: &Exchange) -> bool {
+        release_when_idle && saw_ready && exchange.is_releasable()
+    }
+
+    /// One round: read, process and write each direction once.
     fn step(&mut self, cx: &mut Context<'_>) -> Step {
         let mut progress = false;
+        let b = &mut *self.buffers;
 
-        // Client → server. Once a release is pending, nothing more of the
-        // client's is forwarded: it waits for the next server connection.
-        let release_pending = self.release_when_idle && self.tracker.is_releasable() && self.saw_ready;
+        // Client → server. Once the server can be released, nothing more of
+        // the client's is taken: it waits for the next server connection.
         let mut client_leaving = false;
         let mut bad_tag = None;
-        if !release_pending {
-            if !self.c2s.eof {
-                match self.c2s.poll_fill(cx, self.client) {
+        if !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) {
+            if !b.from_client.eof && b.to_server.len() < HIGH_WATER {
+                match b.from_client.poll_fill(cx, self.client) {
                     Poll::Ready(Ok(_)) => progress = true,
                     Poll::Ready(Err(_)) => return Step::Done(RelayEnd::ClientLeft),
                     Poll::Pending => {}
                 }
             }
-            let tracker = &mut *self.tracker;
-            let scanned = self.c2s.scan(self.max_message, |_| false, |tag, _| {
-                if tag == frontend::TERMINATE {
-                    client_leaving = true;
-                    return Flow::Stop;
+            let mut st = Statements { registry: self.registry, client: self.client_statements, server: self.server_statements };
+            loop {
+                let piece = match b.from_client.next(client_needs_whole) {
+                    Ok(Some(piece)) => piece,
+                    Ok(None) => break,
+                    Err(e) => return Step::Done(RelayEnd::ClientError(e)),
+                };
+                match piece {
+                    Piece::Whole(frontend::TERMINATE, _) => {
+                        client_leaving = true;
+                        break;
+                    }
+                    Piece::Whole(tag, _) | Piece::Start(tag, _) if !frontend::is_known_tag(tag) => {
+                        bad_tag = Some(tag);
+                        break;
+                    }
+                    Piece::Whole(tag, message) => self.exchange.from_client(tag, message, &mut st, &mut b.to_server, &mut b.to_client),
+                    Piece::Start(tag, bytes) => self.exchange.from_client_stream(tag, bytes, &mut b.to_server),
+                    Piece::More(bytes) => self.exchange.from_client_stream_more(bytes, &mut b.to_server),
                 }
-                if !frontend::is_known_tag(tag) {
-                    bad_tag = Some(tag);
-                    return Flow::Stop;
-                }
-                tracker.client_sent(tag);
-                Flow::Continue
-            });
-            if let Err(e) = scanned {
-                return Step::Done(RelayEnd::ClientError(e));
             }
         }
-        match self.c2s.poll_flush(cx, self.server) {
+        match poll_send(cx, self.server, &mut b.to_server) {
             Poll::Ready(Ok(wrote)) => progress |= wrote,
             Poll::Ready(Err(e)) => return Step::Done(RelayEnd::ServerError(e)),
             Poll::Pending => {}
         }
 
         // Server → client.
-        if !self.s2c.eof {
-            match self.s2c.poll_fill(cx, self.server) {
+        if !b.from_server.eof && b.to_client.len() < HIGH_WATER {
+            match b.from_server.poll_fill(cx, self.server) {
                 Poll::Ready(Ok(_)) => progress = true,
                 Poll::Ready(Err(e)) => return Step::Done(RelayEnd::ServerError(e)),
                 Poll::Pending => {}
             }
         }
-        let (tracker, release_when_idle, saw_ready) = (&mut *self.tracker, self.release_when_idle, &mut self.saw_ready);
-        let scanned = self.s2c.scan(SERVER_MAX_BODY, |tag| tag == backend::READY_FOR_QUERY, |tag, body| {
-            if release_when_idle && *saw_ready && tracker.is_releasable() {
-                return Flow::Stop; // bytes after the final ReadyForQuery stay behind
+        {
+            let mut st = Statements { registry: self.registry, client: self.client_statements, server: self.server_statements };
+            // Bytes after the final ReadyForQuery stay behind (and make the
+            // connection unfit for reuse).
+            while !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) {
+                let piece = match b.from_server.next(server_needs_whole) {
+                    Ok(Some(piece)) => piece,
+                    Ok(None) => break,
+                    Err(e) => return Step::Done(RelayEnd::ServerError(io::Error::new(io::ErrorKind::InvalidData, e))),
+                };
+                match piece {
+                    Piece::Whole(tag, message) => {
+                        self.exchange.from_server(tag, message, &mut st, &mut b.to_client);
+                        if tag == crate::protocol::backend::READY_FOR_QUERY {
+                            self.saw_ready = true;
+                        }
+                    }
+                    Piece::Start(tag, bytes) => self.exchange.from_server_stream(tag, bytes, &mut b.to_client),
+                    Piece::More(bytes) => b.to_client.extend_from_slice(bytes),
+                }
             }
-            tracker.server_sent(tag, body);
-            if tag == backend::READY_FOR_QUERY {
-                *saw_ready = true;
-            }
-            Flow::Continue
-        });
-        if let Err(e) = scanned {
-            return Step::Done(RelayEnd::ServerError(io::Error::new(io::ErrorKind::InvalidData, e)));
         }
-        match self.s2c.poll_flush(cx, self.client) {
+        match poll_send(cx, self.client, &mut b.to_client) {
             Poll::Ready(Ok(wrote)) => progress |= wrote,
             Poll::Ready(Err(_)) => return Step::Done(RelayEnd::ClientLeft),
             Poll::Pending => {}
         }
 
         // Is this relay over?
-        if self.release_when_idle && self.saw_ready && self.tracker.is_releasable() && !self.s2c.has_output() {
+        if Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) && b.to_client.is_empty() {
             return Step::Done(RelayEnd::Released);
         }
-        if self.s2c.eof && !self.s2c.has_output() {
+        if b.from_server.eof && b.to_client.is_empty() {
             return Step::Done(RelayEnd::ServerClosed);
         }
-        if !self.c2s.has_output() {
-            if client_leaving || (self.c2s.eof && self.c2s.unscanned().is_empty()) {
+        if b.to_server.is_empty() {
+            if client_leaving || b.from_client.eof {
                 return Step::Done(RelayEnd::ClientLeft);
-            }
-            if self.c2s.eof {
-                return Step::Done(RelayEnd::ClientLeft); // gone mid-message
             }
             if let Some(tag) = bad_tag {
                 return Step::Done(RelayEnd::ClientError(ProtocolError::UnexpectedMessage(tag)));
@@ -170,7 +221,8 @@ impl Relay<'_> {
         if progress {
             return Step::Progress;
         }
-        let between_transactions = self.tracker.is_releasable() && self.c2s.unscanned().is_empty() && !self.s2c.has_output();
+        let between_transactions =
+            self.exchange.is_releasable() && b.from_client.pending().is_empty() && b.to_client.is_empty();
         if self.shutdown.poll_fired(self.waker_id, cx) && between_transactions {
             return Step::Done(RelayEnd::Shutdown);
         }

@@ -96,6 +96,16 @@ impl Tracker {
         }
     }
 
+    /// How many Syncs the server ignores when the client ends the COPY FROM
+    /// STDIN it is in (those sent since the Execute that started it).
+    pub fn syncs_ignored_by_copy(&self) -> u32 {
+        if self.copy_in && self.copy_in_from_execute {
+            self.syncs_since_execute
+        } else {
+            0
+        }
+    }
+
     /// Nothing in flight: every request answered, no unsynced extended messages.
     pub fn is_quiet(&self) -> bool {
         self.awaiting_ready == 0 && !self.unsynced && !self.copy_in

@@ -108,6 +108,13 @@ pub struct Config {
     /// Also run the reset query in transaction mode.
     #[serde(default)]
     pub server_reset_query_always: bool,
+    /// Prepared statements each server connection keeps (least recently used
+    /// closed first), as PgBouncer's setting of the same name.
+    #[serde(default = "defaults::max_prepared_statements")]
+    pub max_prepared_statements: usize,
+    /// Named prepared statements one client may hold at once.
+    #[serde(default = "defaults::max_client_prepared_statements")]
+    pub max_client_prepared_statements: usize,
     #[serde(default)]
     pub databases: BTreeMap<String, Database>,
     #[serde(default)]
@@ -135,6 +142,12 @@ mod defaults {
     }
     pub fn server_reset_query() -> String {
         "DISCARD ALL".into()
+    }
+    pub fn max_prepared_statements() -> usize {
+        200
+    }
+    pub fn max_client_prepared_statements() -> usize {
+        1000
     }
     pub fn host() -> String {
         "127.0.0.1".into()
@@ -230,6 +243,9 @@ impl Config {
         }
         if self.databases.is_empty() {
             return Err(invalid("no [databases.<name>] section: clients would have nothing to connect to"));
+        }
+        if self.max_prepared_statements == 0 || self.max_client_prepared_statements == 0 {
+            return Err(invalid("max_prepared_statements and max_client_prepared_statements must be at least 1"));
         }
         if self.max_message_size < 1024 {
             return Err(invalid("max_message_size must be at least 1024 bytes"));

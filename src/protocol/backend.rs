@@ -15,6 +15,16 @@ pub const COPY_IN_RESPONSE: u8 = b'G';
 pub const COPY_OUT_RESPONSE: u8 = b'H';
 pub const COPY_BOTH_RESPONSE: u8 = b'W';
 pub const NEGOTIATE_PROTOCOL_VERSION: u8 = b'v';
+pub const ROW_DESCRIPTION: u8 = b'T';
+pub const DATA_ROW: u8 = b'D';
+pub const COMMAND_COMPLETE: u8 = b'C';
+pub const EMPTY_QUERY_RESPONSE: u8 = b'I';
+pub const PARAMETER_DESCRIPTION: u8 = b't';
+pub const NO_DATA: u8 = b'n';
+pub const PARSE_COMPLETE: u8 = b'1';
+pub const BIND_COMPLETE: u8 = b'2';
+pub const CLOSE_COMPLETE: u8 = b'3';
+pub const PORTAL_SUSPENDED: u8 = b's';
 
 /// Transaction status reported in ReadyForQuery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +247,250 @@ pub fn decode_error_fields(body: &[u8]) -> Result<ErrorFields, ProtocolError> {
     Ok(e)
 }
 
+/// Reads an Int16 (the protocol's column counts, attribute numbers, formats).
+fn read_i16(r: &mut Reader<'_>) -> Result<i16, ProtocolError> {
+    let b = r.bytes(2)?;
+    Ok(i16::from_be_bytes([b[0], b[1]]))
+}
+
+/// A count of things that follow (Int16, never negative), read as `usize`.
+fn read_count(r: &mut Reader<'_>, what: &'static str) -> Result<usize, ProtocolError> {
+    usize::try_from(read_i16(r)?).map_err(|_| ProtocolError::Malformed(what))
+}
+
+/// Format code of a column or parameter: 0 text, 1 binary.
+pub const FORMAT_TEXT: i16 = 0;
+pub const FORMAT_BINARY: i16 = 1;
+
+/// One column of a RowDescription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldDescription {
+    pub name: String,
+    /// OID of the table the column comes from, or 0 if it is not a table column.
+    pub table_oid: u32,
+    /// Attribute number of that column in its table, or 0.
+    pub column: i16,
+    pub type_oid: u32,
+    /// `pg_type.typlen`: negative for variable-width types.
+    pub type_size: i16,
+    pub type_modifier: i32,
+    /// [`FORMAT_TEXT`] or [`FORMAT_BINARY`] (always text in a statement Describe).
+    pub format: i16,
+}
+
+pub fn row_description(buf: &mut BytesMut, fields: &[FieldDescription]) {
+    debug_assert!(fields.len() <= i16::MAX as usize, "more columns than the protocol allows");
+    put_message(buf, ROW_DESCRIPTION, |b| {
+        b.put_i16(fields.len() as i16);
+        for f in fields {
+            put_cstr(b, &f.name);
+            b.put_u32(f.table_oid);
+            b.put_i16(f.column);
+            b.put_u32(f.type_oid);
+            b.put_i16(f.type_size);
+            b.put_i32(f.type_modifier);
+            b.put_i16(f.format);
+        }
+    });
+}
+
+pub fn decode_row_description(body: &[u8]) -> Result<Vec<FieldDescription>, ProtocolError> {
+    const WHAT: &str = "RowDescription";
+    let mut r = Reader::new(body, WHAT);
+    let count = read_count(&mut r, WHAT)?;
+    // Each field takes at least 19 bytes: do not trust `count` for the allocation.
+    let mut fields = Vec::with_capacity(count.min(body.len() / 19));
+    for _ in 0..count {
+        fields.push(FieldDescription {
+            name: r.cstr()?.to_owned(),
+            table_oid: r.i32()? as u32,
+            column: read_i16(&mut r)?,
+            type_oid: r.i32()? as u32,
+            type_size: read_i16(&mut r)?,
+            type_modifier: r.i32()?,
+            format: read_i16(&mut r)?,
+        });
+    }
+    if !r.is_empty() {
+        return Err(ProtocolError::Malformed(WHAT));
+    }
+    Ok(fields)
+}
+
+/// The column values of a DataRow, checked once by [`decode_data_row`] and then
+/// read in place: iterating allocates nothing and cannot fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataRow<'a> {
+    len: usize,
+    /// The columns, each an Int32 length (-1 for NULL) and that many bytes.
+    columns: &'a [u8],
+}
+
+impl<'a> DataRow<'a> {
+    /// Number of columns.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The values in column order; `None` is SQL NULL.
+    pub fn iter(&self) -> DataRowValues<'a> {
+        DataRowValues { left: self.len, rest: self.columns }
+    }
+}
+
+impl<'a> IntoIterator for DataRow<'a> {
+    type Item = Option<&'a [u8]>;
+    type IntoIter = DataRowValues<'a>;
+
+    fn into_iter(self) -> DataRowValues<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over the values of a [`DataRow`].
+#[derive(Debug, Clone)]
+pub struct DataRowValues<'a> {
+    left: usize,
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for DataRowValues<'a> {
+    type Item = Option<&'a [u8]>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        // The layout was checked by decode_data_row, so `None` from `split_value`
+        // cannot happen; it would end the iteration rather than panic.
+        self.left = self.left.checked_sub(1)?;
+        let (value, rest) = split_value(self.rest)?;
+        self.rest = rest;
+        Some(value)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for DataRowValues<'_> {}
+
+/// Splits one `Int32 length, bytes` value off the front of `buf`.
+fn split_value(buf: &[u8]) -> Option<(Option<&[u8]>, &[u8])> {
+    let (len, rest) = buf.split_first_chunk::<4>()?;
+    match i32::from_be_bytes(*len) {
+        -1 => Some((None, rest)),
+        n => {
+            let n = usize::try_from(n).ok()?;
+            (rest.len() >= n).then(|| (Some(&rest[..n]), &rest[n..]))
+        }
+    }
+}
+
+pub fn data_row(buf: &mut BytesMut, values: &[Option<&[u8]>]) {
+    debug_assert!(values.len() <= i16::MAX as usize, "more columns than the protocol allows");
+    put_message(buf, DATA_ROW, |b| {
+        b.put_i16(values.len() as i16);
+        for value in values {
+            match value {
+                Some(v) => {
+                    b.put_i32(v.len() as i32);
+                    b.put_slice(v);
+                }
+                None => b.put_i32(-1),
+            }
+        }
+    });
+}
+
+/// Checks a DataRow body (column count, every length) and returns its values.
+pub fn decode_data_row(body: &[u8]) -> Result<DataRow<'_>, ProtocolError> {
+    const WHAT: &str = "DataRow";
+    let mut r = Reader::new(body, WHAT);
+    let len = read_count(&mut r, WHAT)?;
+    let columns = r.rest();
+    let mut rest = columns;
+    for _ in 0..len {
+        rest = split_value(rest).ok_or(ProtocolError::Malformed(WHAT))?.1;
+    }
+    if !rest.is_empty() {
+        return Err(ProtocolError::Malformed(WHAT));
+    }
+    Ok(DataRow { len, columns })
+}
+
+pub fn command_complete(buf: &mut BytesMut, tag: &str) {
+    put_message(buf, COMMAND_COMPLETE, |b| put_cstr(b, tag));
+}
+
+/// The command tag of a CommandComplete, such as `SELECT 5` or `INSERT 0 1`.
+pub fn decode_command_complete(body: &[u8]) -> Result<&str, ProtocolError> {
+    let mut r = Reader::new(body, "CommandComplete");
+    let tag = r.cstr()?;
+    if !r.is_empty() {
+        return Err(ProtocolError::Malformed("CommandComplete"));
+    }
+    Ok(tag)
+}
+
+/// The row count a command tag reports (`SELECT 5` → 5, `INSERT 0 1` → 1), for
+/// the commands that report one; `None` for the others (`BEGIN`, `CREATE TABLE`).
+pub fn command_tag_rows(tag: &str) -> Option<u64> {
+    let (command, rest) = tag.split_once(' ')?;
+    match command {
+        "SELECT" | "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "FETCH" | "MOVE" | "COPY" => {
+            rest.rsplit(' ').next()?.parse().ok()
+        }
+        _ => None,
+    }
+}
+
+pub fn parameter_description(buf: &mut BytesMut, type_oids: &[u32]) {
+    debug_assert!(type_oids.len() <= u16::MAX as usize, "more parameters than the protocol allows");
+    put_message(buf, PARAMETER_DESCRIPTION, |b| {
+        b.put_u16(type_oids.len() as u16);
+        for &oid in type_oids {
+            b.put_u32(oid);
+        }
+    });
+}
+
+/// The parameter type OIDs of a ParameterDescription. The count is an unsigned
+/// Int16 here: PostgreSQL allows up to 65535 parameters.
+pub fn decode_parameter_description(body: &[u8]) -> Result<Vec<u32>, ProtocolError> {
+    const WHAT: &str = "ParameterDescription";
+    let mut r = Reader::new(body, WHAT);
+    let count = usize::from(read_i16(&mut r)? as u16);
+    let oids = r.rest();
+    if oids.len() != count * 4 {
+        return Err(ProtocolError::Malformed(WHAT));
+    }
+    Ok(oids.chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+/// The messages without a body that answer extended-protocol steps.
+pub fn parse_complete(buf: &mut BytesMut) {
+    put_message(buf, PARSE_COMPLETE, |_| {});
+}
+
+pub fn bind_complete(buf: &mut BytesMut) {
+    put_message(buf, BIND_COMPLETE, |_| {});
+}
+
+pub fn close_complete(buf: &mut BytesMut) {
+    put_message(buf, CLOSE_COMPLETE, |_| {});
+}
+
+pub fn no_data(buf: &mut BytesMut) {
+    put_message(buf, NO_DATA, |_| {});
+}
+
+pub fn empty_query_response(buf: &mut BytesMut) {
+    put_message(buf, EMPTY_QUERY_RESPONSE, |_| {});
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,5 +548,124 @@ mod tests {
         assert!(decode_ready_for_query(b"X").is_err());
         assert!(decode_ready_for_query(b"").is_err());
         assert!(decode_backend_key_data(&[0; 7]).is_err());
+    }
+
+    fn field(name: &str, type_oid: u32, type_size: i16, format: i16) -> FieldDescription {
+        FieldDescription { name: name.into(), table_oid: 16_384, column: 1, type_oid, type_size, type_modifier: -1, format }
+    }
+
+    #[test]
+    fn row_description_round_trip() {
+        let fields = vec![field("aid", 23, 4, FORMAT_TEXT), field("", 2950, 16, FORMAT_BINARY), field("héllo", 25, -1, FORMAT_TEXT)];
+        let mut buf = BytesMut::new();
+        row_description(&mut buf, &fields);
+        row_description(&mut buf, &[]);
+        let m = one(&mut buf);
+        assert_eq!(m.tag, ROW_DESCRIPTION);
+        assert_eq!(decode_row_description(&m.body).unwrap(), fields);
+        assert_eq!(decode_row_description(&one(&mut buf).body).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn malformed_row_descriptions_are_errors() {
+        let mut buf = BytesMut::new();
+        row_description(&mut buf, &[field("a", 23, 4, 0)]);
+        let body = one(&mut buf).body;
+        for cut in 0..body.len() {
+            assert!(decode_row_description(&body[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut trailing = body.to_vec();
+        trailing.push(0);
+        assert!(decode_row_description(&trailing).is_err());
+        // A negative or huge count with no fields behind it.
+        assert!(decode_row_description(&[0xff, 0xff]).is_err());
+        assert!(decode_row_description(&[0x7f, 0xff]).is_err());
+    }
+
+    #[test]
+    fn data_row_round_trip() {
+        let values: [Option<&[u8]>; 4] = [Some(b"42"), None, Some(b""), Some(&[0, 1, 2, 255])];
+        let mut buf = BytesMut::new();
+        data_row(&mut buf, &values);
+        data_row(&mut buf, &[]);
+        let m = one(&mut buf);
+        assert_eq!(m.tag, DATA_ROW);
+        let row = decode_data_row(&m.body).unwrap();
+        assert_eq!(row.len(), 4);
+        assert_eq!(row.iter().len(), 4);
+        assert_eq!(row.iter().collect::<Vec<_>>(), values);
+        let empty = one(&mut buf);
+        let row = decode_data_row(&empty.body).unwrap();
+        assert!(row.is_empty() && row.iter().next().is_none());
+    }
+
+    #[test]
+    fn malformed_data_rows_are_errors() {
+        let mut buf = BytesMut::new();
+        data_row(&mut buf, &[Some(b"abc"), None]);
+        let body = one(&mut buf).body;
+        for cut in 0..body.len() {
+            assert!(decode_data_row(&body[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut trailing = body.to_vec();
+        trailing.push(0);
+        assert!(decode_data_row(&trailing).is_err());
+        assert!(decode_data_row(&[0xff, 0xff]).is_err(), "negative column count");
+        assert!(decode_data_row(&[0, 1, 0xff, 0xff, 0xff, 0xfe]).is_err(), "length -2");
+        assert!(decode_data_row(&[0, 1, 0x7f, 0xff, 0xff, 0xff]).is_err(), "length past the end");
+    }
+
+    #[test]
+    fn command_complete_and_its_row_count() {
+        let mut buf = BytesMut::new();
+        command_complete(&mut buf, "INSERT 0 1");
+        let m = one(&mut buf);
+        assert_eq!(m.tag, COMMAND_COMPLETE);
+        assert_eq!(decode_command_complete(&m.body).unwrap(), "INSERT 0 1");
+        assert!(decode_command_complete(b"SELECT 1").is_err());
+        assert!(decode_command_complete(b"SELECT 1\0x").is_err());
+        for (tag, rows) in [
+            ("SELECT 1000000", Some(1_000_000)),
+            ("INSERT 0 1", Some(1)),
+            ("UPDATE 0", Some(0)),
+            ("COPY 7", Some(7)),
+            ("BEGIN", None),
+            ("CREATE TABLE", None),
+            ("SELECT x", None),
+            ("", None),
+        ] {
+            assert_eq!(command_tag_rows(tag), rows, "{tag:?}");
+        }
+    }
+
+    #[test]
+    fn parameter_description_round_trip() {
+        let mut buf = BytesMut::new();
+        parameter_description(&mut buf, &[23, 25, 0, u32::MAX]);
+        let m = one(&mut buf);
+        assert_eq!(m.tag, PARAMETER_DESCRIPTION);
+        assert_eq!(decode_parameter_description(&m.body).unwrap(), vec![23, 25, 0, u32::MAX]);
+        assert_eq!(decode_parameter_description(&[0, 0]).unwrap(), vec![]);
+        assert!(decode_parameter_description(&[0, 1, 0, 0, 0]).is_err());
+        assert!(decode_parameter_description(&[0, 0, 0]).is_err());
+        assert!(decode_parameter_description(&[0]).is_err());
+        // Counts above i16::MAX are valid: the field is unsigned here.
+        let many = vec![23u32; 40_000];
+        parameter_description(&mut buf, &many);
+        assert_eq!(decode_parameter_description(&one(&mut buf).body).unwrap(), many);
+    }
+
+    #[test]
+    fn bodiless_replies() {
+        let mut buf = BytesMut::new();
+        parse_complete(&mut buf);
+        bind_complete(&mut buf);
+        close_complete(&mut buf);
+        no_data(&mut buf);
+        empty_query_response(&mut buf);
+        for tag in [PARSE_COMPLETE, BIND_COMPLETE, CLOSE_COMPLETE, NO_DATA, EMPTY_QUERY_RESPONSE] {
+            let m = one(&mut buf);
+            assert_eq!((m.tag, m.body.len()), (tag, 0));
+        }
     }
 }

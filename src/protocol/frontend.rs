@@ -90,6 +90,99 @@ pub fn decode_query(body: &[u8]) -> Result<&str, ProtocolError> {
     Ok(sql)
 }
 
+/// What a Describe or Close names: a prepared statement or a portal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Statement,
+    Portal,
+}
+
+impl Target {
+    pub fn as_byte(self) -> u8 {
+        match self {
+            Target::Statement => b'S',
+            Target::Portal => b'P',
+        }
+    }
+}
+
+/// Parse: prepare `sql` as statement `name` ("" is the unnamed statement).
+/// `param_types` may be shorter than the parameters used; 0 leaves a type to
+/// the server.
+pub fn parse(buf: &mut BytesMut, name: &str, sql: &str, param_types: &[u32]) {
+    debug_assert!(param_types.len() <= u16::MAX as usize, "more parameters than the protocol allows");
+    put_message(buf, PARSE, |b| {
+        put_cstr(b, name);
+        put_cstr(b, sql);
+        b.put_u16(param_types.len() as u16);
+        for &oid in param_types {
+            b.put_u32(oid);
+        }
+    });
+}
+
+/// Bind: make portal `portal` from statement `statement` with the given
+/// parameter values (`None` is NULL). Format codes follow the protocol: none
+/// means all text, one applies to all, else one per parameter or column.
+pub fn bind<'v>(
+    buf: &mut BytesMut,
+    portal: &str,
+    statement: &str,
+    param_formats: &[i16],
+    params: impl ExactSizeIterator<Item = Option<&'v [u8]>>,
+    result_formats: &[i16],
+) {
+    debug_assert!(params.len() <= u16::MAX as usize, "more parameters than the protocol allows");
+    put_message(buf, BIND, |b| {
+        put_cstr(b, portal);
+        put_cstr(b, statement);
+        b.put_u16(param_formats.len() as u16);
+        for &f in param_formats {
+            b.put_i16(f);
+        }
+        b.put_u16(params.len() as u16);
+        for value in params {
+            match value {
+                Some(v) => {
+                    b.put_i32(v.len() as i32);
+                    b.put_slice(v);
+                }
+                None => b.put_i32(-1),
+            }
+        }
+        b.put_u16(result_formats.len() as u16);
+        for &f in result_formats {
+            b.put_i16(f);
+        }
+    });
+}
+
+pub fn describe(buf: &mut BytesMut, target: Target, name: &str) {
+    put_message(buf, DESCRIBE, |b| {
+        b.put_u8(target.as_byte());
+        put_cstr(b, name);
+    });
+}
+
+/// Execute: run portal `portal`, returning at most `max_rows` rows (0: all).
+pub fn execute(buf: &mut BytesMut, portal: &str, max_rows: u32) {
+    put_message(buf, EXECUTE, |b| {
+        put_cstr(b, portal);
+        b.put_u32(max_rows.min(i32::MAX as u32));
+    });
+}
+
+pub fn close(buf: &mut BytesMut, target: Target, name: &str) {
+    put_message(buf, CLOSE, |b| {
+        b.put_u8(target.as_byte());
+        put_cstr(b, name);
+    });
+}
+
+pub fn flush(buf: &mut BytesMut) {
+    put_message(buf, FLUSH, |_| {});
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +221,57 @@ mod tests {
         assert_eq!(decode_query(&m.body).unwrap(), "select 1");
         assert!(decode_query(b"select").is_err());
         assert!(is_known_tag(b'Q') && !is_known_tag(b'?') && !is_known_tag(PASSWORD));
+    }
+
+    /// `tag`, then the Int32 length, then `body`: the reference layout.
+    fn framed(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag];
+        v.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn parse_layout() {
+        let mut buf = BytesMut::new();
+        parse(&mut buf, "s1", "select $1", &[23, 0]);
+        assert_eq!(&buf[..], framed(PARSE, b"s1\0select $1\0\0\x02\0\0\0\x17\0\0\0\0"));
+        buf.clear();
+        parse(&mut buf, "", "select 1", &[]);
+        assert_eq!(&buf[..], framed(PARSE, b"\0select 1\0\0\0"));
+    }
+
+    #[test]
+    fn bind_layout() {
+        let mut buf = BytesMut::new();
+        let params: [Option<&[u8]>; 2] = [Some(b"42"), None];
+        bind(&mut buf, "p", "s1", &[0], params.into_iter(), &[1]);
+        assert_eq!(
+            &buf[..],
+            framed(BIND, b"p\0s1\0\0\x01\0\0\0\x02\0\0\0\x0242\xff\xff\xff\xff\0\x01\0\x01")
+        );
+        buf.clear();
+        bind(&mut buf, "", "", &[], std::iter::empty(), &[]);
+        assert_eq!(&buf[..], framed(BIND, b"\0\0\0\0\0\0\0\0"));
+    }
+
+    #[test]
+    fn describe_execute_close_flush_layout() {
+        let mut buf = BytesMut::new();
+        describe(&mut buf, Target::Portal, "");
+        execute(&mut buf, "", 0);
+        close(&mut buf, Target::Statement, "s1");
+        flush(&mut buf);
+        execute(&mut buf, "p", u32::MAX);
+        let mut want = framed(DESCRIBE, b"P\0");
+        want.extend(framed(EXECUTE, b"\0\0\0\0\0"));
+        want.extend(framed(CLOSE, b"Ss1\0"));
+        want.extend(framed(FLUSH, b""));
+        want.extend(framed(EXECUTE, b"p\0\x7f\xff\xff\xff"));
+        assert_eq!(&buf[..], want);
+        for tag in [DESCRIBE, EXECUTE, CLOSE, FLUSH, EXECUTE] {
+            assert_eq!(split_message(&mut buf, 100).unwrap().unwrap().tag, tag);
+        }
+        assert!(is_known_tag(DESCRIBE) && is_known_tag(FLUSH));
     }
 }

@@ -15,6 +15,7 @@
 pub mod backend;
 pub mod frame;
 pub mod frontend;
+pub mod names;
 pub mod startup;
 
 use thiserror::Error;

@@ -30,10 +30,14 @@ use crate::client;
 use crate::config::Config;
 use crate::net::Stream;
 use crate::pool::Pool;
+use crate::prepare::Registry;
 use crate::server::{CancelKey, ServerTarget};
 
 pub use cancel::{CancelMessage, ClientEntry};
 pub use shutdown::ShutdownSignal;
+
+/// Statements a shard's registry keeps before it drops those no client uses.
+const REGISTRY_CAPACITY: usize = 10_000;
 
 /// Runs `fut` for at most `limit`; `None` if time ran out first.
 pub async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> Option<T> {
@@ -63,6 +67,8 @@ pub struct Shard {
     clients: RefCell<HashMap<i32, Rc<ClientEntry>>>,
     next_client: Cell<u32>,
     peers: Senders<CancelMessage>,
+    /// The shard's prepared statements, shared by all its clients.
+    pub registry: Registry,
     /// SCRAM secrets derived from plaintext passwords in the config, so the
     /// 4096-round key derivation runs once per password, not once per login.
     scram_secrets: RefCell<HashMap<String, ScramSecret>>,
@@ -120,6 +126,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     next_client: Cell::new(1),
                     peers,
                     scram_secrets: RefCell::default(),
+                    registry: Registry::new(id, REGISTRY_CAPACITY),
                 });
                 cancel::serve_peers(&shard, receivers);
                 let _ = ready.send(Ok(()));
@@ -227,6 +234,7 @@ impl Shard {
             user: server_user,
             secret,
             connect_timeout: Config::secs(config.server_connect_timeout),
+            max_prepared_statements: config.max_prepared_statements,
         };
         let size = Config::pool_size_per_shard(db.pool_size, self.shards, self.id);
         let pool = Pool::new(target, size);

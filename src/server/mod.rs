@@ -17,6 +17,7 @@ use crate::auth::scram::{ScramClient, SCRAM_SHA_256};
 use crate::auth::secret::Secret;
 use crate::config::ServerAddress;
 use crate::net::{read_message, ReadError, Stream};
+use crate::prepare::ServerStatements;
 use crate::protocol::backend::{self, Authentication, ErrorFields, TransactionStatus};
 use crate::protocol::{frontend, startup};
 
@@ -50,6 +51,8 @@ pub struct ServerTarget {
     /// The secret to answer the server's password request with, if any.
     pub secret: Option<Secret>,
     pub connect_timeout: Duration,
+    /// Size of each connection's prepared-statement set.
+    pub max_prepared_statements: usize,
 }
 
 /// The key a client needs to cancel what this server connection is running.
@@ -69,6 +72,8 @@ pub struct ServerConn {
     pub created: Instant,
     /// When it last went back to its pool.
     pub idle_since: Instant,
+    /// The shard's statements this connection has prepared.
+    pub statements: ServerStatements,
 }
 
 impl ServerConn {
@@ -92,6 +97,7 @@ impl ServerConn {
                 params,
                 created: Instant::now(),
                 idle_since: Instant::now(),
+                statements: ServerStatements::new(target.max_prepared_statements),
             })
     }
 

@@ -1,0 +1,412 @@
+//! What passes between one client and the server connection it holds, message
+//! by message: which replies the server owes, which of them the client must
+//! not see, and which pglane answers itself. Pure: bytes in, bytes out.
+//!
+//! Named prepared statements are why this exists. Clients name statements
+//! (`S_1`); servers know them by pglane's names (`pglane_<shard>_<id>`), shared
+//! by every client of the shard that prepared the same text. So:
+//!
+//! - a client's Parse of a statement the shard already validated is answered
+//!   with ParseComplete right here, and a new one is forwarded under the
+//!   shard's name;
+//! - Bind and Describe of a named statement are renamed, and preceded by a
+//!   Parse (whose ParseComplete the client never sees) when this server
+//!   connection has not prepared it yet;
+//! - Close of a statement only drops the client's name, answered here;
+//! - replies are matched to requests in order, so the injected ones can be
+//!   dropped and pglane's own answers slotted in where the client expects them;
+//! - after an ErrorResponse the server skips everything up to Sync, and the
+//!   bookkeeping of what it skipped is undone (a failed Parse prepared nothing).
+//!
+//! Unnamed statements and portals pass through untouched, as does every byte
+//! of a message that is not renamed.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use bytes::BytesMut;
+
+use super::tracker::Tracker;
+use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
+use crate::protocol::backend::{self, ErrorFields};
+use crate::protocol::frame::HEADER_LEN;
+use crate::protocol::frontend::{self, Target};
+use crate::protocol::names;
+
+/// The statement state the exchange reads and changes.
+pub struct Statements<'a> {
+    pub registry: &'a Registry,
+    pub client: &'a mut ClientStatements,
+    pub server: &'a mut ServerStatements,
+}
+
+/// One request whose answer is still due, in the order the client expects answers.
+#[derive(Debug)]
+enum Due {
+    /// The server will answer; `forward` says whether the client sees it.
+    Server { request: Request, forward: bool },
+    /// pglane answers, when every earlier answer has gone out.
+    Local(Local),
+}
+
+#[derive(Debug)]
+enum Request {
+    /// `undo` is what to take back if the server skips or refuses it.
+    Parse { undo: Option<Prepared> },
+    Bind { statement: Option<u64> },
+    Describe,
+    /// `evicted` names a statement pglane closed to make room.
+    Close { evicted: Option<Rc<str>> },
+    Execute,
+    Sync,
+    Query,
+    FunctionCall,
+}
+
+#[derive(Debug)]
+struct Prepared {
+    statement: Rc<Statement>,
+    /// The client's name for it, if this Parse was the client's own.
+    client_name: Option<String>,
+}
+
+#[derive(Debug)]
+enum Local {
+    ParseComplete { client_name: String, statement: u64 },
+    CloseComplete { restore: Option<(String, Rc<Statement>)> },
+    Error(ErrorFields),
+}
+
+#[derive(Default)]
+pub struct Exchange {
+    pub tracker: Tracker,
+    due: VecDeque<Due>,
+    /// pglane raised an error itself: drop client messages until Sync, as
+    /// PostgreSQL would.
+    skip_to_sync: bool,
+}
+
+/// Client messages pglane must see whole; CopyData streams through.
+pub fn client_needs_whole(tag: u8) -> bool {
+    tag != frontend::COPY_DATA
+}
+
+/// Server messages pglane must see whole; DataRow and CopyData stream through.
+pub fn server_needs_whole(tag: u8) -> bool {
+    tag != backend::DATA_ROW && tag != frontend::COPY_DATA
+}
+
+impl Exchange {
+    /// Nothing due in either direction.
+    pub fn is_quiet(&self) -> bool {
+        self.due.is_empty() && self.tracker.is_quiet()
+    }
+
+    /// Quiet and idle: the server connection may go back to the pool.
+    pub fn is_releasable(&self) -> bool {
+        self.due.is_empty() && self.tracker.is_releasable()
+    }
+
+    /// A whole client message (header included) on its way to the server.
+    /// Writes what the server must get to `to_server`, and any answers due
+    /// right away to `to_client`.
+    pub fn from_client(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut, to_client: &mut BytesMut) {
+        if self.skip_to_sync {
+            if tag != frontend::SYNC {
+                return;
+            }
+            self.skip_to_sync = false;
+        }
+        let body = &message[HEADER_LEN..];
+        let forwarded = match tag {
+            frontend::PARSE => self.parse(message, body, st, to_server),
+            frontend::BIND => {
+                match names::split_bind(body) {
+                    Ok((portal, name, rest)) if !name.is_empty() => match st.client.get(name).cloned() {
+                        Some(s) => {
+                            self.ensure_prepared(&s, st, to_server);
+                            names::put_bind(to_server, portal, &s.server_name, rest);
+                            self.expect(Request::Bind { statement: Some(s.id) });
+                        }
+                        // Unknown: the server answers 26000 in its own words.
+                        None => self.pass(message, to_server, Request::Bind { statement: None }),
+                    },
+                    _ => self.pass(message, to_server, Request::Bind { statement: None }),
+                }
+                true
+            }
+            frontend::DESCRIBE => {
+                match names::split_target(body) {
+                    Ok((Target::Statement, name)) if !name.is_empty() => match st.client.get(name).cloned() {
+                        Some(s) => {
+                            self.ensure_prepared(&s, st, to_server);
+                            frontend::describe(to_server, Target::Statement, &s.server_name);
+                            self.expect(Request::Describe);
+                        }
+                        None => self.pass(message, to_server, Request::Describe),
+                    },
+                    _ => self.pass(message, to_server, Request::Describe),
+                }
+                true
+            }
+            frontend::CLOSE => match names::split_target(body) {
+                Ok((Target::Statement, name)) if !name.is_empty() => {
+                    // The server copy stays (other clients share it); closing
+                    // an unknown name is not an error in PostgreSQL either.
+                    let restore = st.client.remove(name).map(|s| (name.to_owned(), s));
+                    self.due.push_back(Due::Local(Local::CloseComplete { restore }));
+                    false
+                }
+                _ => {
+                    self.pass(message, to_server, Request::Close { evicted: None });
+                    true
+                }
+            },
+            frontend::EXECUTE => self.pass_request(message, to_server, Request::Execute),
+            frontend::SYNC => self.pass_request(message, to_server, Request::Sync),
+            frontend::QUERY => self.pass_request(message, to_server, Request::Query),
+            frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
+            frontend::COPY_DONE | frontend::COPY_FAIL => {
+                // Syncs sent while the server was in COPY FROM STDIN are ignored by it.
+                for _ in 0..self.tracker.syncs_ignored_by_copy() {
+                    if let Some(i) = self.due.iter().rposition(|d| matches!(d, Due::Server { request: Request::Sync, .. })) {
+                        self.due.remove(i);
+                    }
+                }
+                to_server.extend_from_slice(message);
+                true
+            }
+            _ => {
+                to_server.extend_from_slice(message);
+                true
+            }
+        };
+        if forwarded {
+            self.tracker.client_sent(tag);
+        }
+        self.answer_local(to_client);
+    }
+
+    /// The first bytes of a streamed client message (CopyData).
+    pub fn from_client_stream(&mut self, tag: u8, bytes: &[u8], to_server: &mut BytesMut) {
+        if !self.skip_to_sync {
+            self.tracker.client_sent(tag);
+            to_server.extend_from_slice(bytes);
+        }
+    }
+
+    /// More bytes of the streamed client message.
+    pub fn from_client_stream_more(&mut self, bytes: &[u8], to_server: &mut BytesMut) {
+        if !self.skip_to_sync {
+            to_server.extend_from_slice(bytes);
+        }
+    }
+
+    fn parse(&mut self, message: &[u8], body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let (name, rest) = match names::split_parse(body) {
+            Ok((name, rest)) if !name.is_empty() => (name, rest),
+            _ => {
+                self.pass(message, to_server, Request::Parse { undo: None });
+                return true;
+            }
+        };
+        st.registry.count(|s| s.client_parses += 1);
+        if st.client.get(name).is_some() {
+            self.raise(ErrorFields::error("42P05", format!("prepared statement \"{name}\" already exists")));
+            return false;
+        }
+        let statement = st.registry.register(rest);
+        if let Err(limit) = st.client.insert(name, statement.clone()) {
+            self.raise(ErrorFields::error(
+                "53400",
+                format!("too many prepared statements: this client already has {} (max_client_prepared_statements)", limit.0),
+            ));
+            return false;
+        }
+        if statement.validated.get() {
+            // Known good: prepared on this server connection when first used.
+            st.registry.count(|s| s.parses_answered += 1);
+            self.due.push_back(Due::Local(Local::ParseComplete { client_name: name.to_owned(), statement: statement.id }));
+            return false;
+        }
+        // New to the shard: the server checks it now and the client gets its answer.
+        self.close_stale(st, to_server);
+        self.make_room(&statement, st, to_server);
+        names::put_parse(to_server, &statement.server_name, rest);
+        st.registry.count(|s| s.server_parses += 1);
+        let undo = Some(Prepared { statement, client_name: Some(name.to_owned()) });
+        self.due.push_back(Due::Server { request: Request::Parse { undo }, forward: true });
+        true
+    }
+
+    /// Makes sure this server connection has `s` before a Bind or Describe uses it.
+    fn ensure_prepared(&mut self, s: &Rc<Statement>, st: &mut Statements<'_>, to_server: &mut BytesMut) {
+        self.close_stale(st, to_server);
+        if st.server.has(s.id) {
+            return;
+        }
+        self.make_room(s, st, to_server);
+        names::put_parse(to_server, &s.server_name, &s.key);
+        st.registry.count(|c| c.server_parses += 1);
+        let undo = Some(Prepared { statement: s.clone(), client_name: None });
+        self.due.push_back(Due::Server { request: Request::Parse { undo }, forward: false });
+    }
+
+    /// Records `s` on the server connection, closing the statement it evicts.
+    fn make_room(&mut self, s: &Statement, st: &mut Statements<'_>, to_server: &mut BytesMut) {
+        if let Some(evicted) = st.server.add(s) {
+            frontend::close(to_server, Target::Statement, &evicted);
+            st.registry.count(|c| c.evictions += 1);
+            self.due.push_back(Due::Server { request: Request::Close { evicted: Some(evicted) }, forward: false });
+        }
+    }
+
+    fn close_stale(&mut self, st: &mut Statements<'_>, to_server: &mut BytesMut) {
+        for name in st.server.take_stale() {
+            frontend::close(to_server, Target::Statement, &name);
+            self.due.push_back(Due::Server { request: Request::Close { evicted: None }, forward: false });
+        }
+    }
+
+    fn pass(&mut self, message: &[u8], to_server: &mut BytesMut, request: Request) {
+        to_server.extend_from_slice(message);
+        self.expect(request);
+    }
+
+    fn pass_request(&mut self, message: &[u8], to_server: &mut BytesMut, request: Request) -> bool {
+        self.pass(message, to_server, request);
+        true
+    }
+
+    fn expect(&mut self, request: Request) {
+        self.due.push_back(Due::Server { request, forward: true });
+    }
+
+    /// pglane refuses a client message: an error in its place, then the
+    /// client's messages are dropped up to its Sync, as PostgreSQL does. (The
+    /// server is not told, so an open transaction block is not marked failed.)
+    fn raise(&mut self, error: ErrorFields) {
+        self.due.push_back(Due::Local(Local::Error(error)));
+        self.skip_to_sync = true;
+    }
+
+    /// Writes the answers pglane owes that are next in line.
+    fn answer_local(&mut self, to_client: &mut BytesMut) {
+        while let Some(Due::Local(_)) = self.due.front() {
+            let Some(Due::Local(local)) = self.due.pop_front() else { break };
+            match local {
+                Local::ParseComplete { .. } => backend::parse_complete(to_client),
+                Local::CloseComplete { .. } => backend::close_complete(to_client),
+                Local::Error(e) => backend::error_response(to_client, &e),
+            }
+        }
+    }
+
+    /// A whole server message on its way to the client.
+    pub fn from_server(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_client: &mut BytesMut) {
+        self.answer_local(to_client);
+        let body = &message[HEADER_LEN..];
+        let mut forward = true;
+        match tag {
+            backend::ERROR_RESPONSE => self.server_error(body, st),
+            backend::PARSE_COMPLETE => {
+                if let Some(Due::Server { request: Request::Parse { undo }, forward: f }) = self.pop_server_reply() {
+                    if let Some(p) = undo {
+                        p.statement.validated.set(true);
+                    }
+                    forward = f;
+                }
+            }
+            backend::BIND_COMPLETE | backend::PORTAL_SUSPENDED => {
+                self.pop_server_reply();
+            }
+            backend::CLOSE_COMPLETE => {
+                if let Some(Due::Server { forward: f, .. }) = self.pop_server_reply() {
+                    forward = f;
+                }
+            }
+            backend::ROW_DESCRIPTION | backend::NO_DATA => {
+                if matches!(self.due.front(), Some(Due::Server { request: Request::Describe, .. })) {
+                    self.due.pop_front();
+                }
+            }
+            backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
+                if matches!(self.due.front(), Some(Due::Server { request: Request::Execute, .. })) {
+                    self.due.pop_front();
+                }
+                if tag == backend::COMMAND_COMPLETE && matches!(body, b"DISCARD ALL\0" | b"DEALLOCATE ALL\0") {
+                    // The server forgot every statement, and so did this client.
+                    st.server.clear();
+                    st.client.clear();
+                }
+            }
+            backend::READY_FOR_QUERY => {
+                while let Some(due) = self.due.pop_front() {
+                    if matches!(due, Due::Server { request: Request::Sync | Request::Query | Request::FunctionCall, .. }) {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+        if forward {
+            to_client.extend_from_slice(message);
+        }
+        self.tracker.server_sent(tag, body);
+        self.answer_local(to_client);
+    }
+
+    fn pop_server_reply(&mut self) -> Option<Due> {
+        match self.due.front() {
+            Some(Due::Server { .. }) => self.due.pop_front(),
+            _ => None,
+        }
+    }
+
+    /// The request at the front failed; unless it is a simple Query (which
+    /// goes on to its ReadyForQuery), the server now skips everything up to
+    /// Sync, so what pglane recorded for those requests is undone.
+    fn server_error(&mut self, body: &[u8], st: &mut Statements<'_>) {
+        if matches!(self.due.front(), Some(Due::Server { request: Request::Query | Request::Sync, .. }) | None) {
+            return;
+        }
+        let stale_plan = backend::decode_error_fields(body).is_ok_and(|e| e.code == "0A000");
+        let mut first = true;
+        while let Some(due) = self.due.front() {
+            if matches!(due, Due::Server { request: Request::Sync, .. }) {
+                break;
+            }
+            let Some(due) = self.due.pop_front() else { break };
+            match due {
+                Due::Server { request: Request::Parse { undo: Some(p) }, .. } => {
+                    st.server.remove(p.statement.id);
+                    if let Some(name) = &p.client_name {
+                        st.client.remove_if(name, p.statement.id);
+                    }
+                    st.registry.forget_failed(&p.statement);
+                }
+                Due::Server { request: Request::Bind { statement: Some(id) }, .. } if first && stale_plan => {
+                    // "cached plan must not change result type": prepare afresh next time.
+                    st.server.mark_stale(id);
+                }
+                Due::Server { request: Request::Close { evicted: Some(name) }, .. } => {
+                    // Skipped: the server still has it. Close it at the next chance.
+                    st.server.push_stale(name);
+                }
+                Due::Local(Local::ParseComplete { client_name, statement }) => st.client.remove_if(&client_name, statement),
+                Due::Local(Local::CloseComplete { restore: Some((name, s)) }) => {
+                    let _ = st.client.insert(&name, s);
+                }
+                _ => {}
+            }
+            first = false;
+        }
+    }
+
+    /// The first bytes of a streamed server message (DataRow, CopyData).
+    pub fn from_server_stream(&mut self, tag: u8, bytes: &[u8], to_client: &mut BytesMut) {
+        self.answer_local(to_client);
+        self.tracker.server_sent(tag, &[]);
+        to_client.extend_from_slice(bytes);
+    }
+}

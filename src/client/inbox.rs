@@ -1,0 +1,196 @@
+//! Bytes read from one socket, handed out message by message.
+//!
+//! The buffer is a plain `Vec<u8>` window (`start..end`); reads land after
+//! `end`. A message whose tag the caller must inspect is handed out whole
+//! (the buffer grows for it, up to the maximum message size). Any other message
+//! (DataRow, CopyData) is handed out in pieces as its bytes arrive, so a huge
+//! row never has to fit in memory at once.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_lite::AsyncRead;
+
+use crate::protocol::frame::{parse_header, HEADER_LEN};
+use crate::protocol::ProtocolError;
+
+/// Initial buffer size.
+const INITIAL: usize = 16 * 1024;
+
+pub struct Inbox {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Bytes of a streamed message still to come.
+    stream_left: usize,
+    /// The largest size the buffer may grow to.
+    limit: usize,
+    max_body: usize,
+    /// The socket reached end of stream.
+    pub eof: bool,
+}
+
+/// What [`Inbox::next`] hands out.
+pub enum Piece<'a> {
+    /// A whole message (header included).
+    Whole(u8, &'a [u8]),
+    /// The start of a streamed message: its tag and its first bytes (header included).
+    Start(u8, &'a [u8]),
+    /// More bytes of the streamed message.
+    More(&'a [u8]),
+}
+
+impl Inbox {
+    pub fn new(max_body: usize) -> Inbox {
+        Inbox {
+            buf: vec![0; INITIAL],
+            start: 0,
+            end: 0,
+            stream_left: 0,
+            limit: max_body.saturating_add(HEADER_LEN).max(INITIAL),
+            max_body,
+            eof: false,
+        }
+    }
+
+    /// Bytes read and not yet handed out.
+    pub fn pending(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Between messages: nothing is half handed out.
+    pub fn at_boundary(&self) -> bool {
+        self.stream_left == 0
+    }
+
+    /// Forgets everything read (the connection it came from is being abandoned).
+    pub fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
+        self.stream_left = 0;
+    }
+
+    /// Reads what the socket has into free space. `Ready(Ok(0))` at end of stream.
+    pub fn poll_fill<S: AsyncRead + Unpin>(&mut self, cx: &mut Context<'_>, stream: &mut S) -> Poll<io::Result<usize>> {
+        self.make_room();
+        let n = std::task::ready!(Pin::new(stream).poll_read(cx, &mut self.buf[self.end..]))?;
+        self.end += n;
+        if n == 0 {
+            self.eof = true;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn make_room(&mut self) {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.end < self.buf.len() {
+            return;
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        } else if self.buf.len() < self.limit {
+            // Full of one message that must be seen whole: grow.
+            let size = (self.buf.len() * 2).min(self.limit);
+            self.buf.resize(size, 0);
+        }
+    }
+
+    /// The next piece, or `None` until more bytes arrive. Messages with
+    /// `whole(tag)` true come whole; others are streamed.
+    pub fn next(&mut self, whole: impl Fn(u8) -> bool) -> Result<Option<Piece<'_>>, ProtocolError> {
+        let available = self.end - self.start;
+        if self.stream_left > 0 {
+            let n = self.stream_left.min(available);
+            if n == 0 {
+                return Ok(None);
+            }
+            self.stream_left -= n;
+            let from = self.start;
+            self.start += n;
+            return Ok(Some(Piece::More(&self.buf[from..from + n])));
+        }
+        let Some(header) = parse_header(&self.buf[self.start..self.end], self.max_body)? else {
+            return Ok(None);
+        };
+        let len = HEADER_LEN + header.body_len;
+        let from = self.start;
+        if whole(header.tag) {
+            if available < len {
+                return Ok(None);
+            }
+            self.start += len;
+            return Ok(Some(Piece::Whole(header.tag, &self.buf[from..from + len])));
+        }
+        let n = len.min(available);
+        self.stream_left = len - n;
+        self.start += n;
+        Ok(Some(Piece::Start(header.tag, &self.buf[from..from + n])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag];
+        v.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    fn feed(inbox: &mut Inbox, bytes: &[u8]) {
+        inbox.make_room();
+        inbox.buf[inbox.end..inbox.end + bytes.len()].copy_from_slice(bytes);
+        inbox.end += bytes.len();
+    }
+
+    #[test]
+    fn whole_and_streamed_messages_in_any_chunking() {
+        let mut stream = msg(b'D', &[7; 40]);
+        stream.extend(msg(b'Z', b"I"));
+        for chunk in 1..stream.len() {
+            let mut inbox = Inbox::new(1000);
+            let mut got: Vec<(char, usize)> = Vec::new();
+            for part in stream.chunks(chunk) {
+                feed(&mut inbox, part);
+                while let Some(piece) = inbox.next(|t| t == b'Z').unwrap() {
+                    match piece {
+                        Piece::Whole(t, m) => got.push((t as char, m.len())),
+                        Piece::Start(t, m) => got.push((t as char, m.len())),
+                        Piece::More(m) => got.last_mut().unwrap().1 += m.len(),
+                    }
+                }
+            }
+            assert_eq!(got, vec![('D', 45), ('Z', 6)], "chunk {chunk}");
+            assert!(inbox.at_boundary() && inbox.pending().is_empty());
+        }
+    }
+
+    #[test]
+    fn oversized_messages_are_refused() {
+        let mut inbox = Inbox::new(10);
+        feed(&mut inbox, &msg(b'Q', &[0; 20]));
+        assert!(matches!(inbox.next(|_| true), Err(ProtocolError::MessageTooLarge { len: 20, max: 10 })));
+    }
+
+    #[test]
+    fn the_buffer_grows_for_a_large_whole_message() {
+        let big = msg(b'Q', &[1; 40_000]);
+        let mut inbox = Inbox::new(1 << 20);
+        let mut handed = None;
+        for part in big.chunks(INITIAL) {
+            feed(&mut inbox, part);
+            if let Some(Piece::Whole(_, m)) = inbox.next(|_| true).unwrap() {
+                handed = Some(m.len());
+            }
+        }
+        assert_eq!(handed, Some(big.len()));
+    }
+}

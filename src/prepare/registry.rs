@@ -1,0 +1,307 @@
+//! The shard's statement registry, a client's statement names, and a server
+//! connection's prepared set.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+/// One distinct statement of the shard.
+#[derive(Debug)]
+pub struct Statement {
+    pub id: u64,
+    /// The name pglane gives it on servers: `pglane_<shard>_<id>`.
+    pub server_name: Rc<str>,
+    /// The Parse body after the name (query text, parameter types): what
+    /// makes two statements the same, and what pglane sends to prepare it on
+    /// another server connection.
+    pub key: Bytes,
+    /// A server has accepted this Parse, so later Parses of it can be answered
+    /// without asking one.
+    pub validated: Cell<bool>,
+}
+
+/// Counters of the registry, for the admin console and metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrepareStats {
+    /// Parse messages with a name received from clients.
+    pub client_parses: u64,
+    /// Parse messages pglane sent to servers (forwarded or injected).
+    pub server_parses: u64,
+    /// Client Parses answered without a server round trip.
+    pub parses_answered: u64,
+    /// Close messages sent to servers to evict statements.
+    pub evictions: u64,
+}
+
+/// The shard's statements, keyed by Parse body.
+pub struct Registry {
+    shard: usize,
+    by_key: RefCell<HashMap<Bytes, Rc<Statement>>>,
+    next_id: Cell<u64>,
+    /// Above this many statements, those no client refers to are dropped.
+    capacity: usize,
+    stats: Cell<PrepareStats>,
+}
+
+impl Registry {
+    pub fn new(shard: usize, capacity: usize) -> Registry {
+        Registry {
+            shard,
+            by_key: RefCell::default(),
+            next_id: Cell::new(1),
+            capacity: capacity.max(1),
+            stats: Cell::default(),
+        }
+    }
+
+    /// The statement for this Parse body, registered if new.
+    pub fn register(&self, key: &[u8]) -> Rc<Statement> {
+        if let Some(s) = self.by_key.borrow().get(key) {
+            return s.clone();
+        }
+        self.trim();
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let key = Bytes::copy_from_slice(key);
+        let statement = Rc::new(Statement {
+            id,
+            server_name: format!("pglane_{}_{}", self.shard, id).into(),
+            key: key.clone(),
+            validated: Cell::new(false),
+        });
+        self.by_key.borrow_mut().insert(key, statement.clone());
+        statement
+    }
+
+    /// Forgets a statement whose Parse failed, unless a client still holds it.
+    pub fn forget_failed(&self, statement: &Rc<Statement>) {
+        if !statement.validated.get() && Rc::strong_count(statement) <= 2 {
+            self.by_key.borrow_mut().remove(&statement.key);
+        }
+    }
+
+    /// Drops statements no client refers to while over capacity.
+    fn trim(&self) {
+        let mut map = self.by_key.borrow_mut();
+        if map.len() >= self.capacity {
+            map.retain(|_, s| Rc::strong_count(s) > 1);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn stats(&self) -> PrepareStats {
+        self.stats.get()
+    }
+
+    pub fn count(&self, f: impl FnOnce(&mut PrepareStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+}
+
+/// A client went past its statement limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatementLimit(pub usize);
+
+/// One client's names for the shard's statements.
+#[derive(Debug)]
+pub struct ClientStatements {
+    names: HashMap<String, Rc<Statement>>,
+    limit: usize,
+}
+
+impl ClientStatements {
+    pub fn new(limit: usize) -> Self {
+        ClientStatements { names: HashMap::new(), limit }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Rc<Statement>> {
+        self.names.get(name)
+    }
+
+    pub fn insert(&mut self, name: &str, statement: Rc<Statement>) -> Result<(), StatementLimit> {
+        if self.names.len() >= self.limit {
+            return Err(StatementLimit(self.limit));
+        }
+        self.names.insert(name.to_owned(), statement);
+        Ok(())
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<Rc<Statement>> {
+        self.names.remove(name)
+    }
+
+    /// Removes `name` only if it still means `id` (a failed Parse undone).
+    pub fn remove_if(&mut self, name: &str, id: u64) {
+        if self.names.get(name).is_some_and(|s| s.id == id) {
+            self.names.remove(name);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.names.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// The statements one server connection has prepared, least recently used
+/// evicted first once `capacity` is reached.
+#[derive(Debug)]
+pub struct ServerStatements {
+    /// id → (last use, server name)
+    entries: HashMap<u64, (u64, Rc<str>)>,
+    clock: u64,
+    capacity: usize,
+    /// Server-side names to Close before anything else is prepared (stale plans).
+    to_close: Vec<Rc<str>>,
+}
+
+impl ServerStatements {
+    pub fn new(capacity: usize) -> Self {
+        ServerStatements { entries: HashMap::new(), clock: 0, capacity: capacity.max(1), to_close: Vec::new() }
+    }
+
+    /// Has this connection prepared `id`? Counts as a use.
+    pub fn has(&mut self, id: u64) -> bool {
+        self.clock += 1;
+        match self.entries.get_mut(&id) {
+            Some(entry) => {
+                entry.0 = self.clock;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Records `statement` as prepared here; returns the server name of the
+    /// statement evicted to make room, which the caller must Close.
+    pub fn add(&mut self, statement: &Statement) -> Option<Rc<str>> {
+        self.clock += 1;
+        let evicted = if self.entries.len() >= self.capacity && !self.entries.contains_key(&statement.id) {
+            let oldest = self.entries.iter().min_by_key(|(_, (used, _))| *used).map(|(id, _)| *id);
+            oldest.and_then(|id| self.entries.remove(&id)).map(|(_, name)| name)
+        } else {
+            None
+        };
+        self.entries.insert(statement.id, (self.clock, statement.server_name.clone()));
+        evicted
+    }
+
+    pub fn remove(&mut self, id: u64) {
+        self.entries.remove(&id);
+    }
+
+    /// The server's plan for `id` is stale: Close it at the next chance.
+    pub fn mark_stale(&mut self, id: u64) {
+        if let Some((_, name)) = self.entries.remove(&id) {
+            self.to_close.push(name);
+        }
+    }
+
+    /// A server-side name to Close at the next chance.
+    pub fn push_stale(&mut self, name: Rc<str>) {
+        self.to_close.push(name);
+    }
+
+    pub fn take_stale(&mut self) -> Vec<Rc<str>> {
+        std::mem::take(&mut self.to_close)
+    }
+
+    /// The server forgot everything (DISCARD ALL, DEALLOCATE ALL).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.to_close.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_statement_per_key_with_a_shard_unique_name() {
+        let r = Registry::new(3, 100);
+        let a = r.register(b"select 1\0\0\0");
+        let b = r.register(b"select 1\0\0\0");
+        let c = r.register(b"select 2\0\0\0");
+        assert!(Rc::ptr_eq(&a, &b));
+        assert_ne!(a.id, c.id);
+        assert_eq!(&*a.server_name, format!("pglane_3_{}", a.id));
+        assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn unreferenced_statements_are_trimmed_at_capacity() {
+        let r = Registry::new(0, 2);
+        let kept = r.register(b"a");
+        drop(r.register(b"b"));
+        let _c = r.register(b"c"); // at capacity: "b" (unreferenced) goes
+        assert_eq!(r.len(), 2);
+        assert!(Rc::ptr_eq(&kept, &r.register(b"a")));
+    }
+
+    #[test]
+    fn failed_parses_are_forgotten_unless_validated() {
+        let r = Registry::new(0, 10);
+        let s = r.register(b"bad");
+        r.forget_failed(&s);
+        assert_eq!(r.len(), 0);
+        let s = r.register(b"good");
+        s.validated.set(true);
+        r.forget_failed(&s);
+        assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn client_names_are_capped_and_undone_by_id() {
+        let r = Registry::new(0, 10);
+        let mut c = ClientStatements::new(1);
+        let s = r.register(b"x");
+        c.insert("S_1", s.clone()).unwrap();
+        assert_eq!(c.insert("S_2", s.clone()), Err(StatementLimit(1)));
+        c.remove_if("S_1", s.id + 1);
+        assert!(c.get("S_1").is_some());
+        c.remove_if("S_1", s.id);
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn server_sets_evict_the_least_recently_used() {
+        let r = Registry::new(0, 10);
+        let (a, b, c) = (r.register(b"a"), r.register(b"b"), r.register(b"c"));
+        let mut s = ServerStatements::new(2);
+        assert_eq!(s.add(&a), None);
+        assert_eq!(s.add(&b), None);
+        assert!(s.has(a.id)); // a is now more recent than b
+        assert_eq!(s.add(&c).as_deref(), Some(&*b.server_name));
+        assert!(s.has(a.id) && s.has(c.id) && !s.has(b.id));
+        s.mark_stale(a.id);
+        assert!(!s.has(a.id));
+        assert_eq!(s.take_stale(), vec![a.server_name.clone()]);
+    }
+}

@@ -1,0 +1,132 @@
+//! The name fields of extended-protocol messages, for renaming statements.
+//!
+//! A pooler that shares server-side prepared statements between clients
+//! rewrites the statement name in Parse, Bind, Describe and Close and leaves
+//! every other byte alone. These functions split a message body into its name
+//! and the untouched rest, and write the message back with another name. They
+//! never look inside the rest (query text, parameter values).
+
+use bytes::{BufMut, BytesMut};
+
+use super::frontend::{Target, BIND, PARSE};
+use super::{put_cstr, put_message, ProtocolError, Reader};
+
+/// A Parse body as `(statement name, rest)`; the rest (query text, NUL,
+/// parameter count and type OIDs) is what identifies the statement.
+pub fn split_parse(body: &[u8]) -> Result<(&str, &[u8]), ProtocolError> {
+    let mut r = Reader::new(body, "Parse");
+    let name = r.cstr()?;
+    let rest = r.rest();
+    // Check the rest's shape so that a malformed Parse is never cached.
+    let mut check = Reader::new(rest, "Parse");
+    check.cstr()?;
+    let count = check.bytes(2)?;
+    let count = i16::from_be_bytes([count[0], count[1]]);
+    if count < 0 || check.rest().len() != count as usize * 4 {
+        return Err(ProtocolError::Malformed("Parse"));
+    }
+    Ok((name, rest))
+}
+
+/// The query text inside a Parse rest (for logs and statistics).
+pub fn parse_query(rest: &[u8]) -> &str {
+    Reader::new(rest, "Parse").cstr().unwrap_or("")
+}
+
+pub fn put_parse(out: &mut BytesMut, name: &str, rest: &[u8]) {
+    put_message(out, PARSE, |b| {
+        put_cstr(b, name);
+        b.put_slice(rest);
+    });
+}
+
+/// A Bind body as `(portal, statement name, rest)`.
+pub fn split_bind(body: &[u8]) -> Result<(&str, &str, &[u8]), ProtocolError> {
+    let mut r = Reader::new(body, "Bind");
+    let portal = r.cstr()?;
+    let statement = r.cstr()?;
+    Ok((portal, statement, r.rest()))
+}
+
+pub fn put_bind(out: &mut BytesMut, portal: &str, statement: &str, rest: &[u8]) {
+    put_message(out, BIND, |b| {
+        put_cstr(b, portal);
+        put_cstr(b, statement);
+        b.put_slice(rest);
+    });
+}
+
+/// A Describe or Close body as `(target, name)`; encode them back with
+/// `frontend::describe` and `frontend::close`.
+pub fn split_target(body: &[u8]) -> Result<(Target, &str), ProtocolError> {
+    let mut r = Reader::new(body, "Describe/Close");
+    let target = match r.u8()? {
+        b'S' => Target::Statement,
+        b'P' => Target::Portal,
+        _ => return Err(ProtocolError::Malformed("Describe/Close")),
+    };
+    let name = r.cstr()?;
+    if !r.is_empty() {
+        return Err(ProtocolError::Malformed("Describe/Close"));
+    }
+    Ok((target, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::frame::split_message;
+    use crate::protocol::frontend::{close, describe, CLOSE, DESCRIBE};
+
+    fn parse_rest(sql: &str, oids: &[u32]) -> Vec<u8> {
+        let mut v = sql.as_bytes().to_vec();
+        v.push(0);
+        v.extend_from_slice(&(oids.len() as i16).to_be_bytes());
+        for o in oids {
+            v.extend_from_slice(&o.to_be_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn parse_is_renamed_without_touching_the_rest() {
+        let rest = parse_rest("select $1::int", &[23]);
+        let mut out = BytesMut::new();
+        put_parse(&mut out, "S_1", &rest);
+        let m = split_message(&mut out, 1000).unwrap().unwrap();
+        let (name, got_rest) = split_parse(&m.body).unwrap();
+        assert_eq!((name, got_rest), ("S_1", &rest[..]));
+        assert_eq!(parse_query(got_rest), "select $1::int");
+        let mut renamed = BytesMut::new();
+        put_parse(&mut renamed, "pglane_0_7", got_rest);
+        let m = split_message(&mut renamed, 1000).unwrap().unwrap();
+        assert_eq!(split_parse(&m.body).unwrap(), ("pglane_0_7", &rest[..]));
+    }
+
+    #[test]
+    fn malformed_parse_bodies_are_rejected() {
+        assert!(split_parse(b"S_1").is_err());
+        assert!(split_parse(b"S_1\0select 1").is_err());
+        assert!(split_parse(b"S_1\0select 1\0\0\x01").is_err()); // one OID announced, none there
+        assert!(split_parse(b"S_1\0select 1\0\xff\xff").is_err()); // negative count
+        assert!(split_parse(b"S_1\0select 1\0\0\0").is_ok());
+    }
+
+    #[test]
+    fn bind_describe_close_round_trip() {
+        let mut out = BytesMut::new();
+        put_bind(&mut out, "", "S_2", b"\0\0\0\0\0\0");
+        describe(&mut out, Target::Statement, "S_2");
+        close(&mut out, Target::Portal, "p");
+        let m = split_message(&mut out, 1000).unwrap().unwrap();
+        assert_eq!(split_bind(&m.body).unwrap(), ("", "S_2", &b"\0\0\0\0\0\0"[..]));
+        let m = split_message(&mut out, 1000).unwrap().unwrap();
+        assert_eq!((m.tag, split_target(&m.body).unwrap()), (DESCRIBE, (Target::Statement, "S_2")));
+        let m = split_message(&mut out, 1000).unwrap().unwrap();
+        assert_eq!((m.tag, split_target(&m.body).unwrap()), (CLOSE, (Target::Portal, "p")));
+        assert!(split_target(b"Xname\0").is_err());
+        assert!(split_target(b"S").is_err());
+        assert!(split_target(b"Sname\0extra").is_err());
+        assert!(split_bind(b"portal").is_err());
+    }
+}

@@ -1,0 +1,89 @@
+//! A raw wire-protocol client for tests that need exact control over the
+//! messages sent (pipelines, reused statement names, malformed input).
+//! It logs in with trust auth and speaks through pglane's own encoders.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use pglane::protocol::backend;
+use pglane::protocol::frame::{split_message, Message};
+use pglane::protocol::startup;
+
+pub struct RawClient {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+impl RawClient {
+    /// Connects and logs in (the server must trust this user), reading up to
+    /// the first ReadyForQuery.
+    pub fn login(port: u16, user: &str, database: &str) -> RawClient {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut client = RawClient { stream, buf: BytesMut::new() };
+        let mut out = BytesMut::new();
+        startup::encode_startup(&mut out, &[("user", user), ("database", database)]);
+        client.send(&out);
+        let login = client.until_ready();
+        assert!(login.iter().all(|m| m.tag != backend::ERROR_RESPONSE), "login failed: {login:?}");
+        client
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("send");
+    }
+
+    /// The next message from the server.
+    pub fn recv(&mut self) -> Message {
+        loop {
+            if let Some(m) = split_message(&mut self.buf, 1 << 30).expect("valid message") {
+                return m;
+            }
+            let mut chunk = [0u8; 8192];
+            let n = self.stream.read(&mut chunk).expect("read");
+            assert!(n > 0, "connection closed");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Messages up to and including the next ReadyForQuery.
+    pub fn until_ready(&mut self) -> Vec<Message> {
+        let mut got = Vec::new();
+        loop {
+            let m = self.recv();
+            let done = m.tag == backend::READY_FOR_QUERY;
+            got.push(m);
+            if done {
+                return got;
+            }
+        }
+    }
+}
+
+/// The tags of `messages`, as a string (e.g. "12DCZ").
+pub fn tags(messages: &[Message]) -> String {
+    messages.iter().map(|m| m.tag as char).collect()
+}
+
+/// The SQLSTATE of the first ErrorResponse in `messages`.
+pub fn error_code(messages: &[Message]) -> Option<String> {
+    messages
+        .iter()
+        .find(|m| m.tag == backend::ERROR_RESPONSE)
+        .map(|m| backend::decode_error_fields(&m.body).expect("valid error").code)
+}
+
+/// The text of the first column of each DataRow in `messages`.
+pub fn first_column(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m.tag == backend::DATA_ROW)
+        .map(|m| {
+            let row = backend::decode_data_row(&m.body).expect("valid row");
+            let value = row.iter().next().expect("one column").expect("not null");
+            String::from_utf8(value.to_vec()).expect("utf-8")
+        })
+        .collect()
+}

@@ -1,0 +1,267 @@
+//! Named prepared statements in transaction mode: each client's statement
+//! names work on whichever server connection it gets next.
+
+mod common;
+#[path = "common/raw.rs"]
+mod raw;
+
+use std::process::Command;
+
+use bytes::BytesMut;
+use common::{connect, postgres, Pglane};
+use pglane::protocol::frontend::{self, Target};
+use raw::{error_code, first_column, tags, RawClient};
+
+fn pglane(cores: usize, pool_size: usize, dbname: &str, extra: &str) -> Pglane {
+    let pg = postgres();
+    Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\nauth_type = \"trust\"\n{extra}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{dbname}\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n",
+            pg.port
+        ),
+        &["--cores", &cores.to_string()],
+    )
+}
+
+fn own_database(name: &str) {
+    let pg = postgres();
+    pg.psql(&format!("drop database if exists {name}"));
+    pg.psql(&format!("create database {name}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres_statements_with_50_clients_on_4_server_connections() {
+    own_database("prep_many");
+    let lane = pglane(2, 4, "prep_many", "");
+    let port = lane.port;
+    let mut tasks = Vec::new();
+    for client in 0..50i64 {
+        tasks.push(tokio::spawn(async move {
+            let c = connect(port, "postgres", "secret", "app").await;
+            // Two statements, used alternately, each use its own transaction:
+            // every use may land on another server connection.
+            let add = c.prepare("select $1::int8 + $2::int8").await.unwrap();
+            let label = c.prepare("select 'client ' || $1::int8::text").await.unwrap();
+            for i in 0..20i64 {
+                let sum: i64 = c.query_one(&add, &[&client, &i]).await.unwrap().get(0);
+                assert_eq!(sum, client + i);
+                let text: String = c.query_one(&label, &[&client]).await.unwrap().get(0);
+                assert_eq!(text, format!("client {client}"));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let servers: i64 = postgres().psql("select count(*) from pg_stat_activity where datname = 'prep_many'").parse().unwrap();
+    assert!(servers <= 4, "{servers} server connections");
+}
+
+#[test]
+fn pgbench_prepared_mode_has_no_failures() {
+    let pg = postgres();
+    own_database("prep_bench");
+    let run = |port: u16, args: &[&str]| {
+        let out = Command::new("pgbench")
+            .args(args)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+            .env("PGPASSWORD", "secret")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    run(pg.port, &["-i", "-q", "-s", "1", "prep_bench"]);
+    let lane = pglane(2, 4, "prep_bench", "");
+    let out = run(lane.port, &["-n", "-S", "-M", "prepared", "-c", "16", "-j", "2", "-T", "3", "app"]);
+    assert!(out.contains("number of failed transactions: 0 (0.000%)"), "{out}");
+    assert!(!out.contains("number of transactions actually processed: 0/"), "{out}");
+}
+
+fn parse(out: &mut BytesMut, name: &str, sql: &str) {
+    frontend::parse(out, name, sql, &[]);
+}
+
+fn run_statement(out: &mut BytesMut, name: &str) {
+    frontend::bind(out, "", name, &[], std::iter::empty(), &[]);
+    frontend::execute(out, "", 0);
+}
+
+#[test]
+fn the_same_name_means_different_sql_for_different_clients() {
+    // One server connection: both clients' statements live on it together.
+    let lane = pglane(1, 1, "postgres", "");
+    let mut a = RawClient::login(lane.port, "postgres", "app");
+    let mut b = RawClient::login(lane.port, "postgres", "app");
+    let mut out = BytesMut::new();
+    parse(&mut out, "S_1", "select 'from a'");
+    frontend::sync(&mut out);
+    a.send(&out);
+    assert_eq!(tags(&a.until_ready()), "1Z");
+    out.clear();
+    parse(&mut out, "S_1", "select 'from b'");
+    frontend::sync(&mut out);
+    b.send(&out);
+    assert_eq!(tags(&b.until_ready()), "1Z");
+    for _ in 0..3 {
+        for (client, want) in [(&mut a, "from a"), (&mut b, "from b")] {
+            out.clear();
+            run_statement(&mut out, "S_1");
+            frontend::sync(&mut out);
+            client.send(&out);
+            assert_eq!(first_column(&client.until_ready()), vec![want.to_string()]);
+        }
+    }
+}
+
+#[test]
+fn close_then_parse_the_same_name_again() {
+    let lane = pglane(1, 2, "postgres", "");
+    let mut c = RawClient::login(lane.port, "postgres", "app");
+    let mut out = BytesMut::new();
+    parse(&mut out, "S_1", "select 1");
+    run_statement(&mut out, "S_1");
+    frontend::close(&mut out, Target::Statement, "S_1");
+    parse(&mut out, "S_1", "select 2");
+    run_statement(&mut out, "S_1");
+    frontend::sync(&mut out);
+    c.send(&out);
+    let got = c.until_ready();
+    assert_eq!(tags(&got), "12DC312DCZ");
+    assert_eq!(first_column(&got), vec!["1".to_string(), "2".into()]);
+    // Closing a name that does not exist is fine, as in PostgreSQL.
+    out.clear();
+    frontend::close(&mut out, Target::Statement, "never_prepared");
+    frontend::sync(&mut out);
+    c.send(&out);
+    assert_eq!(tags(&c.until_ready()), "3Z");
+}
+
+#[test]
+fn reusing_a_name_without_close_is_an_error() {
+    let lane = pglane(1, 2, "postgres", "");
+    let mut c = RawClient::login(lane.port, "postgres", "app");
+    let mut out = BytesMut::new();
+    parse(&mut out, "S_1", "select 1");
+    frontend::sync(&mut out);
+    parse(&mut out, "S_1", "select 2");
+    run_statement(&mut out, "S_1"); // skipped after the error, up to Sync
+    frontend::sync(&mut out);
+    run_statement(&mut out, "S_1"); // S_1 is still "select 1"
+    frontend::sync(&mut out);
+    c.send(&out);
+    assert_eq!(tags(&c.until_ready()), "1Z");
+    let failed = c.until_ready();
+    assert_eq!((tags(&failed), error_code(&failed).as_deref()), ("EZ".into(), Some("42P05")));
+    assert_eq!(first_column(&c.until_ready()), vec!["1".to_string()]);
+}
+
+#[test]
+fn an_error_in_a_pipeline_skips_to_sync_and_prepares_nothing_after_it() {
+    let lane = pglane(1, 2, "postgres", "");
+    let mut c = RawClient::login(lane.port, "postgres", "app");
+    let mut out = BytesMut::new();
+    parse(&mut out, "ok", "select 'ok'");
+    run_statement(&mut out, "ok");
+    parse(&mut out, "bad", "select * from no_such_table");
+    run_statement(&mut out, "bad");
+    parse(&mut out, "after", "select 'after'");
+    frontend::sync(&mut out);
+    c.send(&out);
+    let got = c.until_ready();
+    assert_eq!(tags(&got), "12DCEZ");
+    assert_eq!(error_code(&got).as_deref(), Some("42P01"));
+    // "ok" exists; "bad" failed and "after" was skipped, so neither does.
+    for (name, want) in [("ok", None), ("bad", Some("26000")), ("after", Some("26000"))] {
+        out.clear();
+        run_statement(&mut out, name);
+        frontend::sync(&mut out);
+        c.send(&out);
+        assert_eq!(error_code(&c.until_ready()).as_deref(), want, "statement {name}");
+    }
+    // A failed Parse is not cached: once the table exists, the same text works.
+    postgres().psql("create table if not exists later_t as select 42 as v");
+    out.clear();
+    parse(&mut out, "bad", "select v from later_t");
+    run_statement(&mut out, "bad");
+    frontend::sync(&mut out);
+    c.send(&out);
+    assert_eq!(first_column(&c.until_ready()), vec!["42".to_string()]);
+}
+
+#[test]
+fn a_statement_is_re_prepared_after_ddl_changes_its_result_type() {
+    own_database("prep_ddl");
+    postgres().psql_db("prep_ddl", "create table t(a int); insert into t values (1)");
+    let lane = pglane(1, 1, "prep_ddl", "");
+    let mut c = RawClient::login(lane.port, "postgres", "app");
+    let mut out = BytesMut::new();
+    parse(&mut out, "q", "select * from t");
+    run_statement(&mut out, "q");
+    frontend::sync(&mut out);
+    c.send(&out);
+    assert_eq!(first_column(&c.until_ready()), vec!["1".to_string()]);
+
+    postgres().psql_db("prep_ddl", "alter table t alter column a type text using a::text || '!'");
+    // As on a direct connection, the next use fails once...
+    out.clear();
+    run_statement(&mut out, "q");
+    frontend::sync(&mut out);
+    c.send(&out);
+    assert_eq!(error_code(&c.until_ready()).as_deref(), Some("0A000"));
+    // ...and a client that prepares the text again gets the new plan, even
+    // though the shard had the statement cached (a direct connection would too).
+    out.clear();
+    frontend::close(&mut out, Target::Statement, "q");
+    parse(&mut out, "q2", "select * from t");
+    run_statement(&mut out, "q2");
+    frontend::sync(&mut out);
+    c.send(&out);
+    let got = c.until_ready();
+    assert_eq!(first_column(&got), vec!["1!".to_string()], "{:?}", tags(&got));
+}
+
+#[test]
+fn a_statement_evicted_from_a_server_is_prepared_again() {
+    let lane = pglane(1, 1, "postgres", "max_prepared_statements = 2");
+    let mut c = RawClient::login(lane.port, "postgres", "app");
+    let mut out = BytesMut::new();
+    for i in 0..5 {
+        parse(&mut out, &format!("s{i}"), &format!("select {i}"));
+    }
+    frontend::sync(&mut out);
+    c.send(&out);
+    assert_eq!(tags(&c.until_ready()), "11111Z");
+    for round in 0..2 {
+        for i in 0..5 {
+            out.clear();
+            run_statement(&mut out, &format!("s{i}"));
+            frontend::sync(&mut out);
+            c.send(&out);
+            assert_eq!(first_column(&c.until_ready()), vec![i.to_string()], "round {round}");
+        }
+    }
+    // The server connection never held more than max_prepared_statements.
+    out.clear();
+    frontend::query(&mut out, "select count(*) from pg_prepared_statements");
+    c.send(&out);
+    assert_eq!(first_column(&c.until_ready()), vec!["2".to_string()]);
+}
+
+#[test]
+fn too_many_statements_for_one_client_is_a_clear_error() {
+    let lane = pglane(1, 1, "postgres", "max_client_prepared_statements = 3");
+    let mut c = RawClient::login(lane.port, "postgres", "app");
+    let mut out = BytesMut::new();
+    for i in 0..4 {
+        parse(&mut out, &format!("s{i}"), &format!("select {i}"));
+        frontend::sync(&mut out);
+    }
+    c.send(&out);
+    for _ in 0..3 {
+        assert_eq!(tags(&c.until_ready()), "1Z");
+    }
+    let refused = c.until_ready();
+    assert_eq!(error_code(&refused).as_deref(), Some("53400"));
+}
