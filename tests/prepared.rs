@@ -265,3 +265,33 @@ fn too_many_statements_for_one_client_is_a_clear_error() {
     let refused = c.until_ready();
     assert_eq!(error_code(&refused).as_deref(), Some("53400"));
 }
+
+#[test]
+fn describe_is_answered_from_the_shards_cache() {
+    let mut lane = pglane(1, 1, "postgres", "");
+    let describe = |c: &mut RawClient, name: &str| {
+        let mut out = BytesMut::new();
+        parse(&mut out, name, "select $1::int4 as n, 'x'::text as t");
+        frontend::describe(&mut out, Target::Statement, name);
+        frontend::sync(&mut out);
+        c.send(&out);
+        c.until_ready()
+    };
+    let mut a = RawClient::login(lane.port, "postgres", "app");
+    let mut b = RawClient::login(lane.port, "postgres", "app");
+    let first = describe(&mut a, "s_a");
+    let second = describe(&mut b, "s_b"); // same text: from the cache
+    assert_eq!(tags(&first), "1tTZ");
+    assert_eq!(first, second, "the cached description is the server's, byte for byte");
+    // And the statement still runs with a parameter.
+    let mut out = BytesMut::new();
+    frontend::bind(&mut out, "", "s_b", &[], [Some(&b"7"[..])].into_iter(), &[]);
+    frontend::execute(&mut out, "", 0);
+    frontend::sync(&mut out);
+    b.send(&out);
+    assert_eq!(first_column(&b.until_ready()), vec!["7".to_string()]);
+    drop((a, b));
+    lane.stop();
+    let log = lane.log();
+    assert!(log.contains("describes_answered=1") && log.contains("parses_answered=1"), "{log}");
+}

@@ -12,6 +12,8 @@
 //! - Bind and Describe of a named statement are renamed, and preceded by a
 //!   Parse (whose ParseComplete the client never sees) when this server
 //!   connection has not prepared it yet;
+//! - Describe of a statement the shard has described before is answered from
+//!   the cached ParameterDescription and RowDescription;
 //! - Close of a statement only drops the client's name, answered here;
 //! - replies are matched to requests in order, so the injected ones can be
 //!   dropped and pglane's own answers slotted in where the client expects them;
@@ -24,7 +26,7 @@
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use super::tracker::Tracker;
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
@@ -53,8 +55,9 @@ enum Due {
 enum Request {
     /// `undo` is what to take back if the server skips or refuses it.
     Parse { undo: Option<Prepared> },
-    Bind { statement: Option<u64> },
-    Describe,
+    Bind { statement: Option<Rc<Statement>> },
+    /// `cache` is the statement whose description to remember from the answer.
+    Describe { cache: Option<Rc<Statement>> },
     /// `evicted` names a statement pglane closed to make room.
     Close { evicted: Option<Rc<str>> },
     Execute,
@@ -74,6 +77,7 @@ struct Prepared {
 enum Local {
     ParseComplete { client_name: String, statement: u64 },
     CloseComplete { restore: Option<(String, Rc<Statement>)> },
+    Description(Bytes),
     Error(ErrorFields),
 }
 
@@ -84,6 +88,8 @@ pub struct Exchange {
     /// pglane raised an error itself: drop client messages until Sync, as
     /// PostgreSQL would.
     skip_to_sync: bool,
+    /// The ParameterDescription of a statement Describe being cached.
+    describing: BytesMut,
 }
 
 /// Client messages pglane must see whole; CopyData streams through.
@@ -126,7 +132,7 @@ impl Exchange {
                         Some(s) => {
                             self.ensure_prepared(&s, st, to_server);
                             names::put_bind(to_server, portal, &s.server_name, rest);
-                            self.expect(Request::Bind { statement: Some(s.id) });
+                            self.expect(Request::Bind { statement: Some(s) });
                         }
                         // Unknown: the server answers 26000 in its own words.
                         None => self.pass(message, to_server, Request::Bind { statement: None }),
@@ -135,20 +141,28 @@ impl Exchange {
                 }
                 true
             }
-            frontend::DESCRIBE => {
-                match names::split_target(body) {
-                    Ok((Target::Statement, name)) if !name.is_empty() => match st.client.get(name).cloned() {
-                        Some(s) => {
-                            self.ensure_prepared(&s, st, to_server);
-                            frontend::describe(to_server, Target::Statement, &s.server_name);
-                            self.expect(Request::Describe);
+            frontend::DESCRIBE => match names::split_target(body) {
+                Ok((Target::Statement, name)) if !name.is_empty() => match st.client.get(name).cloned() {
+                    Some(s) => {
+                        let cached = s.description.borrow().clone();
+                        match cached {
+                            Some(description) => {
+                                st.registry.count(|c| c.describes_answered += 1);
+                                self.due.push_back(Due::Local(Local::Description(description)));
+                                false
+                            }
+                            None => {
+                                self.ensure_prepared(&s, st, to_server);
+                                frontend::describe(to_server, Target::Statement, &s.server_name);
+                                self.expect(Request::Describe { cache: Some(s) });
+                                true
+                            }
                         }
-                        None => self.pass(message, to_server, Request::Describe),
-                    },
-                    _ => self.pass(message, to_server, Request::Describe),
-                }
-                true
-            }
+                    }
+                    None => self.pass_request(message, to_server, Request::Describe { cache: None }),
+                },
+                _ => self.pass_request(message, to_server, Request::Describe { cache: None }),
+            },
             frontend::CLOSE => match names::split_target(body) {
                 Ok((Target::Statement, name)) if !name.is_empty() => {
                     // The server copy stays (other clients share it); closing
@@ -297,6 +311,7 @@ impl Exchange {
             match local {
                 Local::ParseComplete { .. } => backend::parse_complete(to_client),
                 Local::CloseComplete { .. } => backend::close_complete(to_client),
+                Local::Description(bytes) => to_client.extend_from_slice(&bytes),
                 Local::Error(e) => backend::error_response(to_client, &e),
             }
         }
@@ -325,8 +340,21 @@ impl Exchange {
                     forward = f;
                 }
             }
+            backend::PARAMETER_DESCRIPTION => {
+                if matches!(self.due.front(), Some(Due::Server { request: Request::Describe { cache: Some(_) }, .. })) {
+                    self.describing.clear();
+                    self.describing.extend_from_slice(message);
+                }
+            }
             backend::ROW_DESCRIPTION | backend::NO_DATA => {
-                if matches!(self.due.front(), Some(Due::Server { request: Request::Describe, .. })) {
+                if let Some(Due::Server { request: Request::Describe { cache }, .. }) = self.due.front() {
+                    if let Some(s) = cache {
+                        if !self.describing.is_empty() {
+                            let mut description = std::mem::take(&mut self.describing);
+                            description.extend_from_slice(message);
+                            *s.description.borrow_mut() = Some(description.freeze());
+                        }
+                    }
                     self.due.pop_front();
                 }
             }
@@ -385,9 +413,11 @@ impl Exchange {
                     }
                     st.registry.forget_failed(&p.statement);
                 }
-                Due::Server { request: Request::Bind { statement: Some(id) }, .. } if first && stale_plan => {
-                    // "cached plan must not change result type": prepare afresh next time.
-                    st.server.mark_stale(id);
+                Due::Server { request: Request::Bind { statement: Some(s) }, .. } if first && stale_plan => {
+                    // "cached plan must not change result type": close it here,
+                    // and let new Parses of the text prepare it afresh.
+                    st.server.mark_stale(s.id);
+                    st.registry.retire(&s);
                 }
                 Due::Server { request: Request::Close { evicted: Some(name) }, .. } => {
                     // Skipped: the server still has it. Close it at the next chance.

@@ -20,6 +20,9 @@ pub struct Statement {
     /// A server has accepted this Parse, so later Parses of it can be answered
     /// without asking one.
     pub validated: Cell<bool>,
+    /// A server's answer to Describe of this statement (ParameterDescription
+    /// and RowDescription or NoData, as sent), to answer later Describes with.
+    pub description: RefCell<Option<Bytes>>,
 }
 
 /// Counters of the registry, for the admin console and metrics.
@@ -33,6 +36,8 @@ pub struct PrepareStats {
     pub parses_answered: u64,
     /// Close messages sent to servers to evict statements.
     pub evictions: u64,
+    /// Describe (statement) messages answered from the cache.
+    pub describes_answered: u64,
 }
 
 /// The shard's statements, keyed by Parse body.
@@ -70,6 +75,7 @@ impl Registry {
             server_name: format!("pglane_{}_{}", self.shard, id).into(),
             key: key.clone(),
             validated: Cell::new(false),
+            description: RefCell::new(None),
         });
         self.by_key.borrow_mut().insert(key, statement.clone());
         statement
@@ -80,6 +86,17 @@ impl Registry {
         if !statement.validated.get() && Rc::strong_count(statement) <= 2 {
             self.by_key.borrow_mut().remove(&statement.key);
         }
+    }
+
+    /// The server's plan for this statement no longer fits its text (DDL
+    /// changed a result type): later Parses of the text get a new statement,
+    /// prepared afresh everywhere, as a direct connection's new PREPARE would.
+    pub fn retire(&self, statement: &Rc<Statement>) {
+        let mut map = self.by_key.borrow_mut();
+        if map.get(&statement.key).is_some_and(|s| Rc::ptr_eq(s, statement)) {
+            map.remove(&statement.key);
+        }
+        statement.description.borrow_mut().take();
     }
 
     /// Drops statements no client refers to while over capacity.
@@ -275,6 +292,17 @@ mod tests {
         s.validated.set(true);
         r.forget_failed(&s);
         assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn a_retired_statement_is_replaced_on_the_next_register() {
+        let r = Registry::new(0, 10);
+        let old = r.register(b"select * from t");
+        r.retire(&old);
+        let new = r.register(b"select * from t");
+        assert_ne!(old.id, new.id);
+        r.retire(&old); // retiring again does not touch the new one
+        assert!(Rc::ptr_eq(&new, &r.register(b"select * from t")));
     }
 
     #[test]

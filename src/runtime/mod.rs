@@ -210,6 +210,17 @@ impl Shard {
         for pool in self.pools.borrow().values() {
             pool.close_idle();
         }
+        let p = self.registry.stats();
+        info!(
+            shard = self.id,
+            statements = self.registry.len(),
+            client_parses = p.client_parses,
+            server_parses = p.server_parses,
+            parses_answered = p.parses_answered,
+            describes_answered = p.describes_answered,
+            evictions = p.evictions,
+            "prepared statements"
+        );
     }
 
     /// This shard's pool for (database, user), created on first use.
