@@ -295,3 +295,38 @@ fn describe_is_answered_from_the_shards_cache() {
     let log = lane.log();
     assert!(log.contains("describes_answered=1") && log.contains("parses_answered=1"), "{log}");
 }
+
+#[test]
+fn discard_all_drops_only_that_clients_statements() {
+    let lane = pglane(1, 1, "postgres", "");
+    let mut a = RawClient::login(lane.port, "postgres", "app");
+    let mut b = RawClient::login(lane.port, "postgres", "app");
+    let mut out = BytesMut::new();
+    for (c, sql) in [(&mut a, "select 'a'"), (&mut b, "select 'b'")] {
+        out.clear();
+        parse(&mut out, "S_1", sql);
+        frontend::sync(&mut out);
+        c.send(&out);
+        assert_eq!(tags(&c.until_ready()), "1Z");
+    }
+    for reset in ["DISCARD ALL", "DEALLOCATE ALL"] {
+        out.clear();
+        frontend::query(&mut out, reset);
+        a.send(&out);
+        assert_eq!(error_code(&a.until_ready()), None, "{reset}");
+        // a's statements are gone, as on a direct connection...
+        out.clear();
+        run_statement(&mut out, "S_1");
+        frontend::sync(&mut out);
+        a.send(&out);
+        assert_eq!(error_code(&a.until_ready()).as_deref(), Some("26000"), "{reset}");
+        // ...b's still work, though the server connection they share forgot them.
+        b.send(&out);
+        assert_eq!(first_column(&b.until_ready()), vec!["b".to_string()], "{reset}");
+        out.clear();
+        parse(&mut out, "S_1", "select 'a'");
+        frontend::sync(&mut out);
+        a.send(&out);
+        assert_eq!(tags(&a.until_ready()), "1Z");
+    }
+}
