@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use clap::Parser;
+use clap::{ArgGroup, Parser};
+use pglane::config::pgbouncer_ini::{self, Warning};
 use pglane::config::Config;
 use pglane::runtime::{self, Shared};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -20,16 +21,26 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// server connections from per-core pools, per transaction or per session.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
+#[command(group(ArgGroup::new("source").required(true).multiple(true).args(["config", "pgbouncer_ini"])))]
 struct Cli {
     /// The TOML config file (see config/pglane.toml for a commented example).
+    /// With --pgbouncer-ini as well, its settings are laid over the imported
+    /// ones: tables merge key by key, other values replace.
     #[arg(short, long, value_name = "FILE")]
-    config: PathBuf,
+    config: Option<PathBuf>,
+
+    /// Run from an existing pgbouncer.ini, with its %include files and its
+    /// auth_file. Each setting pglane ignores is logged as a warning; settings
+    /// it cannot safely ignore (auth_type = hba, client_tls_sslmode = require,
+    /// ...) are errors. See "Replacing PgBouncer" in README.md.
+    #[arg(long, value_name = "FILE")]
+    pgbouncer_ini: Option<PathBuf>,
 
     /// Number of shards, one pinned thread per core [default: all online cores].
     #[arg(long, value_name = "N")]
     cores: Option<usize>,
 
-    /// Check the config file and exit: 0 if it is valid, 1 with the reason if not.
+    /// Check the config and exit: 0 if it is valid (printing any warnings), 1 with the reason if not.
     #[arg(long)]
     check: bool,
 }
@@ -44,13 +55,20 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
-    let mut config = match Config::load(&cli.config) {
-        Ok(c) => c,
+    let (mut config, warnings) = match load_config(&cli) {
+        Ok(loaded) => loaded,
         Err(e) => {
-            eprintln!("pglane: {}: {e}", cli.config.display());
+            eprintln!("pglane: {e}");
             return ExitCode::FAILURE;
         }
     };
+    for warning in &warnings {
+        if cli.check {
+            eprintln!("pglane: warning: {warning}");
+        } else {
+            warn!("{warning}");
+        }
+    }
     if cli.cores == Some(0) {
         eprintln!("pglane: --cores must be at least 1");
         return ExitCode::FAILURE;
@@ -59,7 +77,9 @@ fn main() -> ExitCode {
         config.cores = cli.cores;
     }
     if cli.check {
-        println!("{}: ok", cli.config.display());
+        let files: Vec<String> =
+            [&cli.pgbouncer_ini, &cli.config].into_iter().flatten().map(|file| file.display().to_string()).collect();
+        println!("{}: ok", files.join(" + "));
         return ExitCode::SUCCESS;
     }
 
@@ -80,6 +100,16 @@ fn main() -> ExitCode {
             error!("{e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The config from --config, --pgbouncer-ini or both (the TOML laid over the
+/// ini), and what the import had to say; errors name their file.
+fn load_config(cli: &Cli) -> Result<(Config, Vec<Warning>), String> {
+    match (&cli.pgbouncer_ini, &cli.config) {
+        (Some(ini), toml) => pgbouncer_ini::load(ini, toml.as_deref()).map_err(|e| e.to_string()),
+        (None, Some(toml)) => Config::load(toml).map(|c| (c, Vec::new())).map_err(|e| format!("{}: {e}", toml.display())),
+        (None, None) => Err("give --config FILE or --pgbouncer-ini FILE".into()),
     }
 }
 

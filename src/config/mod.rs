@@ -21,6 +21,8 @@
 //! password = "secret"
 //! ```
 
+pub mod pgbouncer_ini;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,795 @@
+//! Running pglane from an existing PgBouncer configuration (`--pgbouncer-ini`).
+//!
+//! This module owns translating a pgbouncer.ini, the files it `%include`s and
+//! its auth_file into the TOML document pglane would have read, and from there
+//! into an ordinary [`Config`] that has passed [`Config::validate`]: nothing
+//! downstream knows where a config came from. It is pure — files are read
+//! through a loader the caller passes, except in [`load`], the file-system
+//! entry point — and it returns what it could not carry over as [`Warning`]s
+//! rather than logging them. It never starts anything and never prints a
+//! secret.
+//!
+//! One format per submodule: [`ini`] (sections, comments, `%include`),
+//! [`connstr`] (the `[databases]` and `[users]` strings), [`userlist`] (the
+//! auth_file), and [`unsupported`] (why an ignored setting is ignored).
+//!
+//! # What carries over
+//!
+//! | PgBouncer | pglane |
+//! |---|---|
+//! | `listen_addr` (first address; `*` → `0.0.0.0`, `localhost` → `127.0.0.1`) + `listen_port` | `listen` |
+//! | `pool_mode` (`statement` → `transaction`, with a warning) | `pool_mode` |
+//! | `auth_type`, `auth_file` | `auth_type`, `[users.NAME] password` (see below) |
+//! | `admin_users`, `stats_users` | the same lists |
+//! | `max_client_conn`, `server_reset_query`, `server_reset_query_always` | the same |
+//! | `query_wait_timeout`, `server_connect_timeout`, `client_login_timeout` | the same, at most a year; 0 (no limit) → a year |
+//! | `max_packet_size` | `max_message_size` |
+//! | `max_prepared_statements` (0, "off", is warned and not carried over) | the same |
+//! | `default_pool_size` | each database's `pool_size` unless it sets its own |
+//! | `unix_socket_dir` | `host` of databases without `host=` |
+//! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]` |
+//! | `[users]` `pool_mode` | `[users.NAME] pool_mode` |
+//!
+//! Every other setting, parameter or section becomes one [`Warning`] naming
+//! the file, line and setting. Settings that would make pglane less safe than
+//! the PgBouncer it replaces if ignored are errors instead: `auth_type` = `hba`,
+//! `cert`, `pam`, `ldap`, `any` (anything but trust, md5, scram-sha-256 and
+//! plain), `client_tls_sslmode` / `server_tls_sslmode` = `require` or
+//! `verify-*`, and `disable_pqexec = 1`.
+//!
+//! # Decisions
+//!
+//! - PgBouncer's defaults are written out where they differ from pglane's: a
+//!   file without `pool_mode` pools per session, without `auth_type` uses md5,
+//!   without `max_client_conn` admits 100 clients, and a database without
+//!   `host=` uses the unix socket in `unix_socket_dir` (default `/tmp`).
+//!   PgBouncer's `max_packet_size` default (2 GiB) is not: pglane keeps its own
+//!   limit unless the file sets one.
+//! - The `*` fallback database is ignored with a warning: pglane serves only
+//!   the databases the file lists.
+//! - pglane checks every client with one method, where PgBouncer's `md5` (and
+//!   `plain`) picks SCRAM for users whose auth_file secret is a SCRAM secret.
+//!   So `auth_type = md5` or `plain` becomes `scram-sha-256` when the auth_file
+//!   holds SCRAM secrets and no md5 ones (with a warning), `plain` otherwise
+//!   becomes `md5` (pglane never asks for cleartext passwords), and an auth_file
+//!   mixing md5 and SCRAM secrets under `md5`/`plain` is an error. With
+//!   `auth_type = trust`, PgBouncer still admits only users in the auth_file,
+//!   pglane any user (warned).
+//! - Relative `%include` and `auth_file` paths are taken relative to the file
+//!   that names them (PgBouncer: relative to its working directory).
+//! - `[databases]` strings are unquoted as PgBouncer does (`''` is a quote, a
+//!   backslash is an ordinary character), not as libpq does.
+//! - With a TOML file as well ([`Import::overlay`]), the TOML is laid over the
+//!   translated document: tables merge key by key, other values replace.
+
+pub mod connstr;
+pub mod ini;
+pub mod unsupported;
+pub mod userlist;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+use toml::{Table, Value};
+
+use self::ini::{Item, MAX_INCLUDE_DEPTH};
+use super::{Config, ConfigError};
+use crate::auth::secret::Secret;
+
+/// PgBouncer's defaults where they differ from pglane's (or pglane has no such setting).
+const DEFAULT_LISTEN_PORT: u16 = 6432;
+const DEFAULT_POOL_MODE: &str = "session";
+const DEFAULT_AUTH_TYPE: &str = "md5"; // see requested_auth_type
+const DEFAULT_MAX_CLIENT_CONN: i64 = 100;
+const DEFAULT_POOL_SIZE: i64 = 20;
+const DEFAULT_UNIX_SOCKET_DIR: &str = "/tmp";
+const DEFAULT_SERVER_PORT: u16 = 5432;
+/// What a PgBouncer timeout of 0 ("no limit") becomes: pglane's timeouts are always on.
+pub const UNLIMITED_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// A line of a file.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Location {
+    pub file: PathBuf,
+    /// Counted from 1.
+    pub line: usize,
+}
+
+impl Location {
+    pub fn new(file: &Path, line: usize) -> Location {
+        Location { file: file.to_owned(), line }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+/// Something in the PgBouncer config that pglane ignores or reads differently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub at: Location,
+    /// The setting, parameter or `[section]` as written in the file.
+    pub setting: String,
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.at, self.setting, self.message)
+    }
+}
+
+/// Why a PgBouncer config cannot run pglane. Messages name file and line, and
+/// never quote a password.
+#[derive(Debug, Error)]
+pub enum IniError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{at}: cannot read {}: {source}", path.display())]
+    ReadIncluded { at: Location, path: PathBuf, source: io::Error },
+    #[error("{at}: {message}")]
+    Syntax { at: Location, message: String },
+    #[error("{at}: %include nests more than {MAX_INCLUDE_DEPTH} files deep")]
+    IncludeTooDeep { at: Location },
+    #[error("{at}: %include of {} is a cycle: that file is already being read", path.display())]
+    IncludeCycle { at: Location, path: PathBuf },
+    #[error("{at}: {setting}: {message}")]
+    Invalid { at: Location, setting: String, message: String },
+    #[error("{at}: {setting} = {value} is not supported: {reason}")]
+    Unsupported { at: Location, setting: String, value: String, reason: String },
+    #[error(
+        "{}: listen_addr is not set, so PgBouncer would listen on its unix socket only, which pglane does not do; \
+         set listen_addr, or listen in the --config file",
+        ini.display()
+    )]
+    NoListen { ini: PathBuf },
+    #[error("{}: [databases] lists no database pglane can serve", ini.display())]
+    NoDatabases { ini: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Overlay { path: PathBuf, source: toml::de::Error },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// A pgbouncer.ini translated into pglane's TOML document, and what did not carry over.
+#[derive(Debug, Clone)]
+pub struct Import {
+    ini: PathBuf,
+    document: Table,
+    warnings: Vec<Warning>,
+}
+
+impl Import {
+    /// The document, in the shape of config/pglane.toml.
+    pub fn document(&self) -> &Table {
+        &self.document
+    }
+
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// Lays a TOML config over the translation: tables merge key by key,
+    /// other values replace what the pgbouncer.ini gave.
+    pub fn overlay(&mut self, toml_text: &str) -> Result<(), toml::de::Error> {
+        merge(&mut self.document, toml::from_str(toml_text)?);
+        Ok(())
+    }
+
+    /// The validated config, and the warnings to show.
+    pub fn into_config(self) -> Result<(Config, Vec<Warning>), IniError> {
+        if !self.document.contains_key("listen") {
+            return Err(IniError::NoListen { ini: self.ini });
+        }
+        if self.document.get("databases").and_then(Value::as_table).is_none_or(Table::is_empty) {
+            return Err(IniError::NoDatabases { ini: self.ini });
+        }
+        let config: Config = Value::Table(self.document).try_into().map_err(ConfigError::Parse)?;
+        config.validate()?;
+        Ok((config, self.warnings))
+    }
+}
+
+/// Reads pgbouncer.ini `text`, found at `path`, and the files it names
+/// (`%include`, auth_file) through `files`.
+pub fn import(path: &Path, text: &str, files: &dyn Fn(&Path) -> io::Result<String>) -> Result<Import, IniError> {
+    let mut translation = Translation { files, document: Table::new(), warnings: Vec::new() };
+    let sections = translation.sections(ini::read(path, text, files)?);
+    translation.translate(sections)?;
+    let Translation { document, mut warnings, .. } = translation;
+    warnings.sort_by(|a, b| a.at.cmp(&b.at));
+    Ok(Import { ini: path.to_owned(), document, warnings })
+}
+
+/// [`import`] straight to a validated config.
+pub fn parse(
+    path: &Path,
+    text: &str,
+    files: &dyn Fn(&Path) -> io::Result<String>,
+) -> Result<(Config, Vec<Warning>), IniError> {
+    import(path, text, files)?.into_config()
+}
+
+/// Reads `ini` and its files from the file system and, if given, lays the
+/// TOML config `overlay` over it.
+pub fn load(ini: &Path, overlay: Option<&Path>) -> Result<(Config, Vec<Warning>), IniError> {
+    let read = |path: &Path| std::fs::read_to_string(path);
+    let text = read(ini).map_err(|source| IniError::Read { path: ini.to_owned(), source })?;
+    let mut import = import(ini, &text, &read)?;
+    if let Some(path) = overlay {
+        let text = read(path).map_err(|source| IniError::Read { path: path.to_owned(), source })?;
+        import.overlay(&text).map_err(|source| IniError::Overlay { path: path.to_owned(), source })?;
+    }
+    import.into_config()
+}
+
+fn merge(base: &mut Table, top: Table) {
+    for (key, value) in top {
+        match (base.get_mut(&key), value) {
+            (Some(Value::Table(below)), Value::Table(above)) => merge(below, above),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// One `key = value` line.
+#[derive(Debug, Clone)]
+struct Line {
+    value: String,
+    at: Location,
+}
+
+/// The settings of the three sections pglane reads; a later line for the
+/// same key replaces an earlier one, as in PgBouncer.
+#[derive(Debug, Default)]
+struct Sections {
+    pgbouncer: BTreeMap<String, Line>,
+    databases: BTreeMap<String, Line>,
+    users: BTreeMap<String, Line>,
+}
+
+/// What the other sections and the auth_file need from `[pgbouncer]`.
+struct Globals {
+    default_pool_size: i64,
+    unix_socket_dir: String,
+    auth_type: Option<Line>,
+    auth_file: Option<Line>,
+}
+
+struct Translation<'a> {
+    files: &'a dyn Fn(&Path) -> io::Result<String>,
+    document: Table,
+    warnings: Vec<Warning>,
+}
+
+impl Translation<'_> {
+    fn sections(&mut self, items: Vec<Item>) -> Sections {
+        let mut sections = Sections::default();
+        for item in items {
+            match item {
+                Item::Section { name, at } => {
+                    let reason = match name.as_str() {
+                        "pgbouncer" | "databases" | "users" => continue,
+                        "peers" => {
+                            "ignored: pglane routes cancel requests between its own shards and does not peer with other processes"
+                        }
+                        _ => "ignored: not a PgBouncer section pglane knows of",
+                    };
+                    self.warn(&at, &format!("[{name}]"), reason);
+                }
+                Item::Setting { section, key, value, at } => {
+                    let line = Line { value, at };
+                    match section.as_str() {
+                        "pgbouncer" => sections.pgbouncer.insert(key, line),
+                        "databases" => sections.databases.insert(key, line),
+                        "users" => sections.users.insert(key, line),
+                        _ => None, // covered by the section's warning
+                    };
+                }
+            }
+        }
+        sections
+    }
+
+    fn translate(&mut self, sections: Sections) -> Result<(), IniError> {
+        let globals = self.pgbouncer(sections.pgbouncer)?;
+        let mut databases = Table::new();
+        for (name, line) in sections.databases {
+            if let Some(database) = self.database(&name, &line, &globals)? {
+                databases.insert(name, Value::Table(database));
+            }
+        }
+        self.set("databases", databases);
+
+        let auth_file = self.auth_file(globals.auth_file.as_ref())?;
+        let auth_type = self.auth_type(globals.auth_type.as_ref(), &auth_file)?;
+        self.set("auth_type", auth_type);
+        let mut users = Table::new();
+        for entry in auth_file {
+            let mut user = Table::new();
+            if let Some(secret) = entry.secret {
+                user.insert("password".into(), secret.into());
+            }
+            users.insert(entry.user, Value::Table(user));
+        }
+        for (name, line) in sections.users {
+            let settings = self.user(&name, &line)?;
+            if let Some(Value::Table(user)) = users.get_mut(&name) {
+                merge(user, settings);
+            } else {
+                users.insert(name, Value::Table(settings));
+            }
+        }
+        self.set("users", users);
+        Ok(())
+    }
+
+    /// Maps the `[pgbouncer]` settings pglane has, refuses the dangerous ones,
+    /// warns about the rest.
+    fn pgbouncer(&mut self, mut settings: BTreeMap<String, Line>) -> Result<Globals, IniError> {
+        let port = match settings.remove("listen_port") {
+            Some(line) => parse_port(&line.value).ok_or_else(|| invalid(&line, "listen_port", PORT_EXPECTED))?,
+            None => DEFAULT_LISTEN_PORT,
+        };
+        if let Some(line) = settings.remove("listen_addr") {
+            if let Some(listen) = self.listen(&line, port)? {
+                self.set("listen", listen);
+            }
+        }
+        let unix_socket_dir = match settings.remove("unix_socket_dir") {
+            Some(line) => {
+                if !line.value.is_empty() {
+                    let reason = "pglane does not listen on a unix socket; this only tells databases without host= \
+                                  where the server's socket is";
+                    self.warn(&line.at, "unix_socket_dir", reason);
+                }
+                line.value
+            }
+            None => DEFAULT_UNIX_SOCKET_DIR.into(),
+        };
+        let pool_mode = match settings.remove("pool_mode") {
+            Some(line) => self.pool_mode(&line.value, &line.at, "pool_mode")?,
+            None => DEFAULT_POOL_MODE,
+        };
+        self.set("pool_mode", pool_mode);
+        let max_client_conn = match settings.remove("max_client_conn") {
+            Some(line) => count(&line, "max_client_conn", 0)?,
+            None => DEFAULT_MAX_CLIENT_CONN,
+        };
+        self.set("max_client_conn", max_client_conn);
+        let default_pool_size = match settings.remove("default_pool_size") {
+            Some(line) => count(&line, "default_pool_size", 1)?,
+            None => DEFAULT_POOL_SIZE,
+        };
+        for list in ["admin_users", "stats_users"] {
+            if let Some(line) = settings.remove(list) {
+                let names: Vec<&str> = line.value.split(',').map(str::trim).filter(|name| !name.is_empty()).collect();
+                self.set(list, names);
+            }
+        }
+        for timeout in ["query_wait_timeout", "server_connect_timeout", "client_login_timeout"] {
+            if let Some(line) = settings.remove(timeout) {
+                self.set(timeout, seconds(&line, timeout)?);
+            }
+        }
+        if let Some(line) = settings.remove("server_reset_query") {
+            self.set("server_reset_query", line.value);
+        }
+        if let Some(line) = settings.remove("server_reset_query_always") {
+            self.set("server_reset_query_always", boolean(&line, "server_reset_query_always")?);
+        }
+        if let Some(line) = settings.remove("max_packet_size") {
+            self.set("max_message_size", count(&line, "max_packet_size", 0)?);
+        }
+        if let Some(line) = settings.remove("max_prepared_statements") {
+            match count(&line, "max_prepared_statements", 0)? {
+                0 => {
+                    let reason = "0 (off) is not supported: pglane always keeps named prepared statements across \
+                                  transactions, here with its default limit";
+                    self.warn(&line.at, "max_prepared_statements", reason);
+                }
+                limit => self.set("max_prepared_statements", limit),
+            }
+        }
+        self.refuse_what_would_weaken_security(&mut settings)?;
+        let globals = Globals {
+            default_pool_size,
+            unix_socket_dir,
+            auth_type: settings.remove("auth_type"),
+            auth_file: settings.remove("auth_file"),
+        };
+        for (key, line) in settings {
+            self.warn(&line.at, &key, &format!("ignored: {}", unsupported::pgbouncer_setting(&key)));
+        }
+        Ok(globals)
+    }
+
+    /// `listen`, from `listen_addr` (a comma-separated list) and the port.
+    fn listen(&mut self, line: &Line, port: u16) -> Result<Option<String>, IniError> {
+        let mut addresses = line.value.split(',').map(str::trim).filter(|address| !address.is_empty());
+        let Some(first) = addresses.next() else {
+            return Ok(None);
+        };
+        let others: Vec<&str> = addresses.collect();
+        if !others.is_empty() {
+            let message = format!("pglane listens on one address: {first} is used, {} ignored", others.join(", "));
+            self.warn(&line.at, "listen_addr", &message);
+        }
+        let ip: IpAddr = match first {
+            "*" => Ipv4Addr::UNSPECIFIED.into(),
+            "localhost" => Ipv4Addr::LOCALHOST.into(),
+            address => address.parse().map_err(|_| IniError::Unsupported {
+                at: line.at.clone(),
+                setting: "listen_addr".into(),
+                value: address.into(),
+                reason: "pglane listens on IP addresses; write the address, or * for all IPv4 addresses".into(),
+            })?,
+        };
+        Ok(Some(SocketAddr::new(ip, port).to_string()))
+    }
+
+    /// `session` or `transaction`; PgBouncer's `statement` becomes `transaction`.
+    fn pool_mode(&mut self, value: &str, at: &Location, setting: &str) -> Result<&'static str, IniError> {
+        match value.to_ascii_lowercase().as_str() {
+            "session" => Ok("session"),
+            "transaction" => Ok("transaction"),
+            "statement" => {
+                let reason = "statement pooling is not supported; pglane pools per transaction, which also allows \
+                              multi-statement transactions";
+                self.warn(at, setting, reason);
+                Ok("transaction")
+            }
+            _ => Err(IniError::Invalid {
+                at: at.clone(),
+                setting: setting.into(),
+                message: format!("expected session, transaction or statement, not {value:?}"),
+            }),
+        }
+    }
+
+    /// Errors for the settings whose loss would leave pglane less safe than PgBouncer.
+    fn refuse_what_would_weaken_security(&mut self, settings: &mut BTreeMap<String, Line>) -> Result<(), IniError> {
+        const MODES: &str = "disable, allow, prefer, require, verify-ca or verify-full";
+        for (key, downgrade) in [
+            ("client_tls_sslmode", "clients that ask for TLS are answered no and continue without it"),
+            ("server_tls_sslmode", "pglane connects to servers without TLS"),
+        ] {
+            let Some(line) = settings.remove(key) else { continue };
+            match line.value.to_ascii_lowercase().as_str() {
+                "disable" => {}
+                "allow" | "prefer" => self.warn(&line.at, key, &format!("pglane has no TLS yet: {downgrade}")),
+                "require" | "verify-ca" | "verify-full" => {
+                    return Err(unsupported_value(&line, key, "pglane has no TLS yet, so connections would not be encrypted"))
+                }
+                _ => return Err(invalid(&line, key, &format!("expected {MODES}"))),
+            }
+        }
+        if let Some(line) = settings.remove("disable_pqexec") {
+            if boolean(&line, "disable_pqexec")? {
+                return Err(unsupported_value(&line, "disable_pqexec", "pglane does not refuse the simple query protocol"));
+            }
+        }
+        Ok(())
+    }
+
+    /// One `[databases]` entry, or `None` for the `*` fallback.
+    fn database(&mut self, name: &str, line: &Line, globals: &Globals) -> Result<Option<Table>, IniError> {
+        if name == "pgbouncer" {
+            return Err(invalid(line, "[databases] pgbouncer", "the name pgbouncer is reserved for the admin console"));
+        }
+        if name == "*" {
+            let reason = "the fallback database is not supported: pglane serves only the databases listed, \
+                          and clients asking for another get an error";
+            self.warn(&line.at, "*", reason);
+            return Ok(None);
+        }
+        let pairs = connstr::parse(&line.value).map_err(|e| invalid(line, &format!("[databases] {name}"), &e.to_string()))?;
+        let mut database = Table::new();
+        let mut host = None;
+        let mut port = DEFAULT_SERVER_PORT;
+        let mut pool_size = globals.default_pool_size;
+        for (key, value) in pairs {
+            let setting = format!("{key} of database {name}");
+            match key.as_str() {
+                "dbname" | "user" => {
+                    database.insert(key, value.into());
+                }
+                "host" => host = Some(self.server_host(&value, &line.at, name)?),
+                "port" => port = parse_port(&value).ok_or_else(|| invalid(line, &setting, PORT_EXPECTED))?,
+                "password" => {
+                    plaintext_password(&value).map_err(|message| invalid(line, &setting, &message))?;
+                    database.insert(key, value.into());
+                }
+                "pool_size" => {
+                    pool_size = value.parse().ok().filter(|&size: &i64| size >= 1).ok_or_else(|| {
+                        invalid(line, &setting, &format!("expected a whole number of at least 1, not {value:?}"))
+                    })?;
+                }
+                "pool_mode" => {
+                    let mode = self.pool_mode(&value, &line.at, &setting)?;
+                    database.insert(key, mode.into());
+                }
+                _ => {
+                    let message = format!("ignored for database {name}: {}", unsupported::database_parameter(&key));
+                    self.warn(&line.at, &key, &message);
+                }
+            }
+        }
+        let host = match host {
+            Some(host) => host,
+            None if !globals.unix_socket_dir.is_empty() => globals.unix_socket_dir.clone(),
+            None => {
+                return Err(invalid(line, &format!("[databases] {name}"), "no host=, and unix_socket_dir is empty"));
+            }
+        };
+        database.insert("host".into(), host.into());
+        database.insert("port".into(), i64::from(port).into());
+        database.insert("pool_size".into(), pool_size.into());
+        Ok(Some(database))
+    }
+
+    /// The first host of a `host=` list (PgBouncer connects to them in turn).
+    fn server_host(&mut self, value: &str, at: &Location, database: &str) -> Result<String, IniError> {
+        let mut hosts = value.split(',').map(str::trim).filter(|host| !host.is_empty());
+        let setting = || format!("host of database {database}");
+        let first = hosts.next().ok_or_else(|| IniError::Invalid {
+            at: at.clone(),
+            setting: setting(),
+            message: "no host name".into(),
+        })?;
+        let others = hosts.count();
+        if others > 0 {
+            let message =
+                format!("database {database} lists {} hosts; pglane connects to the first, {first}, only", others + 1);
+            self.warn(at, "host", &message);
+        }
+        if first.starts_with('@') {
+            return Err(IniError::Unsupported {
+                at: at.clone(),
+                setting: setting(),
+                value: first.into(),
+                reason: "pglane does not connect to abstract unix sockets".into(),
+            });
+        }
+        Ok(first.to_owned())
+    }
+
+    /// One `[users]` entry's settings.
+    fn user(&mut self, name: &str, line: &Line) -> Result<Table, IniError> {
+        let pairs = connstr::parse(&line.value).map_err(|e| invalid(line, &format!("[users] {name}"), &e.to_string()))?;
+        let mut user = Table::new();
+        for (key, value) in pairs {
+            if key == "pool_mode" {
+                let mode = self.pool_mode(&value, &line.at, &format!("pool_mode of user {name}"))?;
+                user.insert(key, mode.into());
+            } else {
+                self.warn(&line.at, &key, &format!("ignored for user {name}: {}", unsupported::user_parameter(&key)));
+            }
+        }
+        Ok(user)
+    }
+
+    fn auth_file(&mut self, line: Option<&Line>) -> Result<Vec<userlist::Entry>, IniError> {
+        let Some(line) = line.filter(|line| !line.value.is_empty()) else {
+            return Ok(Vec::new());
+        };
+        if line.value.starts_with('~') {
+            return Err(unsupported_value(line, "auth_file", "write the path without ~"));
+        }
+        let path = ini::resolve(&line.at.file, &line.value);
+        let text = (self.files)(&path).map_err(|source| IniError::ReadIncluded {
+            at: line.at.clone(),
+            path: path.clone(),
+            source,
+        })?;
+        userlist::parse(&path, &text)
+    }
+
+    /// The one method pglane checks every client with (see the module docs).
+    fn auth_type(&mut self, line: Option<&Line>, users: &[userlist::Entry]) -> Result<&'static str, IniError> {
+        let holding = |kind: fn(&Secret) -> bool| -> Vec<&userlist::Entry> {
+            users
+                .iter()
+                .filter(|user| user.secret.as_deref().and_then(|s| Secret::parse(s).ok()).is_some_and(|s| kind(&s)))
+                .collect()
+        };
+        let md5_users = holding(|s| matches!(s, Secret::Md5(_)));
+        let scram_users = holding(|s| matches!(s, Secret::Scram(_)));
+        let names = |list: &[&userlist::Entry]| list.iter().map(|user| user.user.as_str()).collect::<Vec<_>>().join(", ");
+        // A remark about auth_type belongs on its line, else on the user's line that causes it.
+        let at = |user: &userlist::Entry| line.map_or_else(|| user.at.clone(), |line| line.at.clone());
+        match (requested_auth_type(line)?, md5_users.first(), scram_users.first()) {
+            (Requested::Scram, ..) => {
+                for user in md5_users {
+                    let message = "md5 secret cannot check SCRAM-SHA-256 logins: clients cannot log in as this user \
+                                   (nor through PgBouncer); it still logs in to md5 servers as a database's user=";
+                    self.warn(&user.at, &format!("user {}", user.user), message);
+                }
+                Ok("scram-sha-256")
+            }
+            (Requested::Md5 | Requested::Plain, Some(md5_user), Some(_)) => Err(IniError::Unsupported {
+                at: at(md5_user),
+                setting: "auth_type".into(),
+                value: line.map_or(DEFAULT_AUTH_TYPE, |line| line.value.as_str()).into(),
+                reason: format!(
+                    "the auth_file holds md5 secrets ({}) and SCRAM secrets ({}); PgBouncer checks each user with \
+                     the method their secret allows, pglane checks every client with one method: store plaintext \
+                     passwords or one kind of secret",
+                    names(&md5_users),
+                    names(&scram_users)
+                ),
+            }),
+            (Requested::Md5 | Requested::Plain, None, Some(scram_user)) => {
+                let message = format!(
+                    "checked as scram-sha-256: the auth_file holds SCRAM secrets ({}), which PgBouncer checks with \
+                     SCRAM, and pglane checks every client with one method",
+                    names(&scram_users)
+                );
+                self.warn(&at(scram_user), "auth_type", &message);
+                Ok("scram-sha-256")
+            }
+            (Requested::Md5, ..) => Ok("md5"),
+            (Requested::Plain, md5_user, None) => {
+                let method = if md5_user.is_some() { "md5" } else { "scram-sha-256" };
+                if let Some(line) = line {
+                    let message = format!("checked as {method}: pglane never asks clients for cleartext passwords");
+                    self.warn(&line.at, "auth_type", &message);
+                }
+                Ok(method)
+            }
+            (Requested::Trust, ..) => {
+                if let Some(line) = line {
+                    let message = "PgBouncer admits only the users in auth_file; pglane admits any user name and \
+                                   leaves the password check to the server";
+                    self.warn(&line.at, "auth_type", message);
+                }
+                Ok("trust")
+            }
+        }
+    }
+
+    fn set(&mut self, key: &str, value: impl Into<Value>) {
+        self.document.insert(key.to_owned(), value.into());
+    }
+
+    fn warn(&mut self, at: &Location, setting: &str, message: &str) {
+        self.warnings.push(Warning { at: at.clone(), setting: setting.to_owned(), message: message.to_owned() });
+    }
+}
+
+fn invalid(line: &Line, setting: &str, message: &str) -> IniError {
+    IniError::Invalid { at: line.at.clone(), setting: setting.to_owned(), message: message.to_owned() }
+}
+
+/// For settings whose values are not secret.
+fn unsupported_value(line: &Line, setting: &str, reason: &str) -> IniError {
+    IniError::Unsupported {
+        at: line.at.clone(),
+        setting: setting.to_owned(),
+        value: line.value.clone(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// The client authentication a pgbouncer.ini asks for, among those pglane can give.
+enum Requested {
+    Md5,
+    Plain,
+    Scram,
+    Trust,
+}
+
+fn requested_auth_type(line: Option<&Line>) -> Result<Requested, IniError> {
+    let Some(line) = line else {
+        return Ok(Requested::Md5); // PgBouncer's default
+    };
+    match line.value.to_ascii_lowercase().as_str() {
+        "md5" => Ok(Requested::Md5),
+        "plain" => Ok(Requested::Plain),
+        "scram-sha-256" => Ok(Requested::Scram),
+        "trust" => Ok(Requested::Trust),
+        "any" | "hba" | "cert" | "pam" | "ldap" | "peer" | "gss" | "sspi" => Err(unsupported_value(
+            line,
+            "auth_type",
+            "pglane supports md5, scram-sha-256, trust and plain (checked as md5 or SCRAM)",
+        )),
+        _ => Err(invalid(line, "auth_type", "expected md5, scram-sha-256, trust or plain")),
+    }
+}
+
+/// `password=` in `[databases]` is what pglane logs in to the server with, so
+/// it must be the password itself.
+fn plaintext_password(value: &str) -> Result<(), String> {
+    match Secret::parse(value) {
+        Ok(Secret::Plain(_)) => Ok(()),
+        Ok(secret) => Err(format!(
+            "pglane logs in to servers with this password, so it must be the plaintext password, not an {} secret",
+            secret.kind()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+const PORT_EXPECTED: &str = "expected a port number (1-65535)";
+
+fn parse_port(text: &str) -> Option<u16> {
+    text.parse().ok().filter(|&port| port != 0)
+}
+
+/// A whole number of at least `min`, written as C's `strtol(text, 0)` reads
+/// it (as PgBouncer does): decimal, `0x` hexadecimal or `0` octal.
+fn count(line: &Line, setting: &str, min: i64) -> Result<i64, IniError> {
+    c_integer(&line.value)
+        .filter(|&n| n >= min)
+        .ok_or_else(|| invalid(line, setting, &format!("expected a whole number of at least {min}, not {:?}", line.value)))
+}
+
+fn c_integer(text: &str) -> Option<i64> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (radix, digits) = match unsigned.strip_prefix("0x").or_else(|| unsigned.strip_prefix("0X")) {
+        Some(hex) => (16, hex),
+        None if unsigned.len() > 1 && unsigned.starts_with('0') => (8, &unsigned[1..]),
+        None => (10, unsigned),
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    let magnitude = i64::from_str_radix(digits, radix).ok()?;
+    Some(if negative { -magnitude } else { magnitude })
+}
+
+/// Seconds, as a non-negative number; 0 (PgBouncer: no limit) and anything
+/// longer than [`UNLIMITED_SECONDS`] become that.
+fn seconds(line: &Line, setting: &str) -> Result<f64, IniError> {
+    match line.value.parse::<f64>() {
+        Ok(0.0) => Ok(UNLIMITED_SECONDS),
+        Ok(seconds) if seconds.is_finite() && seconds > 0.0 => Ok(seconds.min(UNLIMITED_SECONDS)),
+        _ => Err(invalid(line, setting, &format!("expected a number of seconds (0 for no limit), not {:?}", line.value))),
+    }
+}
+
+/// PgBouncer's booleans are integers (0 is false); the usual words are accepted too.
+fn boolean(line: &Line, setting: &str) -> Result<bool, IniError> {
+    if let Some(n) = c_integer(&line.value) {
+        return Ok(n != 0);
+    }
+    match line.value.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        _ => Err(invalid(line, setting, &format!("expected 0 or 1, not {:?}", line.value))),
+    }
+}
+
+/// Pseudo-random strings over `alphabet`, for the "garbage never panics" tests.
+#[cfg(test)]
+fn garbage(alphabet: &str, count: usize) -> Vec<String> {
+    let alphabet: Vec<char> = alphabet.chars().collect();
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..count)
+        .map(|_| {
+            let len = (next() % 80) as usize;
+            (0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

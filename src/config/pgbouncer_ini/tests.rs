@@ -1,0 +1,610 @@
+//! The translation of whole pgbouncer.ini files, through in-memory files.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::auth::md5::md5_password_hash;
+use crate::auth::secret::ScramSecret;
+use crate::auth::test_vectors::{POSTGRES_15_SECRET, RFC7677_SECRET};
+use crate::config::{AuthType, PoolMode, ServerAddress};
+
+const INI: &str = "/etc/pgbouncer/pgbouncer.ini";
+const USERLIST: &str = "/etc/pgbouncer/userlist.txt";
+
+/// A listen address and one database, the least that runs.
+const BASE: &str = "[databases]\napp = host=127.0.0.1 dbname=postgres\n[pgbouncer]\nlisten_addr = 127.0.0.1\n";
+
+fn files(list: &[(&str, &str)]) -> impl Fn(&Path) -> io::Result<String> {
+    let map: HashMap<PathBuf, String> = list.iter().map(|(path, text)| (PathBuf::from(path), text.to_string())).collect();
+    move |path: &Path| map.get(path).cloned().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))
+}
+
+fn import_with(text: &str, others: &[(&str, &str)]) -> Result<Import, IniError> {
+    import(Path::new(INI), text, &files(others))
+}
+
+fn config_with(text: &str, others: &[(&str, &str)]) -> (Config, Vec<Warning>) {
+    import_with(text, others).and_then(Import::into_config).unwrap_or_else(|e| panic!("{e}\n--- ini ---\n{text}"))
+}
+
+fn config(text: &str) -> (Config, Vec<Warning>) {
+    config_with(text, &[])
+}
+
+/// `BASE` plus `[pgbouncer]` lines.
+fn with_settings(lines: &str) -> String {
+    format!("{BASE}{lines}\n")
+}
+
+fn error_with(text: &str, others: &[(&str, &str)]) -> String {
+    match import_with(text, others).and_then(Import::into_config) {
+        Ok(_) => panic!("expected an error for\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn error(text: &str) -> String {
+    error_with(text, &[])
+}
+
+/// The warnings as `(line, setting)`.
+fn warned(warnings: &[Warning]) -> Vec<(usize, &str)> {
+    warnings.iter().map(|w| (w.at.line, w.setting.as_str())).collect()
+}
+
+/// `BASE` with an auth_type (line 5) and an auth_file (line 6) holding `users`.
+fn with_users(auth_type: &str, users: &str) -> Result<(Config, Vec<Warning>), IniError> {
+    let text = with_settings(&format!("auth_type = {auth_type}\nauth_file = userlist.txt"));
+    import_with(&text, &[(USERLIST, users)]).and_then(Import::into_config)
+}
+
+#[test]
+fn a_minimal_file_gets_pgbouncer_defaults() {
+    let (c, warnings) = config(BASE);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.listen, "127.0.0.1:6432");
+    assert_eq!(c.pool_mode, PoolMode::Session);
+    assert_eq!(c.auth_type, AuthType::Md5);
+    assert_eq!(c.max_client_conn, 100);
+    let app = &c.databases["app"];
+    assert_eq!(app.address(), ServerAddress::Tcp { host: "127.0.0.1".into(), port: 5432 });
+    assert_eq!(app.dbname.as_deref(), Some("postgres"));
+    assert_eq!(app.pool_size, 20);
+    assert_eq!((app.user.as_deref(), app.password.as_deref(), app.pool_mode), (None, None, None));
+    // pglane's own defaults where PgBouncer's are not written out.
+    assert_eq!(c.max_message_size, 64 << 20);
+    assert_eq!(c.query_wait_timeout, 120.0);
+    assert_eq!(c.server_reset_query, "DISCARD ALL");
+    assert!(c.users.is_empty() && c.admin_users.is_empty());
+}
+
+#[test]
+fn every_mapped_pgbouncer_setting() {
+    let (c, warnings) = config(&with_settings(
+        "listen_port = 7432
+pool_mode = transaction
+max_client_conn = 5000
+default_pool_size = 7
+admin_users = alice, bob ,,carol
+stats_users = stats
+query_wait_timeout = 30.5
+server_connect_timeout = 3
+client_login_timeout = 9
+server_reset_query = DEALLOCATE ALL
+server_reset_query_always = 1
+max_packet_size = 1048576
+max_prepared_statements = 50",
+    ));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.listen, "127.0.0.1:7432");
+    assert_eq!(c.pool_mode, PoolMode::Transaction);
+    assert_eq!(c.max_client_conn, 5000);
+    assert_eq!(c.databases["app"].pool_size, 7);
+    assert_eq!(c.admin_users, ["alice", "bob", "carol"]);
+    assert_eq!(c.stats_users, ["stats"]);
+    assert_eq!((c.query_wait_timeout, c.server_connect_timeout, c.client_login_timeout), (30.5, 3.0, 9.0));
+    assert_eq!(c.server_reset_query, "DEALLOCATE ALL");
+    assert!(c.server_reset_query_always);
+    assert_eq!(c.max_message_size, 1 << 20);
+    assert_eq!(c.max_prepared_statements, 50);
+}
+
+#[test]
+fn an_empty_reset_query_means_none_and_lists_may_be_empty() {
+    let (c, _) = config(&with_settings("server_reset_query =\nadmin_users ="));
+    assert_eq!(c.server_reset_query, "");
+    assert!(c.admin_users.is_empty());
+}
+
+#[test]
+fn a_zero_timeout_means_no_limit() {
+    let (c, _) = config(&with_settings("query_wait_timeout = 0\nserver_connect_timeout = 0.0\nclient_login_timeout = 0"));
+    assert_eq!(c.query_wait_timeout, UNLIMITED_SECONDS);
+    assert_eq!(c.server_connect_timeout, UNLIMITED_SECONDS);
+    assert_eq!(c.client_login_timeout, UNLIMITED_SECONDS);
+    let (c, _) = config(&with_settings("query_wait_timeout = 1e300"));
+    assert_eq!(c.query_wait_timeout, UNLIMITED_SECONDS);
+    Config::secs(c.query_wait_timeout); // a Duration, not a panic
+}
+
+#[test]
+fn bad_numbers_are_errors_naming_file_line_and_setting() {
+    assert_eq!(
+        error(&with_settings("query_wait_timeout = -1")),
+        "/etc/pgbouncer/pgbouncer.ini:5: query_wait_timeout: expected a number of seconds (0 for no limit), not \"-1\""
+    );
+    for setting in ["query_wait_timeout = soon", "client_login_timeout = inf", "server_connect_timeout = NaN"] {
+        assert!(error(&with_settings(setting)).contains(":5: "), "{setting}");
+    }
+    assert!(error(&with_settings("max_client_conn = many")).contains("pgbouncer.ini:5: max_client_conn: expected a whole number"));
+    assert!(error(&with_settings("default_pool_size = 0")).contains("default_pool_size: expected a whole number of at least 1"));
+    assert!(error(&with_settings("max_client_conn = -5")).contains("max_client_conn"));
+    assert!(error(&with_settings("listen_port = 70000")).contains("listen_port: expected a port number"));
+    assert!(error(&with_settings("listen_port = 0")).contains("listen_port"));
+    assert!(error(&with_settings("server_reset_query_always = maybe")).contains("server_reset_query_always: expected 0 or 1"));
+    assert!(error(&with_settings("max_prepared_statements = -1")).contains("max_prepared_statements"));
+}
+
+#[test]
+fn integers_and_booleans_read_as_pgbouncer_reads_them() {
+    let (c, _) = config(&with_settings("max_client_conn = 0x10\nmax_packet_size = 04000\nserver_reset_query_always = on"));
+    assert_eq!(c.max_client_conn, 16);
+    assert_eq!(c.max_message_size, 2048);
+    assert!(c.server_reset_query_always);
+    for (text, value) in [("0", false), ("1", true), ("2", true), ("off", false), ("TRUE", true), ("no", false)] {
+        let (c, _) = config(&with_settings(&format!("server_reset_query_always = {text}")));
+        assert_eq!(c.server_reset_query_always, value, "{text}");
+    }
+    assert_eq!(c_integer("+12"), Some(12));
+    assert_eq!(c_integer("-0x1f"), Some(-31));
+    assert_eq!(c_integer("0"), Some(0));
+    for bad in ["", "-", "0x", "08", "1.5", "1e3", "12 ", "++1", "0x-1", "99999999999999999999"] {
+        assert_eq!(c_integer(bad), None, "{bad:?}");
+    }
+}
+
+#[test]
+fn validation_runs_on_the_result() {
+    // max_packet_size maps to max_message_size, which pglane needs at 1024 or more.
+    assert!(error(&with_settings("max_packet_size = 100")).contains("max_message_size must be at least 1024"));
+}
+
+#[test]
+fn listen_addresses() {
+    let listen = |lines: &str| config(&format!("[databases]\napp = host=db\n[pgbouncer]\n{lines}\n")).0.listen;
+    assert_eq!(listen("listen_addr = *"), "0.0.0.0:6432");
+    assert_eq!(listen("listen_addr = localhost\nlisten_port = 6000"), "127.0.0.1:6000");
+    assert_eq!(listen("listen_addr = ::1"), "[::1]:6432");
+    assert_eq!(listen("listen_addr = 10.1.2.3"), "10.1.2.3:6432");
+
+    let (c, warnings) = config("[databases]\napp = host=db\n[pgbouncer]\nlisten_addr = 10.0.0.1, 10.0.0.2,::1\n");
+    assert_eq!(c.listen, "10.0.0.1:6432");
+    assert_eq!(warned(&warnings), [(4, "listen_addr")]);
+    assert!(warnings[0].message.contains("10.0.0.2, ::1 ignored"), "{}", warnings[0].message);
+
+    assert_eq!(
+        error("[databases]\napp = host=db\n[pgbouncer]\nlisten_addr = db.example.com\n"),
+        "/etc/pgbouncer/pgbouncer.ini:4: listen_addr = db.example.com is not supported: pglane listens on IP addresses; \
+         write the address, or * for all IPv4 addresses"
+    );
+}
+
+#[test]
+fn without_listen_addr_there_is_nothing_to_listen_on() {
+    for text in ["[databases]\napp = host=db\n[pgbouncer]\nlisten_port = 6432\n", "[databases]\napp = host=db\n[pgbouncer]\nlisten_addr =\n"] {
+        let message = error(text);
+        assert!(message.starts_with("/etc/pgbouncer/pgbouncer.ini: listen_addr is not set"), "{message}");
+        assert!(message.contains("--config"), "{message}");
+    }
+}
+
+#[test]
+fn pool_modes() {
+    let (c, warnings) = config(&with_settings("pool_mode = Transaction"));
+    assert_eq!((c.pool_mode, warnings.len()), (PoolMode::Transaction, 0));
+
+    let (c, warnings) = config(&with_settings("pool_mode = statement"));
+    assert_eq!(c.pool_mode, PoolMode::Transaction);
+    assert_eq!(warned(&warnings), [(5, "pool_mode")]);
+    assert!(warnings[0].message.contains("statement pooling is not supported"));
+
+    assert_eq!(
+        error(&with_settings("pool_mode = sometimes")),
+        "/etc/pgbouncer/pgbouncer.ini:5: pool_mode: expected session, transaction or statement, not \"sometimes\""
+    );
+    let text = "[databases]\napp = host=db pool_mode=statement\nother = host=db pool_mode=session\n\
+                [users]\nbob = pool_mode=transaction\n[pgbouncer]\nlisten_addr = *\n";
+    let (c, warnings) = config(text);
+    assert_eq!(c.databases["app"].pool_mode, Some(PoolMode::Transaction));
+    assert_eq!(c.databases["other"].pool_mode, Some(PoolMode::Session));
+    assert_eq!(c.users["bob"].pool_mode, Some(PoolMode::Transaction));
+    assert_eq!(c.pool_mode_for("other", "bob"), PoolMode::Transaction);
+    assert_eq!(warned(&warnings), [(2, "pool_mode of database app")]);
+    assert!(error("[databases]\napp = host=db pool_mode=x\n[pgbouncer]\nlisten_addr = *\n")
+        .contains(":2: pool_mode of database app: expected session"));
+}
+
+#[test]
+fn database_connection_strings() {
+    let text = "[databases]
+app = host=db1.internal port=5433 dbname=appdb user=owner password='it''s a secret' pool_size=3 pool_mode=session
+copy = host = 10.0.0.5  dbname=app
+[pgbouncer]
+listen_addr = *
+default_pool_size = 11
+";
+    let (c, warnings) = config(text);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let app = &c.databases["app"];
+    assert_eq!(app.address(), ServerAddress::Tcp { host: "db1.internal".into(), port: 5433 });
+    assert_eq!(app.dbname.as_deref(), Some("appdb"));
+    assert_eq!(app.user.as_deref(), Some("owner"));
+    assert_eq!(app.password.as_deref(), Some("it's a secret"));
+    assert_eq!((app.pool_size, app.pool_mode), (3, Some(PoolMode::Session)));
+    assert_eq!(c.databases["copy"].address(), ServerAddress::Tcp { host: "10.0.0.5".into(), port: 5432 });
+    assert_eq!(c.databases["copy"].pool_size, 11);
+}
+
+#[test]
+fn databases_without_host_use_the_unix_socket_dir() {
+    let (c, warnings) = config("[databases]\nfoodb =\nbar = dbname=baz\n[pgbouncer]\nlisten_addr = *\n");
+    assert!(warnings.is_empty());
+    assert_eq!(c.databases["foodb"].address(), ServerAddress::Unix("/tmp/.s.PGSQL.5432".into()));
+    assert_eq!(c.databases["foodb"].dbname, None);
+    assert_eq!(c.databases["bar"].address(), ServerAddress::Unix("/tmp/.s.PGSQL.5432".into()));
+
+    let (c, warnings) = config("[databases]\nfoodb = port=5433\n[pgbouncer]\nlisten_addr = *\nunix_socket_dir = /var/run/postgresql\n");
+    assert_eq!(c.databases["foodb"].address(), ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5433".into()));
+    assert_eq!(warned(&warnings), [(5, "unix_socket_dir")]);
+
+    let message = error("[databases]\nfoodb =\n[pgbouncer]\nlisten_addr = *\nunix_socket_dir =\n");
+    assert_eq!(message, "/etc/pgbouncer/pgbouncer.ini:2: [databases] foodb: no host=, and unix_socket_dir is empty");
+}
+
+#[test]
+fn database_hosts() {
+    let (c, warnings) = config("[databases]\napp = host=10.0.0.1,10.0.0.2 dbname=x\n[pgbouncer]\nlisten_addr = *\n");
+    assert_eq!(c.databases["app"].host, "10.0.0.1");
+    assert_eq!(warned(&warnings), [(2, "host")]);
+    assert!(warnings[0].message.contains("lists 2 hosts"));
+    assert!(error("[databases]\napp = host=@pgsock\n[pgbouncer]\nlisten_addr = *\n").contains("abstract unix sockets"));
+    assert!(error("[databases]\napp = host=,\n[pgbouncer]\nlisten_addr = *\n").contains("host of database app: no host name"));
+}
+
+#[test]
+fn database_mistakes_name_the_line_and_database() {
+    let bad = |connstr: &str| error(&format!("[pgbouncer]\nlisten_addr = *\n[databases]\n\napp = {connstr}\n"));
+    assert_eq!(bad("host=db port=x"), "/etc/pgbouncer/pgbouncer.ini:5: port of database app: expected a port number (1-65535)");
+    assert!(bad("host=db pool_size=0").contains(":5: pool_size of database app: expected a whole number of at least 1"));
+    assert!(bad("host=db pool_size=5x").contains("pool_size of database app"));
+    assert!(bad("host=db user").contains(":5: [databases] app: expected key=value after the value of host"));
+    assert!(bad("host=db password='oops").contains("[databases] app: the quoted value of password has no closing quote"));
+    assert!(bad(&format!("host=db user=u password={POSTGRES_15_SECRET}")).contains("must be the plaintext password"));
+    assert!(bad("host=db password=md5123").contains("password of database app: invalid stored secret"));
+    assert_eq!(
+        error("[databases]\npgbouncer = host=db\n[pgbouncer]\nlisten_addr = *\n"),
+        "/etc/pgbouncer/pgbouncer.ini:2: [databases] pgbouncer: the name pgbouncer is reserved for the admin console"
+    );
+}
+
+#[test]
+fn errors_never_quote_passwords() {
+    let bad = |connstr: &str| error(&format!("[pgbouncer]\nlisten_addr = *\n[databases]\napp = {connstr}\n"));
+    for connstr in ["host=db password=hunter2 oops", "host=db password='hunter2", "host=db password='hunter2'x"] {
+        let message = bad(connstr);
+        assert!(!message.contains("hunter2"), "{message}");
+    }
+    let list = "\"bob\" \"md5hunter2hunter2hunter2hunter2hunt\"\n";
+    let message = error_with(&with_settings("auth_file = u.txt"), &[("/etc/pgbouncer/u.txt", list)]);
+    assert!(message.contains("user bob") && !message.contains("hunter2"), "{message}");
+}
+
+#[test]
+fn unsupported_database_parameters_are_warned_once_each() {
+    let text = "[databases]
+app = host=db client_encoding=UTF8 auth_user=pgb connect_query='SELECT 1' max_db_connections=5 frobnicate=1
+[pgbouncer]
+listen_addr = *
+";
+    let (c, warnings) = config(text);
+    assert_eq!(c.databases["app"].host, "db");
+    assert_eq!(
+        warned(&warnings),
+        [(2, "client_encoding"), (2, "auth_user"), (2, "connect_query"), (2, "max_db_connections"), (2, "frobnicate")]
+    );
+    assert_eq!(
+        warnings[0].to_string(),
+        "/etc/pgbouncer/pgbouncer.ini:2: client_encoding: ignored for database app: pglane does not set startup \
+         parameters on server connections; the server's default applies"
+    );
+    assert!(warnings[4].message.contains("not a PgBouncer connection parameter"));
+}
+
+#[test]
+fn the_fallback_database_is_warned_not_served() {
+    let (c, warnings) = config("[databases]\n* = host=db\napp = host=db\n[pgbouncer]\nlisten_addr = *\n");
+    assert_eq!(c.databases.keys().collect::<Vec<_>>(), ["app"]);
+    assert_eq!(warned(&warnings), [(2, "*")]);
+    assert!(warnings[0].message.contains("serves only the databases listed"));
+    // With only the fallback, there is nothing to serve.
+    assert_eq!(
+        error("[databases]\n* = host=db\n[pgbouncer]\nlisten_addr = *\n"),
+        "/etc/pgbouncer/pgbouncer.ini: [databases] lists no database pglane can serve"
+    );
+}
+
+#[test]
+fn the_users_section() {
+    let text = with_settings("auth_file = userlist.txt\n[users]\nalice = pool_mode=session max_user_connections=3\nbob = pool_mode=transaction");
+    let (c, warnings) = config_with(&text, &[(USERLIST, "\"alice\" \"pw\"\n")]);
+    assert_eq!(c.users["alice"].password.as_deref(), Some("pw"));
+    assert_eq!(c.users["alice"].pool_mode, Some(PoolMode::Session));
+    assert_eq!(c.users["bob"].password, None);
+    assert_eq!(c.users["bob"].pool_mode, Some(PoolMode::Transaction));
+    assert_eq!(warned(&warnings), [(7, "max_user_connections")]);
+    assert!(warnings[0].message.starts_with("ignored for user alice"));
+    let message = error(&with_settings("[users]\nalice = pool_mode"));
+    assert_eq!(message, "/etc/pgbouncer/pgbouncer.ini:6: [users] alice: expected key=value at the start");
+}
+
+#[test]
+fn the_auth_file_becomes_users() {
+    let md5 = md5_password_hash("bob", "builder");
+    let list = format!("; users\n\"alice\" \"wonderland\"\n\"bob\" \"{md5}\"\n\"nobody\" \"\"\n");
+    let text = with_settings("auth_file = userlist.txt");
+    let (c, warnings) = config_with(&text, &[(USERLIST, &list)]);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.users["alice"].password.as_deref(), Some("wonderland"));
+    assert_eq!(c.users["bob"].password.as_deref(), Some(md5.as_str()));
+    assert_eq!(c.users["nobody"].password, None);
+
+    // Absolute, and relative to an included file.
+    let (c, _) = config_with(&with_settings("auth_file = /srv/users.txt"), &[("/srv/users.txt", "\"x\" \"y\"")]);
+    assert!(c.users.contains_key("x"));
+    let (c, _) = config_with(
+        &with_settings("%include conf.d/auth.ini"),
+        &[("/etc/pgbouncer/conf.d/auth.ini", "auth_file = users.txt\n"), ("/etc/pgbouncer/conf.d/users.txt", "\"z\" \"y\"")],
+    );
+    assert!(c.users.contains_key("z"));
+}
+
+#[test]
+fn auth_file_mistakes() {
+    let text = with_settings("auth_file = userlist.txt");
+    assert_eq!(
+        error(&text),
+        "/etc/pgbouncer/pgbouncer.ini:5: cannot read /etc/pgbouncer/userlist.txt: no such file"
+    );
+    assert_eq!(
+        error_with(&text, &[(USERLIST, "\"alice\" \"pw\"\nbob pw\n")]),
+        "/etc/pgbouncer/userlist.txt:2: expected \"user\" \"password\""
+    );
+    assert!(error(&with_settings("auth_file = ~/userlist.txt")).contains("auth_file = ~/userlist.txt is not supported"));
+    // An empty auth_file is no auth_file.
+    assert!(config(&with_settings("auth_file =")).0.users.is_empty());
+}
+
+#[test]
+fn auth_type_md5_and_scram_as_asked() {
+    let md5 = md5_password_hash("bob", "builder");
+    let (c, warnings) = with_users("md5", &format!("\"alice\" \"pw\"\n\"bob\" \"{md5}\"\n")).unwrap();
+    assert_eq!((c.auth_type, warnings.len()), (AuthType::Md5, 0));
+    let (c, warnings) = with_users("SCRAM-SHA-256", &format!("\"alice\" \"pw\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n")).unwrap();
+    assert_eq!((c.auth_type, warnings.len()), (AuthType::ScramSha256, 0));
+}
+
+#[test]
+fn md5_users_under_scram_are_warned() {
+    let md5 = md5_password_hash("bob", "builder");
+    let (c, warnings) = with_users("scram-sha-256", &format!("\"alice\" \"pw\"\n\"bob\" \"{md5}\"\n")).unwrap();
+    assert_eq!(c.auth_type, AuthType::ScramSha256);
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].at.to_string(), "/etc/pgbouncer/userlist.txt:2");
+    assert_eq!(warnings[0].setting, "user bob");
+}
+
+#[test]
+fn md5_with_scram_secrets_checks_scram() {
+    let users = format!("\"alice\" \"pw\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n");
+    let (c, warnings) = with_users("md5", &users).unwrap();
+    assert_eq!(c.auth_type, AuthType::ScramSha256);
+    assert_eq!(warned(&warnings), [(5, "auth_type")]);
+    assert!(warnings[0].message.contains("SCRAM secrets (carol)"), "{}", warnings[0].message);
+
+    // PgBouncer's default auth_type is md5 too; the remark then goes on the user's line.
+    let text = with_settings("auth_file = userlist.txt");
+    let (c, warnings) = config_with(&text, &[(USERLIST, &users)]);
+    assert_eq!(c.auth_type, AuthType::ScramSha256);
+    assert_eq!(warnings[0].at.to_string(), "/etc/pgbouncer/userlist.txt:2");
+}
+
+#[test]
+fn md5_and_scram_secrets_together_cannot_be_served() {
+    let users = format!("\"bob\" \"{}\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n\"dave\" \"{RFC7677_SECRET}\"\n", md5_password_hash("bob", "x"));
+    let message = with_users("md5", &users).unwrap_err().to_string();
+    assert!(message.starts_with("/etc/pgbouncer/pgbouncer.ini:5: auth_type = md5 is not supported"), "{message}");
+    assert!(message.contains("md5 secrets (bob) and SCRAM secrets (carol, dave)"), "{message}");
+    assert!(!message.contains("SCRAM-SHA-256$"), "{message}");
+}
+
+#[test]
+fn plain_is_checked_as_scram_or_md5() {
+    let (c, warnings) = with_users("plain", "\"alice\" \"pw\"\n").unwrap();
+    assert_eq!(c.auth_type, AuthType::ScramSha256);
+    assert_eq!(warned(&warnings), [(5, "auth_type")]);
+    assert!(warnings[0].message.contains("never asks clients for cleartext"));
+    let (c, _) = with_users("plain", &format!("\"alice\" \"pw\"\n\"bob\" \"{}\"\n", md5_password_hash("bob", "x"))).unwrap();
+    assert_eq!(c.auth_type, AuthType::Md5);
+}
+
+#[test]
+fn trust_is_warned() {
+    let (c, warnings) = with_users("trust", "\"alice\" \"\"\n").unwrap();
+    assert_eq!(c.auth_type, AuthType::Trust);
+    assert_eq!(warned(&warnings), [(5, "auth_type")]);
+    assert!(warnings[0].message.contains("admits any user name"));
+}
+
+#[test]
+fn auth_types_pglane_cannot_give_are_errors() {
+    for method in ["hba", "cert", "pam", "ldap", "any", "HBA"] {
+        let message = error(&with_settings(&format!("auth_type = {method}")));
+        assert!(message.starts_with(&format!("/etc/pgbouncer/pgbouncer.ini:5: auth_type = {method} is not supported")), "{message}");
+    }
+    assert!(error(&with_settings("auth_type = md6")).contains("auth_type: expected md5, scram-sha-256, trust or plain"));
+}
+
+#[test]
+fn tls_and_disable_pqexec_are_errors_when_ignoring_them_would_weaken_security() {
+    for setting in ["client_tls_sslmode = require", "client_tls_sslmode = verify-full", "server_tls_sslmode = verify-ca", "disable_pqexec = 1"] {
+        let message = error(&with_settings(setting));
+        assert!(message.starts_with(&format!("/etc/pgbouncer/pgbouncer.ini:5: {setting} is not supported")), "{message}");
+    }
+    let (_, warnings) = config(&with_settings("client_tls_sslmode = prefer\nserver_tls_sslmode = allow\nclient_tls_key_file = /k"));
+    assert_eq!(warned(&warnings), [(5, "client_tls_sslmode"), (6, "server_tls_sslmode"), (7, "client_tls_key_file")]);
+    let (_, warnings) = config(&with_settings("client_tls_sslmode = disable\nserver_tls_sslmode = Disable\ndisable_pqexec = 0"));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(error(&with_settings("client_tls_sslmode = sometimes")).contains("client_tls_sslmode: expected disable"));
+}
+
+#[test]
+fn every_ignored_setting_is_one_warning_naming_file_line_and_setting() {
+    let text = with_settings(
+        "logfile = /var/log/pgbouncer.log
+server_lifetime = 3600
+auth_query = SELECT usename, passwd FROM pg_shadow WHERE usename=$1
+peer_id = 1
+max_prepared_statements = 0
+lisen_port = 6432",
+    );
+    let (_, warnings) = config(&text);
+    assert_eq!(
+        warned(&warnings),
+        [(5, "logfile"), (6, "server_lifetime"), (7, "auth_query"), (8, "peer_id"), (9, "max_prepared_statements"), (10, "lisen_port")]
+    );
+    assert_eq!(
+        warnings[0].to_string(),
+        "/etc/pgbouncer/pgbouncer.ini:5: logfile: ignored: pglane logs to stderr; set the level with RUST_LOG"
+    );
+    assert!(warnings[2].message.contains("auth_query is not supported yet"));
+    assert!(warnings[5].message.contains("not a PgBouncer setting"));
+    assert!(!warnings.iter().any(|w| w.to_string().contains("pg_shadow")), "values are not repeated");
+}
+
+#[test]
+fn other_sections_are_warned_once_each() {
+    let text = format!("{BASE}[peers]\n1 = host=/tmp/pgbouncer1\n2 = host=/tmp/pgbouncer2\n[extra]\nx = 1\n");
+    let (_, warnings) = config(&text);
+    assert_eq!(warned(&warnings), [(5, "[peers]"), (8, "[extra]")]);
+    assert!(warnings[0].message.contains("does not peer"));
+}
+
+#[test]
+fn a_later_line_wins_as_in_pgbouncer() {
+    let text = "[databases]\napp = host=one\n[pgbouncer]\npool_mode = session\nlisten_addr = *\n\
+                [databases]\napp = host=two\n[pgbouncer]\npool_mode = transaction\n";
+    let (c, _) = config(text);
+    assert_eq!(c.databases["app"].host, "two");
+    assert_eq!(c.pool_mode, PoolMode::Transaction);
+}
+
+#[test]
+fn includes_through_the_whole_pipeline() {
+    let text = "[pgbouncer]\nlisten_addr = *\n%include conf.d/databases.ini\n%include conf.d/tuning.ini\n";
+    let (c, warnings) = config_with(
+        text,
+        &[
+            ("/etc/pgbouncer/conf.d/databases.ini", "[databases]\napp = host=db\n[pgbouncer]\n"),
+            ("/etc/pgbouncer/conf.d/tuning.ini", "\nserver_idle_timeout = 60\nmax_client_conn = 50\n"),
+        ],
+    );
+    assert_eq!(c.databases["app"].host, "db");
+    assert_eq!(c.max_client_conn, 50);
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].at.to_string(), "/etc/pgbouncer/conf.d/tuning.ini:2");
+    let message = error_with(text, &[("/etc/pgbouncer/conf.d/databases.ini", "[databases]\napp = host=db\n%include databases.ini\n")]);
+    assert!(message.starts_with("/etc/pgbouncer/conf.d/databases.ini:3: %include of /etc/pgbouncer/conf.d/databases.ini is a cycle"), "{message}");
+}
+
+#[test]
+fn warnings_come_in_file_order() {
+    let text = format!("{BASE}server_lifetime = 1\nlogfile = x\n[databases]\nb = host=db client_encoding=x\n");
+    let (_, warnings) = config(&text);
+    assert_eq!(warned(&warnings), [(5, "server_lifetime"), (6, "logfile"), (8, "client_encoding")]);
+}
+
+#[test]
+fn a_toml_overlay_wins_key_by_key() {
+    let text = "[databases]\napp = host=db pool_size=4 dbname=x\nother = host=db\n[pgbouncer]\nlisten_addr = 127.0.0.1\n";
+    let mut import = import_with(text, &[]).unwrap();
+    import
+        .overlay("listen = \"0.0.0.0:7000\"\ncores = 2\n[databases.app]\npool_size = 9\n[users.postgres]\npassword = \"secret\"\n")
+        .unwrap();
+    let (c, _) = import.into_config().unwrap();
+    assert_eq!(c.listen, "0.0.0.0:7000");
+    assert_eq!(c.cores, Some(2));
+    assert_eq!(c.databases["app"].pool_size, 9);
+    assert_eq!(c.databases["app"].dbname.as_deref(), Some("x"), "the rest of the database stays");
+    assert!(c.databases.contains_key("other"));
+    assert_eq!(c.users["postgres"].password.as_deref(), Some("secret"));
+    assert_eq!(c.pool_mode, PoolMode::Session, "what the overlay does not set comes from the ini");
+
+    // The overlay may give what the ini lacks, and its mistakes are reported.
+    let mut import = import_with("[databases]\napp = host=db\n", &[]).unwrap();
+    import.overlay("listen = \"127.0.0.1:1\"").unwrap();
+    assert_eq!(import.into_config().unwrap().0.listen, "127.0.0.1:1");
+    let mut import = import_with(BASE, &[]).unwrap();
+    import.overlay("pool_sise = 3").unwrap();
+    assert!(import.into_config().unwrap_err().to_string().contains("pool_sise"));
+    assert!(import_with(BASE, &[]).unwrap().overlay("listen = ").is_err());
+}
+
+#[test]
+fn the_document_is_what_pglane_toml_would_say() {
+    let import = import_with(BASE, &[]).unwrap();
+    let text = toml::to_string(import.document()).unwrap();
+    let c = Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(c.listen, "127.0.0.1:6432");
+}
+
+#[test]
+fn the_shipped_example_imports_cleanly() {
+    let ini = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/pgbouncer.ini"));
+    let users = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/userlist.txt"));
+    let loader = |path: &Path| {
+        if path == users {
+            Ok(include_str!("../../../config/userlist.txt").to_owned())
+        } else {
+            Err(io::Error::from(io::ErrorKind::NotFound))
+        }
+    };
+    let (c, warnings) = parse(ini, include_str!("../../../config/pgbouncer.ini"), &loader).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.listen, "127.0.0.1:6432");
+    assert_eq!((c.auth_type, c.pool_mode, c.max_client_conn), (AuthType::ScramSha256, PoolMode::Transaction, 1000));
+    assert_eq!(c.stats_users, ["stats", "postgres"]);
+    assert_eq!(c.databases["reports"].password.as_deref(), Some("rep's secret"));
+    assert_eq!(c.databases["reports"].pool_mode, Some(PoolMode::Session));
+    assert_eq!(c.databases["local"].address(), ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5432".into()));
+    assert_eq!(c.databases["legacy"].pool_size, 20);
+    assert_eq!(c.users["batch"].pool_mode, Some(PoolMode::Session));
+    // The example's SCRAM secrets are real ones, for the passwords the file says.
+    let batch = ScramSecret::from_password("batchpass", b"pglane-example-1", 4096).to_postgres_string();
+    assert_eq!(c.users["batch"].password.as_deref(), Some(batch.as_str()));
+    assert_eq!(c.users["legacy"].password.as_deref(), Some(md5_password_hash("legacy", "legacypass").as_str()));
+    let names: Vec<&str> = warnings.iter().map(|w| w.setting.as_str()).collect();
+    assert_eq!(names, ["client_encoding", "logfile", "pidfile", "server_idle_timeout", "server_lifetime", "user legacy"]);
+}
+
+#[test]
+fn garbage_never_panics() {
+    let alphabet = "[]=%'\" \t\n;#*,.01x@~pgbouncerdatabasesuserslisten_addrhost=auth_typepool_mode";
+    for text in garbage(alphabet, 3_000) {
+        let _ = import_with(&text, &[]).and_then(Import::into_config);
+    }
+    // Structured garbage: random values for real settings.
+    let settings = ["listen_addr", "listen_port", "pool_mode", "auth_type", "max_client_conn", "query_wait_timeout", "client_tls_sslmode", "auth_file"];
+    for (i, value) in garbage("0123456789.-x*:, '\"abc", 3_000).into_iter().enumerate() {
+        let text = format!("{BASE}{} = {value}\n[databases]\ndb{i} = host={value}\n", settings[i % settings.len()]);
+        let _ = import_with(&text, &[]).and_then(Import::into_config);
+    }
+}

@@ -1,0 +1,213 @@
+//! `pglane --pgbouncer-ini`: real clients log in through pglane run from a
+//! pgbouncer.ini and its userlist.txt, with plaintext, md5 and SCRAM secrets
+//! copied from the test PostgreSQL's pg_authid, as operators do.
+
+mod common;
+
+use std::fs;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{connect, free_port, postgres, try_connect, Pglane};
+
+/// A fresh directory for one test's ini files, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!("pglane-ini-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create test dir");
+        Dir(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        fs::write(&path, text).expect("write test file");
+        path
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The secret PostgreSQL keeps for `role`.
+fn rolpassword(role: &str) -> String {
+    postgres().psql(&format!("SELECT rolpassword FROM pg_authid WHERE rolname = '{role}'"))
+}
+
+/// A pgbouncer.ini in front of the test PostgreSQL; `extra` goes into [pgbouncer].
+fn ini_text(auth_type: &str, listen_port: u16, extra: &str) -> String {
+    format!(
+        "; written by tests/pgbouncer_ini.rs
+[databases]
+app = host=127.0.0.1 port={port} dbname=postgres pool_size=2
+; Clients of scram_app share the server login of scramuser.
+scram_app = host=127.0.0.1 port={port} dbname=postgres user=scramuser password=scrampass
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {listen_port}
+auth_type = {auth_type}
+auth_file = userlist.txt
+pool_mode = transaction
+server_lifetime = 3600
+{extra}
+",
+        port = postgres().port
+    )
+}
+
+async fn current_user(port: u16, user: &str, password: &str, db: &str) -> String {
+    let client = connect(port, user, password, db).await;
+    client.query_one("SELECT current_user::text", &[]).await.expect("query").get(0)
+}
+
+#[tokio::test]
+async fn plaintext_and_md5_users_log_in_through_an_imported_ini() {
+    let dir = Dir::new("md5");
+    let md5 = rolpassword("md5user");
+    assert!(md5.starts_with("md5"), "{md5}");
+    dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{md5}\"\n"));
+    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, ""));
+    // The harness's TOML, laid over the ini, only moves `listen` to a free port.
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+
+    assert_eq!(current_user(lane.port, "postgres", "secret", "app").await, "postgres");
+    // pglane checks md5user's md5 response, then logs in to the md5 server with the secret.
+    assert_eq!(current_user(lane.port, "md5user", "md5pass", "app").await, "md5user");
+    let wrong = try_connect(lane.port, "md5user", "nope", "app").await.expect_err("a wrong password fails");
+    assert_eq!(wrong.as_db_error().map(|e| e.code().code()), Some("28P01"), "{wrong}");
+    // What the ini has that pglane ignores is in the log, with file and line.
+    lane.wait_for_log(&format!("{}:13: server_lifetime: ignored", ini.display()), Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn scram_users_log_in_through_an_imported_ini() {
+    let dir = Dir::new("scram");
+    let scram = rolpassword("scramuser");
+    assert!(scram.starts_with("SCRAM-SHA-256$"), "{scram}");
+    dir.write("userlist.txt", &format!("; from pg_authid\n\"postgres\" \"secret\"\n\"scramuser\" \"{scram}\"\n"));
+    let ini = dir.write("pgbouncer.ini", &ini_text("scram-sha-256", 6432, ""));
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+
+    assert_eq!(current_user(lane.port, "postgres", "secret", "app").await, "postgres");
+    // The client proves scrampass against the SCRAM secret; the server login uses
+    // the database's user= and password=.
+    assert_eq!(current_user(lane.port, "scramuser", "scrampass", "scram_app").await, "scramuser");
+    assert!(try_connect(lane.port, "scramuser", "wrong", "scram_app").await.is_err());
+    // Not in the userlist: refused.
+    assert!(try_connect(lane.port, "md5user", "md5pass", "app").await.is_err());
+}
+
+/// A pglane child run with nothing but `--pgbouncer-ini`, killed when dropped.
+struct Alone {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Alone {
+    fn start(ini: &Path, log: PathBuf, port: u16) -> Alone {
+        let log_file = fs::File::create(&log).expect("create log");
+        let child = Command::new(env!("CARGO_BIN_EXE_pglane"))
+            .arg("--pgbouncer-ini")
+            .arg(ini)
+            .args(["--cores", "1"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("clone log fd"))
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn pglane");
+        let mut alone = Alone { child, log };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let exited = alone.child.try_wait().ok().flatten();
+            assert!(exited.is_none() && Instant::now() < deadline, "pglane did not listen ({exited:?}):\n{}", alone.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        alone
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_ini_alone_is_enough() {
+    let dir = Dir::new("alone");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let port = free_port();
+    let ini = dir.write("pgbouncer.ini", &ini_text("md5", port, ""));
+    let lane = Alone::start(&ini, dir.0.join("pglane.log"), port);
+    assert_eq!(current_user(port, "postgres", "secret", "app").await, "postgres");
+    assert!(lane.log().contains("server_lifetime: ignored"), "{}", lane.log());
+}
+
+fn check(args: &[&Path]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pglane"));
+    command.arg("--check");
+    for pair in args.chunks(2) {
+        command.arg(pair[0]).arg(pair[1]);
+    }
+    command.output().expect("run pglane --check")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn check_validates_an_ini_and_prints_its_warnings() {
+    let dir = Dir::new("check");
+    dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{}\"\n", rolpassword("md5user")));
+    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, "logfile = /var/log/pgbouncer.log"));
+    let flag = Path::new("--pgbouncer-ini");
+    let out = check(&[flag, &ini]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), format!("{}: ok\n", ini.display()));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&format!("warning: {}:13: server_lifetime: ignored", ini.display())), "{stderr}");
+    assert!(stderr.contains(&format!("warning: {}:14: logfile: ignored", ini.display())), "{stderr}");
+
+    // With a TOML file too: both named, the TOML wins.
+    let toml = dir.write("extra.toml", "listen = \"127.0.0.1:7777\"\n");
+    let out = check(&[flag, &ini, Path::new("--config"), &toml]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), format!("{} + {}: ok\n", ini.display(), toml.display()));
+
+    // Mistakes: exit 1, with file and line.
+    let bad = dir.write("bad.ini", &ini_text("hba", 6432, ""));
+    let out = check(&[flag, &bad]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains(&format!("{}:10: auth_type = hba is not supported", bad.display())), "{out:?}");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\nmd5user md5pass\n");
+    let out = check(&[flag, &ini]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let userlist = dir.0.join("userlist.txt");
+    assert!(text(&out.stderr).contains(&format!("{}:2: expected \"user\" \"password\"", userlist.display())), "{out:?}");
+    let out = check(&[flag, &dir.0.join("missing.ini")]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains("cannot read"), "{out:?}");
+}
+
+#[test]
+fn the_shipped_example_checks() {
+    let example = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/pgbouncer.ini"));
+    let out = check(&[Path::new("--pgbouncer-ini"), example]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text(&out.stderr).contains("pgbouncer.ini:") && text(&out.stderr).contains("logfile: ignored"), "{out:?}");
+}
