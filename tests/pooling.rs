@@ -488,7 +488,15 @@ async fn shutdown_lets_the_open_transaction_finish() {
     let c = connect(lane.port, "postgres", "secret", "app").await;
     c.batch_execute("begin").await.unwrap();
     lane.signal(libc::SIGTERM);
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Both shards have closed their listeners (on a loaded machine this can
+    // take a moment after the signal).
+    for _ in 0..200 {
+        if lane.log().matches("no longer accepting connections").count() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(lane.log().matches("no longer accepting connections").count(), 2, "{}", lane.log());
     // New clients are turned away...
     assert!(try_connect(lane.port, "postgres", "secret", "app").await.is_err());
     // ...but the transaction in flight completes.

@@ -43,6 +43,9 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// The longest timeout accepted: one year.
+pub const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
 fn invalid(msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(msg.into())
 }
@@ -258,8 +261,9 @@ impl Config {
             ("client_login_timeout", self.client_login_timeout),
             ("shutdown_timeout", self.shutdown_timeout),
         ] {
-            if !(seconds.is_finite() && seconds > 0.0) {
-                return Err(invalid(format!("{name} must be a positive number of seconds, not {seconds}")));
+            // A year is "never" for a pooler; above that Duration would overflow.
+            if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_TIMEOUT_SECS) {
+                return Err(invalid(format!("{name} must be a positive number of seconds up to a year, not {seconds}")));
             }
         }
         for (name, db) in &self.databases {
@@ -363,6 +367,8 @@ password = "secret"
         assert!(bad("\"transaction\"", "\"statement\"").contains("pool_mode"));
         assert!(bad("pool_size = 8", "pool_sise = 8").contains("pool_sise"));
         assert!(bad("admin_users", "cores = 0\nadmin_users").contains("cores"));
+        assert!(bad("admin_users", "query_wait_timeout = 1e300\nadmin_users").contains("query_wait_timeout"));
+        assert!(bad("admin_users", "shutdown_timeout = 0\nadmin_users").contains("shutdown_timeout"));
         assert!(bad("password = \"secret\"", "password = \"SCRAM-SHA-256$x\"").contains("users.postgres"));
         let md5_with_scram = MINIMAL.replace("pool_mode = \"transaction\"", "auth_type = \"md5\"").replace(
             "\"secret\"",

@@ -88,8 +88,9 @@ const DEFAULT_MAX_CLIENT_CONN: i64 = 100;
 const DEFAULT_POOL_SIZE: i64 = 20;
 const DEFAULT_UNIX_SOCKET_DIR: &str = "/tmp";
 const DEFAULT_SERVER_PORT: u16 = 5432;
-/// What a PgBouncer timeout of 0 ("no limit") becomes: pglane's timeouts are always on.
-pub const UNLIMITED_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+/// What a PgBouncer timeout of 0 ("no limit") becomes: pglane's timeouts are
+/// always on, and the longest it accepts is a year.
+pub const UNLIMITED_SECONDS: f64 = super::MAX_TIMEOUT_SECS;
 
 /// A line of a file.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

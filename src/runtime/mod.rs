@@ -179,6 +179,7 @@ impl Shard {
             }
         }
         drop(listener);
+        info!(shard = self.id, "no longer accepting connections");
         watcher.await;
         self.drain().await;
     }
