@@ -4,6 +4,7 @@
 //! to [`runtime::run`], which starts one shard per core. Each module owns one
 //! concept; its top comment says what it owns and what it must never do.
 
+pub mod admin;
 pub mod auth;
 pub mod client;
 pub mod config;

@@ -2,14 +2,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use clap::{ArgGroup, Parser};
-use pglane::config::pgbouncer_ini::{self, Warning};
-use pglane::config::Config;
-use pglane::runtime::{self, Shared};
+use pglane::runtime::{self, ConfigSource, Shared};
 use tracing::{error, info, warn};
 
 #[global_allocator]
@@ -55,7 +52,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
-    let (mut config, warnings) = match load_config(&cli) {
+    let (mut config, warnings) = match pglane::config::load(cli.config.as_deref(), cli.pgbouncer_ini.as_deref()) {
         Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("pglane: {e}");
@@ -84,11 +81,8 @@ fn main() -> ExitCode {
     }
 
     let cpus = runtime::cpu_plan(config.cores);
-    let shared = Arc::new(Shared {
-        config: ArcSwap::from_pointee(config),
-        clients: AtomicUsize::new(0),
-        shutting_down: AtomicBool::new(false),
-    });
+    let source = ConfigSource { toml: cli.config.clone(), pgbouncer_ini: cli.pgbouncer_ini.clone(), cores: cli.cores };
+    let shared = Arc::new(Shared::new(config, source));
     spawn_signal_thread(shared.clone());
     info!(shards = cpus.len(), ?cpus, "starting");
     match runtime::run(shared, &cpus) {
@@ -103,21 +97,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// The config from --config, --pgbouncer-ini or both (the TOML laid over the
-/// ini), and what the import had to say; errors name their file.
-fn load_config(cli: &Cli) -> Result<(Config, Vec<Warning>), String> {
-    match (&cli.pgbouncer_ini, &cli.config) {
-        (Some(ini), toml) => pgbouncer_ini::load(ini, toml.as_deref()).map_err(|e| e.to_string()),
-        (None, Some(toml)) => Config::load(toml).map(|c| (c, Vec::new())).map_err(|e| format!("{}: {e}", toml.display())),
-        (None, None) => Err("give --config FILE or --pgbouncer-ini FILE".into()),
-    }
-}
-
 /// SIGINT/SIGTERM: stop accepting, let transactions in flight finish (up to
-/// shutdown_timeout), then exit. A second signal exits at once.
+/// shutdown_timeout), then exit; a second one exits at once. SIGHUP: read the
+/// config again and apply it if it is valid (the old one stays if not).
 fn spawn_signal_thread(shared: Arc<Shared>) {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
         Ok(s) => s,
         Err(e) => {
             error!("cannot install signal handlers: {e}");
@@ -126,6 +111,16 @@ fn spawn_signal_thread(shared: Arc<Shared>) {
     };
     std::thread::spawn(move || {
         for signal in signals.forever() {
+            if signal == SIGHUP {
+                match shared.reload() {
+                    Ok(warnings) => {
+                        warnings.iter().for_each(|w| warn!("{w}"));
+                        info!("SIGHUP: config reloaded");
+                    }
+                    Err(e) => error!("SIGHUP: config not reloaded, keeping the old one: {e}"),
+                }
+                continue;
+            }
             if shared.shutting_down.swap(true, Ordering::SeqCst) {
                 error!("second signal {signal}: exiting now");
                 std::process::exit(1);

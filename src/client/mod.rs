@@ -16,7 +16,7 @@ pub mod tracker;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -28,7 +28,7 @@ use crate::pool::{Lease, Pool, PoolError};
 use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
 use crate::protocol::startup::{self, StartupPacket, StartupParams};
 use crate::protocol::ProtocolError;
-use crate::runtime::{with_timeout, ClientEntry, Shard};
+use crate::runtime::{with_timeout, ClientEntry, ClientInfo, ClientState, Shard};
 use crate::server::ServerError;
 
 use crate::prepare::ClientStatements;
@@ -40,14 +40,14 @@ use relay::{Buffers, Relay, RelayEnd};
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves one accepted client connection until it ends.
-pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: String) {
+pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net::SocketAddr>) {
     let config = shard.shared.config.load_full();
     let login = with_timeout(Config::secs(config.client_login_timeout), login(shard, &config, &mut stream)).await;
-    let (params, pool) = match login {
+    let (params, target) = match login {
         Some(Ok(Some(ok))) => ok,
         Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
         Some(Err(e)) => {
-            debug!(%peer, "login failed: {e}");
+            debug!(?peer, "login failed: {e}");
             if let Some(fields) = e.client_message() {
                 send_error(&mut stream, &fields).await;
             }
@@ -60,8 +60,25 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: String) {
     };
     let user = params.user().unwrap_or_default().to_owned();
     let database = params.database().unwrap_or_default().to_owned();
+    let info = ClientInfo {
+        user: user.clone(),
+        database: database.clone(),
+        addr: peer.map(|p| p.ip().to_string()).unwrap_or_default(),
+        port: peer.map(|p| p.port()).unwrap_or(0),
+        application_name: params.get("application_name").unwrap_or_default().to_owned(),
+        admin: matches!(target, Target::Admin { .. }),
+    };
+    let (process_id, entry) = shard.register_client(info);
+    let pool = match target {
+        Target::Pool(pool) => pool,
+        Target::Admin { may_control } => {
+            info!(?peer, %user, "admin console login");
+            crate::admin::serve(shard, &mut stream, process_id, entry.secret_key, may_control).await;
+            shard.unregister_client(process_id);
+            return;
+        }
+    };
     let mode = config.pool_mode_for(&database, &user);
-    let (process_id, entry) = shard.register_client();
     let mut session = Session {
         shard: shard.clone(),
         buffers: Buffers::new(config.max_message_size),
@@ -73,11 +90,12 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: String) {
         process_id,
         entry,
         exchange: Exchange::default(),
+        lease_started: Instant::now(),
     };
     match session.run(&params).await {
-        Ok(()) => debug!(%peer, %user, %database, "client left"),
+        Ok(()) => debug!(?peer, %user, %database, "client left"),
         Err(e) => {
-            info!(%peer, %user, %database, "client session ended: {e}");
+            info!(?peer, %user, %database, "client session ended: {e}");
             if let Some(fields) = e.client_message() {
                 if session.buffers.from_server.at_boundary() && session.buffers.to_client.is_empty() {
                     send_error(&mut session.client, &fields).await;
@@ -85,8 +103,16 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: String) {
             }
         }
     }
+    session.flush_counters();
     shard.shutdown.forget(u64::from(process_id as u32));
     shard.unregister_client(process_id);
+}
+
+/// Where a logged-in client goes.
+enum Target {
+    Pool(Rc<Pool>),
+    /// The admin console; `may_control` for admin_users (not only stats_users).
+    Admin { may_control: bool },
 }
 
 /// Why a login or session ended early.
@@ -138,7 +164,7 @@ async fn login(
     shard: &Rc<Shard>,
     config: &Config,
     stream: &mut Stream,
-) -> Result<Option<(StartupParams, Rc<Pool>)>, SessionError> {
+) -> Result<Option<(StartupParams, Target)>, SessionError> {
     let params = loop {
         match read_startup_packet(stream).await? {
             StartupPacket::SslRequest | StartupPacket::GssEncRequest => stream.write_all(b"N").await?,
@@ -162,6 +188,17 @@ async fn login(
         return Err(SessionError::Refused(ErrorFields::fatal("08P01", "pglane does not pool replication connections")));
     }
     let database = params.database().unwrap_or(user);
+    if crate::admin::is_admin_database(database) {
+        let may_control = config.admin_users.iter().any(|u| u == user);
+        if !may_control && !config.stats_users.iter().any(|u| u == user) {
+            return Err(SessionError::Refused(ErrorFields::fatal(
+                "28000",
+                format!("user \"{user}\" is not in admin_users or stats_users"),
+            )));
+        }
+        auth::authenticate(shard, stream, config, user).await?;
+        return Ok(Some((params, Target::Admin { may_control })));
+    }
     auth::authenticate(shard, stream, config, user).await?;
     let Some(pool) = shard.pool(config, database, user) else {
         return Err(SessionError::Refused(ErrorFields::fatal(
@@ -169,7 +206,7 @@ async fn login(
             format!("database \"{database}\" does not exist in pglane's configuration"),
         )));
     };
-    Ok(Some((params, pool)))
+    Ok(Some((params, Target::Pool(pool))))
 }
 
 async fn read_startup_packet(stream: &mut Stream) -> Result<StartupPacket, SessionError> {
@@ -202,6 +239,8 @@ struct Session {
     exchange: Exchange,
     /// This client's names for the shard's prepared statements.
     statements: ClientStatements,
+    /// When the current server connection was lent (for xact_time).
+    lease_started: Instant,
 }
 
 /// What the client did while it held no server connection.
@@ -211,6 +250,8 @@ enum Idle {
     /// It said Terminate or closed its socket.
     Gone,
     Shutdown,
+    /// KILL from the admin console.
+    Killed,
 }
 
 impl Session {
@@ -229,6 +270,7 @@ impl Session {
                     Idle::Message => lease.insert(self.checkout().await?),
                     Idle::Gone => return Ok(()),
                     Idle::Shutdown => return Err(shutting_down()),
+                    Idle::Killed => return Err(killed()),
                 },
             };
             let release_when_idle = self.mode == PoolMode::Transaction;
@@ -244,10 +286,13 @@ impl Session {
                 server_statements: &mut server.statements,
                 release_when_idle,
                 shutdown: &self.shard.shutdown,
+                killed: &self.entry.killed,
                 waker_id,
                 saw_ready: false,
+                busy_since: None,
             }
             .await;
+            self.flush_counters();
             match end {
                 RelayEnd::Released => {
                     let server = lease.take();
@@ -276,8 +321,20 @@ impl Session {
                 }
                 RelayEnd::ServerError(e) => return Err(SessionError::Server(ServerError::Write(e))),
                 RelayEnd::ClientError(e) => return Err(SessionError::ClientProtocol(e)),
+                RelayEnd::Killed => return Err(killed()),
             }
         }
+    }
+
+    /// Moves the relay's byte and query counters into the pool's stats.
+    fn flush_counters(&mut self) {
+        let c = std::mem::take(&mut self.buffers.counters);
+        self.pool.count(|s| {
+            s.bytes_received += c.bytes_to_server;
+            s.bytes_sent += c.bytes_to_client;
+            s.query_count += c.queries;
+            s.query_time_us += c.query_time_us;
+        });
     }
 
     fn waker_id(&self) -> u64 {
@@ -301,17 +358,35 @@ impl Session {
         Ok(())
     }
 
+    /// Borrows a server connection (waiting while the database is paused),
+    /// all within query_wait_timeout.
     async fn checkout(&mut self) -> Result<Lease, SessionError> {
-        let lease = self.pool.checkout(Config::secs(self.config.query_wait_timeout)).await?;
+        let wait = Config::secs(self.config.query_wait_timeout);
+        self.entry.set_state(ClientState::Waiting);
+        let started = Instant::now();
+        if self.shard.is_paused(&self.entry.info.database)
+            && with_timeout(wait, self.shard.wait_unpaused(&self.entry.info.database)).await.is_none()
+        {
+            return Err(SessionError::Pool(PoolError::WaitTimeout));
+        }
+        let lease = self.pool.checkout(wait.saturating_sub(started.elapsed())).await?;
+        let waited = started.elapsed();
+        self.pool.count(|s| s.wait_time_us += waited.as_micros() as u64);
         *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
+        self.entry.set_state(ClientState::Active);
+        self.lease_started = Instant::now();
         Ok(lease)
     }
 
     /// Waits, holding no server, until the client sends something.
     async fn wait_for_client(&mut self) -> Result<Idle, SessionError> {
         let id = self.waker_id();
-        let (inbox, client, shutdown) = (&mut self.buffers.from_client, &mut self.client, &self.shard.shutdown);
+        let (inbox, client, shutdown, killed) =
+            (&mut self.buffers.from_client, &mut self.client, &self.shard.shutdown, &self.entry.killed);
         futures_lite::future::poll_fn(|cx| loop {
+            if killed.get() {
+                return std::task::Poll::Ready(Ok(Idle::Killed));
+            }
             match inbox.pending().first() {
                 Some(&crate::protocol::frontend::TERMINATE) => return std::task::Poll::Ready(Ok(Idle::Gone)),
                 Some(_) => return std::task::Poll::Ready(Ok(Idle::Message)),
@@ -334,6 +409,12 @@ impl Session {
     /// be made clean (rolled back, reset in session mode), closed otherwise.
     async fn give_back(&mut self, mut server: Lease) {
         *self.entry.server.borrow_mut() = None;
+        self.entry.set_state(ClientState::Idle);
+        let held = self.lease_started.elapsed();
+        self.pool.count(|s| {
+            s.xact_count += 1;
+            s.xact_time_us += held.as_micros() as u64;
+        });
         let b = &mut self.buffers;
         let stray_bytes = !b.from_server.pending().is_empty() || !b.from_server.at_boundary();
         if stray_bytes || !self.exchange.is_quiet() || !b.from_client.at_boundary() || !b.to_server.is_empty() {
@@ -384,6 +465,10 @@ impl Session {
 fn forgets_statements(sql: &str) -> bool {
     let sql = sql.to_ascii_uppercase();
     sql.contains("DISCARD ALL") || sql.contains("DEALLOCATE ALL")
+}
+
+fn killed() -> SessionError {
+    SessionError::Refused(ErrorFields::fatal("57P01", "terminating connection due to administrator command (KILL)"))
 }
 
 fn shutting_down() -> SessionError {

@@ -42,6 +42,19 @@ pub enum RelayEnd {
     ClientError(ProtocolError),
     /// pglane is shutting down and the client is between transactions.
     Shutdown,
+    /// The admin console said KILL.
+    Killed,
+}
+
+/// What a relay counts, moved into the pool's stats by the session.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counters {
+    pub bytes_to_server: u64,
+    pub bytes_to_client: u64,
+    /// ReadyForQuery messages relayed.
+    pub queries: u64,
+    /// Time from sending a request to an idle server until it was quiet again.
+    pub query_time_us: u64,
 }
 
 /// The two directions' buffers of one client session.
@@ -50,6 +63,7 @@ pub struct Buffers {
     pub to_server: BytesMut,
     pub from_server: Inbox,
     pub to_client: BytesMut,
+    pub counters: Counters,
 }
 
 impl Buffers {
@@ -61,6 +75,7 @@ impl Buffers {
             // enforces its own limits, and only small ones are seen whole.
             from_server: Inbox::new(i32::MAX as usize),
             to_client: BytesMut::with_capacity(16 * 1024),
+            counters: Counters::default(),
         }
     }
 }
@@ -75,10 +90,13 @@ pub struct Relay<'a> {
     pub server_statements: &'a mut ServerStatements,
     pub release_when_idle: bool,
     pub shutdown: &'a ShutdownSignal,
+    pub killed: &'a std::cell::Cell<bool>,
     pub waker_id: u64,
     /// A ReadyForQuery has come back in this relay: before that, an idle
     /// exchange only means nothing was sent yet.
     pub saw_ready: bool,
+    /// When the server was last given work while quiet (for query time).
+    pub busy_since: Option<std::time::Instant>,
 }
 
 impl Future for Relay<'_> {
@@ -104,8 +122,8 @@ enum Step {
     Done(RelayEnd),
 }
 
-/// Writes as much of `out` as the socket takes. `Ready(Ok(true))` if it wrote.
-fn poll_send(cx: &mut Context<'_>, stream: &mut Stream, out: &mut BytesMut) -> Poll<io::Result<bool>> {
+/// Writes as much of `out` as the socket takes, counting it. `Ready(Ok(true))` if it wrote.
+fn poll_send(cx: &mut Context<'_>, stream: &mut Stream, out: &mut BytesMut, count: &mut u64) -> Poll<io::Result<bool>> {
     if out.is_empty() {
         return Poll::Ready(Ok(false));
     }
@@ -114,6 +132,7 @@ fn poll_send(cx: &mut Context<'_>, stream: &mut Stream, out: &mut BytesMut) -> P
         return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
     }
     out.advance(n);
+    *count += n as u64;
     Poll::Ready(Ok(true))
 }
 
@@ -124,6 +143,9 @@ impl Relay<'_> {
 
     /// One round: read, process and write each direction once.
     fn step(&mut self, cx: &mut Context<'_>) -> Step {
+        if self.killed.get() {
+            return Step::Done(RelayEnd::Killed);
+        }
         let mut progress = false;
         let b = &mut *self.buffers;
 
@@ -161,7 +183,10 @@ impl Relay<'_> {
                 }
             }
         }
-        match poll_send(cx, self.server, &mut b.to_server) {
+        if self.busy_since.is_none() && !b.to_server.is_empty() {
+            self.busy_since = Some(std::time::Instant::now());
+        }
+        match poll_send(cx, self.server, &mut b.to_server, &mut b.counters.bytes_to_server) {
             Poll::Ready(Ok(wrote)) => progress |= wrote,
             Poll::Ready(Err(e)) => return Step::Done(RelayEnd::ServerError(e)),
             Poll::Pending => {}
@@ -190,6 +215,12 @@ impl Relay<'_> {
                         self.exchange.from_server(tag, message, &mut st, &mut b.to_client);
                         if tag == crate::protocol::backend::READY_FOR_QUERY {
                             self.saw_ready = true;
+                            b.counters.queries += 1;
+                            if self.exchange.is_quiet() {
+                                if let Some(since) = self.busy_since.take() {
+                                    b.counters.query_time_us += since.elapsed().as_micros() as u64;
+                                }
+                            }
                         }
                     }
                     Piece::Start(tag, bytes) => self.exchange.from_server_stream(tag, bytes, &mut b.to_client),
@@ -197,7 +228,7 @@ impl Relay<'_> {
                 }
             }
         }
-        match poll_send(cx, self.client, &mut b.to_client) {
+        match poll_send(cx, self.client, &mut b.to_client, &mut b.counters.bytes_to_client) {
             Poll::Ready(Ok(wrote)) => progress |= wrote,
             Poll::Ready(Err(_)) => return Step::Done(RelayEnd::ClientLeft),
             Poll::Pending => {}

@@ -82,11 +82,14 @@ pub struct Config {
     pub pool_mode: PoolMode,
     #[serde(default)]
     pub auth_type: AuthType,
-    /// Users allowed to use the admin console (issue: admin console).
+    /// Users allowed every admin console command (database `pgbouncer` or `pglane`).
     #[serde(default)]
     pub admin_users: Vec<String>,
+    /// Users allowed the admin console's SHOW commands.
     #[serde(default)]
     pub stats_users: Vec<String>,
+    /// Address of the Prometheus/OpenMetrics endpoint (`GET /metrics`); off if absent.
+    pub metrics_listen: Option<String>,
     /// Number of shards (one per core); the command line's `--cores` wins.
     pub cores: Option<usize>,
     /// Client connections allowed at once, over all shards.
@@ -226,6 +229,16 @@ impl Database {
     }
 }
 
+/// Reads the config from a TOML file, a pgbouncer.ini, or both (the TOML
+/// laid over the ini), with what the import had to say. Errors name their file.
+pub fn load(toml: Option<&Path>, pgbouncer_ini: Option<&Path>) -> Result<(Config, Vec<pgbouncer_ini::Warning>), String> {
+    match (pgbouncer_ini, toml) {
+        (Some(ini), toml) => pgbouncer_ini::load(ini, toml).map_err(|e| e.to_string()),
+        (None, Some(toml)) => Config::load(toml).map(|c| (c, Vec::new())).map_err(|e| format!("{}: {e}", toml.display())),
+        (None, None) => Err("give --config FILE or --pgbouncer-ini FILE".into()),
+    }
+}
+
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -243,6 +256,7 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
+        self.metrics_addr()?;
         if self.cores == Some(0) {
             return Err(invalid("cores must be at least 1"));
         }
@@ -285,6 +299,13 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        self.metrics_listen
+            .as_deref()
+            .map(|a| a.parse().map_err(|_| invalid(format!("metrics_listen = {a:?} is not an address like \"127.0.0.1:9127\""))))
+            .transpose()
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {

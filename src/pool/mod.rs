@@ -30,7 +30,7 @@ pub enum PoolError {
 }
 
 /// Per-pool counters, read by the admin console and metrics.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
     pub checkouts: u64,
     pub waits: u64,
@@ -38,11 +38,54 @@ pub struct PoolStats {
     pub connects: u64,
     pub connect_failures: u64,
     pub unhealthy_closed: u64,
+    /// Transactions (server connection lent and given back, in transaction
+    /// mode; whole sessions in session mode).
+    pub xact_count: u64,
+    /// Requests answered with ReadyForQuery (simple queries and Syncs).
+    pub query_count: u64,
+    /// Bytes from clients to servers, and from servers to clients.
+    pub bytes_received: u64,
+    pub bytes_sent: u64,
+    /// Microseconds clients held server connections, spent in queries, and
+    /// waited for a server connection.
+    pub xact_time_us: u64,
+    pub query_time_us: u64,
+    pub wait_time_us: u64,
+}
+
+impl PoolStats {
+    /// Adds another shard's counters.
+    pub fn add(&mut self, o: &PoolStats) {
+        self.checkouts += o.checkouts;
+        self.waits += o.waits;
+        self.wait_timeouts += o.wait_timeouts;
+        self.connects += o.connects;
+        self.connect_failures += o.connect_failures;
+        self.unhealthy_closed += o.unhealthy_closed;
+        self.xact_count += o.xact_count;
+        self.query_count += o.query_count;
+        self.bytes_received += o.bytes_received;
+        self.bytes_sent += o.bytes_sent;
+        self.xact_time_us += o.xact_time_us;
+        self.query_time_us += o.query_time_us;
+        self.wait_time_us += o.wait_time_us;
+    }
+}
+
+/// An idle server connection, as the admin console shows it.
+#[derive(Debug, Clone)]
+pub struct IdleServer {
+    pub remote_pid: i32,
+    pub address: String,
+    pub connected_at: std::time::SystemTime,
 }
 
 pub struct Pool {
-    target: ServerTarget,
-    max_size: usize,
+    target: RefCell<ServerTarget>,
+    max_size: Cell<usize>,
+    /// Connections opened before the current generation are closed when they
+    /// come back (RECONNECT, or a reload that changed the server).
+    generation: Cell<u64>,
     idle: RefCell<Vec<ServerConn>>,
     /// Connections open or being opened, lent or idle.
     open: Cell<usize>,
@@ -67,8 +110,9 @@ struct Waiter {
 impl Pool {
     pub fn new(target: ServerTarget, max_size: usize) -> Rc<Pool> {
         Rc::new(Pool {
-            target,
-            max_size,
+            target: RefCell::new(target),
+            max_size: Cell::new(max_size),
+            generation: Cell::new(0),
             idle: RefCell::new(Vec::new()),
             open: Cell::new(0),
             waiters: RefCell::new(VecDeque::new()),
@@ -94,7 +138,61 @@ impl Pool {
     }
 
     pub fn max_size(&self) -> usize {
-        self.max_size
+        self.max_size.get()
+    }
+
+    /// Server connections lent out right now.
+    pub fn active_count(&self) -> usize {
+        self.open.get() - self.idle.borrow().len()
+    }
+
+    pub fn idle_servers(&self) -> Vec<IdleServer> {
+        self.idle
+            .borrow()
+            .iter()
+            .map(|c| IdleServer {
+                remote_pid: c.cancel_key.process_id,
+                address: c.cancel_key.address.to_string(),
+                connected_at: c.cancel_key.connected_at,
+            })
+            .collect()
+    }
+
+    /// A reload changed this pool's server or size: later connections use
+    /// `target`; if the server changed, existing ones are replaced as they
+    /// come back.
+    pub fn reconfigure(&self, target: ServerTarget, max_size: usize) {
+        let moved = {
+            let old = self.target.borrow();
+            old.address != target.address || old.dbname != target.dbname || old.user != target.user
+        };
+        *self.target.borrow_mut() = target;
+        self.max_size.set(max_size);
+        if moved {
+            self.reconnect();
+        }
+        self.trim_idle();
+    }
+
+    /// Replace every server connection: idle ones now, lent ones when they
+    /// come back.
+    pub fn reconnect(&self) {
+        self.generation.set(self.generation.get() + 1);
+        self.close_idle();
+    }
+
+    /// Closes idle connections above max_size.
+    fn trim_idle(&self) {
+        while self.open.get() > self.max_size.get() {
+            if self.idle.borrow_mut().pop().is_none() {
+                break;
+            }
+            self.slot_freed();
+        }
+    }
+
+    pub fn count(&self, f: impl FnOnce(&mut PoolStats)) {
+        self.bump(f);
     }
 
     fn bump(&self, f: impl FnOnce(&mut PoolStats)) {
@@ -109,7 +207,7 @@ impl Pool {
         if let Some(conn) = self.take_idle() {
             return Ok(self.lease(conn));
         }
-        if self.open.get() < self.max_size {
+        if self.open.get() < self.max_size.get() {
             self.open.set(self.open.get() + 1);
             return self.open_in_slot().await;
         }
@@ -168,7 +266,8 @@ impl Pool {
     }
 
     async fn open_in_slot(self: &Rc<Self>) -> Result<Lease, PoolError> {
-        match ServerConn::connect(&self.target).await {
+        let target = self.target.borrow().clone();
+        match ServerConn::connect(&target, self.generation.get()).await {
             Ok(conn) => {
                 self.bump(|s| s.connects += 1);
                 if self.server_params.borrow().is_none() {
@@ -194,6 +293,11 @@ impl Pool {
 
     /// A connection comes back idle and clean.
     fn checkin(&self, mut conn: ServerConn) {
+        if conn.generation < self.generation.get() || self.open.get() > self.max_size.get() {
+            drop(conn);
+            self.slot_freed();
+            return;
+        }
         if let Some(waiter) = self.next_waiter() {
             waiter.grant(Grant::Conn(conn));
             return;

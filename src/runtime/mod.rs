@@ -2,20 +2,23 @@
 //! SO_REUSEPORT listener, pools and client registry.
 //!
 //! This module owns the threads, the listeners, the shard-local registries and
-//! the messages shards send each other (cancel requests, shutdown). A shard's
-//! state is `Rc`/`RefCell`, touched only by its own thread; what shards share
-//! is read-mostly ([`Shared`]: the config behind arc-swap, a client counter
-//! used at accept time). Nothing here is on the per-query path except the
-//! lookups a session does once per login.
+//! the messages shards send each other (cancel requests, admin questions,
+//! shutdown). A shard's state is `Rc`/`RefCell`, touched only by its own
+//! thread; what shards share is read-mostly ([`Shared`]: the config behind
+//! arc-swap, a client counter used at accept time). Nothing here is on the
+//! per-query path except the lookups a session does once per login.
 
-mod cancel;
+mod clients;
+mod control;
+mod peers;
 mod shutdown;
+pub mod snapshot;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +36,8 @@ use crate::pool::Pool;
 use crate::prepare::Registry;
 use crate::server::{CancelKey, ServerTarget};
 
-pub use cancel::{CancelMessage, ClientEntry};
+pub use clients::{ClientEntry, ClientInfo, ClientState};
+pub use peers::{Answer, Control, Question, ShardMessage};
 pub use shutdown::ShutdownSignal;
 
 /// Statements a shard's registry keeps before it drops those no client uses.
@@ -48,12 +52,56 @@ pub async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> O
     .await
 }
 
+/// Where the config came from, so RELOAD and SIGHUP can read it again.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    pub toml: Option<std::path::PathBuf>,
+    pub pgbouncer_ini: Option<std::path::PathBuf>,
+    /// `--cores` from the command line (kept across reloads).
+    pub cores: Option<usize>,
+}
+
 /// What all shards share. Read-mostly; never touched per query.
 pub struct Shared {
     pub config: ArcSwap<Config>,
+    pub source: ConfigSource,
+    /// Bumped each time a new config is stored; shards apply it when they see
+    /// the number change.
+    pub config_generation: AtomicU64,
     /// Client connections open, over all shards (for max_client_conn).
     pub clients: AtomicUsize,
     pub shutting_down: AtomicBool,
+    pub started: std::time::Instant,
+}
+
+impl Shared {
+    pub fn new(config: Config, source: ConfigSource) -> Shared {
+        Shared {
+            config: ArcSwap::from_pointee(config),
+            source,
+            config_generation: AtomicU64::new(0),
+            clients: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Reads the config files again; stores the new config if it is valid and
+    /// keeps the old one (returning why) if not.
+    pub fn reload(&self) -> Result<Vec<String>, String> {
+        let (mut config, warnings) =
+            crate::config::load(self.source.toml.as_deref(), self.source.pgbouncer_ini.as_deref())?;
+        let old = self.config.load();
+        if self.source.cores.is_some() {
+            config.cores = self.source.cores;
+        }
+        if config.listen != old.listen {
+            return Err(format!("listen cannot change without a restart ({} → {})", old.listen, config.listen));
+        }
+        self.config.store(Arc::new(config));
+        self.config_generation.fetch_add(1, Ordering::SeqCst);
+        Ok(warnings.iter().map(|w| w.to_string()).collect())
+    }
 }
 
 /// The state one core owns.
@@ -66,7 +114,13 @@ pub struct Shard {
     pools: RefCell<HashMap<(String, String), Rc<Pool>>>,
     clients: RefCell<HashMap<i32, Rc<ClientEntry>>>,
     next_client: Cell<u32>,
-    peers: Senders<CancelMessage>,
+    peers: Senders<ShardMessage>,
+    gatherings: RefCell<HashMap<u64, Rc<peers::Gathering>>>,
+    next_request: Cell<u64>,
+    /// PAUSE / RESUME state and the clients waiting on it.
+    pause: control::PauseState,
+    /// The config generation this shard last applied.
+    applied_generation: Cell<u64>,
     /// The shard's prepared statements, shared by all its clients.
     pub registry: Registry,
     /// SCRAM secrets derived from plaintext passwords in the config, so the
@@ -116,6 +170,13 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                         return;
                     }
                 };
+                let metrics = match shared.config.load().metrics_listen.clone().map(|a| bind_listener(&a).map_err(|e| (a, e))).transpose() {
+                    Ok(m) => m,
+                    Err((a, e)) => {
+                        let _ = ready.send(Err(format!("cannot listen for metrics on {a}: {e}")));
+                        return;
+                    }
+                };
                 let shard = Rc::new(Shard {
                     id: peers.peer_id(),
                     shards: peers.nr_consumers(),
@@ -125,10 +186,17 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     clients: RefCell::default(),
                     next_client: Cell::new(1),
                     peers,
+                    gatherings: RefCell::default(),
+                    next_request: Cell::new(1),
+                    pause: control::PauseState::default(),
+                    applied_generation: Cell::new(0),
                     scram_secrets: RefCell::default(),
                     registry: Registry::new(id, REGISTRY_CAPACITY),
                 });
-                cancel::serve_peers(&shard, receivers);
+                peers::serve_peers(&shard, receivers);
+                if let Some(metrics) = metrics {
+                    glommio::spawn_local(serve_metrics(shard.clone(), metrics)).detach();
+                }
                 let _ = ready.send(Ok(()));
                 shard.run(listener).await;
             })
@@ -186,7 +254,7 @@ impl Shard {
 
     fn admit(self: &Rc<Self>, stream: glommio::net::TcpStream) {
         let _ = stream.set_nodelay(true);
-        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        let peer = stream.peer_addr().ok();
         self.shared.clients.fetch_add(1, Ordering::Relaxed);
         let shard = self.clone();
         glommio::spawn_local(async move {
@@ -230,6 +298,14 @@ impl Shard {
         if let Some(pool) = self.pools.borrow().get(&key) {
             return Some(pool.clone());
         }
+        let (target, size) = self.pool_settings(config, database, user)?;
+        let pool = Pool::new(target, size);
+        self.pools.borrow_mut().insert(key, pool.clone());
+        Some(pool)
+    }
+
+    /// The server and this shard's pool size for (database, user) under `config`.
+    fn pool_settings(&self, config: &Config, database: &str, user: &str) -> Option<(ServerTarget, usize)> {
         let db = config.databases.get(database)?;
         let server_user = db.user.clone().unwrap_or_else(|| user.to_owned());
         let secret = match &db.password {
@@ -248,10 +324,16 @@ impl Shard {
             connect_timeout: Config::secs(config.server_connect_timeout),
             max_prepared_statements: config.max_prepared_statements,
         };
-        let size = Config::pool_size_per_shard(db.pool_size, self.shards, self.id);
-        let pool = Pool::new(target, size);
-        self.pools.borrow_mut().insert(key, pool.clone());
-        Some(pool)
+        Some((target, Config::pool_size_per_shard(db.pool_size, self.shards, self.id)))
+    }
+
+    /// The shard's clients, for snapshots and commands.
+    pub(crate) fn clients(&self) -> std::cell::Ref<'_, HashMap<i32, Rc<ClientEntry>>> {
+        self.clients.borrow()
+    }
+
+    pub(crate) fn pools(&self) -> std::cell::Ref<'_, HashMap<(String, String), Rc<Pool>>> {
+        self.pools.borrow()
     }
 
     /// The SCRAM secret pglane checks a plaintext-password user's logins with.
@@ -263,10 +345,10 @@ impl Shard {
             .clone()
     }
 
-    /// Registers a client for cancel requests; returns its BackendKeyData.
-    /// The process id's top byte is the shard, so any shard can route a
-    /// CancelRequest to the owner.
-    pub fn register_client(&self) -> (i32, Rc<ClientEntry>) {
+    /// Registers a client for cancel requests and the admin console; returns
+    /// its BackendKeyData process id. The process id's top byte is the shard,
+    /// so any shard can route a CancelRequest to the owner.
+    pub fn register_client(&self, info: ClientInfo) -> (i32, Rc<ClientEntry>) {
         let secret_key: i32 = rand::random();
         let mut clients = self.clients.borrow_mut();
         let process_id = loop {
@@ -277,7 +359,7 @@ impl Shard {
                 break pid;
             }
         };
-        let entry = Rc::new(ClientEntry { secret_key, server: RefCell::new(None) });
+        let entry = Rc::new(ClientEntry::new(info, secret_key));
         clients.insert(process_id, entry.clone());
         (process_id, entry)
     }
@@ -290,29 +372,47 @@ impl Shard {
     /// the shard that owns the client.
     pub async fn route_cancel(&self, process_id: i32, secret_key: i32) {
         let owner = (process_id >> 24) as usize;
-        let message = CancelMessage { process_id, secret_key };
         if owner == self.id {
-            self.cancel_local(message).await;
+            self.cancel_local(process_id, secret_key).await;
         } else if owner < self.shards {
             info!(shard = self.id, owner, "passing a cancel request to the shard that owns the client");
-            if self.peers.send_to(owner, message).await.is_err() {
+            if self.peers.send_to(owner, ShardMessage::Cancel { process_id, secret_key }).await.is_err() {
                 warn!(shard = self.id, owner, "could not pass a cancel request to its shard");
             }
         }
     }
 
-    async fn cancel_local(&self, m: CancelMessage) {
+    async fn cancel_local(&self, process_id: i32, secret_key: i32) {
         let key: Option<Rc<CancelKey>> = {
             let clients = self.clients.borrow();
             clients
-                .get(&m.process_id)
-                .filter(|c| c.secret_key == m.secret_key)
+                .get(&process_id)
+                .filter(|c| c.secret_key == secret_key)
                 .and_then(|c| c.server.borrow().clone())
         };
         let Some(key) = key else { return };
         let timeout = Config::secs(self.shared.config.load().server_connect_timeout);
         if let Err(e) = crate::server::send_cancel(&key, timeout).await {
             warn!(shard = self.id, "cancel request to {} failed: {e}", key.address);
+        }
+    }
+}
+
+/// Answers scrapers on `metrics_listen` until shutdown.
+async fn serve_metrics(shard: Rc<Shard>, listener: TcpListener) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.shutdown.wait().await;
+            None
+        })
+        .await;
+        match accepted {
+            Some(Ok(stream)) => {
+                let shard = shard.clone();
+                glommio::spawn_local(async move { crate::admin::metrics::serve(&shard, Stream::Tcp(stream)).await }).detach();
+            }
+            Some(Err(_)) => glommio::timer::sleep(Duration::from_millis(10)).await,
+            None => return,
         }
     }
 }
@@ -337,11 +437,15 @@ fn bind_listener(addr: &str) -> std::io::Result<TcpListener> {
     Ok(unsafe { TcpListener::from_raw_fd(socket.into_raw_fd()) })
 }
 
-/// Turns the process-wide shutdown flag (set from the signal thread) into this
-/// shard's local signal.
+/// Turns what the signal thread sets process-wide (shutdown flag, a new
+/// config) into this shard's own actions. Polls four times a second: cheap,
+/// and a glommio executor cannot be woken from a plain thread otherwise.
 async fn watch_for_shutdown(shard: Rc<Shard>) {
     while !shard.shared.shutting_down.load(Ordering::Relaxed) {
         glommio::timer::sleep(Duration::from_millis(250)).await;
+        if shard.shared.config_generation.load(Ordering::SeqCst) != shard.applied_generation.get() {
+            shard.apply_config();
+        }
     }
     shard.shutdown.fire();
 }

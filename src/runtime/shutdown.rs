@@ -75,3 +75,13 @@ impl ShutdownSignal {
         self.waiters.borrow_mut().remove(&id);
     }
 }
+
+impl ShutdownSignal {
+    /// Wakes the one task remembered under `id` (KILL uses this to make a
+    /// session look at its `killed` flag).
+    pub fn wake(&self, id: u64) {
+        if let Some(w) = self.waiters.borrow().get(&id) {
+            w.wake_by_ref();
+        }
+    }
+}

@@ -55,12 +55,14 @@ pub struct ServerTarget {
     pub max_prepared_statements: usize,
 }
 
-/// The key a client needs to cancel what this server connection is running.
+/// Which backend a server connection is: where, which process, since when.
+/// Also the key a client needs to cancel what it is running.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CancelKey {
     pub address: ServerAddress,
     pub process_id: i32,
     pub secret_key: i32,
+    pub connected_at: std::time::SystemTime,
 }
 
 pub struct ServerConn {
@@ -74,11 +76,13 @@ pub struct ServerConn {
     pub idle_since: Instant,
     /// The shard's statements this connection has prepared.
     pub statements: ServerStatements,
+    /// The pool generation it was opened in (see `Pool::reconnect`).
+    pub generation: u64,
 }
 
 impl ServerConn {
     /// Connects and logs in; returns once the server says ReadyForQuery.
-    pub async fn connect(target: &ServerTarget) -> Result<ServerConn, ServerError> {
+    pub async fn connect(target: &ServerTarget, generation: u64) -> Result<ServerConn, ServerError> {
         let mut stream = Stream::connect(&target.address, target.connect_timeout)
             .await
             .map_err(|source| ServerError::Connect { addr: target.address.clone(), source })?;
@@ -93,11 +97,17 @@ impl ServerConn {
             })
             .map(|(process_id, secret_key, params)| ServerConn {
                 stream,
-                cancel_key: Rc::new(CancelKey { address: target.address.clone(), process_id, secret_key }),
+                cancel_key: Rc::new(CancelKey {
+                    address: target.address.clone(),
+                    process_id,
+                    secret_key,
+                    connected_at: std::time::SystemTime::now(),
+                }),
                 params,
                 created: Instant::now(),
                 idle_since: Instant::now(),
                 statements: ServerStatements::new(target.max_prepared_statements),
+                generation,
             })
     }
 

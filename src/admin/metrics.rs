@@ -1,0 +1,122 @@
+//! The Prometheus / OpenMetrics text endpoint (`metrics_listen`): the same
+//! figures as the admin console, over plain HTTP.
+//!
+//! A tiny HTTP/1.1 responder written by hand: it answers `GET /metrics` (and
+//! nothing else) once per connection, which is all a scraper needs; a web
+//! framework would be most of the binary for that.
+
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+
+use crate::net::Stream;
+use crate::runtime::snapshot::ShardSnapshot;
+use crate::runtime::{with_timeout, ClientState, Shard};
+
+/// Largest request head read.
+const MAX_REQUEST: usize = 8192;
+
+/// Serves one scrape connection.
+pub async fn serve(shard: &Rc<Shard>, mut stream: Stream) {
+    let mut request = Vec::with_capacity(1024);
+    let head = async {
+        let mut chunk = [0u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < MAX_REQUEST {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => request.extend_from_slice(&chunk[..n]),
+            }
+        }
+        true
+    };
+    if with_timeout(Duration::from_secs(5), head).await != Some(true) {
+        return;
+    }
+    let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
+    let response = match line.split(|&b| b == b' ').collect::<Vec<_>>().as_slice() {
+        [b"GET", path, ..] if path.split(|&b| b == b'?').next() == Some(b"/metrics") => {
+            let body = render(&super::snapshots(shard).await, shard.shared.clients.load(std::sync::atomic::Ordering::Relaxed));
+            format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+        }
+        _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned(),
+    };
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.close().await;
+}
+
+/// The exposition text for these snapshots.
+pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    family("pglane_clients", "gauge", "Client connections open.", vec![(String::new(), clients as u64)]);
+    family("pglane_shards", "gauge", "Shards (pinned cores).", vec![(String::new(), snapshots.len() as u64)]);
+
+    let pools: Vec<_> = snapshots.iter().flat_map(|s| s.pools.iter().map(move |p| (s.shard, p))).collect();
+    let labels = |shard: usize, db: &str, user: &str| {
+        format!("{{shard=\"{shard}\",database=\"{}\",user=\"{}\"}}", escape(db), escape(user))
+    };
+    let per_pool = |f: &dyn Fn(&crate::runtime::snapshot::PoolSnapshot) -> u64| {
+        pools.iter().map(|(shard, p)| (labels(*shard, &p.database, &p.user), f(p))).collect::<Vec<_>>()
+    };
+    family("pglane_pool_clients_active", "gauge", "Clients not waiting for a server.", per_pool(&|p| p.active_clients as u64));
+    family("pglane_pool_clients_waiting", "gauge", "Clients waiting for a server connection.", per_pool(&|p| p.waiting_clients as u64));
+    family("pglane_pool_servers_open", "gauge", "Server connections open (lent, idle or logging in).", per_pool(&|p| p.open as u64));
+    family("pglane_pool_servers_idle", "gauge", "Idle server connections.", per_pool(&|p| p.idle as u64));
+    family("pglane_pool_size", "gauge", "This shard's share of pool_size.", per_pool(&|p| p.max_size as u64));
+    family("pglane_pool_max_wait_microseconds", "gauge", "Longest current wait for a server connection.", per_pool(&|p| p.max_wait.as_micros() as u64));
+    family("pglane_pool_transactions_total", "counter", "Transactions served.", per_pool(&|p| p.stats.xact_count));
+    family("pglane_pool_queries_total", "counter", "Queries and Syncs answered.", per_pool(&|p| p.stats.query_count));
+    family("pglane_pool_received_bytes_total", "counter", "Bytes from clients to servers.", per_pool(&|p| p.stats.bytes_received));
+    family("pglane_pool_sent_bytes_total", "counter", "Bytes from servers to clients.", per_pool(&|p| p.stats.bytes_sent));
+    family("pglane_pool_transaction_microseconds_total", "counter", "Time clients held server connections.", per_pool(&|p| p.stats.xact_time_us));
+    family("pglane_pool_query_microseconds_total", "counter", "Time in queries.", per_pool(&|p| p.stats.query_time_us));
+    family("pglane_pool_wait_microseconds_total", "counter", "Time clients waited for server connections.", per_pool(&|p| p.stats.wait_time_us));
+    family("pglane_pool_wait_timeouts_total", "counter", "Clients that gave up waiting (query_wait_timeout).", per_pool(&|p| p.stats.wait_timeouts));
+    family("pglane_pool_server_connects_total", "counter", "Server connections opened.", per_pool(&|p| p.stats.connects));
+    family("pglane_pool_server_connect_failures_total", "counter", "Server connections that failed to open.", per_pool(&|p| p.stats.connect_failures));
+
+    let shard_label = |s: &ShardSnapshot| format!("{{shard=\"{}\"}}", s.shard);
+    let per_shard = |f: &dyn Fn(&ShardSnapshot) -> u64| snapshots.iter().map(|s| (shard_label(s), f(s))).collect::<Vec<_>>();
+    family("pglane_shard_clients", "gauge", "Clients per shard.", per_shard(&|s| s.clients.len() as u64));
+    family(
+        "pglane_shard_clients_waiting",
+        "gauge",
+        "Waiting clients per shard.",
+        per_shard(&|s| s.clients.iter().filter(|c| c.state == ClientState::Waiting).count() as u64),
+    );
+    family("pglane_prepared_statements", "gauge", "Statements in the shard's registry.", per_shard(&|s| s.statements as u64));
+    family("pglane_prepared_client_parses_total", "counter", "Named Parse messages from clients.", per_shard(&|s| s.prepare.client_parses));
+    family("pglane_prepared_server_parses_total", "counter", "Parse messages sent to servers.", per_shard(&|s| s.prepare.server_parses));
+    family("pglane_prepared_parses_answered_total", "counter", "Client Parses answered without a server.", per_shard(&|s| s.prepare.parses_answered));
+    family("pglane_prepared_describes_answered_total", "counter", "Describes answered from the cache.", per_shard(&|s| s.prepare.describes_answered));
+    family("pglane_prepared_evictions_total", "counter", "Statements closed on servers to make room.", per_shard(&|s| s.prepare.evictions));
+    out
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_process_still_describes_itself() {
+        let text = render(&[], 3);
+        assert!(text.contains("# TYPE pglane_clients gauge\npglane_clients 3\n"));
+        assert!(text.contains("# TYPE pglane_pool_transactions_total counter\n"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,241 @@
+//! The admin console: the virtual databases `pgbouncer` and `pglane`, spoken
+//! to with the simple query protocol, as PgBouncer's console is.
+//!
+//! This module owns one admin session: parsing its commands, gathering every
+//! shard's answer over the shard mesh, and writing result sets. It never reads
+//! another shard's state directly and never touches the query path.
+//! `admin_users` may run every command; `stats_users` only SHOW.
+
+mod command;
+pub mod metrics;
+mod show;
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_lite::AsyncWriteExt;
+use tracing::info;
+
+pub use command::{parse, AdminCommand, Show};
+pub use show::Table;
+
+use crate::net::{read_message, Stream};
+use crate::protocol::backend::{self, ErrorFields, FieldDescription, TransactionStatus};
+use crate::protocol::frontend;
+use crate::runtime::snapshot::ShardSnapshot;
+use crate::runtime::{Answer, Control, Question, Shard};
+
+/// The database names that reach the console.
+pub fn is_admin_database(name: &str) -> bool {
+    name == "pgbouncer" || name == "pglane"
+}
+
+/// How long to wait for the other shards' snapshots.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(2);
+/// How long a PAUSE may wait for transactions in flight.
+const CONTROL_WAIT: Duration = Duration::from_secs(300);
+
+/// Every shard's snapshot, this one's included.
+pub async fn snapshots(shard: &Shard) -> Vec<ShardSnapshot> {
+    shard
+        .ask_all(Question::Snapshot, SNAPSHOT_WAIT)
+        .await
+        .into_iter()
+        .filter_map(|a| match a {
+            Answer::Snapshot(s) => Some(*s),
+            Answer::Done => None,
+        })
+        .collect()
+}
+
+/// Serves a logged-in admin session until it ends. `may_control`: the user
+/// is in admin_users (not only stats_users).
+pub async fn serve(shard: &Rc<Shard>, stream: &mut Stream, process_id: i32, secret_key: i32, may_control: bool) {
+    let mut out = BytesMut::new();
+    for (name, value) in [
+        ("server_version", "15.0 (pglane admin console)"),
+        ("server_encoding", "UTF8"),
+        ("client_encoding", "UTF8"),
+        ("DateStyle", "ISO, MDY"),
+        ("integer_datetimes", "on"),
+        ("standard_conforming_strings", "on"),
+    ] {
+        backend::parameter_status(&mut out, name, value);
+    }
+    backend::backend_key_data(&mut out, process_id, secret_key);
+    backend::ready_for_query(&mut out, TransactionStatus::Idle);
+    if stream.write_all(&out).await.is_err() {
+        return;
+    }
+    let max = shard.shared.config.load().max_message_size;
+    let mut buf = BytesMut::new();
+    loop {
+        let Ok(message) = read_message(stream, &mut buf, max).await else { return };
+        out.clear();
+        match message.tag {
+            frontend::TERMINATE => return,
+            frontend::QUERY => match frontend::decode_query(&message.body) {
+                Ok(sql) => run(shard, sql, may_control, &mut out).await,
+                Err(e) => backend::error_response(&mut out, &ErrorFields::error("08P01", e.to_string())),
+            },
+            _ => {
+                backend::error_response(
+                    &mut out,
+                    &ErrorFields::fatal("08P01", "the admin console speaks only the simple query protocol"),
+                );
+                let _ = stream.write_all(&out).await;
+                return;
+            }
+        }
+        backend::ready_for_query(&mut out, TransactionStatus::Idle);
+        if stream.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Runs each `;`-separated command of a Query, writing its results.
+async fn run(shard: &Shard, sql: &str, may_control: bool, out: &mut BytesMut) {
+    let commands: Vec<&str> = sql.split(';').filter(|c| !c.trim().is_empty()).collect();
+    if commands.is_empty() {
+        backend::empty_query_response(out);
+        return;
+    }
+    for text in commands {
+        let command = match parse(text) {
+            Ok(c) => c,
+            Err(message) => {
+                backend::error_response(out, &ErrorFields::error("08P01", message));
+                return;
+            }
+        };
+        if !may_control && !command.is_read_only() {
+            backend::error_response(out, &ErrorFields::error("42501", "admin access needed (admin_users)"));
+            return;
+        }
+        match execute(shard, command).await {
+            Ok(Some(table)) => {
+                write_table(out, &table);
+                backend::command_complete(out, "SHOW");
+            }
+            Ok(None) => backend::command_complete(out, &text.trim().split_whitespace().next().unwrap_or("").to_ascii_uppercase()),
+            Err(message) => {
+                backend::error_response(out, &ErrorFields::error("08P01", message));
+                return;
+            }
+        }
+    }
+}
+
+async fn execute(shard: &Shard, command: AdminCommand) -> Result<Option<Table>, String> {
+    let config = shard.shared.config.load_full();
+    let control = |c: Control| async move {
+        shard.ask_all(Question::Control(c), CONTROL_WAIT).await;
+        Ok(None)
+    };
+    match command {
+        AdminCommand::Show(what) => {
+            let snaps = match what {
+                Show::Help | Show::Users | Show::Config | Show::Version => Vec::new(),
+                _ => snapshots(shard).await,
+            };
+            Ok(Some(match what {
+                Show::Help => help_table(),
+                Show::Pools => show::pools_table(&snaps),
+                Show::Stats => show::stats_table(&snaps, shard.shared.started.elapsed()),
+                Show::StatsTotals => show::stats_totals_table(&snaps),
+                Show::Clients => show::clients_table(&snaps, &config.listen),
+                Show::Servers => show::servers_table(&snaps),
+                Show::Databases => show::databases_table(&snaps, &config),
+                Show::Users => show::users_table(&config),
+                Show::Config => show::config_table(&config),
+                Show::Version => show::version_table(),
+                Show::Lists => show::lists_table(&snaps, &config),
+                Show::Shards => show::shards_table(&snaps),
+                Show::Prepared => show::prepared_table(&snaps),
+            }))
+        }
+        AdminCommand::Pause(db) => {
+            check_database(&config, db.as_deref())?;
+            info!("admin: PAUSE {}", db.as_deref().unwrap_or("(all)"));
+            control(Control::Pause(db)).await
+        }
+        AdminCommand::Resume(db) => {
+            check_database(&config, db.as_deref())?;
+            info!("admin: RESUME {}", db.as_deref().unwrap_or("(all)"));
+            control(Control::Resume(db)).await
+        }
+        AdminCommand::Kill(db) => {
+            check_database(&config, Some(&db))?;
+            info!("admin: KILL {db}");
+            control(Control::Kill(db)).await
+        }
+        AdminCommand::Reconnect(db) => {
+            check_database(&config, db.as_deref())?;
+            control(Control::Reconnect(db)).await
+        }
+        AdminCommand::Reload => {
+            let warnings = shard.shared.reload()?;
+            warnings.iter().for_each(|w| tracing::warn!("{w}"));
+            info!("admin: RELOAD");
+            control(Control::Reload).await
+        }
+        AdminCommand::Shutdown => {
+            info!("admin: SHUTDOWN");
+            shard.shared.shutting_down.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(None)
+        }
+    }
+}
+
+fn check_database(config: &crate::config::Config, db: Option<&str>) -> Result<(), String> {
+    match db {
+        Some(name) if !config.databases.contains_key(name) => Err(format!("no such database: {name}")),
+        _ => Ok(()),
+    }
+}
+
+fn help_table() -> Table {
+    let mut t = Table { columns: vec![("command", show::TEXT)], rows: Vec::new() };
+    for line in [
+        "SHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION|LISTS",
+        "SHOW STATS|STATS_TOTALS",
+        "SHOW SHARDS|PREPARED (pglane)",
+        "PAUSE [<db>]",
+        "RESUME [<db>]",
+        "KILL <db>",
+        "RECONNECT [<db>]",
+        "RELOAD",
+        "SHUTDOWN",
+    ] {
+        t.rows.push(vec![Some(line.to_owned())]);
+    }
+    t
+}
+
+/// RowDescription and DataRows for `table`, all columns in text format.
+pub fn write_table(out: &mut BytesMut, table: &Table) {
+    let fields: Vec<FieldDescription> = table
+        .columns
+        .iter()
+        .map(|&(name, type_oid)| FieldDescription {
+            name: name.to_owned(),
+            table_oid: 0,
+            column: 0,
+            type_oid,
+            type_size: match type_oid {
+                show::INT4 => 4,
+                show::INT8 => 8,
+                _ => -1,
+            },
+            type_modifier: -1,
+            format: backend::FORMAT_TEXT,
+        })
+        .collect();
+    backend::row_description(out, &fields);
+    for row in &table.rows {
+        let values: Vec<Option<&[u8]>> = row.iter().map(|v| v.as_deref().map(str::as_bytes)).collect();
+        backend::data_row(out, &values);
+    }
+}

@@ -1,0 +1,366 @@
+//! The SHOW tables, as pure functions of the shards' snapshots and the
+//! config, with PgBouncer's column names and types (checked against
+//! PgBouncer 1.18) so existing dashboards and exporters read them.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::config::{Config, PoolMode};
+use crate::pool::PoolStats;
+use crate::runtime::snapshot::ShardSnapshot;
+
+pub const TEXT: u32 = 25;
+pub const INT4: u32 = 23;
+pub const INT8: u32 = 20;
+pub const NUMERIC: u32 = 1700;
+
+/// A result set: column names with type OIDs, and rows of text values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    pub columns: Vec<(&'static str, u32)>,
+    pub rows: Vec<Vec<Option<String>>>,
+}
+
+impl Table {
+    fn new(columns: &[(&'static str, u32)]) -> Table {
+        Table { columns: columns.to_vec(), rows: Vec::new() }
+    }
+
+    fn push(&mut self, row: Vec<Option<String>>) {
+        debug_assert_eq!(row.len(), self.columns.len());
+        self.rows.push(row);
+    }
+}
+
+fn s(v: impl ToString) -> Option<String> {
+    Some(v.to_string())
+}
+
+fn mode_name(mode: PoolMode) -> &'static str {
+    match mode {
+        PoolMode::Session => "session",
+        PoolMode::Transaction => "transaction",
+    }
+}
+
+/// `2026-11-29 23:01:02 UTC`, PgBouncer's timestamp format.
+pub fn format_time(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Pools merged over shards, keyed by (database, user), in name order.
+fn pools(snapshots: &[ShardSnapshot]) -> Vec<crate::runtime::snapshot::PoolSnapshot> {
+    let mut merged: std::collections::BTreeMap<(String, String), crate::runtime::snapshot::PoolSnapshot> = Default::default();
+    for p in snapshots.iter().flat_map(|s| &s.pools) {
+        merged
+            .entry((p.database.clone(), p.user.clone()))
+            .and_modify(|m| {
+                m.max_size += p.max_size;
+                m.open += p.open;
+                m.idle += p.idle;
+                m.active_clients += p.active_clients;
+                m.waiting_clients += p.waiting_clients;
+                m.max_wait = m.max_wait.max(p.max_wait);
+                m.paused |= p.paused;
+                m.stats.add(&p.stats);
+            })
+            .or_insert_with(|| p.clone());
+    }
+    merged.into_values().collect()
+}
+
+pub fn pools_table(snapshots: &[ShardSnapshot]) -> Table {
+    let mut t = Table::new(&[
+        ("database", TEXT), ("user", TEXT), ("cl_active", INT4), ("cl_waiting", INT4), ("cl_active_cancel_req", INT4),
+        ("cl_waiting_cancel_req", INT4), ("sv_active", INT4), ("sv_active_cancel", INT4), ("sv_being_canceled", INT4),
+        ("sv_idle", INT4), ("sv_used", INT4), ("sv_tested", INT4), ("sv_login", INT4), ("maxwait", INT4),
+        ("maxwait_us", INT4), ("pool_mode", TEXT),
+    ]);
+    for p in pools(snapshots) {
+        let active_servers = snapshots.iter().flat_map(|s| &s.servers).filter(|v| v.active && v.database == p.database && v.user == p.user).count();
+        let login = p.open.saturating_sub(p.idle + active_servers);
+        t.push(vec![
+            s(&p.database), s(&p.user), s(p.active_clients), s(p.waiting_clients), s(0), s(0), s(active_servers), s(0), s(0),
+            s(p.idle), s(0), s(0), s(login), s(p.max_wait.as_secs()), s(p.max_wait.subsec_micros()), s(mode_name(p.mode)),
+        ]);
+    }
+    t
+}
+
+/// Totals per database over all users and shards.
+fn stats_by_database(snapshots: &[ShardSnapshot]) -> Vec<(String, PoolStats)> {
+    let mut by_db: std::collections::BTreeMap<String, PoolStats> = Default::default();
+    for p in snapshots.iter().flat_map(|s| &s.pools) {
+        by_db.entry(p.database.clone()).or_default().add(&p.stats);
+    }
+    by_db.into_iter().collect()
+}
+
+/// SHOW STATS. The averages are over pglane's uptime (PgBouncer uses its
+/// last stats_period); the *_time averages are per transaction or query.
+pub fn stats_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
+    let mut t = Table::new(&[
+        ("database", TEXT), ("total_xact_count", NUMERIC), ("total_query_count", NUMERIC), ("total_received", NUMERIC),
+        ("total_sent", NUMERIC), ("total_xact_time", NUMERIC), ("total_query_time", NUMERIC), ("total_wait_time", NUMERIC),
+        ("avg_xact_count", NUMERIC), ("avg_query_count", NUMERIC), ("avg_recv", NUMERIC), ("avg_sent", NUMERIC),
+        ("avg_xact_time", NUMERIC), ("avg_query_time", NUMERIC), ("avg_wait_time", NUMERIC),
+    ]);
+    let secs = uptime.as_secs().max(1);
+    for (db, st) in stats_by_database(snapshots) {
+        let per = |v: u64, n: u64| if n == 0 { 0 } else { v / n };
+        t.push(vec![
+            s(db), s(st.xact_count), s(st.query_count), s(st.bytes_received), s(st.bytes_sent), s(st.xact_time_us),
+            s(st.query_time_us), s(st.wait_time_us), s(st.xact_count / secs), s(st.query_count / secs),
+            s(st.bytes_received / secs), s(st.bytes_sent / secs), s(per(st.xact_time_us, st.xact_count)),
+            s(per(st.query_time_us, st.query_count)), s(per(st.wait_time_us, st.xact_count)),
+        ]);
+    }
+    t
+}
+
+pub fn stats_totals_table(snapshots: &[ShardSnapshot]) -> Table {
+    let mut t = Table::new(&[
+        ("database", TEXT), ("xact_count", NUMERIC), ("query_count", NUMERIC), ("bytes_received", NUMERIC),
+        ("bytes_sent", NUMERIC), ("xact_time", NUMERIC), ("query_time", NUMERIC), ("wait_time", NUMERIC),
+    ]);
+    for (db, st) in stats_by_database(snapshots) {
+        t.push(vec![
+            s(db), s(st.xact_count), s(st.query_count), s(st.bytes_received), s(st.bytes_sent), s(st.xact_time_us),
+            s(st.query_time_us), s(st.wait_time_us),
+        ]);
+    }
+    t
+}
+
+const CONNECTION_COLUMNS: [(&str, u32); 18] = [
+    ("type", TEXT), ("user", TEXT), ("database", TEXT), ("state", TEXT), ("addr", TEXT), ("port", INT4),
+    ("local_addr", TEXT), ("local_port", INT4), ("connect_time", TEXT), ("request_time", TEXT), ("wait", INT4),
+    ("wait_us", INT4), ("close_needed", INT4), ("ptr", TEXT), ("link", TEXT), ("remote_pid", INT4), ("tls", TEXT),
+    ("application_name", TEXT),
+];
+
+pub fn clients_table(snapshots: &[ShardSnapshot], listen: &str) -> Table {
+    let mut t = Table::new(&CONNECTION_COLUMNS);
+    let (local_addr, local_port) = split_addr(listen);
+    let now = SystemTime::now();
+    for c in snapshots.iter().flat_map(|s| &s.clients) {
+        let waiting = c.state == crate::runtime::ClientState::Waiting;
+        let wait = if waiting { c.state_for } else { Duration::ZERO };
+        t.push(vec![
+            s("C"), s(&c.info.user), s(&c.info.database), s(c.state.as_str()), s(&c.info.addr), s(c.info.port),
+            s(&local_addr), s(local_port), s(format_time(c.connected_at)), s(format_time(now - c.state_for)),
+            s(wait.as_secs()), s(wait.subsec_micros()), s(0), s(format!("c{:x}", c.process_id)),
+            c.server_pid.map(|p| format!("s{p:x}")), s(c.process_id), None, s(&c.info.application_name),
+        ]);
+    }
+    t
+}
+
+pub fn servers_table(snapshots: &[ShardSnapshot]) -> Table {
+    let mut t = Table::new(&CONNECTION_COLUMNS);
+    for v in snapshots.iter().flat_map(|s| &s.servers) {
+        let (addr, port) = split_addr(&v.address);
+        t.push(vec![
+            s("S"), s(&v.user), s(&v.database), s(if v.active { "active" } else { "idle" }), s(addr), s(port), None, s(0),
+            s(format_time(v.connected_at)), s(format_time(v.connected_at)), s(0), s(0), s(0),
+            s(format!("s{:x}", v.remote_pid)), v.client_pid.map(|p| format!("c{p:x}")), s(v.remote_pid), None, s(""),
+        ]);
+    }
+    t
+}
+
+fn split_addr(addr: &str) -> (String, u16) {
+    match addr.rsplit_once(':') {
+        Some((host, port)) => (host.trim_matches(['[', ']']).to_owned(), port.parse().unwrap_or(0)),
+        None => (addr.to_owned(), 0),
+    }
+}
+
+pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
+    let mut t = Table::new(&[
+        ("name", TEXT), ("host", TEXT), ("port", INT4), ("database", TEXT), ("force_user", TEXT), ("pool_size", INT4),
+        ("min_pool_size", INT4), ("reserve_pool", INT4), ("pool_mode", TEXT), ("max_connections", INT4),
+        ("current_connections", INT4), ("paused", INT4), ("disabled", INT4),
+    ]);
+    let all = pools(snapshots);
+    for (name, db) in &config.databases {
+        let mine = all.iter().filter(|p| &p.database == name);
+        let current: usize = mine.clone().map(|p| p.open).sum();
+        let paused = mine.clone().any(|p| p.paused);
+        t.push(vec![
+            s(name), s(&db.host), s(db.port), s(db.dbname.as_deref().unwrap_or(name)), db.user.clone(), s(db.pool_size), s(0),
+            s(0), db.pool_mode.map(mode_name).map(str::to_owned), s(0), s(current), s(i32::from(paused)), s(0),
+        ]);
+    }
+    t
+}
+
+pub fn users_table(config: &Config) -> Table {
+    let mut t = Table::new(&[("name", TEXT), ("pool_mode", TEXT)]);
+    for (name, user) in &config.users {
+        t.push(vec![s(name), user.pool_mode.map(mode_name).map(str::to_owned)]);
+    }
+    t
+}
+
+/// SHOW CONFIG: the settings as pglane runs with them now.
+pub fn config_table(config: &Config) -> Table {
+    let mut t = Table::new(&[("key", TEXT), ("value", TEXT), ("default", TEXT), ("changeable", TEXT)]);
+    let defaults = crate::config::Config::parse("listen = \"127.0.0.1:6432\"\n[databases.d]\n").ok();
+    let rows: Vec<(&str, String, Option<String>, bool)> = vec![
+        ("listen", config.listen.clone(), None, false),
+        ("pool_mode", mode_name(config.pool_mode).into(), defaults.as_ref().map(|d| mode_name(d.pool_mode).into()), true),
+        ("auth_type", format!("{:?}", config.auth_type), None, true),
+        ("max_client_conn", config.max_client_conn.to_string(), defaults.as_ref().map(|d| d.max_client_conn.to_string()), true),
+        ("query_wait_timeout", config.query_wait_timeout.to_string(), defaults.as_ref().map(|d| d.query_wait_timeout.to_string()), true),
+        ("server_connect_timeout", config.server_connect_timeout.to_string(), defaults.as_ref().map(|d| d.server_connect_timeout.to_string()), true),
+        ("client_login_timeout", config.client_login_timeout.to_string(), defaults.as_ref().map(|d| d.client_login_timeout.to_string()), true),
+        ("shutdown_timeout", config.shutdown_timeout.to_string(), defaults.as_ref().map(|d| d.shutdown_timeout.to_string()), true),
+        ("max_message_size", config.max_message_size.to_string(), defaults.as_ref().map(|d| d.max_message_size.to_string()), true),
+        ("server_reset_query", config.server_reset_query.clone(), defaults.as_ref().map(|d| d.server_reset_query.clone()), true),
+        ("max_prepared_statements", config.max_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_prepared_statements.to_string()), true),
+        ("max_client_prepared_statements", config.max_client_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_client_prepared_statements.to_string()), true),
+        ("admin_users", config.admin_users.join(","), Some(String::new()), true),
+        ("stats_users", config.stats_users.join(","), Some(String::new()), true),
+        ("cores", config.cores.map(|c| c.to_string()).unwrap_or_default(), Some(String::new()), false),
+    ];
+    for (key, value, default, changeable) in rows {
+        t.push(vec![s(key), s(value), default, s(if changeable { "yes" } else { "no" })]);
+    }
+    t
+}
+
+pub fn version_table() -> Table {
+    let mut t = Table::new(&[("version", TEXT)]);
+    t.push(vec![s(format!("pglane {}", env!("CARGO_PKG_VERSION")))]);
+    t
+}
+
+pub fn lists_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
+    let mut t = Table::new(&[("list", TEXT), ("items", INT4)]);
+    let clients = snapshots.iter().map(|s| s.clients.len()).sum::<usize>();
+    let servers = snapshots.iter().map(|s| s.servers.len()).sum::<usize>();
+    let idle = snapshots.iter().flat_map(|s| &s.servers).filter(|v| !v.active).count();
+    for (name, n) in [
+        ("databases", config.databases.len()),
+        ("users", config.users.len()),
+        ("pools", pools(snapshots).len()),
+        ("free_clients", 0),
+        ("used_clients", clients),
+        ("login_clients", 0),
+        ("free_servers", idle),
+        ("used_servers", servers - idle),
+        ("dns_names", 0),
+        ("dns_zones", 0),
+        ("dns_queries", 0),
+        ("dns_pending", 0),
+    ] {
+        t.push(vec![s(name), s(n)]);
+    }
+    t
+}
+
+/// SHOW SHARDS: how the load spreads over the cores.
+pub fn shards_table(snapshots: &[ShardSnapshot]) -> Table {
+    let mut t = Table::new(&[
+        ("shard", INT4), ("clients", INT4), ("active_clients", INT4), ("waiting_clients", INT4), ("servers", INT4),
+        ("idle_servers", INT4), ("xact_count", NUMERIC), ("query_count", NUMERIC), ("statements", INT4),
+    ]);
+    let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
+    sorted.sort_by_key(|s| s.shard);
+    for sh in sorted {
+        let mut totals = PoolStats::default();
+        sh.pools.iter().for_each(|p| totals.add(&p.stats));
+        let active = sh.clients.iter().filter(|c| c.state == crate::runtime::ClientState::Active).count();
+        let waiting = sh.clients.iter().filter(|c| c.state == crate::runtime::ClientState::Waiting).count();
+        let idle = sh.servers.iter().filter(|v| !v.active).count();
+        t.push(vec![
+            s(sh.shard), s(sh.clients.len()), s(active), s(waiting), s(sh.servers.len()), s(idle), s(totals.xact_count),
+            s(totals.query_count), s(sh.statements),
+        ]);
+    }
+    t
+}
+
+/// SHOW PREPARED: the statement registries.
+pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
+    let mut t = Table::new(&[
+        ("shard", INT4), ("statements", INT4), ("client_parses", NUMERIC), ("server_parses", NUMERIC),
+        ("parses_answered", NUMERIC), ("describes_answered", NUMERIC), ("evictions", NUMERIC),
+    ]);
+    let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
+    sorted.sort_by_key(|s| s.shard);
+    for sh in sorted {
+        let p = sh.prepare;
+        t.push(vec![
+            s(sh.shard), s(sh.statements), s(p.client_parses), s(p.server_parses), s(p.parses_answered),
+            s(p.describes_answered), s(p.evictions),
+        ]);
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::snapshot::PoolSnapshot;
+
+    fn pool(db: &str, open: usize, stats: PoolStats) -> PoolSnapshot {
+        PoolSnapshot {
+            database: db.into(),
+            user: "u".into(),
+            mode: PoolMode::Transaction,
+            max_size: 4,
+            open,
+            idle: open,
+            active_clients: 1,
+            waiting_clients: 0,
+            max_wait: Duration::ZERO,
+            paused: false,
+            stats,
+        }
+    }
+
+    fn shard(id: usize, pools: Vec<PoolSnapshot>) -> ShardSnapshot {
+        ShardSnapshot { shard: id, pools, clients: vec![], servers: vec![], prepare: Default::default(), statements: 0 }
+    }
+
+    #[test]
+    fn pools_are_merged_over_shards() {
+        let st = PoolStats { xact_count: 5, query_count: 7, ..Default::default() };
+        let snaps = [shard(0, vec![pool("app", 2, st)]), shard(1, vec![pool("app", 3, st), pool("b", 1, st)])];
+        let t = pools_table(&snaps);
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.rows[0][0].as_deref(), Some("app"));
+        assert_eq!(t.rows[0][2].as_deref(), Some("2"), "cl_active summed");
+        assert_eq!(t.rows[0][9].as_deref(), Some("5"), "sv_idle summed");
+        let t = stats_totals_table(&snaps);
+        assert_eq!(t.rows[0][1].as_deref(), Some("10"));
+        assert_eq!(t.rows[0][2].as_deref(), Some("14"));
+    }
+
+    #[test]
+    fn column_layouts_match_pgbouncer() {
+        assert_eq!(pools_table(&[]).columns.len(), 16);
+        assert_eq!(stats_table(&[], Duration::from_secs(1)).columns.len(), 15);
+        assert_eq!(clients_table(&[], "127.0.0.1:6432").columns.len(), 18);
+        assert_eq!(servers_table(&[]).columns[17], ("application_name", TEXT));
+    }
+
+    #[test]
+    fn times_are_formatted_like_pgbouncer() {
+        assert_eq!(format_time(UNIX_EPOCH), "1970-01-01 00:00:00 UTC");
+        assert_eq!(format_time(UNIX_EPOCH + Duration::from_secs(1_709_210_096)), "2024-02-29 12:34:56 UTC");
+    }
+}

@@ -1,0 +1,85 @@
+//! The shard's registry of its clients: who they are and what they are
+//! doing, for cancel requests, the admin console and KILL.
+//!
+//! A session updates its own entry through `Cell`s (a state change is a store,
+//! not a lookup); only the shard's own thread ever touches an entry.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Instant, SystemTime};
+
+use crate::server::CancelKey;
+
+/// What a client is doing, as the admin console shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientState {
+    /// Logged in, holding no server connection, nothing to run.
+    Idle,
+    /// Waiting for a server connection.
+    Waiting,
+    /// Holding a server connection.
+    Active,
+}
+
+impl ClientState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientState::Idle => "idle",
+            ClientState::Waiting => "waiting",
+            ClientState::Active => "active",
+        }
+    }
+}
+
+/// Who a client is, fixed at login.
+#[derive(Debug, Clone)]
+pub struct ClientInfo {
+    pub user: String,
+    pub database: String,
+    pub addr: String,
+    pub port: u16,
+    pub application_name: String,
+    pub admin: bool,
+}
+
+pub struct ClientEntry {
+    pub info: ClientInfo,
+    pub secret_key: i32,
+    pub connected_at: SystemTime,
+    state: Cell<ClientState>,
+    state_since: Cell<Instant>,
+    /// The server connection the client holds right now, if any.
+    pub server: RefCell<Option<Rc<CancelKey>>>,
+    /// KILL: the session must end at its next chance.
+    pub killed: Cell<bool>,
+}
+
+impl ClientEntry {
+    pub fn new(info: ClientInfo, secret_key: i32) -> ClientEntry {
+        ClientEntry {
+            info,
+            secret_key,
+            connected_at: SystemTime::now(),
+            state: Cell::new(ClientState::Idle),
+            state_since: Cell::new(Instant::now()),
+            server: RefCell::new(None),
+            killed: Cell::new(false),
+        }
+    }
+
+    pub fn state(&self) -> ClientState {
+        self.state.get()
+    }
+
+    /// Since when the client is in its state.
+    pub fn state_since(&self) -> Instant {
+        self.state_since.get()
+    }
+
+    pub fn set_state(&self, state: ClientState) {
+        if self.state.get() != state {
+            self.state.set(state);
+            self.state_since.set(Instant::now());
+        }
+    }
+}

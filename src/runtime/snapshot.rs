@@ -1,0 +1,121 @@
+//! A shard's state as plain data that can cross threads: what the admin
+//! console and the metrics endpoint read. Built on request, never kept.
+
+use std::time::{Duration, SystemTime};
+
+use super::{ClientInfo, ClientState, Shard};
+use crate::config::PoolMode;
+use crate::pool::{IdleServer, PoolStats};
+use crate::prepare::PrepareStats;
+
+#[derive(Debug, Clone)]
+pub struct ShardSnapshot {
+    pub shard: usize,
+    pub pools: Vec<PoolSnapshot>,
+    pub clients: Vec<ClientSnapshot>,
+    pub servers: Vec<ServerSnapshot>,
+    pub prepare: PrepareStats,
+    pub statements: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolSnapshot {
+    pub database: String,
+    pub user: String,
+    pub mode: PoolMode,
+    pub max_size: usize,
+    pub open: usize,
+    pub idle: usize,
+    pub active_clients: usize,
+    pub waiting_clients: usize,
+    /// How long the longest-waiting client has waited.
+    pub max_wait: Duration,
+    pub paused: bool,
+    pub stats: PoolStats,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClientSnapshot {
+    pub process_id: i32,
+    pub info: ClientInfo,
+    pub state: ClientState,
+    pub connected_at: SystemTime,
+    /// Time in the current state.
+    pub state_for: Duration,
+    pub server_pid: Option<i32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerSnapshot {
+    pub database: String,
+    pub user: String,
+    pub active: bool,
+    pub address: String,
+    pub remote_pid: i32,
+    pub connected_at: SystemTime,
+    /// The client holding it.
+    pub client_pid: Option<i32>,
+}
+
+impl Shard {
+    pub fn snapshot(&self) -> ShardSnapshot {
+        let config = self.shared.config.load();
+        let clients: Vec<ClientSnapshot> = self
+            .clients()
+            .iter()
+            .map(|(&pid, c)| ClientSnapshot {
+                process_id: pid,
+                info: c.info.clone(),
+                state: c.state(),
+                connected_at: c.connected_at,
+                state_for: c.state_since().elapsed(),
+                server_pid: c.server.borrow().as_ref().map(|k| k.process_id),
+            })
+            .collect();
+        let mut servers: Vec<ServerSnapshot> = self
+            .clients()
+            .iter()
+            .filter_map(|(&pid, c)| {
+                let key = c.server.borrow().clone()?;
+                Some(ServerSnapshot {
+                    database: c.info.database.clone(),
+                    user: c.info.user.clone(),
+                    active: true,
+                    address: key.address.to_string(),
+                    remote_pid: key.process_id,
+                    connected_at: key.connected_at,
+                    client_pid: Some(pid),
+                })
+            })
+            .collect();
+        let mut pools = Vec::new();
+        for ((database, user), pool) in self.pools().iter() {
+            let mine = |c: &&ClientSnapshot| &c.info.database == database && &c.info.user == user;
+            let waiting: Vec<&ClientSnapshot> = clients.iter().filter(mine).filter(|c| c.state == ClientState::Waiting).collect();
+            servers.extend(pool.idle_servers().into_iter().map(|IdleServer { remote_pid, address, connected_at }| {
+                ServerSnapshot { database: database.clone(), user: user.clone(), active: false, address, remote_pid, connected_at, client_pid: None }
+            }));
+            pools.push(PoolSnapshot {
+                database: database.clone(),
+                user: user.clone(),
+                mode: config.pool_mode_for(database, user),
+                max_size: pool.max_size(),
+                open: pool.open_count(),
+                idle: pool.idle_count(),
+                active_clients: clients.iter().filter(mine).count() - waiting.len(),
+                waiting_clients: waiting.len(),
+                max_wait: waiting.iter().map(|c| c.state_for).max().unwrap_or_default(),
+                paused: self.is_paused(database),
+                stats: pool.stats(),
+            });
+        }
+        ShardSnapshot {
+            shard: self.id,
+            pools,
+            clients,
+            servers,
+            prepare: self.registry.stats(),
+            statements: self.registry.len(),
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The admin console (database `pgbouncer`), hot reload and the metrics
+//! endpoint, driven with psql and tokio-postgres as operators would.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{connect, free_port, postgres, try_connect, Pglane};
+
+fn config(pool_size: usize, extra: &str) -> String {
+    format!(
+        "pool_mode = \"transaction\"\nadmin_users = [\"postgres\"]\nstats_users = [\"scramuser\"]\n{extra}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"postgres\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n[users.scramuser]\npassword = \"scrampass\"\n[users.md5user]\npassword = \"md5pass\"\n",
+        postgres().port
+    )
+}
+
+fn start(cores: usize, pool_size: usize, extra: &str) -> Pglane {
+    Pglane::start_with_args(&config(pool_size, extra), &["--cores", &cores.to_string()])
+}
+
+/// psql's unaligned output (header line first) of an admin command.
+fn admin(port: u16, user: &str, password: &str, command: &str) -> Result<Vec<String>, String> {
+    let out = Command::new("psql")
+        .args(["-X", "-A", "-F", "|", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", user, "-c", command, "pgbouncer"])
+        .env("PGPASSWORD", password)
+        .output()
+        .expect("psql runs");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn column(lines: &[String], name: &str, row_filter: impl Fn(&[&str]) -> bool) -> Vec<String> {
+    let header: Vec<&str> = lines[0].split('|').collect();
+    let i = header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no column {name} in {header:?}"));
+    lines[1..]
+        .iter()
+        .map(|l| l.split('|').collect::<Vec<_>>())
+        .filter(|r| r.len() == header.len() && row_filter(r))
+        .map(|r| r[i].to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn show_commands_have_pgbouncers_columns_and_real_figures() {
+    let lane = start(2, 4, "");
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    for _ in 0..20 {
+        c.simple_query("select 1").await.unwrap();
+    }
+    let pools = admin(lane.port, "postgres", "secret", "SHOW POOLS").unwrap();
+    assert_eq!(
+        pools[0],
+        "database|user|cl_active|cl_waiting|cl_active_cancel_req|cl_waiting_cancel_req|sv_active|sv_active_cancel|sv_being_canceled|sv_idle|sv_used|sv_tested|sv_login|maxwait|maxwait_us|pool_mode"
+    );
+    assert_eq!(column(&pools, "pool_mode", |r| r[0] == "app"), vec!["transaction"]);
+    assert_eq!(column(&pools, "cl_active", |r| r[0] == "app"), vec!["1"]);
+
+    let stats = admin(lane.port, "postgres", "secret", "SHOW STATS").unwrap();
+    assert!(stats[0].starts_with("database|total_xact_count|total_query_count|total_received|total_sent"));
+    let xacts: u64 = column(&stats, "total_xact_count", |r| r[0] == "app")[0].parse().unwrap();
+    let queries: u64 = column(&stats, "total_query_count", |r| r[0] == "app")[0].parse().unwrap();
+    assert!(xacts >= 20 && queries >= 20, "{stats:?}");
+    let sent: u64 = column(&stats, "total_sent", |r| r[0] == "app")[0].parse().unwrap();
+    assert!(sent > 0);
+
+    let clients = admin(lane.port, "postgres", "secret", "SHOW CLIENTS").unwrap();
+    assert!(clients[0].starts_with("type|user|database|state|addr|port|local_addr|local_port|connect_time|request_time|wait|wait_us|close_needed|ptr|link|remote_pid|tls|application_name"));
+    assert_eq!(column(&clients, "state", |r| r[2] == "app"), vec!["idle"]);
+
+    let servers = admin(lane.port, "postgres", "secret", "SHOW SERVERS").unwrap();
+    assert!(!column(&servers, "remote_pid", |r| r[2] == "app").is_empty());
+    let backend_pids: Vec<String> = postgres()
+        .psql("select pid from pg_stat_activity where backend_type = 'client backend'")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    for pid in column(&servers, "remote_pid", |r| r[2] == "app") {
+        assert!(backend_pids.contains(&pid), "SHOW SERVERS names backend {pid}, which PostgreSQL does not know");
+    }
+
+    let databases = admin(lane.port, "postgres", "secret", "SHOW DATABASES").unwrap();
+    assert_eq!(column(&databases, "pool_size", |r| r[0] == "app"), vec!["4"]);
+    let lists = admin(lane.port, "postgres", "secret", "SHOW LISTS").unwrap();
+    assert_eq!(column(&lists, "items", |r| r[0] == "databases"), vec!["1"]);
+    let version = admin(lane.port, "postgres", "secret", "SHOW VERSION").unwrap();
+    assert!(version[1].starts_with("pglane "));
+    let shards = admin(lane.port, "postgres", "secret", "SHOW SHARDS").unwrap();
+    assert_eq!(shards.len(), 1 + 2 + 1, "header, two shards, row count: {shards:?}");
+    let config = admin(lane.port, "postgres", "secret", "SHOW CONFIG").unwrap();
+    assert_eq!(column(&config, "value", |r| r[0] == "pool_mode"), vec!["transaction"]);
+    for show in ["SHOW USERS", "SHOW PREPARED", "SHOW STATS_TOTALS", "SHOW HELP"] {
+        admin(lane.port, "postgres", "secret", show).unwrap();
+    }
+    let e = admin(lane.port, "postgres", "secret", "SHOW NONSENSE").unwrap_err();
+    assert!(e.contains("invalid command 'SHOW NONSENSE'"), "{e}");
+    let e = admin(lane.port, "postgres", "secret", "select 1").unwrap_err();
+    assert!(e.contains("invalid command"), "{e}");
+}
+
+#[test]
+fn stats_users_may_look_but_not_touch_and_others_may_not_enter() {
+    let lane = start(1, 2, "");
+    assert!(admin(lane.port, "scramuser", "scrampass", "SHOW POOLS").is_ok());
+    let e = admin(lane.port, "scramuser", "scrampass", "PAUSE").unwrap_err();
+    assert!(e.contains("admin access needed"), "{e}");
+    let e = admin(lane.port, "md5user", "md5pass", "SHOW POOLS").unwrap_err();
+    assert!(e.contains("not in admin_users or stats_users"), "{e}");
+    let e = admin(lane.port, "postgres", "wrong", "SHOW POOLS").unwrap_err();
+    assert!(e.contains("password authentication failed"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_holds_new_transactions_until_resume() {
+    let lane = start(2, 2, "");
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    c.simple_query("select 1").await.unwrap();
+    admin(lane.port, "postgres", "secret", "PAUSE app").unwrap();
+    let pools = admin(lane.port, "postgres", "secret", "SHOW POOLS").unwrap();
+    assert_eq!(column(&pools, "sv_idle", |r| r[0] == "app"), vec!["0"], "PAUSE let go of the servers");
+    let query = tokio::spawn(async move { c.query_one("select 42", &[]).await.map(|r| r.get::<_, i32>(0)) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!query.is_finished(), "a query ran while the database was paused");
+    let databases = admin(lane.port, "postgres", "secret", "SHOW DATABASES").unwrap();
+    assert_eq!(column(&databases, "paused", |r| r[0] == "app"), vec!["1"]);
+    admin(lane.port, "postgres", "secret", "RESUME app").unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), query).await.expect("resumed").unwrap().unwrap();
+    assert_eq!(answer, 42);
+}
+
+#[tokio::test]
+async fn kill_closes_the_databases_clients() {
+    let lane = start(2, 2, "");
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    c.simple_query("select 1").await.unwrap();
+    admin(lane.port, "postgres", "secret", "KILL app").unwrap();
+    let e = c.simple_query("select 1").await.unwrap_err();
+    let closed = e.is_closed() || e.as_db_error().is_some_and(|d| d.code().code() == "57P01");
+    assert!(closed, "{e:?}");
+    // New clients are welcome again.
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    c.simple_query("select 1").await.unwrap();
+}
+
+#[tokio::test]
+async fn reconnect_replaces_server_connections() {
+    let lane = start(1, 1, "");
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    let before: i32 = c.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0);
+    admin(lane.port, "postgres", "secret", "RECONNECT app").unwrap();
+    let after: i32 = c.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0);
+    assert_ne!(before, after);
+}
+
+#[tokio::test]
+async fn reload_applies_a_new_config_and_keeps_the_old_one_if_invalid() {
+    let lane = start(2, 4, "");
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    c.simple_query("select 1").await.unwrap();
+    lane.write_config(&config(6, ""));
+    admin(lane.port, "postgres", "secret", "RELOAD").unwrap();
+    let databases = admin(lane.port, "postgres", "secret", "SHOW DATABASES").unwrap();
+    assert_eq!(column(&databases, "pool_size", |r| r[0] == "app"), vec!["6"]);
+    let pools = admin(lane.port, "postgres", "secret", "SHOW POOLS").unwrap();
+    assert_eq!(column(&pools, "cl_active", |r| r[0] == "app"), vec!["1"], "clients stay connected");
+
+    // SIGHUP with a broken file: the old config stays, and clients go on.
+    lane.write_config(&config(6, "pool_mode = \"sometimes\""));
+    lane.signal(libc::SIGHUP);
+    lane.wait_for_log("config not reloaded, keeping the old one", Duration::from_secs(10));
+    c.simple_query("select 2").await.unwrap();
+    let e = admin(lane.port, "postgres", "secret", "RELOAD").unwrap_err();
+    assert!(e.contains("pool_mode"), "{e}");
+
+    // SIGHUP with a good file applies it.
+    lane.write_config(&config(3, ""));
+    lane.signal(libc::SIGHUP);
+    lane.wait_for_log("SIGHUP: config reloaded", Duration::from_secs(10));
+    let mut size = String::new();
+    for _ in 0..50 {
+        let databases = admin(lane.port, "postgres", "secret", "SHOW DATABASES").unwrap();
+        size = column(&databases, "pool_size", |r| r[0] == "app")[0].clone();
+        if size == "3" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(size, "3");
+}
+
+#[tokio::test]
+async fn metrics_endpoint_serves_prometheus_text() {
+    let metrics_port = free_port();
+    let lane = start(2, 2, &format!("metrics_listen = \"127.0.0.1:{metrics_port}\""));
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    for _ in 0..5 {
+        c.simple_query("select 1").await.unwrap();
+    }
+    let get = |path: &str| {
+        let mut s = TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    };
+    let text = get("/metrics");
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.contains("# TYPE pglane_pool_transactions_total counter"));
+    let total: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("pglane_pool_transactions_total{") && l.contains("database=\"app\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(total >= 5, "{text}");
+    assert!(text.contains("pglane_clients 1"), "{text}");
+    assert!(get("/other").starts_with("HTTP/1.1 404"));
+    // The admin console and ordinary clients still work.
+    assert!(try_connect(lane.port, "postgres", "secret", "app").await.is_ok());
+}
