@@ -33,7 +33,7 @@ use crate::server::ServerError;
 
 use crate::prepare::ClientStatements;
 use exchange::Exchange;
-use relay::{Buffers, Relay, RelayEnd};
+use relay::{Buffers, Deadline, Limits, Relay, RelayEnd};
 
 /// How long a departing client's server connection may take to roll back or
 /// reset before pglane closes it instead.
@@ -252,6 +252,8 @@ enum Idle {
     Shutdown,
     /// KILL from the admin console.
     Killed,
+    /// client_idle_timeout passed.
+    TimedOut,
 }
 
 impl Session {
@@ -266,11 +268,17 @@ impl Session {
         loop {
             let server = match lease.as_mut() {
                 Some(server) => server,
-                None => match self.wait_for_client().await? {
+                None => match self.wait_for_client_limited().await? {
                     Idle::Message => lease.insert(self.checkout().await?),
                     Idle::Gone => return Ok(()),
                     Idle::Shutdown => return Err(shutting_down()),
                     Idle::Killed => return Err(killed()),
+                    Idle::TimedOut => {
+                        return Err(SessionError::Refused(ErrorFields::fatal(
+                            "57P05",
+                            "terminating connection due to client_idle_timeout",
+                        )))
+                    }
                 },
             };
             let release_when_idle = self.mode == PoolMode::Transaction;
@@ -290,6 +298,11 @@ impl Session {
                 waker_id,
                 saw_ready: false,
                 busy_since: None,
+                limits: Limits {
+                    query: Config::optional_secs(self.config.query_timeout),
+                    idle_in_transaction: Config::optional_secs(self.config.idle_transaction_timeout),
+                },
+                deadline: None,
             }
             .await;
             self.flush_counters();
@@ -322,6 +335,18 @@ impl Session {
                 RelayEnd::ServerError(e) => return Err(SessionError::Server(ServerError::Write(e))),
                 RelayEnd::ClientError(e) => return Err(SessionError::ClientProtocol(e)),
                 RelayEnd::Killed => return Err(killed()),
+                RelayEnd::TimedOut(deadline) => {
+                    // A running query is cancelled and its connection closed; an
+                    // idle transaction is rolled back and its connection kept.
+                    if let Some(server) = lease.take() {
+                        self.give_back(server).await;
+                    }
+                    let (code, message) = match deadline {
+                        Deadline::Query => ("57014", "canceling statement due to query_timeout; closing the connection"),
+                        Deadline::IdleInTransaction => ("25P03", "terminating connection due to idle_transaction_timeout"),
+                    };
+                    return Err(SessionError::Refused(ErrorFields::fatal(code, message)));
+                }
             }
         }
     }
@@ -376,6 +401,14 @@ impl Session {
         self.entry.set_state(ClientState::Active);
         self.lease_started = Instant::now();
         Ok(lease)
+    }
+
+    /// `wait_for_client`, bounded by client_idle_timeout when one is set.
+    async fn wait_for_client_limited(&mut self) -> Result<Idle, SessionError> {
+        match Config::optional_secs(self.config.client_idle_timeout) {
+            Some(limit) => Ok(with_timeout(limit, self.wait_for_client()).await.transpose()?.unwrap_or(Idle::TimedOut)),
+            None => self.wait_for_client().await,
+        }
     }
 
     /// Waits, holding no server, until the client sends something.

@@ -44,6 +44,23 @@ pub enum RelayEnd {
     Shutdown,
     /// The admin console said KILL.
     Killed,
+    TimedOut(Deadline),
+}
+
+/// The time limits a relay enforces (None: no limit).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    pub query: Option<std::time::Duration>,
+    pub idle_in_transaction: Option<std::time::Duration>,
+}
+
+/// Which limit a running timer enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// query_timeout: the server has been busy with the client's requests too long.
+    Query,
+    /// idle_transaction_timeout: the client holds a transaction open and says nothing.
+    IdleInTransaction,
 }
 
 /// What a relay counts, moved into the pool's stats by the session.
@@ -97,6 +114,9 @@ pub struct Relay<'a> {
     pub saw_ready: bool,
     /// When the server was last given work while quiet (for query time).
     pub busy_since: Option<std::time::Instant>,
+    pub limits: Limits,
+    /// The running timer, if a limit applies right now.
+    pub deadline: Option<(glommio::timer::Timer, Deadline)>,
 }
 
 impl Future for Relay<'_> {
@@ -134,6 +154,29 @@ fn poll_send(cx: &mut Context<'_>, stream: &mut Stream, out: &mut BytesMut, coun
     out.advance(n);
     *count += n as u64;
     Poll::Ready(Ok(true))
+}
+
+/// Keeps the one timer that applies now running, and says if it fired.
+fn poll_deadline(
+    cx: &mut Context<'_>,
+    exchange: &Exchange,
+    limits: Limits,
+    deadline: &mut Option<(glommio::timer::Timer, Deadline)>,
+) -> Option<Deadline> {
+    let want = if !exchange.is_quiet() {
+        limits.query.map(|d| (Deadline::Query, d))
+    } else if exchange.tracker.status() != crate::protocol::backend::TransactionStatus::Idle {
+        limits.idle_in_transaction.map(|d| (Deadline::IdleInTransaction, d))
+    } else {
+        None
+    };
+    match (want, &*deadline) {
+        (None, _) => *deadline = None,
+        (Some((kind, _)), Some((_, running))) if kind == *running => {}
+        (Some((kind, limit)), _) => *deadline = Some((glommio::timer::Timer::new(limit), kind)),
+    }
+    let (timer, kind) = deadline.as_mut()?;
+    Pin::new(timer).poll(cx).is_ready().then_some(*kind)
 }
 
 impl Relay<'_> {
@@ -248,6 +291,9 @@ impl Relay<'_> {
             if let Some(tag) = bad_tag {
                 return Step::Done(RelayEnd::ClientError(ProtocolError::UnexpectedMessage(tag)));
             }
+        }
+        if let Some(kind) = poll_deadline(cx, self.exchange, self.limits, &mut self.deadline) {
+            return Step::Done(RelayEnd::TimedOut(kind));
         }
         if progress {
             return Step::Progress;

@@ -107,6 +107,26 @@ pub struct Config {
     /// Seconds a shutdown waits for transactions in flight before closing them.
     #[serde(default = "defaults::shutdown_timeout")]
     pub shutdown_timeout: f64,
+    /// Seconds a server connection may sit idle in its pool before it is
+    /// closed; 0: never.
+    #[serde(default = "defaults::server_idle_timeout")]
+    pub server_idle_timeout: f64,
+    /// Seconds after which a server connection is closed once it is idle; 0:
+    /// never (PgBouncer's 0 means "use once"; pglane does not do that).
+    #[serde(default = "defaults::server_lifetime")]
+    pub server_lifetime: f64,
+    /// Seconds a client may hold no server and send nothing before it is
+    /// disconnected; 0: never.
+    #[serde(default)]
+    pub client_idle_timeout: f64,
+    /// Seconds a client may sit idle inside a transaction, holding its server
+    /// connection, before both are closed; 0: never.
+    #[serde(default)]
+    pub idle_transaction_timeout: f64,
+    /// Seconds a query may run before it is cancelled and its client
+    /// disconnected; 0: never.
+    #[serde(default)]
+    pub query_timeout: f64,
     /// Largest message body accepted from a client, in bytes.
     #[serde(default = "defaults::max_message_size")]
     pub max_message_size: usize,
@@ -141,6 +161,12 @@ mod defaults {
     }
     pub fn client_login_timeout() -> f64 {
         60.0
+    }
+    pub fn server_idle_timeout() -> f64 {
+        600.0
+    }
+    pub fn server_lifetime() -> f64 {
+        3600.0
     }
     pub fn shutdown_timeout() -> f64 {
         10.0
@@ -280,6 +306,17 @@ impl Config {
                 return Err(invalid(format!("{name} must be a positive number of seconds up to a year, not {seconds}")));
             }
         }
+        for (name, seconds) in [
+            ("server_idle_timeout", self.server_idle_timeout),
+            ("server_lifetime", self.server_lifetime),
+            ("client_idle_timeout", self.client_idle_timeout),
+            ("idle_transaction_timeout", self.idle_transaction_timeout),
+            ("query_timeout", self.query_timeout),
+        ] {
+            if !(seconds.is_finite() && (0.0..=MAX_TIMEOUT_SECS).contains(&seconds)) {
+                return Err(invalid(format!("{name} must be 0 (off) or a number of seconds up to a year, not {seconds}")));
+            }
+        }
         for (name, db) in &self.databases {
             if db.pool_size == 0 {
                 return Err(invalid(format!("databases.{name}.pool_size must be at least 1")));
@@ -336,6 +373,11 @@ impl Config {
     pub fn secs(seconds: f64) -> Duration {
         Duration::from_secs_f64(seconds)
     }
+
+    /// A timeout where 0 means "never".
+    pub fn optional_secs(seconds: f64) -> Option<Duration> {
+        (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
+    }
 }
 
 #[cfg(test)]
@@ -390,6 +432,8 @@ password = "secret"
         assert!(bad("admin_users", "cores = 0\nadmin_users").contains("cores"));
         assert!(bad("admin_users", "query_wait_timeout = 1e300\nadmin_users").contains("query_wait_timeout"));
         assert!(bad("admin_users", "shutdown_timeout = 0\nadmin_users").contains("shutdown_timeout"));
+        assert!(bad("admin_users", "query_timeout = -1\nadmin_users").contains("query_timeout"));
+        assert!(Config::parse(&MINIMAL.replace("admin_users", "query_timeout = 0\nclient_idle_timeout = 30\nadmin_users")).is_ok());
         assert!(bad("password = \"secret\"", "password = \"SCRAM-SHA-256$x\"").contains("users.postgres"));
         let md5_with_scram = MINIMAL.replace("pool_mode = \"transaction\"", "auth_type = \"md5\"").replace(
             "\"secret\"",

@@ -246,6 +246,24 @@ impl Pool {
         Ok(params)
     }
 
+    /// Closes idle connections that sat idle longer than `idle_timeout` or
+    /// live longer than `lifetime`; returns how many.
+    pub fn close_expired(&self, idle_timeout: Duration, lifetime: Duration) -> usize {
+        let expired: Vec<ServerConn> = {
+            let mut idle = self.idle.borrow_mut();
+            let (keep, expired): (Vec<_>, Vec<_>) = std::mem::take(&mut *idle)
+                .into_iter()
+                .partition(|c| c.idle_since.elapsed() < idle_timeout && c.created.elapsed() < lifetime);
+            *idle = keep;
+            expired
+        };
+        let n = expired.len();
+        for _ in expired {
+            self.slot_freed();
+        }
+        n
+    }
+
     /// Closes idle connections (for shutdown and reloads).
     pub fn close_idle(&self) {
         let closed = std::mem::take(&mut *self.idle.borrow_mut());

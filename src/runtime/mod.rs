@@ -327,6 +327,20 @@ impl Shard {
         Some((target, Config::pool_size_per_shard(db.pool_size, self.shards, self.id)))
     }
 
+    /// server_idle_timeout and server_lifetime, checked once a second.
+    fn close_expired_servers(&self) {
+        let config = self.shared.config.load();
+        let never = Duration::MAX;
+        let idle = Config::optional_secs(config.server_idle_timeout).unwrap_or(never);
+        let lifetime = Config::optional_secs(config.server_lifetime).unwrap_or(never);
+        for ((database, user), pool) in self.pools().iter() {
+            let n = pool.close_expired(idle, lifetime);
+            if n > 0 {
+                tracing::debug!(shard = self.id, %database, %user, closed = n, "closed expired idle server connections");
+            }
+        }
+    }
+
     /// The shard's clients, for snapshots and commands.
     pub(crate) fn clients(&self) -> std::cell::Ref<'_, HashMap<i32, Rc<ClientEntry>>> {
         self.clients.borrow()
@@ -441,10 +455,15 @@ fn bind_listener(addr: &str) -> std::io::Result<TcpListener> {
 /// config) into this shard's own actions. Polls four times a second: cheap,
 /// and a glommio executor cannot be woken from a plain thread otherwise.
 async fn watch_for_shutdown(shard: Rc<Shard>) {
+    let mut ticks = 0u64;
     while !shard.shared.shutting_down.load(Ordering::Relaxed) {
         glommio::timer::sleep(Duration::from_millis(250)).await;
         if shard.shared.config_generation.load(Ordering::SeqCst) != shard.applied_generation.get() {
             shard.apply_config();
+        }
+        ticks += 1;
+        if ticks % 4 == 0 {
+            shard.close_expired_servers();
         }
     }
     shard.shutdown.fire();
