@@ -28,6 +28,7 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 
+use super::settings::{self, Change, Settings, Value};
 use super::tracker::Tracker;
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
 use crate::protocol::backend::{self, ErrorFields};
@@ -35,11 +36,13 @@ use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
 
-/// The statement state the exchange reads and changes.
+/// The statement and settings state the exchange reads and changes.
 pub struct Statements<'a> {
     pub registry: &'a Registry,
     pub client: &'a mut ClientStatements,
     pub server: &'a mut ServerStatements,
+    pub client_settings: &'a mut Settings,
+    pub server_settings: &'a mut Settings,
 }
 
 /// One request whose answer is still due, in the order the client expects answers.
@@ -90,6 +93,18 @@ pub struct Exchange {
     skip_to_sync: bool,
     /// The ParameterDescription of a statement Describe being cached.
     describing: BytesMut,
+    /// A followed SET/RESET the client sent, recorded once it succeeds
+    /// outside a transaction block.
+    pending_change: Option<Change>,
+}
+
+/// A followed SET/RESET in a simple query sent outside a transaction block.
+fn follow_change(body: &[u8], status: backend::TransactionStatus) -> Option<Change> {
+    let starts_like_set = body.len() > 4 && (body[..3].eq_ignore_ascii_case(b"set") || body[..5.min(body.len())].eq_ignore_ascii_case(b"reset"));
+    if !starts_like_set || status != backend::TransactionStatus::Idle {
+        return None;
+    }
+    settings::parse_change(frontend::decode_query(body).ok()?)
 }
 
 /// Client messages pglane must see whole; CopyData streams through.
@@ -178,7 +193,10 @@ impl Exchange {
             },
             frontend::EXECUTE => self.pass_request(message, to_server, Request::Execute),
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync),
-            frontend::QUERY => self.pass_request(message, to_server, Request::Query),
+            frontend::QUERY => {
+                self.pending_change = follow_change(body, self.tracker.status());
+                self.pass_request(message, to_server, Request::Query)
+            }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
             frontend::COPY_DONE | frontend::COPY_FAIL => {
                 // Syncs sent while the server was in COPY FROM STDIN are ignored by it.
@@ -317,13 +335,41 @@ impl Exchange {
         }
     }
 
-    /// A whole server message on its way to the client.
-    pub fn from_server(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_client: &mut BytesMut) {
+    /// Makes the server connection's settings the client's, with a simple
+    /// query whose replies the client never sees, ahead of its own messages.
+    pub fn align_settings(&mut self, client: &Settings, server: &mut Settings, to_server: &mut BytesMut) {
+        if let Some(sql) = client.sql_to_apply_over(server) {
+            frontend::query(to_server, &sql);
+            self.tracker.client_sent(frontend::QUERY);
+            self.due.push_back(Due::Server { request: Request::Query, forward: false });
+            *server = client.clone();
+        }
+    }
+
+    /// A whole server message on its way to the client. Returns whether the
+    /// client gets it (replies to pglane's own requests are dropped).
+    pub fn from_server(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_client: &mut BytesMut) -> bool {
         self.answer_local(to_client);
         let body = &message[HEADER_LEN..];
+        if let Some(Due::Server { request: Request::Query, forward: false }) = self.due.front() {
+            // The reply to align_settings: nothing of it reaches the client.
+            match tag {
+                backend::PARAMETER_STATUS => self.reported(body, st, false),
+                backend::READY_FOR_QUERY => {
+                    self.due.pop_front();
+                }
+                _ => {}
+            }
+            self.tracker.server_sent(tag, body);
+            return false;
+        }
         let mut forward = true;
         match tag {
-            backend::ERROR_RESPONSE => self.server_error(body, st),
+            backend::PARAMETER_STATUS => self.reported(body, st, true),
+            backend::ERROR_RESPONSE => {
+                self.pending_change = None;
+                self.server_error(body, st)
+            }
             backend::PARSE_COMPLETE => {
                 if let Some(Due::Server { request: Request::Parse { undo }, forward: f }) = self.pop_server_reply() {
                     if let Some(p) = undo {
@@ -374,6 +420,12 @@ impl Exchange {
                         break;
                     }
                 }
+                if let Some(change) = self.pending_change.take() {
+                    if body == b"I" {
+                        st.client_settings.apply(&change);
+                        st.server_settings.apply(&change);
+                    }
+                }
             }
             _ => {}
         }
@@ -382,6 +434,19 @@ impl Exchange {
         }
         self.tracker.server_sent(tag, body);
         self.answer_local(to_client);
+        forward
+    }
+
+    /// A ParameterStatus: the server connection now has this value, and so
+    /// does the client if it is told.
+    fn reported(&mut self, body: &[u8], st: &mut Statements<'_>, client_told: bool) {
+        let Ok((name, value)) = backend::decode_parameter_status(body) else { return };
+        if settings::is_carried(&name) {
+            st.server_settings.set(&name, Value::Reported(value.clone()));
+            if client_told {
+                st.client_settings.set(&name, Value::Reported(value));
+            }
+        }
     }
 
     fn pop_server_reply(&mut self) -> Option<Due> {

@@ -11,6 +11,7 @@ mod auth;
 pub mod exchange;
 mod inbox;
 mod relay;
+pub mod settings;
 pub mod tracker;
 
 use std::rc::Rc;
@@ -91,6 +92,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         entry,
         exchange: Exchange::default(),
         lease_started: Instant::now(),
+        settings: settings::Settings::default(),
     };
     match session.run(&params).await {
         Ok(()) => debug!(?peer, %user, %database, "client left"),
@@ -241,6 +243,8 @@ struct Session {
     statements: ClientStatements,
     /// When the current server connection was lent (for xact_time).
     lease_started: Instant,
+    /// Session settings this client changed (carried to each server it gets).
+    settings: settings::Settings,
 }
 
 /// What the client did while it held no server connection.
@@ -284,6 +288,9 @@ impl Session {
             let release_when_idle = self.mode == PoolMode::Transaction;
             let waker_id = self.waker_id();
             let server = &mut **server;
+            if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
+                self.exchange.align_settings(&self.settings, &mut server.settings, &mut self.buffers.to_server);
+            }
             let end = Relay {
                 client: &mut self.client,
                 server: &mut server.stream,
@@ -292,6 +299,8 @@ impl Session {
                 registry: &self.shard.registry,
                 client_statements: &mut self.statements,
                 server_statements: &mut server.statements,
+                client_settings: &mut self.settings,
+                server_settings: &mut server.settings,
                 release_when_idle,
                 shutdown: &self.shard.shutdown,
                 killed: &self.entry.killed,
@@ -369,10 +378,18 @@ impl Session {
     /// AuthenticationOk was sent by `auth`; now ParameterStatus, BackendKeyData
     /// and the first ReadyForQuery.
     async fn greet(&mut self, startup: &StartupParams, server_params: &[(String, String)], process_id: i32) -> Result<(), SessionError> {
+        // Reported settings the client asked for at startup are its own from
+        // the start, carried to every server connection it gets.
+        for name in settings::REPORTED {
+            if let Some(value) = startup.get(name) {
+                self.settings.set(name, settings::Value::Reported(value.to_owned()));
+            }
+        }
         let mut out = BytesMut::new();
         for (name, value) in server_params {
-            let value = match name.as_str() {
-                "application_name" => startup.get("application_name").unwrap_or(""),
+            let value = match (name.as_str(), startup.get(name)) {
+                (_, Some(asked)) if settings::is_carried(name) => asked,
+                ("application_name", None) => "",
                 _ => value.as_str(),
             };
             backend::parameter_status(&mut out, name, value);
@@ -477,6 +494,7 @@ impl Session {
                 Some(Ok(())) => {
                     if forgets_statements(sql) {
                         server.statements.clear();
+                        server.settings = settings::Settings::default();
                     }
                 }
                 Some(Err(e)) => {

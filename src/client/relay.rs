@@ -17,6 +17,7 @@ use futures_lite::AsyncWrite;
 
 use super::exchange::{client_needs_whole, server_needs_whole, Exchange, Statements};
 use super::inbox::{Inbox, Piece};
+use super::settings::Settings;
 use crate::net::Stream;
 use crate::prepare::{ClientStatements, Registry, ServerStatements};
 use crate::protocol::{frontend, ProtocolError};
@@ -105,6 +106,8 @@ pub struct Relay<'a> {
     pub registry: &'a Registry,
     pub client_statements: &'a mut ClientStatements,
     pub server_statements: &'a mut ServerStatements,
+    pub client_settings: &'a mut Settings,
+    pub server_settings: &'a mut Settings,
     pub release_when_idle: bool,
     pub shutdown: &'a ShutdownSignal,
     pub killed: &'a std::cell::Cell<bool>,
@@ -204,7 +207,13 @@ impl Relay<'_> {
                     Poll::Pending => {}
                 }
             }
-            let mut st = Statements { registry: self.registry, client: self.client_statements, server: self.server_statements };
+            let mut st = Statements {
+                registry: self.registry,
+                client: self.client_statements,
+                server: self.server_statements,
+                client_settings: self.client_settings,
+                server_settings: self.server_settings,
+            };
             loop {
                 let piece = match b.from_client.next(client_needs_whole) {
                     Ok(Some(piece)) => piece,
@@ -244,7 +253,13 @@ impl Relay<'_> {
             }
         }
         {
-            let mut st = Statements { registry: self.registry, client: self.client_statements, server: self.server_statements };
+            let mut st = Statements {
+                registry: self.registry,
+                client: self.client_statements,
+                server: self.server_statements,
+                client_settings: self.client_settings,
+                server_settings: self.server_settings,
+            };
             // Bytes after the final ReadyForQuery stay behind (and make the
             // connection unfit for reuse).
             while !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) {
@@ -255,8 +270,8 @@ impl Relay<'_> {
                 };
                 match piece {
                     Piece::Whole(tag, message) => {
-                        self.exchange.from_server(tag, message, &mut st, &mut b.to_client);
-                        if tag == crate::protocol::backend::READY_FOR_QUERY {
+                        let forwarded = self.exchange.from_server(tag, message, &mut st, &mut b.to_client);
+                        if forwarded && tag == crate::protocol::backend::READY_FOR_QUERY {
                             self.saw_ready = true;
                             b.counters.queries += 1;
                             if self.exchange.is_quiet() {

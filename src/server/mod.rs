@@ -78,6 +78,8 @@ pub struct ServerConn {
     pub statements: ServerStatements,
     /// The pool generation it was opened in (see `Pool::reconnect`).
     pub generation: u64,
+    /// Session settings clients changed on it (see `client::settings`).
+    pub settings: crate::client::settings::Settings,
 }
 
 impl ServerConn {
@@ -108,6 +110,7 @@ impl ServerConn {
                 idle_since: Instant::now(),
                 statements: ServerStatements::new(target.max_prepared_statements),
                 generation,
+                settings: Default::default(),
             })
     }
 
