@@ -645,7 +645,7 @@ mod tests {
         let m = one(&mut buf);
         assert_eq!(m.tag, PARAMETER_DESCRIPTION);
         assert_eq!(decode_parameter_description(&m.body).unwrap(), vec![23, 25, 0, u32::MAX]);
-        assert_eq!(decode_parameter_description(&[0, 0]).unwrap(), vec![]);
+        assert_eq!(decode_parameter_description(&[0, 0]).unwrap(), Vec::<u32>::new());
         assert!(decode_parameter_description(&[0, 1, 0, 0, 0]).is_err());
         assert!(decode_parameter_description(&[0, 0, 0]).is_err());
         assert!(decode_parameter_description(&[0]).is_err());
