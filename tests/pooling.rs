@@ -520,3 +520,26 @@ async fn shutdown_lets_the_open_transaction_finish() {
     let status = lane.stop().expect("exited");
     assert!(status.success(), "{status:?}\n{}", lane.log());
 }
+
+#[tokio::test]
+async fn servers_reached_over_a_unix_socket() {
+    let pg = postgres();
+    let lane = Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\n[databases.app]\nhost = \"{}\"\nport = {}\ndbname = \"postgres\"\npool_size = 2\n[users.postgres]\npassword = \"secret\"\n",
+            pg.socket_dir.display(),
+            pg.port
+        ),
+        &["--cores", "2"],
+    );
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    // The server sees a unix-socket client: no client address.
+    let addr: Option<String> = c
+        .query_one("select client_addr::text from pg_stat_activity where pid = pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(addr, None);
+    let rows = c.query("select generate_series(1, 1000)", &[]).await.unwrap();
+    assert_eq!(rows.len(), 1000);
+}
