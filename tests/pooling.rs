@@ -543,3 +543,40 @@ async fn servers_reached_over_a_unix_socket() {
     let rows = c.query("select generate_series(1, 1000)", &[]).await.unwrap();
     assert_eq!(rows.len(), 1000);
 }
+
+#[tokio::test]
+async fn max_client_conn_turns_away_the_client_over_the_limit() {
+    let lane = pglane("transaction", 2, "max_client_conn = 2");
+    let _a = connect(lane.port, "postgres", "secret", "app").await;
+    let _b = connect(lane.port, "postgres", "secret", "app").await;
+    let e = try_connect(lane.port, "postgres", "secret", "app").await.err().expect("refused");
+    assert_eq!(sqlstate(&e), "53300");
+    drop(_a);
+    // A slot frees up when a client leaves.
+    let mut admitted = false;
+    for _ in 0..50 {
+        if try_connect(lane.port, "postgres", "secret", "app").await.is_ok() {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(admitted);
+}
+
+#[tokio::test]
+async fn query_wait_timeout_when_no_server_connection_frees_up() {
+    let lane = pglane_with_cores(1, "transaction", 1, "query_wait_timeout = 1");
+    let holder = connect(lane.port, "postgres", "secret", "app").await;
+    holder.batch_execute("begin; select 1").await.unwrap(); // holds the only server connection
+    let waiter = connect(lane.port, "postgres", "secret", "app").await;
+    let started = std::time::Instant::now();
+    let e = waiter.simple_query("select 1").await.unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(900), "gave up after {:?}", started.elapsed());
+    assert!(sqlstate(&e) == "08P01" || e.is_closed(), "{e:?}");
+    if let Some(db) = e.as_db_error() {
+        assert_eq!(db.message(), "query_wait_timeout");
+    }
+    // The holder is unaffected.
+    holder.batch_execute("commit").await.unwrap();
+}
