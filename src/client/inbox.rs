@@ -35,7 +35,8 @@ pub struct Inbox {
 pub enum Piece<'a> {
     /// A whole message (header included).
     Whole(u8, &'a [u8]),
-    /// The start of a streamed message: its tag and its first bytes (header included).
+    /// The start of a streamed message: its tag and its first bytes (header
+    /// included), possibly followed by more whole messages of the same tag.
     Start(u8, &'a [u8]),
     /// More bytes of the streamed message.
     More(&'a [u8]),
@@ -127,10 +128,23 @@ impl Inbox {
             self.start += len;
             return Ok(Some(Piece::Whole(header.tag, &self.buf[from..from + len])));
         }
-        let n = len.min(available);
-        self.stream_left = len - n;
-        self.start += n;
-        Ok(Some(Piece::Start(header.tag, &self.buf[from..from + n])))
+        // A streamed message, and every following one of the same tag already
+        // here (a run of DataRows), go out as one piece.
+        let mut end = from + len.min(available);
+        self.stream_left = len - (end - from);
+        while self.stream_left == 0 {
+            match parse_header(&self.buf[end..self.end], self.max_body)? {
+                Some(next) if next.tag == header.tag => {
+                    let next_len = HEADER_LEN + next.body_len;
+                    let take = next_len.min(self.end - end);
+                    self.stream_left = next_len - take;
+                    end += take;
+                }
+                _ => break,
+            }
+        }
+        self.start = end;
+        Ok(Some(Piece::Start(header.tag, &self.buf[from..end])))
     }
 }
 
@@ -171,6 +185,28 @@ mod tests {
             assert_eq!(got, vec![('D', 45), ('Z', 6)], "chunk {chunk}");
             assert!(inbox.at_boundary() && inbox.pending().is_empty());
         }
+    }
+
+    #[test]
+    fn a_run_of_rows_comes_as_one_piece() {
+        let mut stream = Vec::new();
+        for _ in 0..3 {
+            stream.extend(msg(b'D', &[1; 10]));
+        }
+        stream.extend(msg(b'C', b"SELECT 3\0"));
+        let mut inbox = Inbox::new(1000);
+        feed(&mut inbox, &stream[..40]); // three rows (45 bytes) cut short
+        match inbox.next(|t| t != b'D').unwrap() {
+            Some(Piece::Start(b'D', bytes)) => assert_eq!(bytes.len(), 40),
+            _ => panic!("expected the rows"),
+        }
+        assert!(!inbox.at_boundary());
+        feed(&mut inbox, &stream[40..]);
+        match inbox.next(|t| t != b'D').unwrap() {
+            Some(Piece::More(bytes)) => assert_eq!(bytes.len(), 5),
+            _ => panic!("expected the rest of the last row"),
+        }
+        assert!(matches!(inbox.next(|t| t != b'D').unwrap(), Some(Piece::Whole(b'C', _))));
     }
 
     #[test]
