@@ -484,7 +484,9 @@ fn check_validates_config_files() {
 
 #[tokio::test]
 async fn shutdown_lets_the_open_transaction_finish() {
-    let mut lane = pglane("transaction", 2, "");
+    // A generous shutdown_timeout, so a loaded machine cannot run it out
+    // before the test's transaction is done.
+    let mut lane = pglane("transaction", 2, "shutdown_timeout = 120");
     let c = connect(lane.port, "postgres", "secret", "app").await;
     c.batch_execute("begin").await.unwrap();
     lane.signal(libc::SIGTERM);
