@@ -37,6 +37,11 @@ struct Cli {
     #[arg(long, value_name = "N")]
     cores: Option<usize>,
 
+    /// Log lines as human-readable text or as one JSON object per line.
+    /// Levels come from RUST_LOG (default: info; e.g. RUST_LOG=debug).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+
     /// Check the config and exit: 0 if it is valid (printing any warnings), 1 with the reason if not.
     #[arg(long)]
     check: bool,
@@ -44,13 +49,7 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging(cli.log_format);
 
     let (mut config, warnings) = match pglane::config::load(cli.config.as_deref(), cli.pgbouncer_ini.as_deref()) {
         Ok(loaded) => loaded,
@@ -94,6 +93,22 @@ fn main() -> ExitCode {
             error!("{e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Json => builder.json().with_current_span(false).init(),
     }
 }
 

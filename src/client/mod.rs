@@ -70,6 +70,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         admin: matches!(target, Target::Admin { .. }),
     };
     let (process_id, entry) = shard.register_client(info);
+    info!(?peer, %user, %database, process_id, "client logged in");
     let pool = match target {
         Target::Pool(pool) => pool,
         Target::Admin { may_control } => {
@@ -95,9 +96,9 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         settings: settings::Settings::default(),
     };
     match session.run(&params).await {
-        Ok(()) => debug!(?peer, %user, %database, "client left"),
+        Ok(()) => info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client closed the connection"),
         Err(e) => {
-            info!(?peer, %user, %database, "client session ended: {e}");
+            info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client session ended: {e}");
             if let Some(fields) = e.client_message() {
                 if session.buffers.from_server.at_boundary() && session.buffers.to_client.is_empty() {
                     send_error(&mut session.client, &fields).await;
