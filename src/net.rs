@@ -4,6 +4,11 @@
 //! module sees a [`Stream`] that implements `AsyncRead`/`AsyncWrite`. It owns
 //! nothing but the socket, and adds no buffering of its own: the session keeps
 //! its own buffers so it can forward bytes without copying them twice.
+//!
+//! A connection that negotiated TLS ([`tls`]) becomes [`Stream::Tls`], the
+//! same type, so the session and the relay never know whether it did.
+
+pub mod tls;
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
@@ -20,6 +25,12 @@ pub enum Stream {
     Tcp(TcpStream),
     /// glommio's UnixStream does not expose its fd, so we keep it beside it.
     Unix(UnixStream, RawFd),
+    /// TLS over a TCP stream, either way round: pglane as the server of a
+    /// client, or as the client of a PostgreSQL server (see [`tls`]).
+    Tls(Box<futures_rustls::TlsStream<Stream>>),
+    /// No socket: only while a stream is being upgraded to TLS, and after
+    /// that upgrade failed. Reads and writes fail.
+    Detached,
 }
 
 impl Stream {
@@ -59,6 +70,27 @@ impl Stream {
         };
         n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
     }
+
+    /// Without blocking: has the peer sent bytes nobody has read yet? Used
+    /// right after an SSLRequest or its answer, when a well-behaved peer is
+    /// waiting for us and anything already there was sent unencrypted to be
+    /// read as if it came through TLS (CVE-2021-23214, CVE-2021-23222).
+    pub fn has_unread_bytes(&self) -> bool {
+        let mut byte = 0u8;
+        // SAFETY: recv into one valid byte of our own stack, on a socket we own.
+        let n = unsafe {
+            libc::recv(self.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+        };
+        n > 0
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Stream::Tls(_))
+    }
+}
+
+fn detached() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "connection lost during a TLS upgrade")
 }
 
 impl AsRawFd for Stream {
@@ -66,6 +98,8 @@ impl AsRawFd for Stream {
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(_, fd) => *fd,
+            Stream::Tls(s) => s.get_ref().0.as_raw_fd(),
+            Stream::Detached => -1,
         }
     }
 }
@@ -75,6 +109,16 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Unix(s, _) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => {
+                // A write may have left encrypted bytes in rustls when the
+                // socket was full, and the relay never flushes: they go out
+                // while it waits to read, which it always does next.
+                if let Poll::Ready(Err(e)) = Pin::new(&mut **s).poll_flush(cx) {
+                    return Poll::Ready(Err(e));
+                }
+                Pin::new(&mut **s).poll_read(cx, buf)
+            }
+            Stream::Detached => Poll::Ready(Err(detached())),
         }
     }
 }
@@ -84,6 +128,8 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s, _) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Stream::Detached => Poll::Ready(Err(detached())),
         }
     }
 
@@ -91,6 +137,8 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Unix(s, _) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            Stream::Detached => Poll::Ready(Err(detached())),
         }
     }
 
@@ -98,6 +146,8 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_close(cx),
             Stream::Unix(s, _) => Pin::new(s).poll_close(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
+            Stream::Detached => Poll::Ready(Ok(())),
         }
     }
 }

@@ -1,11 +1,12 @@
 //! One client connection, from its startup packet to its last byte.
 //!
 //! This module owns the client's socket and the session state machine:
-//! startup (SSL/GSSENC refusal, cancel requests), authentication, then the
-//! relay loop that borrows a server connection from the pool when the client
-//! starts talking and gives it back when the server says the transaction is
-//! over (transaction mode) or when the client leaves (session mode). It never
-//! opens server connections itself (`pool` does) and never blocks its shard.
+//! startup (TLS through `net::tls`, GSSENC refusal, cancel requests),
+//! authentication, then the relay loop that borrows a server connection from
+//! the pool when the client starts talking and gives it back when the server
+//! says the transaction is over (transaction mode) or when the client leaves
+//! (session mode). It never opens server connections itself (`pool` does)
+//! and never blocks its shard.
 
 mod auth;
 pub mod exchange;
@@ -168,12 +169,32 @@ async fn login(
     config: &Config,
     stream: &mut Stream,
 ) -> Result<Option<(StartupParams, Target)>, SessionError> {
+    let tls = crate::net::tls::acceptor(config);
     let params = loop {
         match read_startup_packet(stream).await? {
-            StartupPacket::SslRequest | StartupPacket::GssEncRequest => stream.write_all(b"N").await?,
+            StartupPacket::SslRequest | StartupPacket::GssEncRequest if stream.is_tls() => {
+                return Err(SessionError::Refused(ErrorFields::fatal("08P01", "encryption requested again inside TLS")));
+            }
+            StartupPacket::SslRequest => match &tls {
+                Some(tls) => {
+                    // Bytes sent before the client saw 'S' are not encrypted,
+                    // yet would be read as if they came through TLS
+                    // (CVE-2021-23214): refuse them.
+                    if stream.has_unread_bytes() {
+                        return Err(SessionError::Refused(ErrorFields::fatal("08P01", "received unencrypted data after SSL request")));
+                    }
+                    stream.write_all(b"S").await?;
+                    crate::net::tls::accept(stream, tls.clone()).await?;
+                }
+                None => stream.write_all(b"N").await?,
+            },
+            StartupPacket::GssEncRequest => stream.write_all(b"N").await?,
             StartupPacket::Cancel { process_id, secret_key } => {
                 shard.route_cancel(process_id, secret_key).await;
                 return Ok(None);
+            }
+            StartupPacket::Startup(_) if config.client_tls_sslmode.requires_tls() && !stream.is_tls() => {
+                return Err(SessionError::Refused(ErrorFields::fatal("28000", "SSL required")));
             }
             StartupPacket::Startup(params) => break params,
         }
@@ -212,6 +233,8 @@ async fn login(
     Ok(Some((params, Target::Pool(pool))))
 }
 
+/// Reads exactly one startup packet and nothing after it: what follows an
+/// SSLRequest must be left on the socket for the TLS handshake.
 async fn read_startup_packet(stream: &mut Stream) -> Result<StartupPacket, SessionError> {
     let mut head = [0u8; 4];
     read_exact(stream, &mut head).await?;

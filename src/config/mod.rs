@@ -143,6 +143,33 @@ pub struct Config {
     /// Named prepared statements one client may hold at once.
     #[serde(default = "defaults::max_client_prepared_statements")]
     pub max_client_prepared_statements: usize,
+    /// TLS with clients, as PgBouncer: disable (answer SSLRequest "N"),
+    /// allow/prefer (TLS if the client asks), require (refuse plaintext),
+    /// verify-ca/verify-full (require, and a client certificate signed by
+    /// `client_tls_ca_file`).
+    #[serde(default)]
+    pub client_tls_sslmode: SslMode,
+    /// pglane's certificate chain and private key for clients (PEM).
+    pub client_tls_cert_file: Option<PathBuf>,
+    pub client_tls_key_file: Option<PathBuf>,
+    /// The CA that signs client certificates (PEM), for verify-ca/verify-full.
+    pub client_tls_ca_file: Option<PathBuf>,
+    /// TLS with servers, as libpq's sslmode: disable, allow (plaintext, TLS
+    /// if the server refuses that), prefer (TLS if the server offers it),
+    /// require (TLS or fail; the chain is checked if `server_tls_ca_file` is
+    /// set), verify-ca (chain checked), verify-full (chain and host name).
+    /// Unix-socket servers never use TLS.
+    #[serde(default)]
+    pub server_tls_sslmode: SslMode,
+    /// The CA that signs the servers' certificates (PEM).
+    pub server_tls_ca_file: Option<PathBuf>,
+    /// A client certificate and key for servers that ask for one (PEM).
+    pub server_tls_cert_file: Option<PathBuf>,
+    pub server_tls_key_file: Option<PathBuf>,
+    /// The TLS settings above, read and checked by `validate` (once per
+    /// config load, never per connection); see `crate::net::tls`.
+    #[serde(skip)]
+    pub tls: std::sync::OnceLock<crate::net::tls::Contexts>,
     #[serde(default)]
     pub databases: BTreeMap<String, Database>,
     #[serde(default)]
@@ -191,6 +218,44 @@ mod defaults {
     }
     pub fn pool_size() -> usize {
         20
+    }
+}
+
+/// How one side uses TLS, with libpq's and PgBouncer's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    #[default]
+    Disable,
+    Allow,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    /// require, verify-ca, verify-full: never without TLS.
+    pub fn requires_tls(self) -> bool {
+        self >= SslMode::Require
+    }
+
+    /// verify-ca, verify-full: the peer's certificate must chain to a CA file.
+    pub fn verifies(self) -> bool {
+        self >= SslMode::VerifyCa
+    }
+}
+
+impl std::fmt::Display for SslMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SslMode::Disable => "disable",
+            SslMode::Allow => "allow",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        })
     }
 }
 
@@ -335,6 +400,10 @@ impl Config {
                 )));
             }
         }
+        // Certificates and keys are read and parsed here, so --check finds a
+        // bad file, and loaded once for all connections.
+        let tls = crate::net::tls::Contexts::load(self).map_err(invalid)?;
+        let _ = self.tls.set(tls);
         Ok(())
     }
 

@@ -11,11 +11,13 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use futures_lite::AsyncWriteExt;
 use thiserror::Error;
+use tracing::debug;
 
 use crate::auth::md5::{md5_password_hash, md5_salted_response};
 use crate::auth::scram::{ScramClient, SCRAM_SHA_256};
 use crate::auth::secret::Secret;
-use crate::config::ServerAddress;
+use crate::config::{ServerAddress, SslMode};
+use crate::net::tls::ServerTls;
 use crate::net::{read_message, ReadError, Stream};
 use crate::prepare::ServerStatements;
 use crate::protocol::backend::{self, Authentication, ErrorFields, TransactionStatus};
@@ -28,6 +30,8 @@ const MAX_LOGIN_MESSAGE: usize = 1 << 20;
 pub enum ServerError {
     #[error("cannot connect to server {addr}: {source}")]
     Connect { addr: ServerAddress, source: std::io::Error },
+    #[error("TLS with server {addr}: {source}")]
+    Tls { addr: ServerAddress, source: crate::net::tls::TlsError },
     #[error("server {0}")]
     Refused(ErrorFields),
     #[error("server asks for {0}, which pglane cannot answer: {1}")]
@@ -53,6 +57,8 @@ pub struct ServerTarget {
     pub connect_timeout: Duration,
     /// Size of each connection's prepared-statement set.
     pub max_prepared_statements: usize,
+    /// TLS to this server (server_tls_sslmode); `None` for plaintext.
+    pub tls: Option<crate::net::tls::ServerTls>,
 }
 
 /// Which backend a server connection is: where, which process, since when.
@@ -85,33 +91,32 @@ pub struct ServerConn {
 impl ServerConn {
     /// Connects and logs in; returns once the server says ReadyForQuery.
     pub async fn connect(target: &ServerTarget, generation: u64) -> Result<ServerConn, ServerError> {
-        let mut stream = Stream::connect(&target.address, target.connect_timeout)
-            .await
-            .map_err(|source| ServerError::Connect { addr: target.address.clone(), source })?;
-        let login = login(&mut stream, target);
-        crate::runtime::with_timeout(target.connect_timeout, login)
-            .await
-            .unwrap_or_else(|| {
-                Err(ServerError::Connect {
-                    addr: target.address.clone(),
-                    source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out logging in"),
-                })
-            })
-            .map(|(process_id, secret_key, params)| ServerConn {
-                stream,
-                cancel_key: Rc::new(CancelKey {
-                    address: target.address.clone(),
-                    process_id,
-                    secret_key,
-                    connected_at: std::time::SystemTime::now(),
-                }),
-                params,
-                created: Instant::now(),
-                idle_since: Instant::now(),
-                statements: ServerStatements::new(target.max_prepared_statements),
-                generation,
-                settings: Default::default(),
-            })
+        let opened = match &target.tls {
+            // libpq's allow: plaintext first, TLS if the server refuses that.
+            Some(tls) if tls.mode == SslMode::Allow => match open(target, None).await {
+                Err(ServerError::Refused(e)) => {
+                    debug!(server = %target.address, "plaintext login refused ({}), trying TLS", e.message);
+                    open(target, Some(tls)).await
+                }
+                other => other,
+            },
+            tls => open(target, tls.as_ref()).await,
+        };
+        opened.map(|(stream, (process_id, secret_key, params))| ServerConn {
+            stream,
+            cancel_key: Rc::new(CancelKey {
+                address: target.address.clone(),
+                process_id,
+                secret_key,
+                connected_at: std::time::SystemTime::now(),
+            }),
+            params,
+            created: Instant::now(),
+            idle_since: Instant::now(),
+            statements: ServerStatements::new(target.max_prepared_statements),
+            generation,
+            settings: Default::default(),
+        })
     }
 
     /// Runs `sql` as a simple query and waits for ReadyForQuery, discarding
@@ -164,6 +169,29 @@ pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> Result<(), Serve
 }
 
 type LoginResult = (i32, i32, Vec<(String, String)>);
+
+/// Opens a connection, with TLS if `tls` says so, and logs in, all within
+/// the connect timeout.
+async fn open(target: &ServerTarget, tls: Option<&ServerTls>) -> Result<(Stream, LoginResult), ServerError> {
+    let mut stream = Stream::connect(&target.address, target.connect_timeout)
+        .await
+        .map_err(|source| ServerError::Connect { addr: target.address.clone(), source })?;
+    let handshake = async {
+        if let Some(tls) = tls {
+            crate::net::tls::negotiate(&mut stream, tls)
+                .await
+                .map_err(|source| ServerError::Tls { addr: target.address.clone(), source })?;
+        }
+        login(&mut stream, target).await
+    };
+    let logged_in = crate::runtime::with_timeout(target.connect_timeout, handshake).await.unwrap_or_else(|| {
+        Err(ServerError::Connect {
+            addr: target.address.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out logging in"),
+        })
+    })?;
+    Ok((stream, logged_in))
+}
 
 async fn login(stream: &mut Stream, target: &ServerTarget) -> Result<LoginResult, ServerError> {
     let mut out = BytesMut::new();
