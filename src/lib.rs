@@ -8,6 +8,7 @@ pub mod admin;
 pub mod auth;
 pub mod client;
 pub mod config;
+pub mod formats;
 pub mod net;
 pub mod pool;
 pub mod prepare;
