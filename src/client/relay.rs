@@ -150,12 +150,19 @@ fn poll_send(cx: &mut Context<'_>, stream: &mut Stream, out: &mut BytesMut, coun
     if out.is_empty() {
         return Poll::Ready(Ok(false));
     }
-    let n = std::task::ready!(Pin::new(stream).poll_write(cx, out))?;
+    let n = std::task::ready!(Pin::new(&mut *stream).poll_write(cx, out))?;
     if n == 0 {
         return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
     }
     out.advance(n);
     *count += n as u64;
+    if out.is_empty() {
+        // Plain sockets have nothing to flush; TLS pushes out its last record
+        // now instead of at the next read.
+        if let Poll::Ready(Err(e)) = Pin::new(stream).poll_flush(cx) {
+            return Poll::Ready(Err(e));
+        }
+    }
     Poll::Ready(Ok(true))
 }
 
