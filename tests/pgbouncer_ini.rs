@@ -56,7 +56,7 @@ listen_port = {listen_port}
 auth_type = {auth_type}
 auth_file = userlist.txt
 pool_mode = transaction
-server_lifetime = 3600
+server_check_delay = 3600
 {extra}
 ",
         port = postgres().port
@@ -84,7 +84,7 @@ async fn plaintext_and_md5_users_log_in_through_an_imported_ini() {
     let wrong = try_connect(lane.port, "md5user", "nope", "app").await.expect_err("a wrong password fails");
     assert_eq!(wrong.as_db_error().map(|e| e.code().code()), Some("28P01"), "{wrong}");
     // What the ini has that pglane ignores is in the log, with file and line.
-    lane.wait_for_log(&format!("{}:13: server_lifetime: ignored", ini.display()), Duration::from_secs(5));
+    lane.wait_for_log(&format!("{}:13: server_check_delay: ignored", ini.display()), Duration::from_secs(5));
 }
 
 #[tokio::test]
@@ -154,7 +154,7 @@ async fn the_ini_alone_is_enough() {
     let ini = dir.write("pgbouncer.ini", &ini_text("md5", port, ""));
     let lane = Alone::start(&ini, dir.0.join("pglane.log"), port);
     assert_eq!(current_user(port, "postgres", "secret", "app").await, "postgres");
-    assert!(lane.log().contains("server_lifetime: ignored"), "{}", lane.log());
+    assert!(lane.log().contains("server_check_delay: ignored"), "{}", lane.log());
 }
 
 fn check(args: &[&Path]) -> Output {
@@ -180,7 +180,7 @@ fn check_validates_an_ini_and_prints_its_warnings() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(text(&out.stdout), format!("{}: ok\n", ini.display()));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains(&format!("warning: {}:13: server_lifetime: ignored", ini.display())), "{stderr}");
+    assert!(stderr.contains(&format!("warning: {}:13: server_check_delay: ignored", ini.display())), "{stderr}");
     assert!(stderr.contains(&format!("warning: {}:14: logfile: ignored", ini.display())), "{stderr}");
 
     // With a TOML file too: both named, the TOML wins.

@@ -34,8 +34,8 @@
 //! the file, line and setting. Settings that would make pglane less safe than
 //! the PgBouncer it replaces if ignored are errors instead: `auth_type` = `hba`,
 //! `cert`, `pam`, `ldap`, `any` (anything but trust, md5, scram-sha-256 and
-//! plain), `client_tls_sslmode` / `server_tls_sslmode` = `require` or
-//! `verify-*`, and `disable_pqexec = 1`.
+//! plain) and `disable_pqexec = 1`. The `client_tls_*` / `server_tls_*`
+//! modes and certificate files map onto pglane's settings of the same names.
 //!
 //! # Decisions
 //!
@@ -382,6 +382,18 @@ impl Translation<'_> {
                 self.set(timeout, seconds(&line, timeout)?);
             }
         }
+        // 0 means "off" in both, except that PgBouncer's server_lifetime = 0
+        // means "use each server connection once", which pglane does not do.
+        for timeout in ["server_idle_timeout", "server_lifetime", "client_idle_timeout", "idle_transaction_timeout", "query_timeout"] {
+            if let Some(line) = settings.remove(timeout) {
+                let value = seconds(&line, timeout)?;
+                let value = if value == UNLIMITED_SECONDS { 0.0 } else { value };
+                if timeout == "server_lifetime" && value == 0.0 {
+                    self.warn(&line.at, timeout, "0 means no limit in pglane, not a new server connection each time");
+                }
+                self.set(timeout, value);
+            }
+        }
         if let Some(line) = settings.remove("server_reset_query") {
             self.set("server_reset_query", line.value);
         }
@@ -401,7 +413,7 @@ impl Translation<'_> {
                 limit => self.set("max_prepared_statements", limit),
             }
         }
-        self.refuse_what_would_weaken_security(&mut settings)?;
+        self.tls_and_security(&mut settings)?;
         let globals = Globals {
             default_pool_size,
             unix_socket_dir,
@@ -457,21 +469,21 @@ impl Translation<'_> {
         }
     }
 
-    /// Errors for the settings whose loss would leave pglane less safe than PgBouncer.
-    fn refuse_what_would_weaken_security(&mut self, settings: &mut BTreeMap<String, Line>) -> Result<(), IniError> {
+    /// The TLS settings, which map 1:1 onto pglane's, and the errors for the
+    /// settings whose loss would leave pglane less safe than PgBouncer.
+    fn tls_and_security(&mut self, settings: &mut BTreeMap<String, Line>) -> Result<(), IniError> {
         const MODES: &str = "disable, allow, prefer, require, verify-ca or verify-full";
-        for (key, downgrade) in [
-            ("client_tls_sslmode", "clients that ask for TLS are answered no and continue without it"),
-            ("server_tls_sslmode", "pglane connects to servers without TLS"),
-        ] {
+        for key in ["client_tls_sslmode", "server_tls_sslmode"] {
             let Some(line) = settings.remove(key) else { continue };
-            match line.value.to_ascii_lowercase().as_str() {
-                "disable" => {}
-                "allow" | "prefer" => self.warn(&line.at, key, &format!("pglane has no TLS yet: {downgrade}")),
-                "require" | "verify-ca" | "verify-full" => {
-                    return Err(unsupported_value(&line, key, "pglane has no TLS yet, so connections would not be encrypted"))
-                }
+            let mode = line.value.to_ascii_lowercase();
+            match mode.as_str() {
+                "disable" | "allow" | "prefer" | "require" | "verify-ca" | "verify-full" => self.set(key, mode),
                 _ => return Err(invalid(&line, key, &format!("expected {MODES}"))),
+            }
+        }
+        for key in ["client_tls_cert_file", "client_tls_key_file", "client_tls_ca_file", "server_tls_ca_file", "server_tls_cert_file", "server_tls_key_file"] {
+            if let Some(line) = settings.remove(key) {
+                self.set(key, line.value);
             }
         }
         if let Some(line) = settings.remove("disable_pqexec") {

@@ -455,16 +455,21 @@ fn auth_types_pglane_cannot_give_are_errors() {
 }
 
 #[test]
-fn tls_and_disable_pqexec_are_errors_when_ignoring_them_would_weaken_security() {
-    for setting in ["client_tls_sslmode = require", "client_tls_sslmode = verify-full", "server_tls_sslmode = verify-ca", "disable_pqexec = 1"] {
-        let message = error(&with_settings(setting));
-        assert!(message.starts_with(&format!("/etc/pgbouncer/pgbouncer.ini:5: {setting} is not supported")), "{message}");
-    }
-    let (_, warnings) = config(&with_settings("client_tls_sslmode = prefer\nserver_tls_sslmode = allow\nclient_tls_key_file = /k"));
-    assert_eq!(warned(&warnings), [(5, "client_tls_sslmode"), (6, "server_tls_sslmode"), (7, "client_tls_key_file")]);
-    let (_, warnings) = config(&with_settings("client_tls_sslmode = disable\nserver_tls_sslmode = Disable\ndisable_pqexec = 0"));
+fn tls_settings_map_onto_pglanes_and_disable_pqexec_is_an_error() {
+    let message = error(&with_settings("disable_pqexec = 1"));
+    assert!(message.starts_with("/etc/pgbouncer/pgbouncer.ini:5: disable_pqexec = 1 is not supported"), "{message}");
+    let (c, warnings) = config(&with_settings("client_tls_sslmode = Disable\nserver_tls_sslmode = allow"));
     assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.client_tls_sslmode, crate::config::SslMode::Disable);
+    assert_eq!(c.server_tls_sslmode, crate::config::SslMode::Allow);
+    let (_, warnings) = config(&with_settings("client_tls_sslmode = disable\nserver_tls_ciphers = fast\ndisable_pqexec = 0"));
+    assert_eq!(warned(&warnings), [(6, "server_tls_ciphers")]);
     assert!(error(&with_settings("client_tls_sslmode = sometimes")).contains("client_tls_sslmode: expected disable"));
+    let (c, warnings) = config(&with_settings("server_idle_timeout = 30\nquery_timeout = 0\nserver_lifetime = 0"));
+    assert_eq!((c.server_idle_timeout, c.query_timeout, c.server_lifetime), (30.0, 0.0, 0.0));
+    assert_eq!(warned(&warnings), [(7, "server_lifetime")]);
+    // require without a certificate is refused by pglane's own validation.
+    assert!(error(&with_settings("client_tls_sslmode = require")).contains("client_tls"));
 }
 
 #[test]
@@ -480,14 +485,14 @@ lisen_port = 6432",
     let (_, warnings) = config(&text);
     assert_eq!(
         warned(&warnings),
-        [(5, "logfile"), (6, "server_lifetime"), (7, "auth_query"), (8, "peer_id"), (9, "max_prepared_statements"), (10, "lisen_port")]
+        [(5, "logfile"), (7, "auth_query"), (8, "peer_id"), (9, "max_prepared_statements"), (10, "lisen_port")]
     );
     assert_eq!(
         warnings[0].to_string(),
         "/etc/pgbouncer/pgbouncer.ini:5: logfile: ignored: pglane logs to stderr; set the level with RUST_LOG"
     );
-    assert!(warnings[2].message.contains("auth_query is not supported yet"));
-    assert!(warnings[5].message.contains("not a PgBouncer setting"));
+    assert!(warnings[1].message.contains("auth_query is not supported yet"));
+    assert!(warnings[4].message.contains("not a PgBouncer setting"));
     assert!(!warnings.iter().any(|w| w.to_string().contains("pg_shadow")), "values are not repeated");
 }
 
@@ -515,7 +520,7 @@ fn includes_through_the_whole_pipeline() {
         text,
         &[
             ("/etc/pgbouncer/conf.d/databases.ini", "[databases]\napp = host=db\n[pgbouncer]\n"),
-            ("/etc/pgbouncer/conf.d/tuning.ini", "\nserver_idle_timeout = 60\nmax_client_conn = 50\n"),
+            ("/etc/pgbouncer/conf.d/tuning.ini", "\nserver_check_delay = 60\nmax_client_conn = 50\n"),
         ],
     );
     assert_eq!(c.databases["app"].host, "db");
@@ -528,9 +533,9 @@ fn includes_through_the_whole_pipeline() {
 
 #[test]
 fn warnings_come_in_file_order() {
-    let text = format!("{BASE}server_lifetime = 1\nlogfile = x\n[databases]\nb = host=db client_encoding=x\n");
+    let text = format!("{BASE}server_check_delay = 1\nlogfile = x\n[databases]\nb = host=db client_encoding=x\n");
     let (_, warnings) = config(&text);
-    assert_eq!(warned(&warnings), [(5, "server_lifetime"), (6, "logfile"), (8, "client_encoding")]);
+    assert_eq!(warned(&warnings), [(5, "server_check_delay"), (6, "logfile"), (8, "client_encoding")]);
 }
 
 #[test]
@@ -592,7 +597,7 @@ fn the_shipped_example_imports_cleanly() {
     assert_eq!(c.users["batch"].password.as_deref(), Some(batch.as_str()));
     assert_eq!(c.users["legacy"].password.as_deref(), Some(md5_password_hash("legacy", "legacypass").as_str()));
     let names: Vec<&str> = warnings.iter().map(|w| w.setting.as_str()).collect();
-    assert_eq!(names, ["client_encoding", "logfile", "pidfile", "server_idle_timeout", "server_lifetime", "user legacy"]);
+    assert_eq!(names, ["client_encoding", "logfile", "pidfile", "user legacy"]);
 }
 
 #[test]

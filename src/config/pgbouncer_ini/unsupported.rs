@@ -10,7 +10,7 @@
 const LOGGING: &str = "pglane logs to stderr; set the level with RUST_LOG";
 const UNIX_LISTENER: &str = "pglane listens on TCP only";
 const NO_AUTH_QUERY: &str = "auth_query is not supported yet: only users in auth_file can log in";
-const NO_TLS: &str = "pglane has no TLS yet";
+const NO_TLS: &str = "pglane uses rustls' default protocol versions, cipher suites and curves";
 const NOT_YET: &str = "not supported by pglane yet";
 const NET_TUNING: &str = "pglane's socket settings are not configurable";
 const POOL_LIMITS: &str = "pool_size per database and user is pglane's only limit on server connections";
@@ -40,18 +40,15 @@ pub fn pgbouncer_setting(key: &str) -> &'static str {
         "conffile" | "service_name" | "job_name" => "has no meaning for pglane",
         "autodb_idle_timeout" => "pglane does not support the * fallback database",
         "dns_max_ttl" | "dns_nxdomain_ttl" | "dns_zone_check_period" | "resolv_conf" => RESOLVER,
-        "client_tls_key_file" | "client_tls_cert_file" | "client_tls_ca_file" | "client_tls_protocols"
-        | "client_tls_ciphers" | "client_tls13_ciphers" | "client_tls_ecdhcurve" | "client_tls_dheparams"
-        | "server_tls_ca_file" | "server_tls_key_file" | "server_tls_cert_file" | "server_tls_protocols"
-        | "server_tls_ciphers" | "server_tls13_ciphers" => NO_TLS,
+        "client_tls_protocols" | "client_tls_ciphers" | "client_tls13_ciphers" | "client_tls_ecdhcurve"
+        | "client_tls_dheparams" | "server_tls_protocols" | "server_tls_ciphers" | "server_tls13_ciphers" => NO_TLS,
         "pkt_buf" | "sbuf_loopcnt" | "listen_backlog" | "tcp_defer_accept" | "tcp_socket_buffer" | "tcp_keepalive"
         | "tcp_keepcnt" | "tcp_keepidle" | "tcp_keepintvl" | "tcp_user_timeout" => NET_TUNING,
         "suspend_timeout" => "pglane has no online restart",
         "server_round_robin" | "track_extra_parameters" | "ignore_startup_parameters" | "application_name_add_host"
-        | "server_check_delay" | "server_check_query" | "server_fast_close" | "server_lifetime"
-        | "server_idle_timeout" | "server_login_retry" | "pool_idle_timeout" | "query_wait_notify"
-        | "login_notify_message" | "query_timeout" | "cancel_wait_timeout" | "client_idle_timeout"
-        | "idle_transaction_timeout" | "transaction_timeout" => NOT_YET,
+        | "server_check_delay" | "server_check_query" | "server_fast_close" | "server_login_retry"
+        | "pool_idle_timeout" | "query_wait_notify" | "login_notify_message" | "cancel_wait_timeout"
+        | "transaction_timeout" => NOT_YET,
         _ => "not a PgBouncer setting pglane knows of",
     }
 }
@@ -92,8 +89,8 @@ mod tests {
     #[test]
     fn known_settings_have_specific_reasons() {
         assert_eq!(pgbouncer_setting("logfile"), LOGGING);
-        assert_eq!(pgbouncer_setting("server_tls_ca_file"), NO_TLS);
-        assert_eq!(pgbouncer_setting("server_lifetime"), NOT_YET);
+        assert_eq!(pgbouncer_setting("server_tls_ciphers"), NO_TLS);
+        assert_eq!(pgbouncer_setting("server_check_delay"), NOT_YET);
         assert_eq!(database_parameter("client_encoding"), STARTUP_PARAMETERS);
         assert_eq!(user_parameter("max_user_connections"), POOL_LIMITS);
     }
