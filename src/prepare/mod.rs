@@ -7,6 +7,8 @@
 //! shard-local state: it never blocks, never locks and does no I/O (the relay
 //! in `client` acts on what it says).
 
+pub mod lexer;
 mod registry;
+pub mod shape;
 
 pub use registry::{ClientStatements, PrepareStats, Registry, ServerStatements, Statement, StatementLimit};
