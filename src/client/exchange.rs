@@ -96,6 +96,9 @@ pub struct Exchange {
     /// A followed SET/RESET the client sent, recorded once it succeeds
     /// outside a transaction block.
     pending_change: Option<Change>,
+    /// This client Parsed the unnamed statement on the server connection it
+    /// holds (what another client left there is not its to use).
+    unnamed_parsed: bool,
 }
 
 /// A followed SET/RESET in a simple query sent outside a transaction block.
@@ -141,21 +144,19 @@ impl Exchange {
         let body = &message[HEADER_LEN..];
         let forwarded = match tag {
             frontend::PARSE => self.parse(message, body, st, to_server),
-            frontend::BIND => {
-                match names::split_bind(body) {
-                    Ok((portal, name, rest)) if !name.is_empty() => match st.client.get(name).cloned() {
-                        Some(s) => {
-                            self.ensure_prepared(&s, st, to_server);
-                            names::put_bind(to_server, portal, &s.server_name, rest);
-                            self.expect(Request::Bind { statement: Some(s) });
-                        }
-                        // Unknown: the server answers 26000 in its own words.
-                        None => self.pass(message, to_server, Request::Bind { statement: None }),
-                    },
-                    _ => self.pass(message, to_server, Request::Bind { statement: None }),
-                }
-                true
-            }
+            frontend::BIND => match names::split_bind(body) {
+                Ok((portal, name, rest)) if !name.is_empty() => match st.client.get(name).cloned() {
+                    Some(s) => {
+                        self.ensure_prepared(&s, st, to_server);
+                        names::put_bind(to_server, portal, &s.server_name, rest);
+                        self.expect(Request::Bind { statement: Some(s) });
+                        true
+                    }
+                    None => self.refuse_unknown_statement(name),
+                },
+                Ok((_, "", _)) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
+                _ => self.pass_request(message, to_server, Request::Bind { statement: None }),
+            },
             frontend::DESCRIBE => match names::split_target(body) {
                 Ok((Target::Statement, name)) if !name.is_empty() => match st.client.get(name).cloned() {
                     Some(s) => {
@@ -174,8 +175,9 @@ impl Exchange {
                             }
                         }
                     }
-                    None => self.pass_request(message, to_server, Request::Describe { cache: None }),
+                    None => self.refuse_unknown_statement(name),
                 },
+                Ok((Target::Statement, "")) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
                 _ => self.pass_request(message, to_server, Request::Describe { cache: None }),
             },
             frontend::CLOSE => match names::split_target(body) {
@@ -194,6 +196,8 @@ impl Exchange {
             frontend::EXECUTE => self.pass_request(message, to_server, Request::Execute),
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync),
             frontend::QUERY => {
+                // A simple query replaces the unnamed statement.
+                self.unnamed_parsed = false;
                 self.pending_change = follow_change(body, self.tracker.status());
                 self.pass_request(message, to_server, Request::Query)
             }
@@ -238,6 +242,7 @@ impl Exchange {
         let (name, rest) = match names::split_parse(body) {
             Ok((name, rest)) if !name.is_empty() => (name, rest),
             _ => {
+                self.unnamed_parsed = true;
                 self.pass(message, to_server, Request::Parse { undo: None });
                 return true;
             }
@@ -312,6 +317,20 @@ impl Exchange {
 
     fn expect(&mut self, request: Request) {
         self.due.push_back(Due::Server { request, forward: true });
+    }
+
+    /// Bind or Describe of a statement this client has not prepared. Names
+    /// are the client's own, so this one does not exist for it, whatever the
+    /// server connection holds (another client's unnamed statement, or a
+    /// statement under pglane's server name): PostgreSQL's error, raised here.
+    fn refuse_unknown_statement(&mut self, name: &str) -> bool {
+        let message = if name.is_empty() {
+            "unnamed prepared statement does not exist".to_owned()
+        } else {
+            format!("prepared statement \"{name}\" does not exist")
+        };
+        self.raise(ErrorFields::error("26000", message));
+        false
     }
 
     /// pglane refuses a client message: an error in its place, then the

@@ -320,7 +320,7 @@ impl Session {
                 server: &mut server.stream,
                 buffers: &mut self.buffers,
                 exchange: &mut self.exchange,
-                registry: &self.shard.registry,
+                registry: &self.pool.registry,
                 client_statements: &mut self.statements,
                 server_statements: &mut server.statements,
                 client_settings: &mut self.settings,

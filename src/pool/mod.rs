@@ -93,6 +93,8 @@ pub struct Pool {
     /// ParameterStatus values of the first server connection, shown to clients at login.
     server_params: RefCell<Option<Rc<Vec<(String, String)>>>>,
     stats: Cell<PoolStats>,
+    /// The prepared statements shared by this pool's clients (see `prepare`).
+    pub registry: crate::prepare::Registry,
 }
 
 /// What a waiting client is handed.
@@ -108,7 +110,7 @@ struct Waiter {
 }
 
 impl Pool {
-    pub fn new(target: ServerTarget, max_size: usize) -> Rc<Pool> {
+    pub fn new(target: ServerTarget, max_size: usize, registry: crate::prepare::Registry) -> Rc<Pool> {
         Rc::new(Pool {
             target: RefCell::new(target),
             max_size: Cell::new(max_size),
@@ -118,6 +120,7 @@ impl Pool {
             waiters: RefCell::new(VecDeque::new()),
             server_params: RefCell::new(None),
             stats: Cell::new(PoolStats::default()),
+            registry,
         })
     }
 

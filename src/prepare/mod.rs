@@ -2,7 +2,9 @@
 //!
 //! This module owns the bookkeeping that lets named prepared statements work
 //! behind a transaction pooler: one server-side statement per distinct
-//! (query text, parameter types) in the shard, each client's own names for
+//! (query text, parameter types) in each of a shard's pools (a pool serves
+//! one database and user: the same text can mean something else in another
+//! database or to another user), each client's own names for
 //! them, and which statements each server connection has. It is plain
 //! shard-local state: it never blocks, never locks and does no I/O (the relay
 //! in `client` acts on what it says).

@@ -40,7 +40,17 @@ pub struct PrepareStats {
     pub describes_answered: u64,
 }
 
-/// The shard's statements, keyed by Parse body.
+impl PrepareStats {
+    pub fn add(&mut self, o: &PrepareStats) {
+        self.client_parses += o.client_parses;
+        self.server_parses += o.server_parses;
+        self.parses_answered += o.parses_answered;
+        self.evictions += o.evictions;
+        self.describes_answered += o.describes_answered;
+    }
+}
+
+/// One pool's statements, keyed by Parse body.
 pub struct Registry {
     shard: usize,
     by_key: RefCell<HashMap<Bytes, Rc<Statement>>>,

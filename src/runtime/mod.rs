@@ -40,7 +40,7 @@ pub use clients::{ClientEntry, ClientInfo, ClientState};
 pub use peers::{Answer, Control, Question, ShardMessage};
 pub use shutdown::ShutdownSignal;
 
-/// Statements a shard's registry keeps before it drops those no client uses.
+/// Statements a pool's registry keeps before it drops those no client uses.
 const REGISTRY_CAPACITY: usize = 10_000;
 
 /// Runs `fut` for at most `limit`; `None` if time ran out first.
@@ -121,8 +121,6 @@ pub struct Shard {
     pause: control::PauseState,
     /// The config generation this shard last applied.
     applied_generation: Cell<u64>,
-    /// The shard's prepared statements, shared by all its clients.
-    pub registry: Registry,
     /// SCRAM secrets derived from plaintext passwords in the config, so the
     /// 4096-round key derivation runs once per password, not once per login.
     scram_secrets: RefCell<HashMap<String, ScramSecret>>,
@@ -191,7 +189,6 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     pause: control::PauseState::default(),
                     applied_generation: Cell::new(0),
                     scram_secrets: RefCell::default(),
-                    registry: Registry::new(id, REGISTRY_CAPACITY),
                 });
                 peers::serve_peers(&shard, receivers);
                 if let Some(metrics) = metrics {
@@ -279,10 +276,10 @@ impl Shard {
         for pool in self.pools.borrow().values() {
             pool.close_idle();
         }
-        let p = self.registry.stats();
+        let (p, statements) = self.prepare_totals();
         info!(
             shard = self.id,
-            statements = self.registry.len(),
+            statements,
             client_parses = p.client_parses,
             server_parses = p.server_parses,
             parses_answered = p.parses_answered,
@@ -299,7 +296,9 @@ impl Shard {
             return Some(pool.clone());
         }
         let (target, size) = self.pool_settings(config, database, user)?;
-        let pool = Pool::new(target, size);
+        // Statements are shared by the clients of one pool only: the same text
+        // can mean something else in another database or to another user.
+        let pool = Pool::new(target, size, Registry::new(self.id, REGISTRY_CAPACITY));
         self.pools.borrow_mut().insert(key, pool.clone());
         Some(pool)
     }
@@ -340,6 +339,17 @@ impl Shard {
                 tracing::debug!(shard = self.id, %database, %user, closed = n, "closed expired idle server connections");
             }
         }
+    }
+
+    /// The statement counters and statement count summed over this shard's pools.
+    pub fn prepare_totals(&self) -> (crate::prepare::PrepareStats, usize) {
+        let mut total = crate::prepare::PrepareStats::default();
+        let mut statements = 0;
+        for pool in self.pools().values() {
+            total.add(&pool.registry.stats());
+            statements += pool.registry.len();
+        }
+        (total, statements)
     }
 
     /// The shard's clients, for snapshots and commands.

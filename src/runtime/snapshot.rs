@@ -109,13 +109,7 @@ impl Shard {
                 stats: pool.stats(),
             });
         }
-        ShardSnapshot {
-            shard: self.id,
-            pools,
-            clients,
-            servers,
-            prepare: self.registry.stats(),
-            statements: self.registry.len(),
-        }
+        let (prepare, statements) = self.prepare_totals();
+        ShardSnapshot { shard: self.id, pools, clients, servers, prepare, statements }
     }
 }
