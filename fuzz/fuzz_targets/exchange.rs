@@ -9,6 +9,9 @@
 //! branch reached); everything written toward the server and the client is a
 //! well-framed message stream; a well-formed named Parse never reaches the
 //! server under the client's own name (it is always renamed to pglane's);
+//! a Bind or statement Describe reaches the server only for the client's own
+//! statements (pglane's name for one it prepared, or the unnamed statement
+//! after it Parsed one), never for a name it merely guessed;
 //! small limits (2 statements per server connection, 3 names per client)
 //! exercise eviction and the per-client cap; the SETs pglane sends to carry
 //! a client's settings never let a reported value out of its quotes.
@@ -131,7 +134,18 @@ fuzz_target!(|ops: Vec<Op>| {
     let mut ex = Exchange::default();
     let mut to_server = BytesMut::new();
     let mut to_client = BytesMut::new();
+    // Has this client (since the last Reset) sent anything that may have
+    // Parsed the unnamed statement? Only then may a Bind of it reach the server.
+    let mut unnamed_parsed = false;
     for op in ops.into_iter().take(200) {
+        match &op {
+            Op::Parse { name, .. } if pick(&NAMES, *name).is_empty() => unnamed_parsed = true,
+            Op::ClientRaw { tag: b'P', body } if names::split_parse(body).map_or(true, |(n, _)| n.is_empty()) => {
+                unnamed_parsed = true
+            }
+            _ => {}
+        }
+        let written = to_server.len();
         let mut st = Statements {
             registry: &registry,
             client: &mut client,
@@ -201,6 +215,7 @@ fuzz_target!(|ops: Vec<Op>| {
             Op::Reset => {
                 ex = Exchange::default();
                 client.clear();
+                unnamed_parsed = false;
                 continue;
             }
         }
@@ -224,6 +239,19 @@ fuzz_target!(|ops: Vec<Op>| {
             }
         }
         let _ = (ex.is_quiet(), ex.is_releasable(), ex.tracker.status(), ex.tracker.syncs_ignored_by_copy());
+        // What this step sent the server names only statements that are this
+        // client's: pglane's names for them, or the unnamed one it Parsed.
+        for (tag, body) in frames(BytesMut::from(&to_server[written..])) {
+            let named = match tag {
+                frontend::BIND => names::split_bind(&body).ok().map(|(_, n, _)| n),
+                frontend::DESCRIBE => names::split_target(&body).ok().filter(|(t, _)| *t == Target::Statement).map(|(_, n)| n),
+                _ => None,
+            };
+            if let Some(name) = named {
+                let ok = if name.is_empty() { unnamed_parsed } else { name.starts_with("pglane_7_") && name != "pglane_7_0" };
+                assert!(ok, "{} of statement {name:?} reached the server", tag as char);
+            }
+        }
     }
     for (tag, body) in frames(to_server) {
         if tag == frontend::PARSE {
