@@ -34,8 +34,13 @@ struct Cli {
     pgbouncer_ini: Option<PathBuf>,
 
     /// Number of shards, one pinned thread per core [default: all online cores].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "cpus")]
     cores: Option<usize>,
+
+    /// Run one shard on each of these CPUs, e.g. `2-5` or `0,2,4-6`, to keep
+    /// pglane off the cores PostgreSQL runs on [default: all online cores].
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
 
     /// Log lines as human-readable text or as one JSON object per line.
     /// Levels come from RUST_LOG (default: info; e.g. RUST_LOG=debug).
@@ -71,7 +76,19 @@ fn main() -> ExitCode {
     }
     if cli.cores.is_some() {
         config.cores = cli.cores;
+        config.cpus = None;
     }
+    if cli.cpus.is_some() {
+        config.cpus = cli.cpus.clone();
+        config.cores = None;
+    }
+    let cpus = match runtime::cpu_plan(config.cores, config.cpus.as_deref()) {
+        Ok(cpus) => cpus,
+        Err(e) => {
+            eprintln!("pglane: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     if cli.check {
         let files: Vec<String> =
             [&cli.pgbouncer_ini, &cli.config].into_iter().flatten().map(|file| file.display().to_string()).collect();
@@ -79,8 +96,12 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
 
-    let cpus = runtime::cpu_plan(config.cores);
-    let source = ConfigSource { toml: cli.config.clone(), pgbouncer_ini: cli.pgbouncer_ini.clone(), cores: cli.cores };
+    let source = ConfigSource {
+        toml: cli.config.clone(),
+        pgbouncer_ini: cli.pgbouncer_ini.clone(),
+        cores: cli.cores,
+        cpus: cli.cpus.clone(),
+    };
     let shared = Arc::new(Shared::new(config, source));
     spawn_signal_thread(shared.clone());
     info!(shards = cpus.len(), ?cpus, "starting");

@@ -480,6 +480,15 @@ fn check_validates_config_files() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("databases.app.pool_size must be at least 1"), "{out:?}");
     std::fs::remove_dir_all(&dir).ok();
+
+    // --cpus names the CPUs; it is checked against those this process may use.
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pglane.toml");
+    let on_cpu0 = Command::new(bin).args(["--check", "--cpus", "0", "--config", example]).output().unwrap();
+    assert!(on_cpu0.status.success(), "{on_cpu0:?}");
+    let far = Command::new(bin).args(["--check", "--cpus", "0-4095", "--config", example]).output().unwrap();
+    assert!(String::from_utf8_lossy(&far.stderr).contains("is not one pglane may run on"), "{far:?}");
+    let both = Command::new(bin).args(["--check", "--cpus", "0", "--cores", "1", "--config", example]).output().unwrap();
+    assert!(!both.status.success() && String::from_utf8_lossy(&both.stderr).contains("cannot be used with"), "{both:?}");
 }
 
 #[tokio::test]
@@ -544,6 +553,62 @@ async fn servers_reached_over_a_unix_socket() {
     assert_eq!(addr, None);
     let rows = c.query("select generate_series(1, 1000)", &[]).await.unwrap();
     assert_eq!(rows.len(), 1000);
+}
+
+#[tokio::test]
+async fn clients_on_a_unix_socket() {
+    let pg = postgres();
+    let dir = std::env::temp_dir().join(format!("pglane-sockets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut lane = Pglane::start_with_args(
+        &format!(
+            "unix_socket_dir = \"{}\"\npool_mode = \"transaction\"\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"postgres\"\npool_size = 2\n[users.postgres]\npassword = \"secret\"\n",
+            dir.display(),
+            pg.port
+        ),
+        &["--cores", "2"],
+    );
+    let socket = dir.join(format!(".s.PGSQL.{}", lane.port));
+    assert!(socket.exists(), "no {}", socket.display());
+
+    // psql finds it the way it finds PostgreSQL's: -h <dir> -p <port>.
+    let out = Command::new("psql")
+        .args(["-X", "-A", "-t", "-h", dir.to_str().unwrap(), "-p", &lane.port.to_string(), "-U", "postgres", "-c", "select 40 + 2", "app"])
+        .env("PGPASSWORD", "secret")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42", "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Many clients at once (spread over both shards), each with its own work.
+    let mut tasks = Vec::new();
+    for i in 0..20i64 {
+        let dir = dir.clone();
+        let port = lane.port;
+        tasks.push(tokio::spawn(async move {
+            let (client, connection) = tokio_postgres::Config::new()
+                .host_path(&dir)
+                .port(port)
+                .user("postgres")
+                .password("secret")
+                .dbname("app")
+                .connect(tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            let mut sum = 0;
+            for j in 0..20i64 {
+                let row = client.query_one("select $1::int8 * 1000 + $2::int8", &[&i, &j]).await.unwrap();
+                sum += row.get::<_, i64>(0);
+            }
+            assert_eq!(sum, i * 20_000 + 190);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    lane.stop();
+    assert!(!socket.exists(), "the socket file outlived pglane");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

@@ -234,6 +234,7 @@ pub fn config_table(config: &Config) -> Table {
         ("admin_users", config.admin_users.join(","), Some(String::new()), true),
         ("stats_users", config.stats_users.join(","), Some(String::new()), true),
         ("cores", config.cores.map(|c| c.to_string()).unwrap_or_default(), Some(String::new()), false),
+        ("cpus", config.cpus.clone().unwrap_or_default(), Some(String::new()), false),
     ];
     for (key, value, default, changeable) in rows {
         t.push(vec![s(key), s(value), default, s(if changeable { "yes" } else { "no" })]);

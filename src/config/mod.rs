@@ -88,10 +88,20 @@ pub struct Config {
     /// Users allowed the admin console's SHOW commands.
     #[serde(default)]
     pub stats_users: Vec<String>,
+    /// Also accept clients on the unix socket `<dir>/.s.PGSQL.<port>`, the
+    /// port being `listen`'s (PgBouncer's naming: `psql -h <dir> -p <port>`).
+    pub unix_socket_dir: Option<String>,
+    /// Permissions of that socket file.
+    #[serde(default = "defaults::unix_socket_mode")]
+    pub unix_socket_mode: u32,
     /// Address of the Prometheus/OpenMetrics endpoint (`GET /metrics`); off if absent.
     pub metrics_listen: Option<String>,
     /// Number of shards (one per core); the command line's `--cores` wins.
     pub cores: Option<usize>,
+    /// The CPUs to run shards on, one shard each, as a list like `2-5,7`
+    /// (keeps pglane off the cores PostgreSQL uses); instead of `cores`.
+    /// The command line's `--cpus` wins.
+    pub cpus: Option<String>,
     /// Client connections allowed at once, over all shards.
     #[serde(default = "defaults::max_client_conn")]
     pub max_client_conn: usize,
@@ -177,6 +187,9 @@ pub struct Config {
 }
 
 mod defaults {
+    pub fn unix_socket_mode() -> u32 {
+        0o777
+    }
     pub fn max_client_conn() -> usize {
         10_000
     }
@@ -330,6 +343,29 @@ pub fn load(toml: Option<&Path>, pgbouncer_ini: Option<&Path>) -> Result<(Config
     }
 }
 
+/// Parses a CPU list as Linux prints them (`0-3,8,10-11`): the CPUs in the
+/// order given, each once.
+pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in list.split(',').map(str::trim) {
+        let number = |s: &str| s.trim().parse::<usize>().map_err(|_| format!("{s:?} is not a CPU number in {list:?}"));
+        let (first, last) = match part.split_once('-') {
+            Some((a, b)) => (number(a)?, number(b)?),
+            None => (number(part)?, number(part)?),
+        };
+        if first > last {
+            return Err(format!("{part:?} counts down in {list:?}"));
+        }
+        for cpu in first..=last {
+            if cpus.contains(&cpu) {
+                return Err(format!("CPU {cpu} is listed twice in {list:?}"));
+            }
+            cpus.push(cpu);
+        }
+    }
+    Ok(cpus)
+}
+
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -350,6 +386,12 @@ impl Config {
         self.metrics_addr()?;
         if self.cores == Some(0) {
             return Err(invalid("cores must be at least 1"));
+        }
+        if let Some(list) = &self.cpus {
+            if self.cores.is_some() {
+                return Err(invalid("set cores or cpus, not both"));
+            }
+            parse_cpu_list(list).map_err(|e| invalid(format!("cpus: {e}")))?;
         }
         if self.databases.is_empty() {
             return Err(invalid("no [databases.<name>] section: clients would have nothing to connect to"));
@@ -412,6 +454,13 @@ impl Config {
             .as_deref()
             .map(|a| a.parse().map_err(|_| invalid(format!("metrics_listen = {a:?} is not an address like \"127.0.0.1:9127\""))))
             .transpose()
+    }
+
+    /// The unix socket clients may connect to, if `unix_socket_dir` is set.
+    pub fn unix_socket_path(&self) -> Option<PathBuf> {
+        let dir = self.unix_socket_dir.as_deref().filter(|d| !d.is_empty())?;
+        let port = self.listen_addr().ok()?.port();
+        Some(Path::new(dir).join(format!(".s.PGSQL.{port}")))
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
@@ -483,6 +532,20 @@ password = "secret"
     fn the_shipped_example_parses() {
         let text = include_str!("../../config/pglane.toml");
         Config::parse(text).unwrap();
+    }
+
+    #[test]
+    fn cpu_lists_as_linux_prints_them() {
+        assert_eq!(parse_cpu_list("2-5").unwrap(), vec![2, 3, 4, 5]);
+        assert_eq!(parse_cpu_list("0, 2,4-6").unwrap(), vec![0, 2, 4, 5, 6]);
+        assert_eq!(parse_cpu_list("7").unwrap(), vec![7]);
+        assert!(parse_cpu_list("5-2").unwrap_err().contains("counts down"));
+        assert!(parse_cpu_list("1,1").unwrap_err().contains("twice"));
+        assert!(parse_cpu_list("a-3").unwrap_err().contains("not a CPU number"));
+        assert!(parse_cpu_list("").is_err());
+        let bad = Config::parse(&MINIMAL.replace("pool_mode", "cores = 2\ncpus = \"0-1\"\npool_mode")).unwrap_err();
+        assert!(bad.to_string().contains("not both"), "{bad}");
+        assert_eq!(Config::parse(&MINIMAL.replace("pool_mode", "cpus = \"1\"\npool_mode")).unwrap().cpus.as_deref(), Some("1"));
     }
 
     #[test]

@@ -26,7 +26,8 @@
 //! | `max_packet_size` | `max_message_size` |
 //! | `max_prepared_statements` (0, "off", is warned and not carried over) | the same |
 //! | `default_pool_size` | each database's `pool_size` unless it sets its own |
-//! | `unix_socket_dir` | `host` of databases without `host=` |
+//! | `unix_socket_dir` (default `/tmp`; empty: none) | `unix_socket_dir`, and `host` of databases without `host=` |
+//! | `unix_socket_mode` | the same |
 //! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]` |
 //! | `[users]` `pool_mode` | `[users.NAME] pool_mode` |
 //!
@@ -346,17 +347,18 @@ impl Translation<'_> {
                 self.set("listen", listen);
             }
         }
+        // As in PgBouncer: clients are also accepted there, and databases
+        // without host= are reached there.
         let unix_socket_dir = match settings.remove("unix_socket_dir") {
-            Some(line) => {
-                if !line.value.is_empty() {
-                    let reason = "pglane does not listen on a unix socket; this only tells databases without host= \
-                                  where the server's socket is";
-                    self.warn(&line.at, "unix_socket_dir", reason);
-                }
-                line.value
-            }
+            Some(line) => line.value,
             None => DEFAULT_UNIX_SOCKET_DIR.into(),
         };
+        if !unix_socket_dir.is_empty() {
+            self.set("unix_socket_dir", unix_socket_dir.clone());
+        }
+        if let Some(line) = settings.remove("unix_socket_mode") {
+            self.set("unix_socket_mode", count(&line, "unix_socket_mode", 0)?);
+        }
         let pool_mode = match settings.remove("pool_mode") {
             Some(line) => self.pool_mode(&line.value, &line.at, "pool_mode")?,
             None => DEFAULT_POOL_MODE,

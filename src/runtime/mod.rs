@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,8 +58,9 @@ pub async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> O
 pub struct ConfigSource {
     pub toml: Option<std::path::PathBuf>,
     pub pgbouncer_ini: Option<std::path::PathBuf>,
-    /// `--cores` from the command line (kept across reloads).
+    /// `--cores` and `--cpus` from the command line (kept across reloads).
     pub cores: Option<usize>,
+    pub cpus: Option<String>,
 }
 
 /// What all shards share. Read-mostly; never touched per query.
@@ -92,11 +94,15 @@ impl Shared {
         let (mut config, warnings) =
             crate::config::load(self.source.toml.as_deref(), self.source.pgbouncer_ini.as_deref())?;
         let old = self.config.load();
-        if self.source.cores.is_some() {
+        if self.source.cores.is_some() || self.source.cpus.is_some() {
             config.cores = self.source.cores;
+            config.cpus = self.source.cpus.clone();
         }
         if config.listen != old.listen {
             return Err(format!("listen cannot change without a restart ({} → {})", old.listen, config.listen));
+        }
+        if config.unix_socket_path() != old.unix_socket_path() {
+            return Err("unix_socket_dir cannot change without a restart".into());
         }
         self.config.store(Arc::new(config));
         self.config_generation.fetch_add(1, Ordering::SeqCst);
@@ -126,20 +132,34 @@ pub struct Shard {
     scram_secrets: RefCell<HashMap<String, ScramSecret>>,
 }
 
-/// How many shards, and on which CPUs.
-pub fn cpu_plan(cores: Option<usize>) -> Vec<usize> {
+/// How many shards, and on which CPUs: one on each CPU of `cpus` (a list
+/// like `2-5`, each of which must be one this process may run on), else
+/// `cores` of them over the allowed CPUs in turn, else one per allowed CPU.
+pub fn cpu_plan(cores: Option<usize>, cpus: Option<&str>) -> Result<Vec<usize>, String> {
     let online: Vec<usize> = core_affinity::get_core_ids()
         .map(|ids| ids.into_iter().map(|c| c.id).collect())
         .filter(|ids: &Vec<usize>| !ids.is_empty())
         .unwrap_or_else(|| vec![0]);
+    if let Some(list) = cpus {
+        let wanted = crate::config::parse_cpu_list(list).map_err(|e| format!("--cpus: {e}"))?;
+        if let Some(cpu) = wanted.iter().find(|c| !online.contains(c)) {
+            return Err(format!("--cpus: CPU {cpu} is not one pglane may run on (allowed: {online:?})"));
+        }
+        return Ok(wanted);
+    }
     let n = cores.unwrap_or(online.len()).max(1);
-    (0..n).map(|i| online[i % online.len()]).collect()
+    Ok((0..n).map(|i| online[i % online.len()]).collect())
 }
 
 /// Starts one shard per entry of `cpus` and blocks until all have stopped
 /// (after `shared.shutting_down` is set). Returns an error if any shard could
 /// not start (e.g. the listen address is taken).
 pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
+    let unix_socket = match shared.config.load().unix_socket_path() {
+        Some(path) => Some(UnixSocket::bind(path, shared.config.load().unix_socket_mode)?),
+        None => None,
+    };
+    let unix_fd = unix_socket.as_ref().map(|u| u.listener.as_raw_fd());
     let mesh = MeshBuilder::full(cpus.len(), 1024);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut handles = Vec::new();
@@ -165,6 +185,13 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     Ok(l) => l,
                     Err(e) => {
                         let _ = ready.send(Err(format!("cannot listen on {addr}: {e}")));
+                        return;
+                    }
+                };
+                let unix = match unix_fd.map(adopt_unix_listener).transpose() {
+                    Ok(u) => u,
+                    Err(e) => {
+                        let _ = ready.send(Err(format!("shard {id}: cannot share the unix socket listener: {e}")));
                         return;
                     }
                 };
@@ -195,7 +222,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     glommio::spawn_local(serve_metrics(shard.clone(), metrics)).detach();
                 }
                 let _ = ready.send(Ok(()));
-                shard.run(listener).await;
+                shard.run(listener, unix).await;
             })
             .map_err(|e| format!("cannot start shard {id} on cpu {cpu}: {e}"))?;
         handles.push(handle);
@@ -216,7 +243,10 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         shared.shutting_down.store(true, Ordering::SeqCst);
         return Err(e);
     }
-    info!(shards = cpus.len(), listen = %shared.config.load().listen, "pglane is ready");
+    match &unix_socket {
+        Some(u) => info!(shards = cpus.len(), listen = %shared.config.load().listen, unix_socket = %u.path.display(), "pglane is ready"),
+        None => info!(shards = cpus.len(), listen = %shared.config.load().listen, "pglane is ready"),
+    }
     for h in handles {
         if h.join().is_err() {
             error!("a shard panicked");
@@ -225,9 +255,73 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
+/// The clients' unix socket: bound once for all shards (unix sockets have no
+/// SO_REUSEPORT spreading), accepted on by every shard through its own copy
+/// of the descriptor, and removed from the file system when pglane stops.
+struct UnixSocket {
+    path: std::path::PathBuf,
+    listener: std::os::unix::net::UnixListener,
+}
+
+impl UnixSocket {
+    fn bind(path: std::path::PathBuf, mode: u32) -> Result<UnixSocket, String> {
+        use std::os::unix::fs::PermissionsExt;
+        if path.exists() {
+            // A socket file left by a process that died is in the way; one
+            // that answers belongs to a running pooler or server.
+            if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+                return Err(format!("{} is in use by another process", path.display()));
+            }
+            std::fs::remove_file(&path).map_err(|e| format!("cannot remove the stale socket {}: {e}", path.display()))?;
+        }
+        let listener = std::os::unix::net::UnixListener::bind(&path)
+            .map_err(|e| format!("cannot listen on the unix socket {}: {e}", path.display()))?;
+        // Always non-blocking: each shard's accept briefly toggles the flags
+        // of this shared descriptor (see `adopt_unix_listener`).
+        listener.set_nonblocking(true).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
+        Ok(UnixSocket { path, listener })
+    }
+}
+
+impl Drop for UnixSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// This shard's handle on the shared unix listening socket.
+///
+/// glommio 0.9's `UnixListener` can only `bind` (and a path can be bound
+/// once), but its `TcpListener` accepts on any listening descriptor with a
+/// plain `accept`, which is family-blind. So each shard wraps its own `dup`
+/// of the unix socket in one, and [`Shard::admit`] rewraps what it accepts as
+/// the unix stream it is. Its accept sets O_NONBLOCK around a first try and
+/// then restores the flags it read; the descriptor being non-blocking from
+/// the start, no interleaving of shards can leave it blocking.
+fn adopt_unix_listener(fd: std::os::fd::RawFd) -> std::io::Result<TcpListener> {
+    use std::os::fd::FromRawFd;
+    let copy = dup_cloexec(fd)?;
+    // SAFETY: `copy` is a fresh descriptor of a bound, listening socket,
+    // owned from here on by the returned listener.
+    Ok(unsafe { TcpListener::from_raw_fd(copy) })
+}
+
+/// A new descriptor for the same open socket, closed on exec.
+fn dup_cloexec(fd: std::os::fd::RawFd) -> std::io::Result<std::os::fd::RawFd> {
+    // SAFETY: F_DUPFD_CLOEXEC only reads `fd` (an open descriptor of ours).
+    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if copy < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(copy)
+}
+
 impl Shard {
-    async fn run(self: Rc<Self>, listener: TcpListener) {
+    async fn run(self: Rc<Self>, listener: TcpListener, unix: Option<TcpListener>) {
         let watcher = glommio::spawn_local(watch_for_shutdown(self.clone()));
+        let unix = unix.map(|l| glommio::spawn_local(self.clone().accept_unix(l)));
         loop {
             let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
                 self.shutdown.wait().await;
@@ -236,7 +330,11 @@ impl Shard {
             .await;
             match accepted {
                 None => break,
-                Some(Ok(stream)) => self.admit(stream),
+                Some(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    let peer = stream.peer_addr().ok();
+                    self.admit(Stream::Tcp(stream), peer);
+                }
                 Some(Err(e)) => {
                     warn!(shard = self.id, "accept failed: {e}");
                     glommio::timer::sleep(Duration::from_millis(10)).await;
@@ -244,18 +342,54 @@ impl Shard {
             }
         }
         drop(listener);
+        if let Some(unix) = unix {
+            unix.await;
+        }
         info!(shard = self.id, "no longer accepting connections");
         watcher.await;
         self.drain().await;
     }
 
-    fn admit(self: &Rc<Self>, stream: glommio::net::TcpStream) {
-        let _ = stream.set_nodelay(true);
-        let peer = stream.peer_addr().ok();
+    /// Accepts clients on the shared unix socket (see [`adopt_unix_listener`]) until shutdown.
+    async fn accept_unix(self: Rc<Self>, listener: TcpListener) {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        loop {
+            let accepted = futures_lite::future::or(async { Some(listener.shared_accept().await) }, async {
+                self.shutdown.wait().await;
+                None
+            })
+            .await;
+            match accepted {
+                None => return,
+                Some(Ok(accepted)) => {
+                    // glommio's TcpStream cannot give its descriptor up: keep
+                    // a copy and let it close the original.
+                    let tcp_typed = accepted.bind_to_executor();
+                    let fd = match dup_cloexec(tcp_typed.as_raw_fd()) {
+                        Ok(fd) => fd,
+                        Err(e) => {
+                            warn!(shard = self.id, "unix socket client dropped: {e}");
+                            continue;
+                        }
+                    };
+                    drop(tcp_typed);
+                    // SAFETY: `fd` is our own copy of the accepted unix stream; the UnixStream owns it.
+                    let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
+                    self.admit(Stream::Unix(stream, fd), None);
+                }
+                Some(Err(e)) => {
+                    warn!(shard = self.id, "accept on the unix socket failed: {e}");
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+
+    fn admit(self: &Rc<Self>, stream: Stream, peer: Option<std::net::SocketAddr>) {
         self.shared.clients.fetch_add(1, Ordering::Relaxed);
         let shard = self.clone();
         glommio::spawn_local(async move {
-            client::serve(&shard, Stream::Tcp(stream), peer).await;
+            client::serve(&shard, stream, peer).await;
             shard.shared.clients.fetch_sub(1, Ordering::Relaxed);
         })
         .detach();
@@ -478,4 +612,38 @@ async fn watch_for_shutdown(shard: Rc<Shard>) {
         }
     }
     shard.shutdown.fire();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stale_unix_socket_is_replaced_and_a_live_one_refused() {
+        let dir = std::env::temp_dir().join(format!("pglane-unix-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(".s.PGSQL.6432");
+        // A crashed process leaves its socket file behind.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let live = UnixSocket::bind(path.clone(), 0o700).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o700);
+        // Another pglane must not steal it.
+        let err = UnixSocket::bind(path.clone(), 0o777).err().unwrap();
+        assert!(err.contains("in use"), "{err}");
+        drop(live);
+        assert!(!path.exists(), "removed when pglane stops");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn cpu_plans() {
+        let online = cpu_plan(None, None).unwrap();
+        assert!(!online.is_empty());
+        assert_eq!(cpu_plan(Some(3), None).unwrap().len(), 3);
+        assert_eq!(cpu_plan(None, Some(&online[0].to_string())).unwrap(), vec![online[0]]);
+        assert!(cpu_plan(None, Some("4096")).unwrap_err().contains("not one pglane may run on"));
+        assert!(cpu_plan(None, Some("x")).is_err());
+    }
 }

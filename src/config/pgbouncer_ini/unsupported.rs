@@ -8,7 +8,7 @@
 //! setting, move it from here to the parent's mapping.
 
 const LOGGING: &str = "pglane logs to stderr; set the level with RUST_LOG";
-const UNIX_LISTENER: &str = "pglane listens on TCP only";
+const UNIX_GROUP: &str = "pglane does not change the unix socket's group; start it as a member of the right one";
 const NO_AUTH_QUERY: &str = "auth_query is not supported yet: only users in auth_file can log in";
 const NO_TLS: &str = "pglane uses rustls' default protocol versions, cipher suites and curves";
 const NOT_YET: &str = "not supported by pglane yet";
@@ -26,7 +26,7 @@ pub fn pgbouncer_setting(key: &str) -> &'static str {
         | "log_pooler_errors" | "log_stats" | "stats_period" | "verbose" => LOGGING,
         "pidfile" => "pglane does not daemonize; run it under a service manager",
         "user" => "pglane does not switch users; start it as the user it should run as",
-        "unix_socket_mode" | "unix_socket_group" => UNIX_LISTENER,
+        "unix_socket_group" => UNIX_GROUP,
         "min_pool_size" => "pglane opens server connections on demand only",
         "reserve_pool_size" | "reserve_pool_timeout" => "pglane has no reserve pool",
         "max_db_connections" | "max_user_connections" => POOL_LIMITS,
