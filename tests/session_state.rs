@@ -90,3 +90,70 @@ async fn startup_application_name_reaches_the_server() {
     let name: String = c.query_one("select application_name::text from pg_stat_activity where pid = pg_backend_pid()", &[]).await.unwrap().get(0);
     assert_eq!(name, "reporting");
 }
+
+/// A client whose notifications arrive on `notes`.
+async fn connect_listening(port: u16) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<tokio_postgres::Notification>) {
+    use futures_util::StreamExt;
+    let (client, mut connection) = tokio_postgres::Config::new()
+        .host("127.0.0.1")
+        .port(port)
+        .user("postgres")
+        .password("secret")
+        .dbname("app")
+        .connect(tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    tokio::spawn(messages.for_each(move |m| {
+        if let Ok(tokio_postgres::AsyncMessage::Notification(n)) = m {
+            let _ = tx.send(n);
+        }
+        async {}
+    }));
+    (client, rx)
+}
+
+/// LISTEN and session advisory locks live in one server session: the client
+/// that uses them keeps its server connection (is pinned) in transaction
+/// mode, so notifications reach it and its locks stay its own.
+#[tokio::test]
+async fn listen_and_advisory_locks_pin_their_client() {
+    let lane = start("state_listen");
+    let (a, mut notes) = connect_listening(lane.port).await;
+    a.batch_execute("LISTEN pglane_jobs").await.unwrap();
+    let a_pid: i32 = a.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0);
+
+    // Another client, with the pool's other connection, notifies.
+    let b = connect(lane.port, "postgres", "secret", "app").await;
+    for i in 0..5 {
+        b.batch_execute(&format!("NOTIFY pglane_jobs, 'job {i}'")).await.unwrap();
+        let b_pid: i32 = b.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0);
+        assert_ne!(b_pid, a_pid, "b was given the connection a listens on");
+    }
+    for i in 0..5 {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), notes.recv())
+            .await
+            .expect("notification within 10 s")
+            .expect("connection open");
+        assert_eq!((n.channel(), n.payload()), ("pglane_jobs", format!("job {i}").as_str()));
+        assert_eq!(n.process_id(), b.query_one("select pg_backend_pid()", &[]).await.unwrap().get::<_, i32>(0));
+    }
+
+    // A session lock taken in one transaction is still a's in the next.
+    a.batch_execute("select pg_advisory_lock(77)").await.unwrap();
+    let b_got_it: bool = b.query_one("select pg_try_advisory_lock(77)", &[]).await.unwrap().get(0);
+    assert!(!b_got_it, "a's session lock was not held");
+    let a_pid_again: i32 = a.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0);
+    assert_eq!(a_pid_again, a_pid);
+    let unlocked: bool = a.query_one("select pg_advisory_unlock(77)", &[]).await.unwrap().get(0);
+    assert!(unlocked, "a could not release its own lock: not on its session");
+
+    // When a leaves, its connection is reset: nobody inherits its LISTEN.
+    drop(a);
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    for client in [&b, &c] {
+        let listening: i64 = client.query_one("select count(*) from pg_listening_channels()", &[]).await.unwrap().get(0);
+        assert_eq!(listening, 0, "a's LISTEN outlived a");
+    }
+}

@@ -28,6 +28,7 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 
+use super::pinning::{self, SessionFeature};
 use super::settings::{self, Change, Settings, Value};
 use super::tracker::Tracker;
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
@@ -99,6 +100,9 @@ pub struct Exchange {
     /// This client Parsed the unnamed statement on the server connection it
     /// holds (what another client left there is not its to use).
     unnamed_parsed: bool,
+    /// The client used session state that cannot follow it to another
+    /// server connection: it keeps this one until it leaves (see [`pinning`]).
+    pub pinned: Option<SessionFeature>,
 }
 
 /// A followed SET/RESET in a simple query sent outside a transaction block.
@@ -199,6 +203,9 @@ impl Exchange {
                 // A simple query replaces the unnamed statement.
                 self.unnamed_parsed = false;
                 self.pending_change = follow_change(body, self.tracker.status());
+                if let Ok(sql) = frontend::decode_query(body) {
+                    self.watch_session_state(sql, self.pending_change.is_some());
+                }
                 self.pass_request(message, to_server, Request::Query)
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
@@ -238,7 +245,21 @@ impl Exchange {
         }
     }
 
+    /// Pins the client if `sql` leaves session state behind that pglane does
+    /// not carry. `followed`: `sql` is one SET/RESET pglane follows.
+    fn watch_session_state(&mut self, sql: &str, followed: bool) {
+        if self.pinned.is_none() {
+            self.pinned = pinning::session_feature(sql, |name| followed || settings::is_carried_name(name));
+            if let Some(feature) = self.pinned {
+                tracing::info!("client pinned to its server connection until it disconnects: it used {}", feature.as_str());
+            }
+        }
+    }
+
     fn parse(&mut self, message: &[u8], body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        if let Ok((_, rest)) = names::split_parse(body) {
+            self.watch_session_state(names::parse_query(rest), false);
+        }
         let (name, rest) = match names::split_parse(body) {
             Ok((name, rest)) if !name.is_empty() => (name, rest),
             _ => {

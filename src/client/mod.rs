@@ -11,6 +11,7 @@
 mod auth;
 pub mod exchange;
 mod inbox;
+pub mod pinning;
 mod relay;
 pub mod settings;
 pub mod tracker;
@@ -509,7 +510,14 @@ impl Session {
         if self.exchange.tracker.status() != TransactionStatus::Idle {
             cleanups.push("ROLLBACK");
         }
-        let reset = self.mode == PoolMode::Session || self.config.server_reset_query_always;
+        // A pinned client's session state must not reach the next client:
+        // reset the connection, or close it if there is no reset query.
+        let pinned = self.exchange.pinned.is_some();
+        if pinned && self.config.server_reset_query.is_empty() {
+            debug!("closing the server connection of a pinned client: server_reset_query is empty");
+            return;
+        }
+        let reset = self.mode == PoolMode::Session || self.config.server_reset_query_always || pinned;
         if reset && !self.config.server_reset_query.is_empty() {
             cleanups.push(&self.config.server_reset_query);
         }

@@ -191,7 +191,7 @@ fn poll_deadline(
 
 impl Relay<'_> {
     fn releasable(release_when_idle: bool, saw_ready: bool, exchange: &Exchange) -> bool {
-        release_when_idle && saw_ready && exchange.is_releasable()
+        release_when_idle && saw_ready && exchange.pinned.is_none() && exchange.is_releasable()
     }
 
     /// One round: read, process and write each direction once.

@@ -98,6 +98,12 @@ pub fn is_carried(name: &str) -> bool {
     REPORTED.contains(&name)
 }
 
+/// Does `SET <name> ...` (as a client spells it) change a setting carried
+/// through ParameterStatus? Includes SET TIME ZONE and SET NAMES.
+pub fn is_carried_name(name: &str) -> bool {
+    REPORTED.iter().any(|r| r.eq_ignore_ascii_case(name)) || name.eq_ignore_ascii_case("time") || name.eq_ignore_ascii_case("names")
+}
+
 /// Recognizes `SET [SESSION] name {TO|=} value` and `RESET name|ALL` of a
 /// followed setting as the whole of a simple query. Anything else (other
 /// settings, SET LOCAL, several statements, comments) is None.

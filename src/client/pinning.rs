@@ -1,0 +1,253 @@
+//! Which SQL leaves state in a server session that transaction pooling
+//! cannot carry to another server connection. Pure: text in, answer out.
+//!
+//! In transaction mode a client's next transaction may run on another server
+//! connection, and the one it leaves goes to another client. pglane follows
+//! the settings it can re-apply (see [`super::settings`]); for everything
+//! else that outlives a transaction the safe answer is to keep the client on
+//! its server connection until it disconnects (it is *pinned*), and to reset
+//! that connection before anyone else gets it. This module recognizes that
+//! SQL:
+//!
+//! - `LISTEN` (notifications arrive on the session that listens);
+//! - session-level advisory locks (`pg_advisory_lock`, `pg_try_advisory_lock`
+//!   and their `_shared` forms; the `_xact_` ones end with the transaction);
+//! - temporary objects (`CREATE [LOCAL|GLOBAL] TEMP[ORARY] ...`,
+//!   `SELECT ... INTO TEMP ...`, `CREATE OR REPLACE TEMP VIEW`);
+//! - cursors declared `WITH HOLD`;
+//! - SQL-level `PREPARE name AS ...` (protocol-level named statements are
+//!   handled by the statement registry instead);
+//! - `SET`/`RESET` of session state that pglane does not carry (the caller
+//!   says which setting names it carries), incl. `SET ROLE` and
+//!   `SET SESSION AUTHORIZATION`; `SET LOCAL`, `SET TRANSACTION` and
+//!   `SET CONSTRAINTS` end with the transaction and do not pin.
+//!
+//! The scan is over words outside string literals, quoted identifiers and
+//! comments, so it is an over-approximation on purpose: a column named
+//! `listen` pins a client needlessly, which costs pooling, never correctness.
+//! Dollar-quoted bodies are scanned too (a `DO` block can take a lock). What
+//! it cannot see: session state changed inside functions the query calls
+//! (e.g. a function that runs `set_config(..., false)` or takes a session
+//! advisory lock under another name). Those need `pool_mode = "session"`
+//! for that user or database.
+
+/// Session state a statement leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionFeature {
+    Listen,
+    AdvisoryLock,
+    TempObject,
+    HoldCursor,
+    SqlPrepare,
+    UnfollowedSet,
+}
+
+impl SessionFeature {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionFeature::Listen => "LISTEN",
+            SessionFeature::AdvisoryLock => "a session-level advisory lock",
+            SessionFeature::TempObject => "a temporary object",
+            SessionFeature::HoldCursor => "a WITH HOLD cursor",
+            SessionFeature::SqlPrepare => "SQL PREPARE",
+            SessionFeature::UnfollowedSet => "a SET that pglane does not carry between server connections",
+        }
+    }
+}
+
+/// The first session feature `sql` uses, if any. `carried(name)`: pglane
+/// carries this setting between server connections, so `SET name ...` (or
+/// `RESET name`) does not pin; `name` is the word after SET [SESSION] or
+/// RESET as written (e.g. `TimeZone`, `time` of SET TIME ZONE, `all`).
+pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
+    // The statement's first two words and the word before this one.
+    let (mut first, mut second, mut previous) = ("", "", "");
+    let mut index = 0;
+    for item in Words::new(sql) {
+        let word = match item {
+            Item::Semicolon => {
+                (first, second, previous, index) = ("", "", "", 0);
+                continue;
+            }
+            Item::Word(word) => word,
+        };
+        let is = |w: &str| word.eq_ignore_ascii_case(w);
+        let first_is = |w: &str| first.eq_ignore_ascii_case(w);
+        match index {
+            0 => first = word,
+            1 => second = word,
+            _ => {}
+        }
+        if index == 0 && is("listen") {
+            return Some(SessionFeature::Listen);
+        }
+        // PREPARE name ..., but not PREPARE TRANSACTION (two-phase commit).
+        if index == 1 && first_is("prepare") && !is("transaction") {
+            return Some(SessionFeature::SqlPrepare);
+        }
+        // The setting a SET / SET SESSION / RESET names.
+        let names_setting = (index == 1 && first_is("reset"))
+            || (index == 1 && first_is("set") && !is("session"))
+            || (index == 2 && first_is("set") && second.eq_ignore_ascii_case("session"));
+        let ends_with_transaction = is("local") || is("transaction") || is("constraints");
+        if names_setting && !ends_with_transaction && !carried(word) {
+            return Some(SessionFeature::UnfollowedSet);
+        }
+        let starts_with = |prefix: &str| word.len() >= prefix.len() && word[..prefix.len()].eq_ignore_ascii_case(prefix);
+        if (starts_with("pg_advisory_lock") || starts_with("pg_try_advisory_lock")) && !contains_ignore_case(word, "_xact_") {
+            return Some(SessionFeature::AdvisoryLock);
+        }
+        if (is("temp") || is("temporary")) && ["create", "global", "local", "into", "replace"].iter().any(|w| previous.eq_ignore_ascii_case(w)) {
+            return Some(SessionFeature::TempObject);
+        }
+        if is("hold") && previous.eq_ignore_ascii_case("with") {
+            return Some(SessionFeature::HoldCursor);
+        }
+        previous = word;
+        index += 1;
+    }
+    None
+}
+
+fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
+    haystack.as_bytes().windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+enum Item<'a> {
+    Word(&'a str),
+    Semicolon,
+}
+
+/// Words (identifier characters) and semicolons of SQL text, skipping
+/// string literals, quoted identifiers and comments.
+struct Words<'a> {
+    sql: &'a str,
+    at: usize,
+}
+
+impl<'a> Words<'a> {
+    fn new(sql: &'a str) -> Self {
+        Words { sql, at: 0 }
+    }
+
+    /// Skips to just past the next `close` byte (or the end).
+    fn skip_past(&mut self, close: u8) {
+        let bytes = self.sql.as_bytes();
+        match bytes[self.at..].iter().position(|&b| b == close) {
+            Some(i) => self.at += i + 1,
+            None => self.at = bytes.len(),
+        }
+    }
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80
+}
+
+impl<'a> Iterator for Words<'a> {
+    type Item = Item<'a>;
+
+    fn next(&mut self) -> Option<Item<'a>> {
+        let bytes = self.sql.as_bytes();
+        while self.at < bytes.len() {
+            let b = bytes[self.at];
+            match b {
+                b'\'' | b'"' => {
+                    // '' and "" inside are two literals back to back: same words.
+                    self.at += 1;
+                    self.skip_past(b);
+                }
+                b'-' if bytes.get(self.at + 1) == Some(&b'-') => self.skip_past(b'\n'),
+                b'/' if bytes.get(self.at + 1) == Some(&b'*') => {
+                    // Nested comments end at the first */ here: at worst more
+                    // words are scanned, which only over-approximates.
+                    match self.sql[self.at + 2..].find("*/") {
+                        Some(i) => self.at += 2 + i + 2,
+                        None => self.at = bytes.len(),
+                    }
+                }
+                b';' => {
+                    self.at += 1;
+                    return Some(Item::Semicolon);
+                }
+                _ if is_word_byte(b) => {
+                    let start = self.at;
+                    while self.at < bytes.len() && is_word_byte(bytes[self.at]) {
+                        self.at += 1;
+                    }
+                    // Word bytes are ASCII or whole UTF-8 sequences, so the
+                    // slice is on char boundaries.
+                    return Some(Item::Word(&self.sql[start..self.at]));
+                }
+                _ => self.at += 1,
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SessionFeature::*;
+    use super::*;
+
+    fn pins(sql: &str) -> Option<SessionFeature> {
+        session_feature(sql, |name| name.eq_ignore_ascii_case("TimeZone"))
+    }
+
+    #[test]
+    fn what_pins() {
+        assert_eq!(pins("LISTEN jobs"), Some(Listen));
+        assert_eq!(pins("  listen \"Jobs\";"), Some(Listen));
+        assert_eq!(pins("select pg_advisory_lock(42)"), Some(AdvisoryLock));
+        assert_eq!(pins("SELECT PG_TRY_ADVISORY_LOCK_SHARED(1, 2)"), Some(AdvisoryLock));
+        assert_eq!(pins("create temp table t(a int)"), Some(TempObject));
+        assert_eq!(pins("CREATE GLOBAL TEMPORARY TABLE t(a int)"), Some(TempObject));
+        assert_eq!(pins("create or replace temp view v as select 1"), Some(TempObject));
+        assert_eq!(pins("select 1 as a into temp t"), Some(TempObject));
+        assert_eq!(pins("declare c cursor with hold for select 1"), Some(HoldCursor));
+        assert_eq!(pins("PREPARE q(int) AS select $1"), Some(SqlPrepare));
+        assert_eq!(pins("set work_mem = '8MB'"), Some(UnfollowedSet));
+        assert_eq!(pins("SET SESSION AUTHORIZATION bob"), Some(UnfollowedSet));
+        assert_eq!(pins("set role bob"), Some(UnfollowedSet));
+        assert_eq!(pins("reset work_mem"), Some(UnfollowedSet));
+        assert_eq!(pins("select 1; set work_mem = '1MB'"), Some(UnfollowedSet));
+        assert_eq!(pins("DO $$ begin perform pg_advisory_lock(1); end $$"), Some(AdvisoryLock));
+    }
+
+    #[test]
+    fn what_does_not_pin() {
+        for sql in [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 42",
+            "select pg_advisory_xact_lock(42)",
+            "select pg_try_advisory_xact_lock_shared(42)",
+            "select pg_advisory_unlock_all()",
+            "create table temperature(temp int)",
+            "select temp from t",
+            "select 'listen', 'create temp table x' -- listen\n",
+            "select \"listen\" from t /* pg_advisory_lock(1) */",
+            "declare c cursor without hold for select 1",
+            "set local work_mem = '8MB'",
+            "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+            "set constraints all deferred",
+            "prepare transaction 'tx1'",
+            "unlisten *",
+            "insert into t values (';listen')",
+            "",
+        ] {
+            assert_eq!(pins(sql), None, "{sql}");
+        }
+        // A SET of a setting pglane carries does not pin.
+        assert_eq!(pins("SET TimeZone = 'UTC'"), None);
+        assert_eq!(pins("set session timezone to 'UTC'; select 1"), None);
+        assert_eq!(pins("set session work_mem to '1MB'"), Some(UnfollowedSet));
+    }
+
+    #[test]
+    fn never_panics_on_odd_text() {
+        for sql in ["'", "\"", "/*", "--", "set", "prepare", "é listen", "with", ";;;", "pg_advisory_lock", "temp"] {
+            let _ = pins(sql);
+        }
+        assert_eq!(pins("pg_advisory_lock"), Some(AdvisoryLock));
+    }
+}
