@@ -69,6 +69,13 @@ pub enum AuthError {
     /// A nonce was empty or contained characters outside printable ASCII.
     #[error("malformed SCRAM message: invalid nonce")]
     InvalidNonce,
+    /// The server asked for more PBKDF2 iterations than pglane is willing to
+    /// compute on a shard thread (client side only).
+    #[error(
+        "the server asks for {iterations} SCRAM iterations, above the limit of {max} \
+         (server_scram_max_iterations); raise the limit or lower the role's scram_iterations"
+    )]
+    TooManyIterations { iterations: u32, max: u32 },
     /// The peer's nonce does not extend (client side) or repeat (server side) the agreed nonce.
     #[error("SCRAM nonce mismatch")]
     NonceMismatch,

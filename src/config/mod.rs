@@ -166,6 +166,13 @@ pub struct Config {
     /// A client certificate and key for servers that ask for one (PEM).
     pub server_tls_cert_file: Option<PathBuf>,
     pub server_tls_key_file: Option<PathBuf>,
+    /// Highest SCRAM-SHA-256 iteration count pglane computes when a server
+    /// asks for one at login; above it the login fails with a clear error.
+    /// PBKDF2 runs on the shard's thread, so a huge count would stall every
+    /// client of the shard. (The result is cached per shard, so this is paid
+    /// once per server role, not per connection.)
+    #[serde(default = "defaults::server_scram_max_iterations")]
+    pub server_scram_max_iterations: u32,
     /// The TLS settings above, read and checked by `validate` (once per
     /// config load, never per connection); see `crate::net::tls`.
     #[serde(skip)]
@@ -209,6 +216,9 @@ mod defaults {
     }
     pub fn max_client_prepared_statements() -> usize {
         1000
+    }
+    pub fn server_scram_max_iterations() -> u32 {
+        crate::auth::scram::DEFAULT_MAX_ITERATIONS
     }
     pub fn host() -> String {
         "127.0.0.1".into()
@@ -356,6 +366,9 @@ impl Config {
         }
         if self.max_prepared_statements == 0 || self.max_client_prepared_statements == 0 {
             return Err(invalid("max_prepared_statements and max_client_prepared_statements must be at least 1"));
+        }
+        if self.server_scram_max_iterations == 0 {
+            return Err(invalid("server_scram_max_iterations must be at least 1"));
         }
         if self.max_message_size < 1024 {
             return Err(invalid("max_message_size must be at least 1024 bytes"));

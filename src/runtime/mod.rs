@@ -323,6 +323,7 @@ impl Shard {
             connect_timeout: Config::secs(config.server_connect_timeout),
             max_prepared_statements: config.max_prepared_statements,
             tls: crate::net::tls::server_tls(config, &db.address()),
+            scram_max_iterations: config.server_scram_max_iterations,
         };
         Some((target, Config::pool_size_per_shard(db.pool_size, self.shards, self.id)))
     }
