@@ -5,6 +5,8 @@
 //! - [`secret`]: how a user's password is stored in configuration (plaintext,
 //!   an `md5…` hash or a `SCRAM-SHA-256$…` verifier, exactly as `pg_authid`
 //!   stores them) and how to parse and print those forms;
+//! - [`mock`]: the salts shown to users who cannot log in, so they look like
+//!   users who can;
 //! - [`md5`]: computing and verifying md5 password responses;
 //! - [`scram`]: both sides of a SCRAM-SHA-256 exchange — [`ScramServer`]
 //!   authenticates a connecting client, [`ScramClient`] authenticates pglane to
@@ -18,6 +20,7 @@
 //! or hashes into error messages or `Debug` output.
 
 pub mod md5;
+pub mod mock;
 pub mod scram;
 pub mod secret;
 

@@ -24,7 +24,8 @@ use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
-use crate::config::{Config, PoolMode};
+use crate::auth::secret::Secret;
+use crate::config::{AuthType, Config, PoolMode};
 use crate::net::Stream;
 use crate::pool::{Lease, Pool, PoolError};
 use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
@@ -212,6 +213,13 @@ async fn login(
         return Err(SessionError::Refused(ErrorFields::fatal("08P01", "pglane does not pool replication connections")));
     }
     let database = params.database().unwrap_or(user);
+    let method = match config.auth_type {
+        AuthType::Trust => auth::Method::Trust,
+        AuthType::Md5 => auth::Method::Md5,
+        AuthType::ScramSha256 => auth::Method::ScramSha256,
+    };
+    let secret = config.users.get(user).and_then(|u| u.password.as_deref()).and_then(|p| Secret::parse(p).ok());
+    auth::authenticate(shard, stream, method, user, secret.as_ref()).await?;
     if crate::admin::is_admin_database(database) {
         let may_control = config.admin_users.iter().any(|u| u == user);
         if !may_control && !config.stats_users.iter().any(|u| u == user) {
@@ -220,10 +228,8 @@ async fn login(
                 format!("user \"{user}\" is not in admin_users or stats_users"),
             )));
         }
-        auth::authenticate(shard, stream, config, user).await?;
         return Ok(Some((params, Target::Admin { may_control })));
     }
-    auth::authenticate(shard, stream, config, user).await?;
     let Some(pool) = shard.pool(config, database, user) else {
         return Err(SessionError::Refused(ErrorFields::fatal(
             "3D000",

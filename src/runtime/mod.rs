@@ -123,7 +123,7 @@ pub struct Shard {
     applied_generation: Cell<u64>,
     /// SCRAM secrets derived from plaintext passwords in the config, so the
     /// 4096-round key derivation runs once per password, not once per login.
-    scram_secrets: RefCell<HashMap<String, ScramSecret>>,
+    scram_secrets: RefCell<HashMap<(String, String), ScramSecret>>,
 }
 
 /// How many shards, and on which CPUs.
@@ -362,12 +362,13 @@ impl Shard {
         self.pools.borrow()
     }
 
-    /// The SCRAM secret pglane checks a plaintext-password user's logins with.
-    pub fn scram_secret(&self, password: &str) -> ScramSecret {
+    /// The SCRAM secret pglane checks a plaintext-password user's logins with
+    /// (salted like a mock one, see `auth::mock`).
+    pub fn scram_secret(&self, user: &str, password: &str) -> ScramSecret {
         self.scram_secrets
             .borrow_mut()
-            .entry(password.to_owned())
-            .or_insert_with(|| ScramSecret::generate(password))
+            .entry((user.to_owned(), password.to_owned()))
+            .or_insert_with(|| crate::auth::mock::scram_secret_for_password(user, password))
             .clone()
     }
 
