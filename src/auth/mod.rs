@@ -5,6 +5,8 @@
 //! - [`secret`]: how a user's password is stored in configuration (plaintext,
 //!   an `md5…` hash or a `SCRAM-SHA-256$…` verifier, exactly as `pg_authid`
 //!   stores them) and how to parse and print those forms;
+//! - [`hba`]: the rules of an `auth_hba_file` (pg_hba.conf format) and which
+//!   one covers a connection;
 //! - [`mock`]: the salts shown to users who cannot log in, so they look like
 //!   users who can;
 //! - [`md5`]: computing and verifying md5 password responses;
@@ -19,6 +21,7 @@
 //! malformed input is an [`AuthError`] — and it must never put passwords, keys
 //! or hashes into error messages or `Debug` output.
 
+pub mod hba;
 pub mod md5;
 pub mod mock;
 pub mod scram;

@@ -20,7 +20,9 @@ use super::SessionError;
 use crate::auth::md5::verify_md5;
 use crate::auth::scram::{ScramServer, SCRAM_SHA_256};
 use crate::auth::secret::{ScramSecret, Secret};
+use crate::auth::hba::{self, HbaMethod};
 use crate::auth::mock;
+use crate::config::{AuthType, Config};
 use crate::net::{read_message, ReadError, Stream};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frontend;
@@ -40,6 +42,30 @@ pub enum Method {
     /// (PostgreSQL's rule).
     Md5,
     ScramSha256,
+}
+
+/// The method `config` asks of this connection: `auth_type`, or under
+/// `auth_type = "hba"` the method of the first covering auth_hba_file line.
+/// No covering line, or a `reject` one, refuses the connection as PostgreSQL
+/// does (28000), before any password is asked for.
+pub fn method_for(config: &Config, client: &hba::Client<'_>) -> Result<Method, SessionError> {
+    let refuse = |message: String| SessionError::Refused(ErrorFields::fatal("28000", message));
+    Ok(match config.auth_type {
+        AuthType::Trust => Method::Trust,
+        AuthType::Md5 => Method::Md5,
+        AuthType::ScramSha256 => Method::ScramSha256,
+        AuthType::Hba => {
+            let rule = config.hba.get().and_then(|hba| hba.decide(client));
+            match rule.map(|rule| rule.method) {
+                None => return Err(refuse(hba::no_entry_message(client))),
+                Some(HbaMethod::Reject) => return Err(refuse(hba::rejected_message(client))),
+                Some(HbaMethod::Trust) => Method::Trust,
+                Some(HbaMethod::Password) => Method::Password,
+                Some(HbaMethod::Md5) => Method::Md5,
+                Some(HbaMethod::ScramSha256) => Method::ScramSha256,
+            }
+        }
+    })
 }
 
 /// What a successful login leaves behind.

@@ -25,7 +25,7 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
 use crate::auth::secret::Secret;
-use crate::config::{AuthType, Config, PoolMode};
+use crate::config::{Config, PoolMode};
 use crate::net::Stream;
 use crate::pool::{Lease, Pool, PoolError};
 use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
@@ -45,7 +45,7 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Serves one accepted client connection until it ends.
 pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net::SocketAddr>) {
     let config = shard.shared.config.load_full();
-    let login = with_timeout(Config::secs(config.client_login_timeout), login(shard, &config, &mut stream)).await;
+    let login = with_timeout(Config::secs(config.client_login_timeout), login(shard, &config, &mut stream, peer)).await;
     let (params, target) = match login {
         Some(Ok(Some(ok))) => ok,
         Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
@@ -169,6 +169,7 @@ async fn login(
     shard: &Rc<Shard>,
     config: &Config,
     stream: &mut Stream,
+    peer: Option<std::net::SocketAddr>,
 ) -> Result<Option<(StartupParams, Target)>, SessionError> {
     let tls = crate::net::tls::acceptor(config);
     let params = loop {
@@ -213,11 +214,8 @@ async fn login(
         return Err(SessionError::Refused(ErrorFields::fatal("08P01", "pglane does not pool replication connections")));
     }
     let database = params.database().unwrap_or(user);
-    let method = match config.auth_type {
-        AuthType::Trust => auth::Method::Trust,
-        AuthType::Md5 => auth::Method::Md5,
-        AuthType::ScramSha256 => auth::Method::ScramSha256,
-    };
+    let client = crate::auth::hba::Client { addr: peer.map(|p| p.ip()), tls: stream.is_tls(), database, user };
+    let method = auth::method_for(config, &client)?;
     let secret = config.users.get(user).and_then(|u| u.password.as_deref()).and_then(|p| Secret::parse(p).ok());
     auth::authenticate(shard, stream, method, user, secret.as_ref()).await?;
     if crate::admin::is_admin_database(database) {

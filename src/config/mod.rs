@@ -71,6 +71,9 @@ pub enum AuthType {
     #[default]
     #[serde(rename = "scram-sha-256")]
     ScramSha256,
+    /// The first covering line of `auth_hba_file` picks the method.
+    #[serde(rename = "hba")]
+    Hba,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -82,6 +85,13 @@ pub struct Config {
     pub pool_mode: PoolMode,
     #[serde(default)]
     pub auth_type: AuthType,
+    /// Rules in pg_hba.conf format for `auth_type = "hba"` (see
+    /// `crate::auth::hba` for what is supported); read and checked by
+    /// `validate`, so a reload re-reads it.
+    pub auth_hba_file: Option<PathBuf>,
+    /// The parsed `auth_hba_file`, set by `validate`.
+    #[serde(skip)]
+    pub hba: std::sync::OnceLock<crate::auth::hba::Hba>,
     /// Users allowed every admin console command (database `pgbouncer` or `pglane`).
     #[serde(default)]
     pub admin_users: Vec<String>,
@@ -403,6 +413,7 @@ impl Config {
                 return Err(invalid(format!("databases.{name}.host is empty")));
             }
         }
+        self.load_hba()?;
         for (name, user) in &self.users {
             let Some(password) = &user.password else { continue };
             let secret = Secret::parse(password)
@@ -417,6 +428,23 @@ impl Config {
         // bad file, and loaded once for all connections.
         let tls = crate::net::tls::Contexts::load(self).map_err(invalid)?;
         let _ = self.tls.set(tls);
+        Ok(())
+    }
+
+    /// Reads and parses auth_hba_file, which auth_type = "hba" needs and
+    /// nothing else may have.
+    fn load_hba(&self) -> Result<(), ConfigError> {
+        let path = match (&self.auth_type, &self.auth_hba_file) {
+            (AuthType::Hba, Some(path)) => path,
+            (AuthType::Hba, None) => return Err(invalid("auth_type = \"hba\" needs auth_hba_file")),
+            (_, Some(_)) => return Err(invalid("auth_hba_file is read only with auth_type = \"hba\"")),
+            (_, None) => return Ok(()),
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| invalid(format!("auth_hba_file {}: {e}", path.display())))?;
+        let hba = crate::auth::hba::Hba::parse(&text)
+            .map_err(|e| invalid(format!("auth_hba_file {}: {e}", path.display())))?;
+        let _ = self.hba.set(hba);
         Ok(())
     }
 
@@ -522,6 +550,25 @@ password = "secret"
             "\"SCRAM-SHA-256$4096:c2FsdA==$Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmE=:Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmE=\"",
         );
         assert!(Config::parse(&md5_with_scram).unwrap_err().to_string().contains("md5"));
+    }
+
+    #[test]
+    fn auth_hba_file_goes_with_auth_type_hba() {
+        let with = |settings: &str| Config::parse(&MINIMAL.replace("admin_users", &format!("{settings}\nadmin_users")));
+        assert!(with("auth_type = \"hba\"").unwrap_err().to_string().contains("needs auth_hba_file"));
+        assert!(with("auth_hba_file = \"/x\"").unwrap_err().to_string().contains("only with auth_type"));
+        let missing = with("auth_type = \"hba\"\nauth_hba_file = \"/nonexistent/hba.conf\"").unwrap_err().to_string();
+        assert!(missing.contains("/nonexistent/hba.conf"), "{missing}");
+        let dir = std::env::temp_dir().join(format!("pglane-config-hba-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (good, bad) = (dir.join("good.conf"), dir.join("bad.conf"));
+        std::fs::write(&good, "host all all 127.0.0.1/32 scram-sha-256\n").unwrap();
+        std::fs::write(&bad, "host all all 127.0.0.1/32 scram-sha-256\nhost all all all ident\n").unwrap();
+        let c = with(&format!("auth_type = \"hba\"\nauth_hba_file = {good:?}")).unwrap();
+        assert_eq!(c.hba.get().map(|h| h.len()), Some(1));
+        let e = with(&format!("auth_type = \"hba\"\nauth_hba_file = {bad:?}")).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("ident"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
