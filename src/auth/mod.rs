@@ -28,7 +28,7 @@ pub mod scram;
 pub mod secret;
 
 pub use self::md5::{md5_password_hash, md5_salted_response, verify_md5};
-pub use self::scram::{ScramClient, ScramServer, SCRAM_SHA_256};
+pub use self::scram::{ClientKeys, ScramClient, ScramServer, SCRAM_SHA_256};
 pub use self::secret::{ScramSecret, Secret};
 
 /// Everything that can go wrong while authenticating.

@@ -610,6 +610,23 @@ impl fmt::Debug for ScramServer {
 // Client side
 // ---------------------------------------------------------------------------
 
+/// What a successful [`ScramServer`] exchange proves about the client: its
+/// ClientKey, and the ServerKey of the verifier it matched. With both,
+/// [`ScramClient::with_keys`] logs in to a server that stores that same
+/// verifier, and checks the server's signature. Password-equivalent for that
+/// verifier: never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientKeys {
+    pub client_key: [u8; 32],
+    pub server_key: [u8; 32],
+}
+
+impl fmt::Debug for ClientKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClientKeys(..)")
+    }
+}
+
 /// Client side of SCRAM-SHA-256: pglane authenticating to a PostgreSQL server.
 ///
 /// Send [`client_first`](Self::client_first) in SASLInitialResponse, feed the
@@ -678,6 +695,12 @@ impl ScramClient {
             server_key: server_key_check,
         };
         Self::with_credentials(credentials, random_nonce())
+    }
+
+    /// [`with_client_key`](Self::with_client_key) with the server checked.
+    #[must_use]
+    pub fn with_keys(keys: &ClientKeys) -> Self {
+        Self::with_client_key(keys.client_key, Some(keys.server_key))
     }
 
     fn with_credentials(credentials: Credentials, nonce: String) -> Self {

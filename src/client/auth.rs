@@ -18,7 +18,7 @@ use tracing::warn;
 
 use super::SessionError;
 use crate::auth::md5::verify_md5;
-use crate::auth::scram::{ScramServer, SCRAM_SHA_256};
+use crate::auth::scram::{ClientKeys, ScramServer, SCRAM_SHA_256};
 use crate::auth::secret::{ScramSecret, Secret};
 use crate::auth::hba::{self, HbaMethod};
 use crate::auth::mock;
@@ -68,13 +68,24 @@ pub fn method_for(config: &Config, client: &hba::Client<'_>) -> Result<Method, S
     })
 }
 
-/// What a successful login leaves behind.
+/// What a successful login leaves behind: what the client revealed that
+/// lets pglane log in to the server as this user (auth_query users, whose
+/// password pglane does not otherwise know). Password-equivalent; never printed.
 #[derive(Debug, Default)]
 pub struct Verified {
-    /// After a SCRAM login against a stored verifier: the ClientKey recovered
-    /// from the client's proof, with which pglane can log in to a server that
-    /// stores the same verifier (auth_query users). Password-equivalent.
-    pub scram_client_key: Option<[u8; 32]>,
+    /// After a SCRAM login: the client's ClientKey and the verifier's ServerKey.
+    pub scram_keys: Option<ClientKeys>,
+    /// After a `password` login: the password.
+    pub password: Option<Password>,
+}
+
+/// A password a client sent in clear; `Debug` does not show it.
+pub struct Password(pub String);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(..)")
+    }
 }
 
 /// The exchange a login gets.
@@ -128,19 +139,20 @@ pub async fn authenticate(
     let verified = match exchange {
         Exchange::Accept => Verified::default(),
         Exchange::Cleartext(secret) => {
-            cleartext(stream, secret.as_ref(), user).await?;
-            Verified::default()
+            let password = cleartext(stream, secret.as_ref(), user).await?;
+            Verified { password: Some(Password(password)), ..Verified::default() }
         }
         Exchange::Md5(secret) => {
             md5(stream, secret.as_ref(), user).await?;
             Verified::default()
         }
         Exchange::Scram { verifier, genuine } => {
+            let server_key = verifier.server_key;
             let client_key = scram(stream, ScramServer::new(verifier), user).await?;
             if !genuine {
                 return Err(wrong_password(user));
             }
-            Verified { scram_client_key: Some(client_key) }
+            Verified { scram_keys: Some(ClientKeys { client_key, server_key }), ..Verified::default() }
         }
     };
     let mut out = BytesMut::new();
@@ -155,14 +167,15 @@ pub fn wrong_password(user: &str) -> SessionError {
     SessionError::Refused(ErrorFields::fatal("28P01", format!("password authentication failed for user \"{user}\"")))
 }
 
-async fn cleartext(stream: &mut Stream, secret: Option<&Secret>, user: &str) -> Result<(), SessionError> {
+/// Asks for the password in clear and returns it if it matches.
+async fn cleartext(stream: &mut Stream, secret: Option<&Secret>, user: &str) -> Result<String, SessionError> {
     let mut out = BytesMut::new();
     backend::authentication_cleartext_password(&mut out);
     stream.write_all(&out).await?;
     let body = read_password_message(stream).await?;
     let password = std::str::from_utf8(frontend::decode_password(&body)?).unwrap_or_default();
     match secret {
-        Some(secret) if !password.is_empty() && secret.matches_password(user, password) => Ok(()),
+        Some(secret) if !password.is_empty() && secret.matches_password(user, password) => Ok(password.to_owned()),
         _ => Err(wrong_password(user)),
     }
 }

@@ -9,6 +9,7 @@
 //! and never blocks its shard.
 
 mod auth;
+pub(crate) mod auth_query;
 pub mod exchange;
 mod inbox;
 mod relay;
@@ -216,9 +217,23 @@ async fn login(
     let database = params.database().unwrap_or(user);
     let client = crate::auth::hba::Client { addr: peer.map(|p| p.ip()), tls: stream.is_tls(), database, user };
     let method = auth::method_for(config, &client)?;
-    let secret = config.users.get(user).and_then(|u| u.password.as_deref()).and_then(|p| Secret::parse(p).ok());
-    auth::authenticate(shard, stream, method, user, secret.as_ref()).await?;
-    if crate::admin::is_admin_database(database) {
+    let admin = crate::admin::is_admin_database(database);
+    let (secret, from_server) = match (config.users.get(user), &config.auth_user) {
+        (Some(configured), _) => (configured.password.as_deref().and_then(|p| Secret::parse(p).ok()), false),
+        // Not in the config: ask the server, if it is one pglane knows.
+        (None, Some(auth_user)) if method != auth::Method::Trust && !admin && config.databases.contains_key(database) => {
+            let looked_up = auth_query::lookup(shard, config, auth_user, database, user)
+                .await
+                .map_err(|e| SessionError::Refused(auth_query::lookup_failed(user, &e)))?;
+            (looked_up, true)
+        }
+        (None, _) => (None, false),
+    };
+    let verified = auth::authenticate(shard, stream, method, user, secret.as_ref()).await?;
+    if from_server {
+        shard.learn_login(config, database, user, auth_query::server_login(secret, verified));
+    }
+    if admin {
         let may_control = config.admin_users.iter().any(|u| u == user);
         if !may_control && !config.stats_users.iter().any(|u| u == user) {
             return Err(SessionError::Refused(ErrorFields::fatal(

@@ -89,6 +89,14 @@ pub struct Config {
     /// `crate::auth::hba` for what is supported); read and checked by
     /// `validate`, so a reload re-reads it.
     pub auth_hba_file: Option<PathBuf>,
+    /// auth_query: users not in `[users]` are looked up on the server by
+    /// running `auth_query` as this user (who must be in `[users]`, with a
+    /// password pglane can log in with) in the database the client asked for.
+    pub auth_user: Option<String>,
+    /// Returns (user name, secret) for `$1`; the secret may be an md5 hash or
+    /// a SCRAM verifier, as in pg_authid. PgBouncer's default.
+    #[serde(default = "defaults::auth_query")]
+    pub auth_query: String,
     /// The parsed `auth_hba_file`, set by `validate`.
     #[serde(skip)]
     pub hba: std::sync::OnceLock<crate::auth::hba::Hba>,
@@ -226,6 +234,9 @@ mod defaults {
     }
     pub fn max_client_prepared_statements() -> usize {
         1000
+    }
+    pub fn auth_query() -> String {
+        "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into()
     }
     pub fn server_scram_max_iterations() -> u32 {
         crate::auth::scram::DEFAULT_MAX_ITERATIONS
@@ -414,6 +425,16 @@ impl Config {
             }
         }
         self.load_hba()?;
+        if let Some(auth_user) = &self.auth_user {
+            if !self.users.contains_key(auth_user) {
+                return Err(invalid(format!(
+                    "auth_user \"{auth_user}\" must be in [users] (with the password pglane logs in to servers with)"
+                )));
+            }
+            if !self.auth_query.contains("$1") {
+                return Err(invalid("auth_query must take the user name as $1"));
+            }
+        }
         for (name, user) in &self.users {
             let Some(password) = &user.password else { continue };
             let secret = Secret::parse(password)

@@ -14,7 +14,7 @@ use thiserror::Error;
 use tracing::debug;
 
 use crate::auth::md5::{md5_password_hash, md5_salted_response};
-use crate::auth::scram::{SaltedPasswordCache, ScramClient, SCRAM_SHA_256};
+use crate::auth::scram::{ClientKeys, SaltedPasswordCache, ScramClient, SCRAM_SHA_256};
 use crate::auth::secret::Secret;
 use crate::config::{ServerAddress, SslMode};
 use crate::net::tls::ServerTls;
@@ -64,6 +64,9 @@ pub struct ServerTarget {
     pub user: String,
     /// The secret to answer the server's password request with, if any.
     pub secret: Option<Secret>,
+    /// For SCRAM without a plaintext password: the keys a client proved at
+    /// login against the server's own verifier (auth_query users).
+    pub scram_keys: Option<ClientKeys>,
     pub connect_timeout: Duration,
     /// Size of each connection's prepared-statement set.
     pub max_prepared_statements: usize,
@@ -253,7 +256,10 @@ async fn authenticate(stream: &mut Stream, buf: &mut BytesMut, target: &ServerTa
                 if !mechanisms.iter().any(|m| m == SCRAM_SHA_256) {
                     return Err(ServerError::Auth("SASL", format!("no supported mechanism in {mechanisms:?}")));
                 }
-                let client = ScramClient::new(plaintext(target, "SCRAM-SHA-256")?).with_max_iterations(target.scram_max_iterations);
+                let client = match (&target.scram_keys, target.secret.as_ref().and_then(Secret::plaintext)) {
+                    (Some(keys), None) => ScramClient::with_keys(keys),
+                    _ => ScramClient::new(plaintext(target, "SCRAM-SHA-256")?).with_max_iterations(target.scram_max_iterations),
+                };
                 frontend::sasl_initial_response(&mut out, SCRAM_SHA_256, &client.client_first());
                 scram = Some(client);
             }
