@@ -20,6 +20,8 @@
 //! | `listen_addr` (first address; `*` → `0.0.0.0`, `localhost` → `127.0.0.1`) + `listen_port` | `listen` |
 //! | `pool_mode` (`statement` → `transaction`, with a warning) | `pool_mode` |
 //! | `auth_type`, `auth_file` | `auth_type`, `[users.NAME] password` (see below) |
+//! | `auth_type = hba`, `auth_hba_file` (relative to the ini file) | the same; see `crate::auth::hba` for the supported subset |
+//! | `auth_user`, `auth_query` | the same (the `[databases]` parameters of those names are warned and ignored) |
 //! | `admin_users`, `stats_users` | the same lists |
 //! | `max_client_conn`, `server_reset_query`, `server_reset_query_always` | the same |
 //! | `query_wait_timeout`, `server_connect_timeout`, `client_login_timeout` | the same, at most a year; 0 (no limit) → a year |
@@ -32,9 +34,9 @@
 //!
 //! Every other setting, parameter or section becomes one [`Warning`] naming
 //! the file, line and setting. Settings that would make pglane less safe than
-//! the PgBouncer it replaces if ignored are errors instead: `auth_type` = `hba`,
-//! `cert`, `pam`, `ldap`, `any` (anything but trust, md5, scram-sha-256 and
-//! plain) and `disable_pqexec = 1`. The `client_tls_*` / `server_tls_*`
+//! the PgBouncer it replaces if ignored are errors instead: `auth_type` =
+//! `cert`, `pam`, `ldap`, `any` (anything but trust, md5, scram-sha-256, hba
+//! and plain) and `disable_pqexec = 1`. The `client_tls_*` / `server_tls_*`
 //! modes and certificate files map onto pglane's settings of the same names.
 //!
 //! # Decisions
@@ -264,6 +266,7 @@ struct Globals {
     unix_socket_dir: String,
     auth_type: Option<Line>,
     auth_file: Option<Line>,
+    auth_hba_file: Option<Line>,
 }
 
 struct Translation<'a> {
@@ -314,6 +317,7 @@ impl Translation<'_> {
         let auth_file = self.auth_file(globals.auth_file.as_ref())?;
         let auth_type = self.auth_type(globals.auth_type.as_ref(), &auth_file)?;
         self.set("auth_type", auth_type);
+        self.auth_hba_file(globals.auth_hba_file.as_ref(), auth_type)?;
         let mut users = Table::new();
         for entry in auth_file {
             let mut user = Table::new();
@@ -413,12 +417,18 @@ impl Translation<'_> {
                 limit => self.set("max_prepared_statements", limit),
             }
         }
+        for key in ["auth_user", "auth_query"] {
+            if let Some(line) = settings.remove(key) {
+                self.set(key, line.value);
+            }
+        }
         self.tls_and_security(&mut settings)?;
         let globals = Globals {
             default_pool_size,
             unix_socket_dir,
             auth_type: settings.remove("auth_type"),
             auth_file: settings.remove("auth_file"),
+            auth_hba_file: settings.remove("auth_hba_file"),
         };
         for (key, line) in settings {
             self.warn(&line.at, &key, &format!("ignored: {}", unsupported::pgbouncer_setting(&key)));
@@ -607,6 +617,24 @@ impl Translation<'_> {
         userlist::parse(&path, &text)
     }
 
+    /// `auth_hba_file`, taken relative to the file that names it; PgBouncer
+    /// reads it only under `auth_type = hba`, and so does pglane.
+    fn auth_hba_file(&mut self, line: Option<&Line>, auth_type: &str) -> Result<(), IniError> {
+        let Some(line) = line.filter(|line| !line.value.is_empty()) else {
+            return Ok(());
+        };
+        if auth_type != "hba" {
+            self.warn(&line.at, "auth_hba_file", "ignored: only read with auth_type = hba");
+            return Ok(());
+        }
+        if line.value.starts_with('~') {
+            return Err(unsupported_value(line, "auth_hba_file", "write the path without ~"));
+        }
+        let path = ini::resolve(&line.at.file, &line.value);
+        self.set("auth_hba_file", path.to_string_lossy().into_owned());
+        Ok(())
+    }
+
     /// The one method pglane checks every client with (see the module docs).
     fn auth_type(&mut self, line: Option<&Line>, users: &[userlist::Entry]) -> Result<&'static str, IniError> {
         let holding = |kind: fn(&Secret) -> bool| -> Vec<&userlist::Entry> {
@@ -621,6 +649,8 @@ impl Translation<'_> {
         // A remark about auth_type belongs on its line, else on the user's line that causes it.
         let at = |user: &userlist::Entry| line.map_or_else(|| user.at.clone(), |line| line.at.clone());
         match (requested_auth_type(line)?, md5_users.first(), scram_users.first()) {
+            // Each line names its method; md5 lines check SCRAM secrets with SCRAM.
+            (Requested::Hba, ..) => Ok("hba"),
             (Requested::Scram, ..) => {
                 for user in md5_users {
                     let message = "md5 secret cannot check SCRAM-SHA-256 logins: clients cannot log in as this user \
@@ -695,6 +725,7 @@ fn unsupported_value(line: &Line, setting: &str, reason: &str) -> IniError {
 
 /// The client authentication a pgbouncer.ini asks for, among those pglane can give.
 enum Requested {
+    Hba,
     Md5,
     Plain,
     Scram,
@@ -710,12 +741,13 @@ fn requested_auth_type(line: Option<&Line>) -> Result<Requested, IniError> {
         "plain" => Ok(Requested::Plain),
         "scram-sha-256" => Ok(Requested::Scram),
         "trust" => Ok(Requested::Trust),
-        "any" | "hba" | "cert" | "pam" | "ldap" | "peer" | "gss" | "sspi" => Err(unsupported_value(
+        "hba" => Ok(Requested::Hba),
+        "any" | "cert" | "pam" | "ldap" | "peer" | "gss" | "sspi" => Err(unsupported_value(
             line,
             "auth_type",
-            "pglane supports md5, scram-sha-256, trust and plain (checked as md5 or SCRAM)",
+            "pglane supports md5, scram-sha-256, trust, hba and plain (checked as md5 or SCRAM)",
         )),
-        _ => Err(invalid(line, "auth_type", "expected md5, scram-sha-256, trust or plain")),
+        _ => Err(invalid(line, "auth_type", "expected md5, scram-sha-256, trust, hba or plain")),
     }
 }
 
