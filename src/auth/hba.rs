@@ -503,6 +503,16 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_parses() {
+        let hba = Hba::parse(include_str!("../../config/hba.conf")).unwrap();
+        assert_eq!(hba.len(), 8);
+        assert_eq!(decide(&hba, "10.1.1.1", true, "app", "app_user"), 10);
+        assert_eq!(decide(&hba, "10.1.1.1", false, "app", "app_user"), 12);
+        assert_eq!(decide(&hba, "192.168.10.5", false, "reports", "app_user"), 8);
+        assert_eq!(decide(&hba, "192.168.10.5", false, "app", "app_user"), 0);
+    }
+
+    #[test]
     fn an_empty_file_refuses_everyone() {
         let hba = Hba::parse("# nothing here\n\n").unwrap();
         assert!(hba.is_empty());
