@@ -162,10 +162,10 @@ async fn clients_log_in_with_the_method_their_line_names() {
     assert_eq!(whoami(connect(p, "scramuser", "anything", "open").await).await, "scramuser");
     // Wrong passwords still fail as such.
     for (user, db) in [("postgres", "app"), ("scramuser", "app")] {
-        let e = try_connect(p, user, "wrong", db).await.err().expect("refused");
+        let e = try_connect(p, user, "wrong", db).await.expect_err("refused");
         assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("28P01"), "{user}: {e:?}");
     }
-    let e = try_connect(p, "postgres", "secret", "closed").await.err().expect("refused");
+    let e = try_connect(p, "postgres", "secret", "closed").await.expect_err("refused");
     assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("28000"), "{e:?}");
 }
 

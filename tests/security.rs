@@ -442,7 +442,7 @@ async fn server_scram_iterations_are_capped() {
         )
     };
     let capped = Pglane::start(&config(4999));
-    let e = try_connect(capped.port, "sec_slow_scram", "slowpass", "app").await.err().expect("refused");
+    let e = try_connect(capped.port, "sec_slow_scram", "slowpass", "app").await.expect_err("refused");
     let message = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default();
     assert!(message.contains("5000 SCRAM iterations") && message.contains("server_scram_max_iterations"), "{e:?}");
     let enough = Pglane::start(&config(5000));

@@ -512,6 +512,36 @@ mod tests {
         assert_eq!(decide(&hba, "192.168.10.5", false, "app", "app_user"), 0);
     }
 
+    proptest::proptest! {
+        /// Whatever the file holds, parsing and deciding never panic (the
+        /// address arithmetic indexes by prefix length).
+        #[test]
+        fn any_text_is_parsed_or_refused_without_panicking(
+            lines in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::prop_oneof![
+                        proptest::string::string_regex("(local|host|hostssl|hostnossl|all|sameuser|app|md5|trust|reject|password|scram-sha-256)").unwrap(),
+                        proptest::string::string_regex("[0-9a-f:.]{1,20}(/[0-9]{1,3})?").unwrap(),
+                        proptest::string::string_regex("[ -~]{0,12}").unwrap(),
+                    ],
+                    0..7,
+                ),
+                0..6,
+            ),
+            v4 in proptest::prelude::any::<[u8; 4]>(),
+            v6 in proptest::prelude::any::<[u8; 16]>(),
+            tls in proptest::prelude::any::<bool>(),
+        ) {
+            let text: String = lines.iter().map(|words| words.join(" ") + "\n").collect();
+            if let Ok(hba) = Hba::parse(&text) {
+                for addr in [Some(IpAddr::from(v4)), Some(IpAddr::from(v6)), None] {
+                    let client = Client { addr, tls, database: "app", user: "all" };
+                    let _ = hba.decide(&client);
+                }
+            }
+        }
+    }
+
     #[test]
     fn an_empty_file_refuses_everyone() {
         let hba = Hba::parse("# nothing here\n\n").unwrap();
