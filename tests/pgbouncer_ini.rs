@@ -73,7 +73,8 @@ async fn plaintext_and_md5_users_log_in_through_an_imported_ini() {
     let dir = Dir::new("md5");
     let md5 = rolpassword("md5user");
     assert!(md5.starts_with("md5"), "{md5}");
-    dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{md5}\"\n"));
+    let scram = rolpassword("scramuser");
+    dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{md5}\"\n\"scramuser\" \"{scram}\"\n"));
     let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, ""));
     // The harness's TOML, laid over the ini, only moves `listen` to a free port.
     let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
@@ -82,6 +83,11 @@ async fn plaintext_and_md5_users_log_in_through_an_imported_ini() {
     // pglane checks md5user's md5 response, then logs in to the md5 server with the secret.
     assert_eq!(current_user(lane.port, "md5user", "md5pass", "app").await, "md5user");
     let wrong = try_connect(lane.port, "md5user", "nope", "app").await.expect_err("a wrong password fails");
+    assert_eq!(wrong.as_db_error().map(|e| e.code().code()), Some("28P01"), "{wrong}");
+    // Under md5, a user with a SCRAM secret is checked with SCRAM (as by
+    // PgBouncer); the server login then uses scram_app's user= and password=.
+    assert_eq!(current_user(lane.port, "scramuser", "scrampass", "scram_app").await, "scramuser");
+    let wrong = try_connect(lane.port, "scramuser", "nope", "scram_app").await.expect_err("a wrong password fails");
     assert_eq!(wrong.as_db_error().map(|e| e.code().code()), Some("28P01"), "{wrong}");
     // What the ini has that pglane ignores is in the log, with file and line.
     lane.wait_for_log(&format!("{}:13: server_check_delay: ignored", ini.display()), Duration::from_secs(5));

@@ -49,14 +49,13 @@
 //!   limit unless the file sets one.
 //! - The `*` fallback database is ignored with a warning: pglane serves only
 //!   the databases the file lists.
-//! - pglane checks every client with one method, where PgBouncer's `md5` (and
-//!   `plain`) picks SCRAM for users whose auth_file secret is a SCRAM secret.
-//!   So `auth_type = md5` or `plain` becomes `scram-sha-256` when the auth_file
-//!   holds SCRAM secrets and no md5 ones (with a warning), `plain` otherwise
-//!   becomes `md5` (pglane never asks for cleartext passwords), and an auth_file
-//!   mixing md5 and SCRAM secrets under `md5`/`plain` is an error. With
-//!   `auth_type = trust`, PgBouncer still admits only users in the auth_file,
-//!   pglane any user (warned).
+//! - `auth_type = md5` checks users whose secret is a SCRAM secret with SCRAM,
+//!   as PgBouncer and PostgreSQL do, so an auth_file may mix both kinds.
+//!   `plain` becomes `md5` when the auth_file holds md5 secrets, else
+//!   `scram-sha-256` (warned: pglane asks clients for a cleartext password only
+//!   on `password` lines of an auth_hba_file). With `auth_type = trust`,
+//!   PgBouncer still admits only users in the auth_file, pglane any user
+//!   (warned).
 //! - Relative `%include` and `auth_file` paths are taken relative to the file
 //!   that names them (PgBouncer: relative to its working directory).
 //! - `[databases]` strings are unquoted as PgBouncer does (`''` is a quote, a
@@ -85,7 +84,6 @@ use crate::auth::secret::Secret;
 /// PgBouncer's defaults where they differ from pglane's (or pglane has no such setting).
 const DEFAULT_LISTEN_PORT: u16 = 6432;
 const DEFAULT_POOL_MODE: &str = "session";
-const DEFAULT_AUTH_TYPE: &str = "md5"; // see requested_auth_type
 const DEFAULT_MAX_CLIENT_CONN: i64 = 100;
 const DEFAULT_POOL_SIZE: i64 = 20;
 const DEFAULT_UNIX_SOCKET_DIR: &str = "/tmp";
@@ -635,23 +633,16 @@ impl Translation<'_> {
         Ok(())
     }
 
-    /// The one method pglane checks every client with (see the module docs).
+    /// The method pglane checks clients with (see the module docs).
     fn auth_type(&mut self, line: Option<&Line>, users: &[userlist::Entry]) -> Result<&'static str, IniError> {
-        let holding = |kind: fn(&Secret) -> bool| -> Vec<&userlist::Entry> {
-            users
-                .iter()
-                .filter(|user| user.secret.as_deref().and_then(|s| Secret::parse(s).ok()).is_some_and(|s| kind(&s)))
-                .collect()
-        };
-        let md5_users = holding(|s| matches!(s, Secret::Md5(_)));
-        let scram_users = holding(|s| matches!(s, Secret::Scram(_)));
-        let names = |list: &[&userlist::Entry]| list.iter().map(|user| user.user.as_str()).collect::<Vec<_>>().join(", ");
-        // A remark about auth_type belongs on its line, else on the user's line that causes it.
-        let at = |user: &userlist::Entry| line.map_or_else(|| user.at.clone(), |line| line.at.clone());
-        match (requested_auth_type(line)?, md5_users.first(), scram_users.first()) {
+        let md5_users: Vec<&userlist::Entry> = users
+            .iter()
+            .filter(|user| matches!(user.secret.as_deref().map(Secret::parse), Some(Ok(Secret::Md5(_)))))
+            .collect();
+        match (requested_auth_type(line)?, md5_users.first()) {
             // Each line names its method; md5 lines check SCRAM secrets with SCRAM.
-            (Requested::Hba, ..) => Ok("hba"),
-            (Requested::Scram, ..) => {
+            (Requested::Hba, _) => Ok("hba"),
+            (Requested::Scram, _) => {
                 for user in md5_users {
                     let message = "md5 secret cannot check SCRAM-SHA-256 logins: clients cannot log in as this user \
                                    (nor through PgBouncer); it still logs in to md5 servers as a database's user=";
@@ -659,29 +650,8 @@ impl Translation<'_> {
                 }
                 Ok("scram-sha-256")
             }
-            (Requested::Md5 | Requested::Plain, Some(md5_user), Some(_)) => Err(IniError::Unsupported {
-                at: at(md5_user),
-                setting: "auth_type".into(),
-                value: line.map_or(DEFAULT_AUTH_TYPE, |line| line.value.as_str()).into(),
-                reason: format!(
-                    "the auth_file holds md5 secrets ({}) and SCRAM secrets ({}); PgBouncer checks each user with \
-                     the method their secret allows, pglane checks every client with one method: store plaintext \
-                     passwords or one kind of secret",
-                    names(&md5_users),
-                    names(&scram_users)
-                ),
-            }),
-            (Requested::Md5 | Requested::Plain, None, Some(scram_user)) => {
-                let message = format!(
-                    "checked as scram-sha-256: the auth_file holds SCRAM secrets ({}), which PgBouncer checks with \
-                     SCRAM, and pglane checks every client with one method",
-                    names(&scram_users)
-                );
-                self.warn(&at(scram_user), "auth_type", &message);
-                Ok("scram-sha-256")
-            }
-            (Requested::Md5, ..) => Ok("md5"),
-            (Requested::Plain, md5_user, None) => {
+            (Requested::Md5, _) => Ok("md5"),
+            (Requested::Plain, md5_user) => {
                 let method = if md5_user.is_some() { "md5" } else { "scram-sha-256" };
                 if let Some(line) = line {
                     let message = format!("checked as {method}: pglane never asks clients for cleartext passwords");
@@ -689,7 +659,7 @@ impl Translation<'_> {
                 }
                 Ok(method)
             }
-            (Requested::Trust, ..) => {
+            (Requested::Trust, _) => {
                 if let Some(line) = line {
                     let message = "PgBouncer admits only the users in auth_file; pglane admits any user name and \
                                    leaves the password check to the server";

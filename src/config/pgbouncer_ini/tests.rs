@@ -404,27 +404,17 @@ fn md5_users_under_scram_are_warned() {
 }
 
 #[test]
-fn md5_with_scram_secrets_checks_scram() {
-    let users = format!("\"alice\" \"pw\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n");
+fn md5_with_scram_secrets_stays_md5() {
+    // PgBouncer's md5 (and pglane's) checks SCRAM secrets with SCRAM, so an
+    // auth_file may hold both kinds.
+    let users = format!("\"bob\" \"{}\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n\"dave\" \"{RFC7677_SECRET}\"\n", md5_password_hash("bob", "x"));
     let (c, warnings) = with_users("md5", &users).unwrap();
-    assert_eq!(c.auth_type, AuthType::ScramSha256);
-    assert_eq!(warned(&warnings), [(5, "auth_type")]);
-    assert!(warnings[0].message.contains("SCRAM secrets (carol)"), "{}", warnings[0].message);
-
-    // PgBouncer's default auth_type is md5 too; the remark then goes on the user's line.
+    assert_eq!(c.auth_type, AuthType::Md5);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    // PgBouncer's default auth_type is md5 too.
     let text = with_settings("auth_file = userlist.txt");
     let (c, warnings) = config_with(&text, &[(USERLIST, &users)]);
-    assert_eq!(c.auth_type, AuthType::ScramSha256);
-    assert_eq!(warnings[0].at.to_string(), "/etc/pgbouncer/userlist.txt:2");
-}
-
-#[test]
-fn md5_and_scram_secrets_together_cannot_be_served() {
-    let users = format!("\"bob\" \"{}\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n\"dave\" \"{RFC7677_SECRET}\"\n", md5_password_hash("bob", "x"));
-    let message = with_users("md5", &users).unwrap_err().to_string();
-    assert!(message.starts_with("/etc/pgbouncer/pgbouncer.ini:5: auth_type = md5 is not supported"), "{message}");
-    assert!(message.contains("md5 secrets (bob) and SCRAM secrets (carol, dave)"), "{message}");
-    assert!(!message.contains("SCRAM-SHA-256$"), "{message}");
+    assert_eq!((c.auth_type, warnings.len()), (AuthType::Md5, 0));
 }
 
 #[test]
