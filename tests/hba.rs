@@ -33,6 +33,17 @@ host      app      postgres           127.0.0.1/32   scram-sha-256
 /// Files a test writes for pglane to read, removed when the test ends.
 struct Files(std::path::PathBuf);
 
+impl Files {
+    /// A new, empty directory of this test process.
+    fn new() -> Files {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("pglane-hba-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Files(dir)
+    }
+}
+
 impl Drop for Files {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -43,11 +54,8 @@ impl Drop for Files {
 /// databases on the shared server: `app`, `open` and `closed` (no line of
 /// [`HBA`] names it). Returns pglane and the path of its auth_hba_file.
 fn pglane_with_hba(hba: &str) -> (Pglane, std::path::PathBuf, Files) {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("pglane-hba-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let files = Files(dir.clone());
+    let files = Files::new();
+    let dir = files.0.clone();
     let hba_path = dir.join("hba.conf");
     std::fs::write(&hba_path, hba).unwrap();
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
@@ -72,10 +80,15 @@ fn pglane_with_hba(hba: &str) -> (Pglane, std::path::PathBuf, Files) {
 /// What pglane answers a StartupMessage from `source`: the authentication
 /// request, or the (SQLSTATE, message) of its refusal.
 fn first_answer(port: u16, source: &str, user: &str, database: &str) -> Result<Authentication, (String, String)> {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    first_answer_at(SocketAddr::from(([127, 0, 0, 1], port)), source, user, database)
+}
+
+/// [`first_answer`] from `source` to `target`.
+fn first_answer_at(target: SocketAddr, source: &str, user: &str, database: &str) -> Result<Authentication, (String, String)> {
+    let socket = socket2::Socket::new(socket2::Domain::for_address(target), socket2::Type::STREAM, None).unwrap();
     let source: IpAddr = source.parse().unwrap();
     socket.bind(&SocketAddr::new(source, 0).into()).unwrap();
-    socket.connect(&SocketAddr::from(([127, 0, 0, 1], port)).into()).unwrap();
+    socket.connect(&target.into()).unwrap();
     let mut stream: TcpStream = socket.into();
     stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut out = BytesMut::new();
@@ -227,4 +240,74 @@ async fn a_bad_auth_hba_file_keeps_the_old_rules_on_reload() {
     }
     let c = connect(lane.port, "postgres", "", "app").await;
     assert_eq!(c.query_one("select 1", &[]).await.unwrap().get::<_, i32>(0), 1);
+}
+
+/// A pglane child listening on `[::]` (IPv4 and IPv6), which the harness's
+/// `Pglane` (127.0.0.1 only) cannot start; killed when dropped.
+struct DualStack {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl DualStack {
+    fn start(dir: &std::path::Path, body: &str) -> DualStack {
+        let port = common::free_port();
+        let config = dir.join("dual.toml");
+        std::fs::write(&config, format!("listen = \"[::]:{port}\"\n{body}")).unwrap();
+        let log = std::fs::File::create(dir.join("dual.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_pglane"))
+            .arg("--config")
+            .arg(&config)
+            .args(["--cores", "1"])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn pglane");
+        let mut lane = DualStack { child, port };
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let log = std::fs::read_to_string(dir.join("dual.log")).unwrap_or_default();
+            assert!(lane.child.try_wait().unwrap().is_none(), "pglane exited:\n{log}");
+            assert!(std::time::Instant::now() < deadline, "pglane did not listen on [::]:{port}:\n{log}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        lane
+    }
+}
+
+impl Drop for DualStack {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Listening on `[::]`, IPv4 clients arrive as `::ffff:127.0.0.1`: they
+/// match IPv4 lines and are named as IPv4 in refusals; `::1` matches IPv6 lines.
+#[test]
+fn ipv6_clients_match_ipv6_lines_and_mapped_ipv4_clients_ipv4_lines() {
+    let files = Files::new();
+    let hba = files.0.join("dual-hba.conf");
+    std::fs::write(&hba, "host all all ::1/128 reject\nhost app all 127.0.0.1/32 trust\n").unwrap();
+    let lane = DualStack::start(
+        &files.0,
+        &format!(
+            "auth_type = \"hba\"\nauth_hba_file = {hba:?}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\n\
+             [databases.other]\nhost = \"127.0.0.1\"\nport = {}\n",
+            postgres().port,
+            postgres().port
+        ),
+    );
+    let v4 = SocketAddr::from(([127, 0, 0, 1], lane.port));
+    let v6: SocketAddr = format!("[::1]:{}", lane.port).parse().unwrap();
+    assert_eq!(method(first_answer_at(v4, "127.0.0.1", "postgres", "app")), "trust");
+    assert_eq!(
+        method(first_answer_at(v6, "::1", "postgres", "app")),
+        "28000 pg_hba.conf rejects connection for host \"::1\", user \"postgres\", database \"app\", no encryption"
+    );
+    assert_eq!(
+        method(first_answer_at(v4, "127.0.0.1", "postgres", "other")),
+        "28000 no pg_hba.conf entry for host \"127.0.0.1\", user \"postgres\", database \"other\", no encryption"
+    );
 }
