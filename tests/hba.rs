@@ -4,8 +4,9 @@
 //! authentication request pglane sends).
 //!
 //! pglane listens on TCP only, so `local` lines are covered by unit tests
-//! (`src/auth/hba.rs`), not here; the address dimension uses two loopback
-//! source addresses, 127.0.0.1 and 127.0.0.2.
+//! (`src/auth/hba.rs`), not here. The address dimension uses two loopback
+//! source addresses, 127.0.0.1 and 127.0.0.2, and ::1 against a pglane
+//! listening on `[::]`.
 
 mod common;
 
