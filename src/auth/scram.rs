@@ -17,10 +17,9 @@
 //! exchange, and later calls fail.
 //!
 //! Not here: SASLprep (passwords are used as given, see
-//! [`ScramSecret::from_password`]), SCRAM-SHA-256-PLUS, and the "mock"
-//! exchange PostgreSQL runs for unknown users — a caller that wants to hide
-//! whether a user exists can run a [`ScramServer`] over a throwaway
-//! [`ScramSecret::generate`]d secret and fail at the end.
+//! [`ScramSecret::from_password`]), SCRAM-SHA-256-PLUS, and the verifiers
+//! shown to users who cannot log in (`super::mock`; a [`ScramServer`] runs
+//! over them unchanged).
 //!
 //! Cost: deriving keys from a password runs `Hi()` for the secret's iteration
 //! count (about a millisecond for 4096 in release builds) on the calling

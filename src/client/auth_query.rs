@@ -9,6 +9,11 @@
 //! returns a different answer for "no such role" and "role without a
 //! password": both are `None`.
 //!
+//! The lookup connection is an ordinary server connection of the pool for
+//! (database, auth_user), so it shows in SHOW POOLS and obeys pool_size; when
+//! the database forces a server user (`user =`), the query runs as that user,
+//! like every connection to that database.
+//!
 //! What it does not do (yet): PgBouncer's `auth_dbname` (the query always
 //! runs in the database the client asked for), and per-database
 //! `auth_user`/`auth_query` overrides.
