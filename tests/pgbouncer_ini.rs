@@ -73,7 +73,8 @@ async fn plaintext_and_md5_users_log_in_through_an_imported_ini() {
     let dir = Dir::new("md5");
     let md5 = rolpassword("md5user");
     assert!(md5.starts_with("md5"), "{md5}");
-    dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{md5}\"\n"));
+    let scram = rolpassword("scramuser");
+    dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{md5}\"\n\"scramuser\" \"{scram}\"\n"));
     let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, ""));
     // The harness's TOML, laid over the ini, only moves `listen` to a free port.
     let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
@@ -82,6 +83,11 @@ async fn plaintext_and_md5_users_log_in_through_an_imported_ini() {
     // pglane checks md5user's md5 response, then logs in to the md5 server with the secret.
     assert_eq!(current_user(lane.port, "md5user", "md5pass", "app").await, "md5user");
     let wrong = try_connect(lane.port, "md5user", "nope", "app").await.expect_err("a wrong password fails");
+    assert_eq!(wrong.as_db_error().map(|e| e.code().code()), Some("28P01"), "{wrong}");
+    // Under md5, a user with a SCRAM secret is checked with SCRAM (as by
+    // PgBouncer); the server login then uses scram_app's user= and password=.
+    assert_eq!(current_user(lane.port, "scramuser", "scrampass", "scram_app").await, "scramuser");
+    let wrong = try_connect(lane.port, "scramuser", "nope", "scram_app").await.expect_err("a wrong password fails");
     assert_eq!(wrong.as_db_error().map(|e| e.code().code()), Some("28P01"), "{wrong}");
     // What the ini has that pglane ignores is in the log, with file and line.
     lane.wait_for_log(&format!("{}:13: server_check_delay: ignored", ini.display()), Duration::from_secs(5));
@@ -103,6 +109,34 @@ async fn scram_users_log_in_through_an_imported_ini() {
     assert!(try_connect(lane.port, "scramuser", "wrong", "scram_app").await.is_err());
     // Not in the userlist: refused.
     assert!(try_connect(lane.port, "md5user", "md5pass", "app").await.is_err());
+}
+
+/// `auth_type = hba` with an auth_hba_file, and auth_user + auth_query for the
+/// users the userlist does not hold, as a PgBouncer setup has them.
+#[tokio::test]
+async fn hba_rules_and_auth_query_carry_over_from_an_ini() {
+    let dir = Dir::new("hba");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    dir.write(
+        "pgb_hba.conf",
+        "host app      scramuser  127.0.0.1/32  reject\n\
+         host app      all        127.0.0.1/32  md5\n",
+    );
+    let extra = "auth_hba_file = pgb_hba.conf\nauth_user = postgres\n\
+                 auth_query = SELECT usename, passwd FROM pg_shadow WHERE usename=$1\n";
+    let ini = dir.write("pgbouncer.ini", &ini_text("hba", 6432, extra));
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+
+    // md5user is not in the userlist: its md5 hash comes from pg_shadow.
+    assert_eq!(current_user(lane.port, "md5user", "md5pass", "app").await, "md5user");
+    let wrong = try_connect(lane.port, "md5user", "nope", "app").await.expect_err("a wrong password fails");
+    assert_eq!(wrong.as_db_error().map(|e| e.code().code()), Some("28P01"), "{wrong}");
+    // The hba file rejects scramuser in app, and covers no other database.
+    let rejected = try_connect(lane.port, "scramuser", "scrampass", "app").await.expect_err("rejected");
+    let e = rejected.as_db_error().expect("an ErrorResponse");
+    assert_eq!((e.code().code(), e.message()), ("28000", "pg_hba.conf rejects connection for host \"127.0.0.1\", user \"scramuser\", database \"app\", no encryption"));
+    let uncovered = try_connect(lane.port, "postgres", "secret", "scram_app").await.expect_err("no line");
+    assert!(uncovered.as_db_error().is_some_and(|e| e.message().starts_with("no pg_hba.conf entry")), "{uncovered:?}");
 }
 
 /// A pglane child run with nothing but `--pgbouncer-ini`, killed when dropped.
@@ -190,10 +224,10 @@ fn check_validates_an_ini_and_prints_its_warnings() {
     assert_eq!(text(&out.stdout), format!("{} + {}: ok\n", ini.display(), toml.display()));
 
     // Mistakes: exit 1, with file and line.
-    let bad = dir.write("bad.ini", &ini_text("hba", 6432, ""));
+    let bad = dir.write("bad.ini", &ini_text("cert", 6432, ""));
     let out = check(&[flag, &bad]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(text(&out.stderr).contains(&format!("{}:10: auth_type = hba is not supported", bad.display())), "{out:?}");
+    assert!(text(&out.stderr).contains(&format!("{}:10: auth_type = cert is not supported", bad.display())), "{out:?}");
     dir.write("userlist.txt", "\"postgres\" \"secret\"\nmd5user md5pass\n");
     let out = check(&[flag, &ini]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");

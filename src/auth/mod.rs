@@ -5,6 +5,10 @@
 //! - [`secret`]: how a user's password is stored in configuration (plaintext,
 //!   an `md5…` hash or a `SCRAM-SHA-256$…` verifier, exactly as `pg_authid`
 //!   stores them) and how to parse and print those forms;
+//! - [`hba`]: the rules of an `auth_hba_file` (pg_hba.conf format) and which
+//!   one covers a connection;
+//! - [`mock`]: the salts shown to users who cannot log in, so they look like
+//!   users who can;
 //! - [`md5`]: computing and verifying md5 password responses;
 //! - [`scram`]: both sides of a SCRAM-SHA-256 exchange — [`ScramServer`]
 //!   authenticates a connecting client, [`ScramClient`] authenticates pglane to
@@ -17,12 +21,14 @@
 //! malformed input is an [`AuthError`] — and it must never put passwords, keys
 //! or hashes into error messages or `Debug` output.
 
+pub mod hba;
 pub mod md5;
+pub mod mock;
 pub mod scram;
 pub mod secret;
 
 pub use self::md5::{md5_password_hash, md5_salted_response, verify_md5};
-pub use self::scram::{ScramClient, ScramServer, SCRAM_SHA_256};
+pub use self::scram::{ClientKeys, ScramClient, ScramServer, SCRAM_SHA_256};
 pub use self::secret::{ScramSecret, Secret};
 
 /// Everything that can go wrong while authenticating.
@@ -69,6 +75,13 @@ pub enum AuthError {
     /// A nonce was empty or contained characters outside printable ASCII.
     #[error("malformed SCRAM message: invalid nonce")]
     InvalidNonce,
+    /// The server asked for more PBKDF2 iterations than pglane is willing to
+    /// compute on a shard thread (client side only).
+    #[error(
+        "the server asks for {iterations} SCRAM iterations, above the limit of {max} \
+         (server_scram_max_iterations); raise the limit or lower the role's scram_iterations"
+    )]
+    TooManyIterations { iterations: u32, max: u32 },
     /// The peer's nonce does not extend (client side) or repeat (server side) the agreed nonce.
     #[error("SCRAM nonce mismatch")]
     NonceMismatch,

@@ -17,16 +17,18 @@
 //! exchange, and later calls fail.
 //!
 //! Not here: SASLprep (passwords are used as given, see
-//! [`ScramSecret::from_password`]), SCRAM-SHA-256-PLUS, and the "mock"
-//! exchange PostgreSQL runs for unknown users — a caller that wants to hide
-//! whether a user exists can run a [`ScramServer`] over a throwaway
-//! [`ScramSecret::generate`]d secret and fail at the end.
+//! [`ScramSecret::from_password`]), SCRAM-SHA-256-PLUS, and the verifiers
+//! shown to users who cannot log in (`super::mock`; a [`ScramServer`] runs
+//! over them unchanged).
 //!
 //! Cost: deriving keys from a password runs `Hi()` for the secret's iteration
 //! count (about a millisecond for 4096 in release builds) on the calling
 //! thread. That happens in [`ScramServer::from_secret`] for plaintext secrets
 //! and in [`ScramClient::handle_server_first`] for password clients, whose
-//! iteration count is chosen by the server.
+//! iteration count is chosen by the server: a client refuses counts above its
+//! [`ScramClient::with_max_iterations`] limit, and a [`SaltedPasswordCache`]
+//! lets a caller that logs in to the same server again and again derive the
+//! SaltedPassword once per (password, salt, iterations).
 
 use std::fmt;
 use std::str;
@@ -53,6 +55,67 @@ const NONCE_RANDOM_BYTES: usize = 18;
 const GS2_HEADER_NO_BINDING: &str = "n,,";
 /// base64 of [`GS2_HEADER_NO_BINDING`], echoed back in `c=`.
 const CHANNEL_BINDING_NO_BINDING: &str = "biws";
+
+/// A bound on the SaltedPasswords a [`ScramClient`] derives: the server picks
+/// the iteration count, and `Hi()` is a loop of that many HMACs.
+pub const DEFAULT_MAX_ITERATIONS: u32 = 100_000;
+
+/// SaltedPasswords already derived, per (password, salt, iterations).
+///
+/// A server keeps one verifier per role, so every new connection to it asks
+/// for the same salt and count and the first derivation can serve them all.
+/// Bounded: when `capacity` entries are held the cache starts over (a pooler
+/// talks to a handful of (server, role) pairs; a full cache means churn, and
+/// starting over is the simplest bound). Capacity 0 caches nothing. The
+/// entries are password-equivalent: the cache lives in memory only and is
+/// never printed.
+pub struct SaltedPasswordCache {
+    capacity: usize,
+    entries: std::collections::HashMap<(String, Vec<u8>, u32), Key>,
+}
+
+impl SaltedPasswordCache {
+    #[must_use]
+    pub fn new(capacity: usize) -> Self {
+        SaltedPasswordCache { capacity, entries: std::collections::HashMap::new() }
+    }
+
+    /// The SaltedPassword for these inputs, derived now only if not cached.
+    fn get_or_derive(&mut self, password: &str, salt: &[u8], iterations: u32) -> Key {
+        let key = (password.to_owned(), salt.to_vec(), iterations);
+        if let Some(salted) = self.entries.get(&key) {
+            return *salted;
+        }
+        let salted = salted_password(password.as_bytes(), salt, iterations);
+        if self.capacity > 0 {
+            if self.entries.len() >= self.capacity {
+                self.entries.clear();
+            }
+            self.entries.insert(key, salted);
+        }
+        salted
+    }
+
+    /// How many SaltedPasswords are held.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl fmt::Debug for SaltedPasswordCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SaltedPasswordCache")
+            .field("capacity", &self.capacity)
+            .field("entries", &self.entries.len())
+            .finish()
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Key derivation (RFC 5802 section 3)
@@ -546,6 +609,23 @@ impl fmt::Debug for ScramServer {
 // Client side
 // ---------------------------------------------------------------------------
 
+/// What a successful [`ScramServer`] exchange proves about the client: its
+/// ClientKey, and the ServerKey of the verifier it matched. With both,
+/// [`ScramClient::with_keys`] logs in to a server that stores that same
+/// verifier, and checks the server's signature. Password-equivalent for that
+/// verifier: never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientKeys {
+    pub client_key: [u8; 32],
+    pub server_key: [u8; 32],
+}
+
+impl fmt::Debug for ClientKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClientKeys(..)")
+    }
+}
+
 /// Client side of SCRAM-SHA-256: pglane authenticating to a PostgreSQL server.
 ///
 /// Send [`client_first`](Self::client_first) in SASLInitialResponse, feed the
@@ -556,6 +636,8 @@ impl fmt::Debug for ScramServer {
 /// server's AuthenticationOk.
 pub struct ScramClient {
     credentials: Credentials,
+    /// Highest iteration count accepted from the server.
+    max_iterations: u32,
     /// `n=` value, already saslname-escaped. Empty: PostgreSQL ignores it.
     username: String,
     nonce: String,
@@ -578,10 +660,10 @@ enum ClientState {
 
 impl Credentials {
     /// ClientKey, and ServerKey if it can be known, for the server's salt and iterations.
-    fn keys(&self, salt: &[u8], iterations: u32) -> (Key, Option<Key>) {
+    fn keys(&self, salt: &[u8], iterations: u32, cache: &mut SaltedPasswordCache) -> (Key, Option<Key>) {
         match self {
             Credentials::Password(password) => {
-                let salted = salted_password(password.as_bytes(), salt, iterations);
+                let salted = cache.get_or_derive(password, salt, iterations);
                 (client_key(&salted), Some(server_key(&salted)))
             }
             Credentials::ClientKey {
@@ -614,13 +696,29 @@ impl ScramClient {
         Self::with_credentials(credentials, random_nonce())
     }
 
+    /// [`with_client_key`](Self::with_client_key) with the server checked.
+    #[must_use]
+    pub fn with_keys(keys: &ClientKeys) -> Self {
+        Self::with_client_key(keys.client_key, Some(keys.server_key))
+    }
+
     fn with_credentials(credentials: Credentials, nonce: String) -> Self {
         ScramClient {
             credentials,
+            max_iterations: DEFAULT_MAX_ITERATIONS,
             username: String::new(),
             nonce,
             state: ClientState::AwaitingServerFirst,
         }
+    }
+
+    /// Refuses servers that ask for more than `max` PBKDF2 iterations
+    /// ([`AuthError::TooManyIterations`]) instead of spending the time;
+    /// the default is [`DEFAULT_MAX_ITERATIONS`].
+    #[must_use]
+    pub fn with_max_iterations(mut self, max: u32) -> Self {
+        self.max_iterations = max;
+        self
     }
 
     /// The client-first-message, `n,,n=,r=<nonce>`.
@@ -633,12 +731,23 @@ impl ScramClient {
     /// The server's nonce must extend ours, its salt must be non-empty base64
     /// and its iteration count a positive integer.
     pub fn handle_server_first(&mut self, message: &[u8]) -> Result<Vec<u8>, AuthError> {
+        self.handle_server_first_cached(message, &mut SaltedPasswordCache::new(0))
+    }
+
+    /// [`handle_server_first`](Self::handle_server_first), taking the
+    /// SaltedPassword from `cache` when it holds one for the server's salt
+    /// and iteration count, and adding it otherwise.
+    pub fn handle_server_first_cached(
+        &mut self,
+        message: &[u8],
+        cache: &mut SaltedPasswordCache,
+    ) -> Result<Vec<u8>, AuthError> {
         if !matches!(self.state, ClientState::AwaitingServerFirst) {
             return Err(AuthError::OutOfOrder(
                 "server-first-message was already handled",
             ));
         }
-        match self.answer_server_first(message) {
+        match self.answer_server_first(message, cache) {
             Ok((reply, server_signature)) => {
                 self.state = ClientState::AwaitingServerFinal { server_signature };
                 Ok(reply)
@@ -672,13 +781,23 @@ impl ScramClient {
     }
 
     /// The client-final-message, and the server signature to expect if known.
-    fn answer_server_first(&self, message: &[u8]) -> Result<(Vec<u8>, Option<Key>), AuthError> {
+    fn answer_server_first(
+        &self,
+        message: &[u8],
+        cache: &mut SaltedPasswordCache,
+    ) -> Result<(Vec<u8>, Option<Key>), AuthError> {
         let server_first_text = utf8(message)?;
         let server_first = parse_server_first(server_first_text)?;
         check_server_nonce(&self.nonce, server_first.nonce)?;
-        let (client_key, server_key) = self
-            .credentials
-            .keys(&server_first.salt, server_first.iterations);
+        if server_first.iterations > self.max_iterations {
+            return Err(AuthError::TooManyIterations {
+                iterations: server_first.iterations,
+                max: self.max_iterations,
+            });
+        }
+        let (client_key, server_key) =
+            self.credentials
+                .keys(&server_first.salt, server_first.iterations, cache);
         let without_proof = format!("c={CHANNEL_BINDING_NO_BINDING},r={}", server_first.nonce);
         let auth_message =
             auth_message(&self.client_first_bare(), server_first_text, &without_proof);
@@ -1421,6 +1540,69 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn clients_refuse_iteration_counts_above_their_limit() {
+        let secret = rfc7677_secret(); // 4096 iterations
+        let mut server = ScramServer::new(secret.clone());
+        let mut client = ScramClient::new(RFC7677_PASSWORD).with_max_iterations(4095);
+        assert_eq!(
+            exchange(&mut client, &mut server),
+            Err(AuthError::TooManyIterations { iterations: 4096, max: 4095 })
+        );
+        let message = AuthError::TooManyIterations { iterations: 4096, max: 4095 }.to_string();
+        assert!(message.contains("server_scram_max_iterations"), "{message}");
+        // The limit itself is allowed, and the default is well above PostgreSQL's.
+        let mut client = ScramClient::new(RFC7677_PASSWORD).with_max_iterations(4096);
+        assert_eq!(exchange(&mut client, &mut ScramServer::new(secret.clone())), Ok(()));
+        let mut client = ScramClient::new(RFC7677_PASSWORD);
+        assert_eq!(exchange(&mut client, &mut ScramServer::new(secret)), Ok(()));
+    }
+
+    /// Runs a whole exchange with a cache on the client side.
+    fn cached_exchange(password: &str, secret: &ScramSecret, cache: &mut SaltedPasswordCache) -> Result<(), AuthError> {
+        let mut client = ScramClient::new(password);
+        let mut server = ScramServer::new(secret.clone());
+        let server_first = server.handle_client_first(&client.client_first())?;
+        let client_final = client.handle_server_first_cached(&server_first, cache)?;
+        let server_final = server.handle_client_final(&client_final)?;
+        client.verify_server_final(&server_final)
+    }
+
+    #[test]
+    fn salted_passwords_are_derived_once_per_password_salt_and_count() {
+        let mut cache = SaltedPasswordCache::new(8);
+        let secret = rfc7677_secret();
+        cached_exchange(RFC7677_PASSWORD, &secret, &mut cache).unwrap();
+        assert_eq!(cache.len(), 1);
+        // The cached key is the right one: the next exchanges succeed from it.
+        for _ in 0..3 {
+            cached_exchange(RFC7677_PASSWORD, &secret, &mut cache).unwrap();
+        }
+        assert_eq!(cache.len(), 1);
+        // Another salt, another count or another password is another entry,
+        // never a wrong hit.
+        let other_salt = ScramSecret::from_password(RFC7677_PASSWORD, b"another salt", 4096);
+        let other_count = ScramSecret::from_password(RFC7677_PASSWORD, &secret.salt, 4097);
+        cached_exchange(RFC7677_PASSWORD, &other_salt, &mut cache).unwrap();
+        cached_exchange(RFC7677_PASSWORD, &other_count, &mut cache).unwrap();
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cached_exchange("not pencil", &secret, &mut cache), Err(AuthError::WrongPassword));
+        assert_eq!(cache.len(), 4);
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_capacity_zero_keeps_nothing() {
+        let mut cache = SaltedPasswordCache::new(2);
+        for i in 0..5u32 {
+            let _ = cache.get_or_derive("pw", b"salt", i + 1);
+            assert!(cache.len() <= 2);
+        }
+        let mut none = SaltedPasswordCache::new(0);
+        assert_eq!(none.get_or_derive("pw", b"salt", 2), salted_password(b"pw", b"salt", 2));
+        assert!(none.is_empty());
+        assert!(!format!("{cache:?}").contains("pw"));
     }
 
     #[test]

@@ -15,9 +15,9 @@ use std::str::FromStr;
 use base64::{engine::general_purpose::STANDARD as BASE64, Engine as _};
 use rand::RngCore;
 
-use super::md5::MD5_PREFIX;
+use super::md5::{md5_password_hash, MD5_PREFIX};
 use super::scram::{self, KEY_LEN, SCRAM_SHA_256};
-use super::AuthError;
+use super::{constant_time_eq, AuthError};
 
 /// Iteration count PostgreSQL uses by default (`scram_iterations`).
 pub const DEFAULT_SCRAM_ITERATIONS: u32 = 4096;
@@ -70,6 +70,21 @@ impl Secret {
         match self {
             Secret::Plain(password) => Some(password),
             Secret::Md5(_) | Secret::Scram(_) => None,
+        }
+    }
+
+    /// Checks a password a client sent in clear (the `password` method):
+    /// compared as stored, hashed with `user` for an md5 secret, or derived
+    /// with the verifier's salt and count (a PBKDF2 run) for a SCRAM secret.
+    #[must_use]
+    pub fn matches_password(&self, user: &str, password: &str) -> bool {
+        match self {
+            Secret::Plain(stored) => constant_time_eq(stored.as_bytes(), password.as_bytes()),
+            Secret::Md5(hash) => constant_time_eq(hash.as_bytes(), md5_password_hash(user, password).as_bytes()),
+            Secret::Scram(verifier) => {
+                let derived = ScramSecret::from_password(password, &verifier.salt, verifier.iterations);
+                constant_time_eq(&derived.stored_key, &verifier.stored_key)
+            }
         }
     }
 
@@ -406,5 +421,17 @@ mod tests {
             "{scram}"
         );
         assert!(scram.contains("4096"), "{scram}");
+    }
+
+    #[test]
+    fn cleartext_passwords_are_checked_against_every_form() {
+        let scram = Secret::Scram(ScramSecret::from_password("pw", b"salt", 2));
+        for secret in [Secret::Plain("pw".into()), Secret::Md5(md5_password_hash("alice", "pw")), scram] {
+            assert!(secret.matches_password("alice", "pw"), "{}", secret.kind());
+            assert!(!secret.matches_password("alice", "pw2"), "{}", secret.kind());
+            assert!(!secret.matches_password("alice", ""), "{}", secret.kind());
+        }
+        // An md5 secret is bound to its user name.
+        assert!(!Secret::Md5(md5_password_hash("alice", "pw")).matches_password("bob", "pw"));
     }
 }

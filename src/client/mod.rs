@@ -9,6 +9,7 @@
 //! and never blocks its shard.
 
 mod auth;
+pub(crate) mod auth_query;
 pub mod exchange;
 mod inbox;
 pub mod pinning;
@@ -25,6 +26,7 @@ use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
+use crate::auth::secret::Secret;
 use crate::config::{Config, PoolMode};
 use crate::net::Stream;
 use crate::pool::{Lease, Pool, PoolError};
@@ -45,7 +47,7 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Serves one accepted client connection until it ends.
 pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net::SocketAddr>) {
     let config = shard.shared.config.load_full();
-    let login = with_timeout(Config::secs(config.client_login_timeout), login(shard, &config, &mut stream)).await;
+    let login = with_timeout(Config::secs(config.client_login_timeout), login(shard, &config, &mut stream, peer)).await;
     let (params, target) = match login {
         Some(Ok(Some(ok))) => ok,
         Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
@@ -169,6 +171,7 @@ async fn login(
     shard: &Rc<Shard>,
     config: &Config,
     stream: &mut Stream,
+    peer: Option<std::net::SocketAddr>,
 ) -> Result<Option<(StartupParams, Target)>, SessionError> {
     let tls = crate::net::tls::acceptor(config);
     let params = loop {
@@ -213,7 +216,25 @@ async fn login(
         return Err(SessionError::Refused(ErrorFields::fatal("08P01", "pglane does not pool replication connections")));
     }
     let database = params.database().unwrap_or(user);
-    if crate::admin::is_admin_database(database) {
+    let client = crate::auth::hba::Client { addr: peer.map(|p| p.ip()), tls: stream.is_tls(), database, user };
+    let method = auth::method_for(config, &client)?;
+    let admin = crate::admin::is_admin_database(database);
+    let (secret, from_server) = match (config.users.get(user), &config.auth_user) {
+        (Some(configured), _) => (configured.password.as_deref().and_then(|p| Secret::parse(p).ok()), false),
+        // Not in the config: ask the server, if it is one pglane knows.
+        (None, Some(auth_user)) if method != auth::Method::Trust && !admin && config.databases.contains_key(database) => {
+            let looked_up = auth_query::lookup(shard, config, auth_user, database, user)
+                .await
+                .map_err(|e| SessionError::Refused(auth_query::lookup_failed(user, &e)))?;
+            (looked_up, true)
+        }
+        (None, _) => (None, false),
+    };
+    let verified = auth::authenticate(shard, stream, method, user, secret.as_ref()).await?;
+    if from_server {
+        shard.learn_login(config, database, user, auth_query::server_login(secret, verified));
+    }
+    if admin {
         let may_control = config.admin_users.iter().any(|u| u == user);
         if !may_control && !config.stats_users.iter().any(|u| u == user) {
             return Err(SessionError::Refused(ErrorFields::fatal(
@@ -221,10 +242,8 @@ async fn login(
                 format!("user \"{user}\" is not in admin_users or stats_users"),
             )));
         }
-        auth::authenticate(shard, stream, config, user).await?;
         return Ok(Some((params, Target::Admin { may_control })));
     }
-    auth::authenticate(shard, stream, config, user).await?;
     let Some(pool) = shard.pool(config, database, user) else {
         return Err(SessionError::Refused(ErrorFields::fatal(
             "3D000",

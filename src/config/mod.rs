@@ -71,6 +71,9 @@ pub enum AuthType {
     #[default]
     #[serde(rename = "scram-sha-256")]
     ScramSha256,
+    /// The first covering line of `auth_hba_file` picks the method.
+    #[serde(rename = "hba")]
+    Hba,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -82,6 +85,21 @@ pub struct Config {
     pub pool_mode: PoolMode,
     #[serde(default)]
     pub auth_type: AuthType,
+    /// Rules in pg_hba.conf format for `auth_type = "hba"` (see
+    /// `crate::auth::hba` for what is supported); read and checked by
+    /// `validate`, so a reload re-reads it.
+    pub auth_hba_file: Option<PathBuf>,
+    /// auth_query: users not in `[users]` are looked up on the server by
+    /// running `auth_query` as this user (who must be in `[users]`, with a
+    /// password pglane can log in with) in the database the client asked for.
+    pub auth_user: Option<String>,
+    /// Returns (user name, secret) for `$1`; the secret may be an md5 hash or
+    /// a SCRAM verifier, as in pg_authid. PgBouncer's default.
+    #[serde(default = "defaults::auth_query")]
+    pub auth_query: String,
+    /// The parsed `auth_hba_file`, set by `validate`.
+    #[serde(skip)]
+    pub hba: std::sync::OnceLock<crate::auth::hba::Hba>,
     /// Users allowed every admin console command (database `pgbouncer` or `pglane`).
     #[serde(default)]
     pub admin_users: Vec<String>,
@@ -176,6 +194,13 @@ pub struct Config {
     /// A client certificate and key for servers that ask for one (PEM).
     pub server_tls_cert_file: Option<PathBuf>,
     pub server_tls_key_file: Option<PathBuf>,
+    /// Highest SCRAM-SHA-256 iteration count pglane computes when a server
+    /// asks for one at login; above it the login fails with a clear error.
+    /// PBKDF2 runs on the shard's thread, so a huge count would stall every
+    /// client of the shard. (The result is cached per shard, so this is paid
+    /// once per server role, not per connection.)
+    #[serde(default = "defaults::server_scram_max_iterations")]
+    pub server_scram_max_iterations: u32,
     /// The TLS settings above, read and checked by `validate` (once per
     /// config load, never per connection); see `crate::net::tls`.
     #[serde(skip)]
@@ -222,6 +247,12 @@ mod defaults {
     }
     pub fn max_client_prepared_statements() -> usize {
         1000
+    }
+    pub fn auth_query() -> String {
+        "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into()
+    }
+    pub fn server_scram_max_iterations() -> u32 {
+        crate::auth::scram::DEFAULT_MAX_ITERATIONS
     }
     pub fn host() -> String {
         "127.0.0.1".into()
@@ -399,6 +430,9 @@ impl Config {
         if self.max_prepared_statements == 0 || self.max_client_prepared_statements == 0 {
             return Err(invalid("max_prepared_statements and max_client_prepared_statements must be at least 1"));
         }
+        if self.server_scram_max_iterations == 0 {
+            return Err(invalid("server_scram_max_iterations must be at least 1"));
+        }
         if self.max_message_size < 1024 {
             return Err(invalid("max_message_size must be at least 1024 bytes"));
         }
@@ -432,20 +466,43 @@ impl Config {
                 return Err(invalid(format!("databases.{name}.host is empty")));
             }
         }
-        for (name, user) in &self.users {
-            let Some(password) = &user.password else { continue };
-            let secret = Secret::parse(password)
-                .map_err(|e| invalid(format!("users.{name}.password: {e}")))?;
-            if self.auth_type == AuthType::Md5 && matches!(secret, Secret::Scram(_)) {
+        self.load_hba()?;
+        if let Some(auth_user) = &self.auth_user {
+            if !self.users.contains_key(auth_user) {
                 return Err(invalid(format!(
-                    "users.{name}.password is a SCRAM secret, which cannot check md5 logins (auth_type = \"md5\")"
+                    "auth_user \"{auth_user}\" must be in [users] (with the password pglane logs in to servers with)"
                 )));
             }
+            if !self.auth_query.contains("$1") {
+                return Err(invalid("auth_query must take the user name as $1"));
+            }
+        }
+        // (Under md5, a SCRAM secret is checked with SCRAM, as PostgreSQL does.)
+        for (name, user) in &self.users {
+            let Some(password) = &user.password else { continue };
+            Secret::parse(password).map_err(|e| invalid(format!("users.{name}.password: {e}")))?;
         }
         // Certificates and keys are read and parsed here, so --check finds a
         // bad file, and loaded once for all connections.
         let tls = crate::net::tls::Contexts::load(self).map_err(invalid)?;
         let _ = self.tls.set(tls);
+        Ok(())
+    }
+
+    /// Reads and parses auth_hba_file, which auth_type = "hba" needs and
+    /// nothing else may have.
+    fn load_hba(&self) -> Result<(), ConfigError> {
+        let path = match (&self.auth_type, &self.auth_hba_file) {
+            (AuthType::Hba, Some(path)) => path,
+            (AuthType::Hba, None) => return Err(invalid("auth_type = \"hba\" needs auth_hba_file")),
+            (_, Some(_)) => return Err(invalid("auth_hba_file is read only with auth_type = \"hba\"")),
+            (_, None) => return Ok(()),
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| invalid(format!("auth_hba_file {}: {e}", path.display())))?;
+        let hba = crate::auth::hba::Hba::parse(&text)
+            .map_err(|e| invalid(format!("auth_hba_file {}: {e}", path.display())))?;
+        let _ = self.hba.set(hba);
         Ok(())
     }
 
@@ -567,11 +624,31 @@ password = "secret"
         assert!(bad("admin_users", "query_timeout = -1\nadmin_users").contains("query_timeout"));
         assert!(Config::parse(&MINIMAL.replace("admin_users", "query_timeout = 0\nclient_idle_timeout = 30\nadmin_users")).is_ok());
         assert!(bad("password = \"secret\"", "password = \"SCRAM-SHA-256$x\"").contains("users.postgres"));
+        // Under md5 a SCRAM secret is fine: that user is checked with SCRAM.
         let md5_with_scram = MINIMAL.replace("pool_mode = \"transaction\"", "auth_type = \"md5\"").replace(
             "\"secret\"",
             "\"SCRAM-SHA-256$4096:c2FsdA==$Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmE=:Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmFyYmF6Zm9vYmE=\"",
         );
-        assert!(Config::parse(&md5_with_scram).unwrap_err().to_string().contains("md5"));
+        assert!(Config::parse(&md5_with_scram).is_ok());
+    }
+
+    #[test]
+    fn auth_hba_file_goes_with_auth_type_hba() {
+        let with = |settings: &str| Config::parse(&MINIMAL.replace("admin_users", &format!("{settings}\nadmin_users")));
+        assert!(with("auth_type = \"hba\"").unwrap_err().to_string().contains("needs auth_hba_file"));
+        assert!(with("auth_hba_file = \"/x\"").unwrap_err().to_string().contains("only with auth_type"));
+        let missing = with("auth_type = \"hba\"\nauth_hba_file = \"/nonexistent/hba.conf\"").unwrap_err().to_string();
+        assert!(missing.contains("/nonexistent/hba.conf"), "{missing}");
+        let dir = std::env::temp_dir().join(format!("pglane-config-hba-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (good, bad) = (dir.join("good.conf"), dir.join("bad.conf"));
+        std::fs::write(&good, "host all all 127.0.0.1/32 scram-sha-256\n").unwrap();
+        std::fs::write(&bad, "host all all 127.0.0.1/32 scram-sha-256\nhost all all all ident\n").unwrap();
+        let c = with(&format!("auth_type = \"hba\"\nauth_hba_file = {good:?}")).unwrap();
+        assert_eq!(c.hba.get().map(|h| h.len()), Some(1));
+        let e = with(&format!("auth_type = \"hba\"\nauth_hba_file = {bad:?}")).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("ident"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

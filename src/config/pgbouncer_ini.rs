@@ -20,6 +20,8 @@
 //! | `listen_addr` (first address; `*` → `0.0.0.0`, `localhost` → `127.0.0.1`) + `listen_port` | `listen` |
 //! | `pool_mode` (`statement` → `transaction`, with a warning) | `pool_mode` |
 //! | `auth_type`, `auth_file` | `auth_type`, `[users.NAME] password` (see below) |
+//! | `auth_type = hba`, `auth_hba_file` (relative to the ini file) | the same; see `crate::auth::hba` for the supported subset |
+//! | `auth_user`, `auth_query` | the same (the `[databases]` parameters of those names are warned and ignored) |
 //! | `admin_users`, `stats_users` | the same lists |
 //! | `max_client_conn`, `server_reset_query`, `server_reset_query_always` | the same |
 //! | `query_wait_timeout`, `server_connect_timeout`, `client_login_timeout` | the same, at most a year; 0 (no limit) → a year |
@@ -33,9 +35,9 @@
 //!
 //! Every other setting, parameter or section becomes one [`Warning`] naming
 //! the file, line and setting. Settings that would make pglane less safe than
-//! the PgBouncer it replaces if ignored are errors instead: `auth_type` = `hba`,
-//! `cert`, `pam`, `ldap`, `any` (anything but trust, md5, scram-sha-256 and
-//! plain) and `disable_pqexec = 1`. The `client_tls_*` / `server_tls_*`
+//! the PgBouncer it replaces if ignored are errors instead: `auth_type` =
+//! `cert`, `pam`, `ldap`, `any` (anything but trust, md5, scram-sha-256, hba
+//! and plain) and `disable_pqexec = 1`. The `client_tls_*` / `server_tls_*`
 //! modes and certificate files map onto pglane's settings of the same names.
 //!
 //! # Decisions
@@ -48,14 +50,13 @@
 //!   limit unless the file sets one.
 //! - The `*` fallback database is ignored with a warning: pglane serves only
 //!   the databases the file lists.
-//! - pglane checks every client with one method, where PgBouncer's `md5` (and
-//!   `plain`) picks SCRAM for users whose auth_file secret is a SCRAM secret.
-//!   So `auth_type = md5` or `plain` becomes `scram-sha-256` when the auth_file
-//!   holds SCRAM secrets and no md5 ones (with a warning), `plain` otherwise
-//!   becomes `md5` (pglane never asks for cleartext passwords), and an auth_file
-//!   mixing md5 and SCRAM secrets under `md5`/`plain` is an error. With
-//!   `auth_type = trust`, PgBouncer still admits only users in the auth_file,
-//!   pglane any user (warned).
+//! - `auth_type = md5` checks users whose secret is a SCRAM secret with SCRAM,
+//!   as PgBouncer and PostgreSQL do, so an auth_file may mix both kinds.
+//!   `plain` becomes `md5` when the auth_file holds md5 secrets, else
+//!   `scram-sha-256` (warned: pglane asks clients for a cleartext password only
+//!   on `password` lines of an auth_hba_file). With `auth_type = trust`,
+//!   PgBouncer still admits only users in the auth_file, pglane any user
+//!   (warned).
 //! - Relative `%include` and `auth_file` paths are taken relative to the file
 //!   that names them (PgBouncer: relative to its working directory).
 //! - `[databases]` strings are unquoted as PgBouncer does (`''` is a quote, a
@@ -84,7 +85,6 @@ use crate::auth::secret::Secret;
 /// PgBouncer's defaults where they differ from pglane's (or pglane has no such setting).
 const DEFAULT_LISTEN_PORT: u16 = 6432;
 const DEFAULT_POOL_MODE: &str = "session";
-const DEFAULT_AUTH_TYPE: &str = "md5"; // see requested_auth_type
 const DEFAULT_MAX_CLIENT_CONN: i64 = 100;
 const DEFAULT_POOL_SIZE: i64 = 20;
 const DEFAULT_UNIX_SOCKET_DIR: &str = "/tmp";
@@ -265,6 +265,7 @@ struct Globals {
     unix_socket_dir: String,
     auth_type: Option<Line>,
     auth_file: Option<Line>,
+    auth_hba_file: Option<Line>,
 }
 
 struct Translation<'a> {
@@ -315,6 +316,7 @@ impl Translation<'_> {
         let auth_file = self.auth_file(globals.auth_file.as_ref())?;
         let auth_type = self.auth_type(globals.auth_type.as_ref(), &auth_file)?;
         self.set("auth_type", auth_type);
+        self.auth_hba_file(globals.auth_hba_file.as_ref(), auth_type)?;
         let mut users = Table::new();
         for entry in auth_file {
             let mut user = Table::new();
@@ -415,12 +417,18 @@ impl Translation<'_> {
                 limit => self.set("max_prepared_statements", limit),
             }
         }
+        for key in ["auth_user", "auth_query"] {
+            if let Some(line) = settings.remove(key) {
+                self.set(key, line.value);
+            }
+        }
         self.tls_and_security(&mut settings)?;
         let globals = Globals {
             default_pool_size,
             unix_socket_dir,
             auth_type: settings.remove("auth_type"),
             auth_file: settings.remove("auth_file"),
+            auth_hba_file: settings.remove("auth_hba_file"),
         };
         for (key, line) in settings {
             self.warn(&line.at, &key, &format!("ignored: {}", unsupported::pgbouncer_setting(&key)));
@@ -609,21 +617,34 @@ impl Translation<'_> {
         userlist::parse(&path, &text)
     }
 
-    /// The one method pglane checks every client with (see the module docs).
-    fn auth_type(&mut self, line: Option<&Line>, users: &[userlist::Entry]) -> Result<&'static str, IniError> {
-        let holding = |kind: fn(&Secret) -> bool| -> Vec<&userlist::Entry> {
-            users
-                .iter()
-                .filter(|user| user.secret.as_deref().and_then(|s| Secret::parse(s).ok()).is_some_and(|s| kind(&s)))
-                .collect()
+    /// `auth_hba_file`, taken relative to the file that names it; PgBouncer
+    /// reads it only under `auth_type = hba`, and so does pglane.
+    fn auth_hba_file(&mut self, line: Option<&Line>, auth_type: &str) -> Result<(), IniError> {
+        let Some(line) = line.filter(|line| !line.value.is_empty()) else {
+            return Ok(());
         };
-        let md5_users = holding(|s| matches!(s, Secret::Md5(_)));
-        let scram_users = holding(|s| matches!(s, Secret::Scram(_)));
-        let names = |list: &[&userlist::Entry]| list.iter().map(|user| user.user.as_str()).collect::<Vec<_>>().join(", ");
-        // A remark about auth_type belongs on its line, else on the user's line that causes it.
-        let at = |user: &userlist::Entry| line.map_or_else(|| user.at.clone(), |line| line.at.clone());
-        match (requested_auth_type(line)?, md5_users.first(), scram_users.first()) {
-            (Requested::Scram, ..) => {
+        if auth_type != "hba" {
+            self.warn(&line.at, "auth_hba_file", "ignored: only read with auth_type = hba");
+            return Ok(());
+        }
+        if line.value.starts_with('~') {
+            return Err(unsupported_value(line, "auth_hba_file", "write the path without ~"));
+        }
+        let path = ini::resolve(&line.at.file, &line.value);
+        self.set("auth_hba_file", path.to_string_lossy().into_owned());
+        Ok(())
+    }
+
+    /// The method pglane checks clients with (see the module docs).
+    fn auth_type(&mut self, line: Option<&Line>, users: &[userlist::Entry]) -> Result<&'static str, IniError> {
+        let md5_users: Vec<&userlist::Entry> = users
+            .iter()
+            .filter(|user| matches!(user.secret.as_deref().map(Secret::parse), Some(Ok(Secret::Md5(_)))))
+            .collect();
+        match (requested_auth_type(line)?, md5_users.first()) {
+            // Each line names its method; md5 lines check SCRAM secrets with SCRAM.
+            (Requested::Hba, _) => Ok("hba"),
+            (Requested::Scram, _) => {
                 for user in md5_users {
                     let message = "md5 secret cannot check SCRAM-SHA-256 logins: clients cannot log in as this user \
                                    (nor through PgBouncer); it still logs in to md5 servers as a database's user=";
@@ -631,29 +652,8 @@ impl Translation<'_> {
                 }
                 Ok("scram-sha-256")
             }
-            (Requested::Md5 | Requested::Plain, Some(md5_user), Some(_)) => Err(IniError::Unsupported {
-                at: at(md5_user),
-                setting: "auth_type".into(),
-                value: line.map_or(DEFAULT_AUTH_TYPE, |line| line.value.as_str()).into(),
-                reason: format!(
-                    "the auth_file holds md5 secrets ({}) and SCRAM secrets ({}); PgBouncer checks each user with \
-                     the method their secret allows, pglane checks every client with one method: store plaintext \
-                     passwords or one kind of secret",
-                    names(&md5_users),
-                    names(&scram_users)
-                ),
-            }),
-            (Requested::Md5 | Requested::Plain, None, Some(scram_user)) => {
-                let message = format!(
-                    "checked as scram-sha-256: the auth_file holds SCRAM secrets ({}), which PgBouncer checks with \
-                     SCRAM, and pglane checks every client with one method",
-                    names(&scram_users)
-                );
-                self.warn(&at(scram_user), "auth_type", &message);
-                Ok("scram-sha-256")
-            }
-            (Requested::Md5, ..) => Ok("md5"),
-            (Requested::Plain, md5_user, None) => {
+            (Requested::Md5, _) => Ok("md5"),
+            (Requested::Plain, md5_user) => {
                 let method = if md5_user.is_some() { "md5" } else { "scram-sha-256" };
                 if let Some(line) = line {
                     let message = format!("checked as {method}: pglane never asks clients for cleartext passwords");
@@ -661,7 +661,7 @@ impl Translation<'_> {
                 }
                 Ok(method)
             }
-            (Requested::Trust, ..) => {
+            (Requested::Trust, _) => {
                 if let Some(line) = line {
                     let message = "PgBouncer admits only the users in auth_file; pglane admits any user name and \
                                    leaves the password check to the server";
@@ -697,6 +697,7 @@ fn unsupported_value(line: &Line, setting: &str, reason: &str) -> IniError {
 
 /// The client authentication a pgbouncer.ini asks for, among those pglane can give.
 enum Requested {
+    Hba,
     Md5,
     Plain,
     Scram,
@@ -712,12 +713,13 @@ fn requested_auth_type(line: Option<&Line>) -> Result<Requested, IniError> {
         "plain" => Ok(Requested::Plain),
         "scram-sha-256" => Ok(Requested::Scram),
         "trust" => Ok(Requested::Trust),
-        "any" | "hba" | "cert" | "pam" | "ldap" | "peer" | "gss" | "sspi" => Err(unsupported_value(
+        "hba" => Ok(Requested::Hba),
+        "any" | "cert" | "pam" | "ldap" | "peer" | "gss" | "sspi" => Err(unsupported_value(
             line,
             "auth_type",
-            "pglane supports md5, scram-sha-256, trust and plain (checked as md5 or SCRAM)",
+            "pglane supports md5, scram-sha-256, trust, hba and plain (checked as md5 or SCRAM)",
         )),
-        _ => Err(invalid(line, "auth_type", "expected md5, scram-sha-256, trust or plain")),
+        _ => Err(invalid(line, "auth_type", "expected md5, scram-sha-256, trust, hba or plain")),
     }
 }
 

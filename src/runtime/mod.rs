@@ -129,7 +129,12 @@ pub struct Shard {
     applied_generation: Cell<u64>,
     /// SCRAM secrets derived from plaintext passwords in the config, so the
     /// 4096-round key derivation runs once per password, not once per login.
-    scram_secrets: RefCell<HashMap<String, ScramSecret>>,
+    scram_secrets: RefCell<HashMap<(String, String), ScramSecret>>,
+    /// Recent auth_query answers (see `client::auth_query`).
+    pub auth_query_cache: crate::client::auth_query::SecretCache,
+    /// How to log in to the server as an auth_query user, by (database,
+    /// user): learned from that user's last successful client login.
+    learned_logins: RefCell<HashMap<(String, String), crate::client::auth_query::ServerLogin>>,
 }
 
 /// How many shards, and on which CPUs: one on each CPU of `cpus` (a list
@@ -216,6 +221,8 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     pause: control::PauseState::default(),
                     applied_generation: Cell::new(0),
                     scram_secrets: RefCell::default(),
+                    auth_query_cache: Default::default(),
+                    learned_logins: RefCell::default(),
                 });
                 peers::serve_peers(&shard, receivers);
                 if let Some(metrics) = metrics {
@@ -437,6 +444,20 @@ impl Shard {
         Some(pool)
     }
 
+    /// Remembers how to log in to the server as an auth_query user (what its
+    /// client just proved), and points its pool, if open, at it.
+    pub fn learn_login(&self, config: &Config, database: &str, user: &str, login: crate::client::auth_query::ServerLogin) {
+        let key = (database.to_owned(), user.to_owned());
+        if self.learned_logins.borrow().get(&key) == Some(&login) {
+            return;
+        }
+        self.learned_logins.borrow_mut().insert(key.clone(), login);
+        let pool = self.pools.borrow().get(&key).cloned();
+        if let (Some(pool), Some((target, size))) = (pool, self.pool_settings(config, database, user)) {
+            pool.reconfigure(target, size);
+        }
+    }
+
     /// The server and this shard's pool size for (database, user) under `config`.
     fn pool_settings(&self, config: &Config, database: &str, user: &str) -> Option<(ServerTarget, usize)> {
         let db = config.databases.get(database)?;
@@ -449,14 +470,24 @@ impl Shard {
                 .and_then(|u| u.password.as_deref())
                 .and_then(|p| crate::auth::secret::Secret::parse(p).ok()),
         };
+        let learned = match secret {
+            None => self.learned_logins.borrow().get(&(database.to_owned(), server_user.clone())).cloned(),
+            Some(_) => None,
+        };
+        let (secret, scram_keys) = match learned {
+            Some(login) => (login.secret, login.scram_keys),
+            None => (secret, None),
+        };
         let target = ServerTarget {
             address: db.address(),
             dbname: db.dbname.clone().unwrap_or_else(|| database.to_owned()),
             user: server_user,
             secret,
+            scram_keys,
             connect_timeout: Config::secs(config.server_connect_timeout),
             max_prepared_statements: config.max_prepared_statements,
             tls: crate::net::tls::server_tls(config, &db.address()),
+            scram_max_iterations: config.server_scram_max_iterations,
         };
         Some((target, Config::pool_size_per_shard(db.pool_size, self.shards, self.id)))
     }
@@ -495,12 +526,13 @@ impl Shard {
         self.pools.borrow()
     }
 
-    /// The SCRAM secret pglane checks a plaintext-password user's logins with.
-    pub fn scram_secret(&self, password: &str) -> ScramSecret {
+    /// The SCRAM secret pglane checks a plaintext-password user's logins with
+    /// (salted like a mock one, see `auth::mock`).
+    pub fn scram_secret(&self, user: &str, password: &str) -> ScramSecret {
         self.scram_secrets
             .borrow_mut()
-            .entry(password.to_owned())
-            .or_insert_with(|| ScramSecret::generate(password))
+            .entry((user.to_owned(), password.to_owned()))
+            .or_insert_with(|| crate::auth::mock::scram_secret_for_password(user, password))
             .clone()
     }
 

@@ -14,7 +14,7 @@ use thiserror::Error;
 use tracing::debug;
 
 use crate::auth::md5::{md5_password_hash, md5_salted_response};
-use crate::auth::scram::{ScramClient, SCRAM_SHA_256};
+use crate::auth::scram::{ClientKeys, SaltedPasswordCache, ScramClient, SCRAM_SHA_256};
 use crate::auth::secret::Secret;
 use crate::config::{ServerAddress, SslMode};
 use crate::net::tls::ServerTls;
@@ -25,6 +25,16 @@ use crate::protocol::{frontend, startup};
 
 /// Largest message pglane reads whole from a server during login and reset.
 const MAX_LOGIN_MESSAGE: usize = 1 << 20;
+
+/// SaltedPasswords this shard's server logins have derived (one per
+/// password, salt and iteration count), so opening the next connection to the
+/// same server costs two HMACs instead of a PBKDF2 run. A thread is a shard,
+/// so this is per-shard state without a lock.
+const SALTED_PASSWORDS_PER_SHARD: usize = 256;
+thread_local! {
+    static SALTED_PASSWORDS: std::cell::RefCell<SaltedPasswordCache> =
+        std::cell::RefCell::new(SaltedPasswordCache::new(SALTED_PASSWORDS_PER_SHARD));
+}
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -54,11 +64,17 @@ pub struct ServerTarget {
     pub user: String,
     /// The secret to answer the server's password request with, if any.
     pub secret: Option<Secret>,
+    /// For SCRAM without a plaintext password: the keys a client proved at
+    /// login against the server's own verifier (auth_query users).
+    pub scram_keys: Option<ClientKeys>,
     pub connect_timeout: Duration,
     /// Size of each connection's prepared-statement set.
     pub max_prepared_statements: usize,
     /// TLS to this server (server_tls_sslmode); `None` for plaintext.
     pub tls: Option<crate::net::tls::ServerTls>,
+    /// Highest SCRAM iteration count pglane computes for this server
+    /// (server_scram_max_iterations).
+    pub scram_max_iterations: u32,
 }
 
 /// Which backend a server connection is: where, which process, since when.
@@ -240,13 +256,18 @@ async fn authenticate(stream: &mut Stream, buf: &mut BytesMut, target: &ServerTa
                 if !mechanisms.iter().any(|m| m == SCRAM_SHA_256) {
                     return Err(ServerError::Auth("SASL", format!("no supported mechanism in {mechanisms:?}")));
                 }
-                let client = ScramClient::new(plaintext(target, "SCRAM-SHA-256")?);
+                let client = match (&target.scram_keys, target.secret.as_ref().and_then(Secret::plaintext)) {
+                    (Some(keys), None) => ScramClient::with_keys(keys),
+                    _ => ScramClient::new(plaintext(target, "SCRAM-SHA-256")?).with_max_iterations(target.scram_max_iterations),
+                };
                 frontend::sasl_initial_response(&mut out, SCRAM_SHA_256, &client.client_first());
                 scram = Some(client);
             }
             Authentication::SaslContinue(data) => {
                 let client = scram.as_mut().ok_or(ServerError::Unexpected { tag: b'R', during: "SASL continue" })?;
-                let reply = client.handle_server_first(&data).map_err(|e| ServerError::Auth("SCRAM-SHA-256", e.to_string()))?;
+                let reply = SALTED_PASSWORDS
+                    .with_borrow_mut(|cache| client.handle_server_first_cached(&data, cache))
+                    .map_err(|e| ServerError::Auth("SCRAM-SHA-256", e.to_string()))?;
                 frontend::sasl_response(&mut out, &reply);
             }
             Authentication::SaslFinal(data) => {

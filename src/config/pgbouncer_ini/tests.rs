@@ -406,27 +406,17 @@ fn md5_users_under_scram_are_warned() {
 }
 
 #[test]
-fn md5_with_scram_secrets_checks_scram() {
-    let users = format!("\"alice\" \"pw\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n");
+fn md5_with_scram_secrets_stays_md5() {
+    // PgBouncer's md5 (and pglane's) checks SCRAM secrets with SCRAM, so an
+    // auth_file may hold both kinds.
+    let users = format!("\"bob\" \"{}\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n\"dave\" \"{RFC7677_SECRET}\"\n", md5_password_hash("bob", "x"));
     let (c, warnings) = with_users("md5", &users).unwrap();
-    assert_eq!(c.auth_type, AuthType::ScramSha256);
-    assert_eq!(warned(&warnings), [(5, "auth_type")]);
-    assert!(warnings[0].message.contains("SCRAM secrets (carol)"), "{}", warnings[0].message);
-
-    // PgBouncer's default auth_type is md5 too; the remark then goes on the user's line.
+    assert_eq!(c.auth_type, AuthType::Md5);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    // PgBouncer's default auth_type is md5 too.
     let text = with_settings("auth_file = userlist.txt");
     let (c, warnings) = config_with(&text, &[(USERLIST, &users)]);
-    assert_eq!(c.auth_type, AuthType::ScramSha256);
-    assert_eq!(warnings[0].at.to_string(), "/etc/pgbouncer/userlist.txt:2");
-}
-
-#[test]
-fn md5_and_scram_secrets_together_cannot_be_served() {
-    let users = format!("\"bob\" \"{}\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n\"dave\" \"{RFC7677_SECRET}\"\n", md5_password_hash("bob", "x"));
-    let message = with_users("md5", &users).unwrap_err().to_string();
-    assert!(message.starts_with("/etc/pgbouncer/pgbouncer.ini:5: auth_type = md5 is not supported"), "{message}");
-    assert!(message.contains("md5 secrets (bob) and SCRAM secrets (carol, dave)"), "{message}");
-    assert!(!message.contains("SCRAM-SHA-256$"), "{message}");
+    assert_eq!((c.auth_type, warnings.len()), (AuthType::Md5, 0));
 }
 
 #[test]
@@ -449,11 +439,49 @@ fn trust_is_warned() {
 
 #[test]
 fn auth_types_pglane_cannot_give_are_errors() {
-    for method in ["hba", "cert", "pam", "ldap", "any", "HBA"] {
+    for method in ["cert", "pam", "ldap", "any", "CERT"] {
         let message = error(&with_settings(&format!("auth_type = {method}")));
         assert!(message.starts_with(&format!("/etc/pgbouncer/pgbouncer.ini:5: auth_type = {method} is not supported")), "{message}");
     }
-    assert!(error(&with_settings("auth_type = md6")).contains("auth_type: expected md5, scram-sha-256, trust or plain"));
+    assert!(error(&with_settings("auth_type = md6")).contains("auth_type: expected md5, scram-sha-256, trust, hba or plain"));
+}
+
+#[test]
+fn hba_and_auth_query_settings_carry_over() {
+    // auth_hba_file is read by pglane's own validation, from the real file
+    // system, relative to the ini file.
+    let dir = std::env::temp_dir().join(format!("pglane-ini-hba-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("hba.conf"), "host all all 10.0.0.0/8 md5\nhost all all 0.0.0.0/0 reject\n").unwrap();
+    let ini = dir.join("pgbouncer.ini");
+    let text = "[databases]\napp = host=db\n[pgbouncer]\nlisten_addr = *\nauth_type = hba\nauth_hba_file = hba.conf\n\
+                auth_file = userlist.txt\nauth_user = pgb\nauth_query = SELECT usename, passwd FROM my_shadow($1)\n";
+    let users = "\"pgb\" \"pgbpass\"\n";
+    let files = |path: &Path| -> std::io::Result<String> {
+        match path.file_name().and_then(|n| n.to_str()) {
+            Some("userlist.txt") => Ok(users.to_owned()),
+            _ => Err(std::io::ErrorKind::NotFound.into()),
+        }
+    };
+    let (c, warnings) = super::import(&ini, text, &files).and_then(Import::into_config).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.auth_type, AuthType::Hba);
+    assert_eq!(c.auth_hba_file.as_deref(), Some(dir.join("hba.conf").as_path()));
+    assert_eq!(c.hba.get().map(|h| h.len()), Some(2));
+    assert_eq!((c.auth_user.as_deref(), c.auth_query.as_str()), (Some("pgb"), "SELECT usename, passwd FROM my_shadow($1)"));
+    // hba without a file is pglane's validation error; a file without hba is ignored (warned).
+    let no_file = text.replace("auth_hba_file = hba.conf\n", "");
+    let e = super::import(&ini, &no_file, &files).and_then(Import::into_config).unwrap_err().to_string();
+    assert!(e.contains("needs auth_hba_file"), "{e}");
+    let md5 = text.replace("auth_type = hba", "auth_type = md5");
+    let (c, warnings) = super::import(&ini, &md5, &files).and_then(Import::into_config).unwrap();
+    assert_eq!((c.auth_type, c.auth_hba_file), (AuthType::Md5, None));
+    assert_eq!(warned(&warnings), [(6, "auth_hba_file")]);
+    // auth_user must be a user pglane can log in as.
+    let stranger = text.replace("auth_user = pgb", "auth_user = nobody");
+    let e = super::import(&ini, &stranger, &files).and_then(Import::into_config).unwrap_err().to_string();
+    assert!(e.contains("auth_user \"nobody\" must be in [users]"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -479,7 +507,7 @@ fn every_ignored_setting_is_one_warning_naming_file_line_and_setting() {
     let text = with_settings(
         "logfile = /var/log/pgbouncer.log
 server_lifetime = 3600
-auth_query = SELECT usename, passwd FROM pg_shadow WHERE usename=$1
+auth_dbname = authdb
 peer_id = 1
 max_prepared_statements = 0
 lisen_port = 6432",
@@ -487,15 +515,15 @@ lisen_port = 6432",
     let (_, warnings) = config(&text);
     assert_eq!(
         warned(&warnings),
-        [(5, "logfile"), (7, "auth_query"), (8, "peer_id"), (9, "max_prepared_statements"), (10, "lisen_port")]
+        [(5, "logfile"), (7, "auth_dbname"), (8, "peer_id"), (9, "max_prepared_statements"), (10, "lisen_port")]
     );
     assert_eq!(
         warnings[0].to_string(),
         "/etc/pgbouncer/pgbouncer.ini:5: logfile: ignored: pglane logs to stderr; set the level with RUST_LOG"
     );
-    assert!(warnings[1].message.contains("auth_query is not supported yet"));
+    assert!(warnings[1].message.contains("auth_query runs in the database the client asked for"));
     assert!(warnings[4].message.contains("not a PgBouncer setting"));
-    assert!(!warnings.iter().any(|w| w.to_string().contains("pg_shadow")), "values are not repeated");
+    assert!(!warnings.iter().any(|w| w.to_string().contains("authdb")), "values are not repeated");
 }
 
 #[test]
