@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use clap::{ArgGroup, Parser};
@@ -157,7 +156,7 @@ fn spawn_signal_thread(shared: Arc<Shared>) {
                 }
                 continue;
             }
-            if shared.shutting_down.swap(true, Ordering::SeqCst) {
+            if shared.begin_shutdown() {
                 error!("second signal {signal}: exiting now");
                 std::process::exit(1);
             }

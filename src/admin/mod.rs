@@ -183,7 +183,7 @@ async fn execute(shard: &Shard, command: AdminCommand) -> Result<Option<Table>, 
         }
         AdminCommand::Shutdown => {
             info!("admin: SHUTDOWN");
-            shard.shared.shutting_down.store(true, std::sync::atomic::Ordering::SeqCst);
+            shard.shared.begin_shutdown();
             Ok(None)
         }
     }

@@ -107,6 +107,9 @@ enum Grant {
 struct Waiter {
     grant: RefCell<Option<Grant>>,
     waker: RefCell<Option<Waker>>,
+    /// query_wait_timeout: when [`Pool::expire_waiters`] gives up on it.
+    deadline: std::time::Instant,
+    timed_out: Cell<bool>,
 }
 
 impl Pool {
@@ -215,17 +218,25 @@ impl Pool {
             return self.open_in_slot().await;
         }
         self.bump(|s| s.waits += 1);
-        let waiter = Rc::new(Waiter { grant: RefCell::new(None), waker: RefCell::new(None) });
+        // No timer per waiter (an armed timer costs the shard on every park):
+        // the shard's periodic housekeeping expires waiters past their deadline.
+        let waiter = Rc::new(Waiter {
+            grant: RefCell::new(None),
+            waker: RefCell::new(None),
+            deadline: std::time::Instant::now() + wait,
+            timed_out: Cell::new(false),
+        });
         self.waiters.borrow_mut().push_back(waiter.clone());
         let guard = WaitGuard { pool: self, waiter: &waiter };
-        let granted = futures_lite::future::poll_fn(|cx| match guard.waiter.grant.borrow_mut().take() {
-            Some(g) => Poll::Ready(g),
+        let grant = futures_lite::future::poll_fn(|cx| match guard.waiter.grant.borrow_mut().take() {
+            Some(g) => Poll::Ready(Some(g)),
+            None if guard.waiter.timed_out.get() => Poll::Ready(None),
             None => {
                 *guard.waiter.waker.borrow_mut() = Some(cx.waker().clone());
                 Poll::Pending
             }
-        });
-        let grant = crate::runtime::with_timeout(wait, granted).await;
+        })
+        .await;
         drop(guard);
         match grant {
             Some(Grant::Conn(conn)) => Ok(self.lease(conn)),
@@ -233,6 +244,19 @@ impl Pool {
             None => {
                 self.bump(|s| s.wait_timeouts += 1);
                 Err(PoolError::WaitTimeout)
+            }
+        }
+    }
+
+    /// Wakes the waiters whose query_wait_timeout has passed by `now`, to
+    /// give up. Called by the shard's housekeeping at every tick.
+    pub fn expire_waiters(&self, now: std::time::Instant) {
+        for waiter in self.waiters.borrow().iter() {
+            if waiter.deadline <= now && !waiter.timed_out.get() {
+                waiter.timed_out.set(true);
+                if let Some(waker) = waiter.waker.borrow_mut().take() {
+                    waker.wake();
+                }
             }
         }
     }
