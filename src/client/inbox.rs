@@ -15,8 +15,13 @@ use futures_lite::AsyncRead;
 use crate::protocol::frame::{parse_header, HEADER_LEN};
 use crate::protocol::ProtocolError;
 
-/// Initial buffer size.
-const INITIAL: usize = 16 * 1024;
+/// Initial buffer size: what one read takes in at first.
+const INITIAL: usize = 4 * 1024;
+
+/// A read that fills the buffer doubles it, up to this, so that bulk
+/// transfers (COPY, big results) take fewer reads while a client that sends
+/// small queries keeps a small buffer (one per idle client adds up).
+const READ_GROWTH_LIMIT: usize = 64 * 1024;
 
 pub struct Inbox {
     buf: Vec<u8>,
@@ -55,6 +60,12 @@ impl Inbox {
         }
     }
 
+    /// An inbox with no buffer at all, standing in for one lent elsewhere
+    /// (see `relay::Buffers::park_server_side`). It must not be read into.
+    pub fn parked() -> Inbox {
+        Inbox { buf: Vec::new(), start: 0, end: 0, stream_left: 0, limit: 0, max_body: 0, eof: false }
+    }
+
     /// Bytes read and not yet handed out.
     pub fn pending(&self) -> &[u8] {
         &self.buf[self.start..self.end]
@@ -65,20 +76,26 @@ impl Inbox {
         self.stream_left == 0
     }
 
-    /// Forgets everything read (the connection it came from is being abandoned).
+    /// Forgets everything read, end of stream included (the connection it
+    /// came from is being abandoned, or the buffer will serve another).
     pub fn clear(&mut self) {
         self.start = 0;
         self.end = 0;
         self.stream_left = 0;
+        self.eof = false;
     }
 
     /// Reads what the socket has into free space. `Ready(Ok(0))` at end of stream.
     pub fn poll_fill<S: AsyncRead + Unpin>(&mut self, cx: &mut Context<'_>, stream: &mut S) -> Poll<io::Result<usize>> {
         self.make_room();
+        debug_assert!(self.end < self.buf.len(), "reading into a parked inbox");
         let n = std::task::ready!(Pin::new(stream).poll_read(cx, &mut self.buf[self.end..]))?;
         self.end += n;
         if n == 0 {
             self.eof = true;
+        }
+        if self.end == self.buf.len() && self.buf.len() < READ_GROWTH_LIMIT.min(self.limit) {
+            self.buf.resize((self.buf.len() * 2).min(READ_GROWTH_LIMIT).min(self.limit), 0);
         }
         Poll::Ready(Ok(n))
     }

@@ -39,6 +39,7 @@ use crate::server::ServerError;
 use crate::prepare::ClientStatements;
 use exchange::Exchange;
 use relay::{Buffers, Deadline, Limits, Relay, RelayEnd};
+pub use relay::ServerSide;
 
 /// How long a departing client's server connection may take to roll back or
 /// reset before pglane closes it instead.
@@ -47,7 +48,11 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Serves one accepted client connection until it ends.
 pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net::SocketAddr>) {
     let config = shard.shared.config.load_full();
-    let login = with_timeout(Config::secs(config.client_login_timeout), login(shard, &config, &mut stream, peer)).await;
+    // Boxed, like the other rarely-running large futures below (the admin
+    // console, opening a server connection): an async fn's future is as big
+    // as its biggest state, and this one lives as long as the client. Inline,
+    // they made each idle client's task 47 KB.
+    let login = with_timeout(Config::secs(config.client_login_timeout), Box::pin(login(shard, &config, &mut stream, peer))).await;
     let (params, target) = match login {
         Some(Ok(Some(ok))) => ok,
         Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
@@ -79,7 +84,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         Target::Pool(pool) => pool,
         Target::Admin { may_control } => {
             info!(?peer, %user, "admin console login");
-            crate::admin::serve(shard, &mut stream, process_id, entry.secret_key, may_control).await;
+            Box::pin(crate::admin::serve(shard, &mut stream, process_id, entry.secret_key, may_control)).await;
             shard.unregister_client(process_id);
             return;
         }
@@ -307,7 +312,7 @@ enum Idle {
 impl Session {
     async fn run(&mut self, startup: &StartupParams) -> Result<(), SessionError> {
         let wait = Config::secs(self.config.query_wait_timeout);
-        let server_params = self.pool.server_params(wait).await?;
+        let server_params = Box::pin(self.pool.server_params(wait)).await?;
         self.greet(startup, &server_params, self.process_id).await?;
         let mut lease = match self.mode {
             PoolMode::Session => Some(self.checkout().await?),
@@ -456,6 +461,7 @@ impl Session {
             return Err(SessionError::Pool(PoolError::WaitTimeout));
         }
         let lease = self.pool.checkout(wait.saturating_sub(started.elapsed())).await?;
+        self.buffers.attach_server_side(self.shard.take_buffers());
         let waited = started.elapsed();
         self.pool.count(|s| s.wait_time_us += waited.as_micros() as u64);
         *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
@@ -501,7 +507,14 @@ impl Session {
 
     /// Returns a server connection the client is done with: reused if it can
     /// be made clean (rolled back, reset in session mode), closed otherwise.
-    async fn give_back(&mut self, mut server: Lease) {
+    /// Its relay buffers go back to the shard either way.
+    async fn give_back(&mut self, server: Lease) {
+        // Boxed: rolling back and resetting is rare and its future large.
+        Box::pin(self.return_server(server)).await;
+        self.shard.return_buffers(self.buffers.park_server_side());
+    }
+
+    async fn return_server(&mut self, mut server: Lease) {
         *self.entry.server.borrow_mut() = None;
         self.entry.set_state(ClientState::Idle);
         let held = self.lease_started.elapsed();

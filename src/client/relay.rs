@@ -76,6 +76,11 @@ pub struct Counters {
 }
 
 /// The two directions' buffers of one client session.
+///
+/// Only `from_client` belongs to the client for its whole session. The
+/// other three are needed only while it holds a server connection, so in
+/// between they go back to the shard ([`Buffers::park_server_side`]) and an
+/// idle client costs one small inbox instead of four buffers.
 pub struct Buffers {
     pub from_client: Inbox,
     pub to_server: BytesMut,
@@ -84,17 +89,62 @@ pub struct Buffers {
     pub counters: Counters,
 }
 
-impl Buffers {
-    pub fn new(max_message: usize) -> Buffers {
-        Buffers {
-            from_client: Inbox::new(max_message),
+/// The buffers a session needs only while it holds a server connection.
+pub struct ServerSide {
+    to_server: BytesMut,
+    from_server: Inbox,
+    to_client: BytesMut,
+}
+
+impl ServerSide {
+    pub fn new() -> ServerSide {
+        ServerSide {
             to_server: BytesMut::with_capacity(8 * 1024),
             // Server messages are not size-checked by pglane: PostgreSQL
             // enforces its own limits, and only small ones are seen whole.
             from_server: Inbox::new(i32::MAX as usize),
             to_client: BytesMut::with_capacity(16 * 1024),
+        }
+    }
+}
+
+impl Default for ServerSide {
+    fn default() -> Self {
+        ServerSide::new()
+    }
+}
+
+impl Buffers {
+    /// A new session's buffers, the server side parked (see [`Buffers::attach_server_side`]).
+    pub fn new(max_message: usize) -> Buffers {
+        Buffers {
+            from_client: Inbox::new(max_message),
+            to_server: BytesMut::new(),
+            from_server: Inbox::parked(),
+            to_client: BytesMut::new(),
             counters: Counters::default(),
         }
+    }
+
+    /// Takes in server-side buffers for the server connection just borrowed.
+    pub fn attach_server_side(&mut self, side: ServerSide) {
+        self.to_server = side.to_server;
+        self.from_server = side.from_server;
+        self.to_client = side.to_client;
+    }
+
+    /// Gives the server-side buffers up, emptied, when the server connection
+    /// goes back (what they still held belonged to that conversation).
+    pub fn park_server_side(&mut self) -> ServerSide {
+        let mut side = ServerSide {
+            to_server: std::mem::take(&mut self.to_server),
+            from_server: std::mem::replace(&mut self.from_server, Inbox::parked()),
+            to_client: std::mem::take(&mut self.to_client),
+        };
+        side.to_server.clear();
+        side.from_server.clear();
+        side.to_client.clear();
+        side
     }
 }
 

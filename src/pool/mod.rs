@@ -312,7 +312,9 @@ impl Pool {
 
     async fn open_in_slot(self: &Rc<Self>) -> Result<Lease, PoolError> {
         let target = self.target.borrow().clone();
-        match ServerConn::connect(&target, self.generation.get()).await {
+        // Boxed: connecting (TLS included) is a large future, and checkout is
+        // part of every client task's state.
+        match Box::pin(ServerConn::connect(&target, self.generation.get())).await {
             Ok(conn) => {
                 self.bump(|s| s.connects += 1);
                 if self.server_params.borrow().is_none() {

@@ -45,6 +45,9 @@ pub use shutdown::ShutdownSignal;
 /// Statements a pool's registry keeps before it drops those no client uses.
 const REGISTRY_CAPACITY: usize = 10_000;
 
+/// Server-side relay buffer sets a shard keeps for reuse (each ≈ 40 KB).
+const SPARE_BUFFERS: usize = 256;
+
 /// Runs `fut` for at most `limit`; `None` if time ran out first.
 pub async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> Option<T> {
     futures_lite::future::or(async { Some(fut.await) }, async {
@@ -147,6 +150,9 @@ pub struct Shard {
     /// SCRAM secrets derived from plaintext passwords in the config, so the
     /// 4096-round key derivation runs once per password, not once per login.
     scram_secrets: RefCell<HashMap<(String, String), ScramSecret>>,
+    /// Server-side relay buffers of clients that hold no server connection
+    /// right now, ready for the next checkout.
+    spare_buffers: RefCell<Vec<client::ServerSide>>,
     /// Recent auth_query answers (see `client::auth_query`).
     pub auth_query_cache: crate::client::auth_query::SecretCache,
     /// How to log in to the server as an auth_query user, by (database,
@@ -244,6 +250,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     pause: control::PauseState::default(),
                     applied_generation: Cell::new(0),
                     scram_secrets: RefCell::default(),
+                    spare_buffers: RefCell::default(),
                     auth_query_cache: Default::default(),
                     learned_logins: RefCell::default(),
                 });
@@ -567,6 +574,20 @@ impl Shard {
             statements += pool.registry.len();
         }
         (total, statements)
+    }
+
+    /// Relay buffers for a client that just borrowed a server connection.
+    pub fn take_buffers(&self) -> client::ServerSide {
+        self.spare_buffers.borrow_mut().pop().unwrap_or_default()
+    }
+
+    /// Relay buffers a client no longer needs, kept for the next one (up to
+    /// [`SPARE_BUFFERS`]; there are rarely more clients in transactions).
+    pub fn return_buffers(&self, side: client::ServerSide) {
+        let mut spare = self.spare_buffers.borrow_mut();
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(side);
+        }
     }
 
     /// The shard's clients, for snapshots and commands.
