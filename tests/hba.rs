@@ -3,9 +3,8 @@
 //! psql, and raw sockets bound to a chosen source address to see the exact
 //! authentication request pglane sends).
 //!
-//! pglane listens on TCP only, so `local` lines are covered by unit tests
-//! (`src/auth/hba.rs`), not here. The address dimension uses two loopback
-//! source addresses, 127.0.0.1 and 127.0.0.2, and ::1 against a pglane
+//! `local` lines cover clients on pglane's unix socket (`unix_socket_dir`).
+//! The address dimension uses two loopback source addresses, 127.0.0.1 and 127.0.0.2, and ::1 against a pglane
 //! listening on `[::]`.
 
 mod common;
@@ -311,4 +310,39 @@ fn ipv6_clients_match_ipv6_lines_and_mapped_ipv4_clients_ipv4_lines() {
         method(first_answer_at(v4, "127.0.0.1", "postgres", "other")),
         "28000 no pg_hba.conf entry for host \"127.0.0.1\", user \"postgres\", database \"other\", no encryption"
     );
+}
+
+/// `local` lines decide for clients on the unix socket, `host` lines for TCP
+/// ones: the same user and database, two methods.
+#[test]
+fn local_lines_cover_the_unix_socket_and_host_lines_tcp() {
+    let files = Files::new();
+    let dir = files.0.clone();
+    let hba_path = dir.join("hba.conf");
+    std::fs::write(&hba_path, "local app postgres trust\nhost app postgres 127.0.0.1/32 scram-sha-256\n").unwrap();
+    let lane = Pglane::start(&format!(
+        "unix_socket_dir = {dir:?}\nauth_type = \"hba\"\nauth_hba_file = {hba_path:?}\n\
+         [databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"postgres\"\n[users.postgres]\npassword = \"secret\"\n",
+        postgres().port
+    ));
+    // Over TCP: asked for SCRAM.
+    assert_eq!(method(first_answer(lane.port, "127.0.0.1", "postgres", "app")), "scram-sha-256");
+    // Over the unix socket: let in without a password.
+    let mut unix = std::os::unix::net::UnixStream::connect(dir.join(format!(".s.PGSQL.{}", lane.port))).unwrap();
+    unix.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut out = BytesMut::new();
+    startup::encode_startup(&mut out, &[("user", "postgres"), ("database", "app")]);
+    unix.write_all(&out).unwrap();
+    let mut buf = BytesMut::new();
+    let first = loop {
+        if let Some(m) = split_message(&mut buf, 1 << 20).unwrap() {
+            break m;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = unix.read(&mut chunk).unwrap();
+        assert!(n > 0, "pglane closed the unix connection without a word");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    assert_eq!(first.tag, backend::AUTHENTICATION);
+    assert!(matches!(backend::decode_authentication(&first.body).unwrap(), Authentication::Ok));
 }
