@@ -355,6 +355,12 @@ impl Pool {
 
     /// A connection was closed: its slot goes to the next waiter, if any.
     fn slot_freed(&self) {
+        // Over max_size (it was lowered by a reload): the slot goes away
+        // rather than to a waiter, or the pool would never shrink under load.
+        if self.open.get() > self.max_size.get() {
+            self.open.set(self.open.get() - 1);
+            return;
+        }
         match self.next_waiter() {
             Some(waiter) => waiter.grant(Grant::Slot),
             None => self.open.set(self.open.get() - 1),
