@@ -21,15 +21,39 @@
 //!   bookkeeping of what it skipped is undone (a failed Parse prepared nothing).
 //!
 //! Unnamed statements and portals pass through untouched, as does every byte
-//! of a message that is not renamed.
+//! of a message that is not renamed, unless auto-prepare is on:
+//!
+//! - a simple query whose shape the pool validated (`prepare::auto`) runs as
+//!   that shape's named statement: Parse (only if this server connection
+//!   lacks it), Bind with the literals as text parameters, Describe portal,
+//!   Execute, Sync. The client sees a simple query's reply: ParseComplete
+//!   and BindComplete are dropped, NoData too, and an error's cursor
+//!   position is mapped back to the client's text. Only at a Sync boundary
+//!   and outside a failed transaction; other queries pass through, and a
+//!   new shape is queued for validation on a side connection (never
+//!   speculatively here: a failed Parse would abort the client's transaction);
+//! - the unnamed statement (Parse "") is the registry's named statement for
+//!   its text and parameter types, so a client that parses the same text
+//!   again and again (pgjdbc with prepareThreshold=0) has it prepared once
+//!   per server connection;
+//! - DDL (a CREATE, ALTER or DROP command tag, again when its transaction
+//!   ends) and a stale plan make every shape validate again and every
+//!   statement prepare afresh.
+//!
+//! A client that mentions search_path in a query gets no auto-prepare from
+//! then on: its names may resolve differently from the shapes validated
+//! under the default search_path.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
 use super::settings::{self, Change, Settings, Value};
 use super::tracker::Tracker;
+use crate::prepare::auto::{Job, Lookup};
+use crate::prepare::lexer::{LexOptions, Lexed};
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
@@ -61,10 +85,14 @@ enum Request {
     Bind { statement: Option<Rc<Statement>> },
     /// `cache` is the statement whose description to remember from the answer.
     Describe { cache: Option<Rc<Statement>> },
+    /// Describe of a rewritten simple query's portal: its RowDescription is
+    /// the client's, its NoData is not.
+    QueryDescribe,
     /// `evicted` names a statement pglane closed to make room.
     Close { evicted: Option<Rc<str>> },
     Execute,
-    Sync,
+    /// `rewritten`: the Sync ending a rewritten simple query.
+    Sync { rewritten: bool },
     Query,
     FunctionCall,
 }
@@ -99,6 +127,185 @@ pub struct Exchange {
     /// This client Parsed the unnamed statement on the server connection it
     /// holds (what another client left there is not its to use).
     unnamed_parsed: bool,
+    /// Auto-prepare's state for this client; None when it is off.
+    auto: Option<AutoPrepare>,
+    /// The registry statement this client's unnamed statement is (auto-prepare).
+    unnamed: Option<Rc<Statement>>,
+}
+
+/// One client's auto-prepare state, kept from one transaction to the next.
+#[derive(Debug)]
+struct AutoPrepare {
+    /// Executions of a new shape before it is validated.
+    after: u32,
+    lexed: Lexed,
+    /// The rewritten text of the query being looked up, and how it was lexed.
+    rewritten: String,
+    options: LexOptions,
+    /// The texts of the rewritten queries still running, oldest first (to
+    /// map error positions back), and spare buffers for the next ones.
+    running: VecDeque<(String, LexOptions)>,
+    spare: Vec<String>,
+    /// The client mentioned search_path: no more auto-prepare for it.
+    off: bool,
+    /// DDL ran since the last ReadyForQuery 'I'.
+    ddl_pending: bool,
+}
+
+impl AutoPrepare {
+    fn new(after: u32) -> AutoPrepare {
+        AutoPrepare {
+            after,
+            lexed: Lexed::new(),
+            rewritten: String::new(),
+            options: LexOptions::default(),
+            running: VecDeque::new(),
+            spare: Vec::new(),
+            off: false,
+            ddl_pending: false,
+        }
+    }
+
+    /// The validated statement to run the simple query `sql` as, if any. A
+    /// miss queues the shape for validation (per the policy).
+    fn statement_for(&mut self, sql: &str, ready: bool, settings: &Settings, registry: &Registry) -> Option<Rc<Statement>> {
+        if self.notice_search_path(sql) || !ready {
+            return None;
+        }
+        let options = lex_options(settings)?;
+        self.options = options;
+        self.lexed.lex(sql, options).ok()?;
+        self.rewritten.clear();
+        self.lexed.write_rewritten(sql, &mut self.rewritten);
+        let (hash, types, rewritten) = (self.lexed.shape_hash(), self.lexed.param_types(), &self.rewritten);
+        match registry.shapes.lookup(hash, rewritten, types, Instant::now) {
+            Lookup::Rewrite(statement) => Some(statement),
+            Lookup::PassThrough => None,
+            Lookup::Miss => {
+                let job = |epoch| Job {
+                    hash,
+                    sql: rewritten.as_str().into(),
+                    param_types: types.into(),
+                    original: sql.into(),
+                    options,
+                    epoch,
+                };
+                registry.shapes.note(job, hash, rewritten, types, self.after);
+                None
+            }
+        }
+    }
+
+    /// Turns auto-prepare off for good if `sql` may change search_path.
+    /// Returns whether it is off.
+    fn notice_search_path(&mut self, sql: &str) -> bool {
+        self.off = self.off || mentions_search_path(sql);
+        self.off
+    }
+
+    /// A rewritten query was sent: keep its text until its ReadyForQuery.
+    fn running(&mut self, sql: &str) {
+        let mut text = self.spare.pop().unwrap_or_default();
+        text.clear();
+        text.push_str(sql);
+        self.running.push_back((text, self.options));
+    }
+
+    /// The oldest rewritten query got its ReadyForQuery.
+    fn finished(&mut self) {
+        if let Some((text, _)) = self.running.pop_front() {
+            self.spare.push(text);
+        }
+    }
+
+    /// Writes the server's ErrorResponse `body` for the oldest running
+    /// rewritten query as the client's simple query would have got it (see
+    /// [`original_error_fields`]). Returns false, writing nothing, if the
+    /// error needs no change.
+    fn map_error(&mut self, body: &[u8], to_client: &mut BytesMut) -> bool {
+        let Some((sql, options)) = self.running.front() else { return false };
+        let Ok(fields) = backend::error_field_list(body) else { return false };
+        if self.lexed.lex(sql, *options).is_err() {
+            return false;
+        }
+        let Some(mapped) = original_error_fields(&fields, &self.lexed, sql) else { return false };
+        let mapped: Vec<(u8, &[u8])> = mapped.iter().map(|(code, value)| (*code, value.as_slice())).collect();
+        backend::put_error_field_list(to_client, backend::ERROR_RESPONSE, &mapped);
+        true
+    }
+}
+
+/// The fields of an error a rewritten query got, as the original simple
+/// query gets them: a cursor position (`P`) in the rewritten text is mapped
+/// back to the client's text, and a parameter's input error, which the
+/// server reports with the context `unnamed portal parameter $n = '...'`
+/// and no position, gets the position of the literal that became `$n`
+/// instead, as the original's error has. None when nothing changes.
+fn original_error_fields(fields: &[(u8, &[u8])], lexed: &Lexed, sql: &str) -> Option<Vec<(u8, Vec<u8>)>> {
+    let mut changed = false;
+    let mapped = fields
+        .iter()
+        .map(|&(code, value)| {
+            let position = match code {
+                b'P' => std::str::from_utf8(value).ok().and_then(|p| p.parse().ok()).map(|p| lexed.original_position(sql, p)),
+                b'W' => bound_parameter(value)
+                    .and_then(|n| lexed.slots().get(n.checked_sub(1)?))
+                    .and_then(|slot| sql.get(..slot.start as usize))
+                    .map(|before| before.chars().count() + 1),
+                _ => None,
+            };
+            match position {
+                Some(p) => {
+                    changed = true;
+                    (b'P', p.to_string().into_bytes())
+                }
+                None => (code, value.to_vec()),
+            }
+        })
+        .collect();
+    changed.then_some(mapped)
+}
+
+/// `n` if an error's context is exactly PostgreSQL's line for an input error
+/// of parameter `$n` of an unnamed portal.
+fn bound_parameter(context: &[u8]) -> Option<usize> {
+    let rest = context.strip_prefix(b"unnamed portal parameter $")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || !rest[digits..].starts_with(b" = ") || rest.contains(&b'\n') {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
+/// How this client's queries are lexed, or None if they must not be: a
+/// client encoding in which a multibyte character can hide a quote or
+/// backslash, or a search_path of its own.
+fn lex_options(settings: &Settings) -> Option<LexOptions> {
+    const UNSAFE_ENCODINGS: [&str; 7] = ["SJIS", "SHIFT_JIS_2004", "BIG5", "GBK", "UHC", "GB18030", "JOHAB"];
+    let value = |name| match settings.get(name) {
+        Some(Value::Reported(v) | Value::Sql(v)) => Some(v.as_str()),
+        None => None,
+    };
+    if settings.get("search_path").is_some() {
+        return None;
+    }
+    if value("client_encoding").is_some_and(|e| UNSAFE_ENCODINGS.iter().any(|u| u.eq_ignore_ascii_case(e.trim_matches('\'')))) {
+        return None;
+    }
+    let off = value("standard_conforming_strings").is_some_and(|v| v.trim_matches('\'').eq_ignore_ascii_case("off"));
+    Some(LexOptions { standard_conforming_strings: !off })
+}
+
+/// Whether `sql` names search_path anywhere (SET, set_config, a function).
+fn mentions_search_path(sql: &str) -> bool {
+    const NEEDLE: &[u8] = b"search_path";
+    sql.as_bytes().windows(NEEDLE.len()).any(|w| w.eq_ignore_ascii_case(NEEDLE))
+}
+
+/// A command tag of a statement that may change what a prepared statement
+/// means: CREATE, ALTER or DROP of anything.
+fn changes_schema(tag: &[u8]) -> bool {
+    [&b"CREATE "[..], b"ALTER ", b"DROP "].iter().any(|verb| tag.starts_with(verb))
 }
 
 /// A followed SET/RESET in a simple query sent outside a transaction block.
@@ -121,6 +328,31 @@ pub fn server_needs_whole(tag: u8) -> bool {
 }
 
 impl Exchange {
+    /// An exchange for a new client; `auto_prepare` is the policy (executions
+    /// of a new shape before it is validated), None to leave queries alone.
+    pub fn new(auto_prepare: Option<u32>) -> Exchange {
+        Exchange { auto: auto_prepare.map(AutoPrepare::new), ..Exchange::default() }
+    }
+
+    /// The client's transaction is over and its server connection goes back:
+    /// what was about that connection is forgotten, the client's own state
+    /// (auto-prepare, its unnamed statement) is kept.
+    pub fn reset(&mut self) {
+        let mut auto = self.auto.take();
+        if let Some(a) = auto.as_mut() {
+            while !a.running.is_empty() {
+                a.finished();
+            }
+            a.ddl_pending = false;
+        }
+        *self = Exchange { auto, unnamed: self.unnamed.take(), ..Exchange::default() };
+    }
+
+    /// Whether the unnamed statement is the registry's (auto-prepare is on for this client).
+    fn maps_unnamed(&self) -> bool {
+        self.auto.as_ref().is_some_and(|a| !a.off)
+    }
+
     /// Nothing due in either direction.
     pub fn is_quiet(&self) -> bool {
         self.due.is_empty() && self.tracker.is_quiet()
@@ -146,36 +378,24 @@ impl Exchange {
             frontend::PARSE => self.parse(message, body, st, to_server),
             frontend::BIND => match names::split_bind(body) {
                 Ok((portal, name, rest)) if !name.is_empty() => match st.client.get(name).cloned() {
-                    Some(s) => {
-                        self.ensure_prepared(&s, st, to_server);
-                        names::put_bind(to_server, portal, &s.server_name, rest);
-                        self.expect(Request::Bind { statement: Some(s) });
-                        true
-                    }
+                    Some(s) => self.bind(&s, portal, rest, st, to_server),
                     None => self.refuse_unknown_statement(name),
+                },
+                Ok((portal, "", rest)) if self.unnamed.is_some() => match self.unnamed.clone() {
+                    Some(s) => self.bind(&s, portal, rest, st, to_server),
+                    None => self.refuse_unknown_statement(""),
                 },
                 Ok((_, "", _)) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
                 _ => self.pass_request(message, to_server, Request::Bind { statement: None }),
             },
             frontend::DESCRIBE => match names::split_target(body) {
                 Ok((Target::Statement, name)) if !name.is_empty() => match st.client.get(name).cloned() {
-                    Some(s) => {
-                        let cached = s.description.borrow().clone();
-                        match cached {
-                            Some(description) => {
-                                st.registry.count(|c| c.describes_answered += 1);
-                                self.due.push_back(Due::Local(Local::Description(description)));
-                                false
-                            }
-                            None => {
-                                self.ensure_prepared(&s, st, to_server);
-                                frontend::describe(to_server, Target::Statement, &s.server_name);
-                                self.expect(Request::Describe { cache: Some(s) });
-                                true
-                            }
-                        }
-                    }
+                    Some(s) => self.describe_statement(s, st, to_server),
                     None => self.refuse_unknown_statement(name),
+                },
+                Ok((Target::Statement, "")) if self.unnamed.is_some() => match self.unnamed.clone() {
+                    Some(s) => self.describe_statement(s, st, to_server),
+                    None => self.refuse_unknown_statement(""),
                 },
                 Ok((Target::Statement, "")) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
                 _ => self.pass_request(message, to_server, Request::Describe { cache: None }),
@@ -188,24 +408,31 @@ impl Exchange {
                     self.due.push_back(Due::Local(Local::CloseComplete { restore }));
                     false
                 }
+                Ok((Target::Statement, "")) if self.maps_unnamed() => {
+                    // The client's unnamed statement is a shared one: only the name goes.
+                    self.unnamed = None;
+                    self.due.push_back(Due::Local(Local::CloseComplete { restore: None }));
+                    false
+                }
                 _ => {
                     self.pass(message, to_server, Request::Close { evicted: None });
                     true
                 }
             },
             frontend::EXECUTE => self.pass_request(message, to_server, Request::Execute),
-            frontend::SYNC => self.pass_request(message, to_server, Request::Sync),
+            frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
             frontend::QUERY => {
                 // A simple query replaces the unnamed statement.
                 self.unnamed_parsed = false;
+                self.unnamed = None;
                 self.pending_change = follow_change(body, self.tracker.status());
-                self.pass_request(message, to_server, Request::Query)
+                self.rewrite_query(body, st, to_server) || self.pass_request(message, to_server, Request::Query)
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
             frontend::COPY_DONE | frontend::COPY_FAIL => {
                 // Syncs sent while the server was in COPY FROM STDIN are ignored by it.
                 for _ in 0..self.tracker.syncs_ignored_by_copy() {
-                    if let Some(i) = self.due.iter().rposition(|d| matches!(d, Due::Server { request: Request::Sync, .. })) {
+                    if let Some(i) = self.due.iter().rposition(|d| matches!(d, Due::Server { request: Request::Sync { .. }, .. })) {
                         self.due.remove(i);
                     }
                 }
@@ -239,8 +466,13 @@ impl Exchange {
     }
 
     fn parse(&mut self, message: &[u8], body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
-        let (name, rest) = match names::split_parse(body) {
+        let parsed = names::split_parse(body);
+        if let (Some(auto), Ok((_, rest))) = (self.auto.as_mut(), &parsed) {
+            auto.notice_search_path(names::parse_query(rest));
+        }
+        let (name, rest) = match parsed {
             Ok((name, rest)) if !name.is_empty() => (name, rest),
+            Ok(("", rest)) if self.maps_unnamed() => return self.parse_unnamed(rest, st, to_server),
             _ => {
                 self.unnamed_parsed = true;
                 self.pass(message, to_server, Request::Parse { undo: None });
@@ -273,6 +505,78 @@ impl Exchange {
         st.registry.count(|s| s.server_parses += 1);
         let undo = Some(Prepared { statement, client_name: Some(name.to_owned()) });
         self.due.push_back(Due::Server { request: Request::Parse { undo }, forward: true });
+        true
+    }
+
+    /// A Parse of the unnamed statement, made the registry's statement for
+    /// its text and types: answered here when a server already accepted it
+    /// (or this connection has it), forwarded under its server name if not.
+    fn parse_unnamed(&mut self, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        st.registry.count(|c| c.unnamed_mapped += 1);
+        let statement = st.registry.register(rest);
+        self.unnamed = Some(statement.clone());
+        if statement.validated.get() || st.server.has(statement.id) {
+            st.registry.count(|c| c.parses_answered += 1);
+            self.due.push_back(Due::Local(Local::ParseComplete { client_name: String::new(), statement: statement.id }));
+            return false;
+        }
+        self.close_stale(st, to_server);
+        self.make_room(&statement, st, to_server);
+        names::put_parse(to_server, &statement.server_name, rest);
+        st.registry.count(|c| c.server_parses += 1);
+        let undo = Some(Prepared { statement, client_name: None });
+        self.due.push_back(Due::Server { request: Request::Parse { undo }, forward: true });
+        true
+    }
+
+    fn bind(&mut self, s: &Rc<Statement>, portal: &str, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        self.ensure_prepared(s, st, to_server);
+        names::put_bind(to_server, portal, &s.server_name, rest);
+        self.expect(Request::Bind { statement: Some(s.clone()) });
+        true
+    }
+
+    /// Describe of a statement the registry knows: answered from its cached
+    /// description, or asked of the server (and the answer cached).
+    fn describe_statement(&mut self, s: Rc<Statement>, st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let cached = s.description.borrow().clone();
+        match cached {
+            Some(description) => {
+                st.registry.count(|c| c.describes_answered += 1);
+                self.due.push_back(Due::Local(Local::Description(description)));
+                false
+            }
+            None => {
+                self.ensure_prepared(&s, st, to_server);
+                frontend::describe(to_server, Target::Statement, &s.server_name);
+                self.expect(Request::Describe { cache: Some(s) });
+                true
+            }
+        }
+    }
+
+    /// Runs a simple query as its shape's validated statement (see the
+    /// module doc). Returns false, having sent nothing, if it must pass through.
+    fn rewrite_query(&mut self, body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let Some(auto) = self.auto.as_mut() else { return false };
+        let Ok(sql) = frontend::decode_query(body) else { return false };
+        let ready = self.tracker.is_synced() && self.tracker.status() != backend::TransactionStatus::Failed;
+        let Some(statement) = auto.statement_for(sql, ready, st.client_settings, st.registry) else {
+            st.registry.count(|c| c.pass_throughs += 1);
+            return false;
+        };
+        self.ensure_prepared(&statement, st, to_server);
+        let Some(auto) = self.auto.as_mut() else { return false };
+        frontend::bind(to_server, "", &statement.server_name, &[], auto.lexed.params(), &[]);
+        frontend::describe(to_server, Target::Portal, "");
+        frontend::execute(to_server, "", 0);
+        frontend::sync(to_server);
+        auto.running(sql);
+        st.registry.count(|c| c.rewrites += 1);
+        self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement) }, forward: false });
+        self.expect(Request::QueryDescribe);
+        self.expect(Request::Execute);
+        self.expect(Request::Sync { rewritten: true });
         true
     }
 
@@ -387,6 +691,11 @@ impl Exchange {
             backend::PARAMETER_STATUS => self.reported(body, st, true),
             backend::ERROR_RESPONSE => {
                 self.pending_change = None;
+                if self.answers_rewritten_query() {
+                    if let Some(auto) = self.auto.as_mut() {
+                        forward = !auto.map_error(body, to_client);
+                    }
+                }
                 self.server_error(body, st)
             }
             backend::PARSE_COMPLETE => {
@@ -397,7 +706,12 @@ impl Exchange {
                     forward = f;
                 }
             }
-            backend::BIND_COMPLETE | backend::PORTAL_SUSPENDED => {
+            backend::BIND_COMPLETE => {
+                if let Some(Due::Server { forward: f, .. }) = self.pop_server_reply() {
+                    forward = f;
+                }
+            }
+            backend::PORTAL_SUSPENDED => {
                 self.pop_server_reply();
             }
             backend::CLOSE_COMPLETE => {
@@ -412,7 +726,10 @@ impl Exchange {
                 }
             }
             backend::ROW_DESCRIPTION | backend::NO_DATA => {
-                if let Some(Due::Server { request: Request::Describe { cache }, .. }) = self.due.front() {
+                if let Some(Due::Server { request: Request::QueryDescribe, .. }) = self.due.front() {
+                    forward = tag == backend::ROW_DESCRIPTION;
+                    self.due.pop_front();
+                } else if let Some(Due::Server { request: Request::Describe { cache }, .. }) = self.due.front() {
                     if let Some(s) = cache {
                         if !self.describing.is_empty() {
                             let mut description = std::mem::take(&mut self.describing);
@@ -432,12 +749,29 @@ impl Exchange {
                     st.server.clear();
                     st.client.clear();
                 }
+                if let Some(auto) = self.auto.as_mut().filter(|_| tag == backend::COMMAND_COMPLETE && changes_schema(body)) {
+                    st.registry.schema_changed();
+                    auto.ddl_pending = true;
+                }
             }
             backend::READY_FOR_QUERY => {
                 while let Some(due) = self.due.pop_front() {
-                    if matches!(due, Due::Server { request: Request::Sync | Request::Query | Request::FunctionCall, .. }) {
-                        break;
+                    match due {
+                        Due::Server { request: Request::Sync { rewritten }, .. } => {
+                            if let Some(auto) = self.auto.as_mut().filter(|_| rewritten) {
+                                auto.finished();
+                            }
+                            break;
+                        }
+                        Due::Server { request: Request::Query | Request::FunctionCall, .. } => break,
+                        _ => {}
                     }
+                }
+                if let Some(auto) = self.auto.as_mut().filter(|a| a.ddl_pending && body == b"I") {
+                    // The DDL is committed (or rolled back): shapes validated
+                    // while it was in flight saw the old schema.
+                    auto.ddl_pending = false;
+                    st.registry.schema_changed();
                 }
                 if let Some(change) = self.pending_change.take() {
                     if body == b"I" {
@@ -468,6 +802,16 @@ impl Exchange {
         }
     }
 
+    /// Whether the server's next reply belongs to a rewritten simple query.
+    fn answers_rewritten_query(&self) -> bool {
+        let end = self.due.iter().find_map(|d| match d {
+            Due::Server { request: Request::Sync { rewritten }, .. } => Some(*rewritten),
+            Due::Server { request: Request::Query | Request::FunctionCall, .. } => Some(false),
+            _ => None,
+        });
+        end == Some(true)
+    }
+
     fn pop_server_reply(&mut self) -> Option<Due> {
         match self.due.front() {
             Some(Due::Server { .. }) => self.due.pop_front(),
@@ -479,18 +823,21 @@ impl Exchange {
     /// goes on to its ReadyForQuery), the server now skips everything up to
     /// Sync, so what pglane recorded for those requests is undone.
     fn server_error(&mut self, body: &[u8], st: &mut Statements<'_>) {
-        if matches!(self.due.front(), Some(Due::Server { request: Request::Query | Request::Sync, .. }) | None) {
+        if matches!(self.due.front(), Some(Due::Server { request: Request::Query | Request::Sync { .. }, .. }) | None) {
             return;
         }
         let stale_plan = backend::decode_error_fields(body).is_ok_and(|e| e.code == "0A000");
         let mut first = true;
         while let Some(due) = self.due.front() {
-            if matches!(due, Due::Server { request: Request::Sync, .. }) {
+            if matches!(due, Due::Server { request: Request::Sync { .. }, .. }) {
                 break;
             }
             let Some(due) = self.due.pop_front() else { break };
             match due {
                 Due::Server { request: Request::Parse { undo: Some(p) }, .. } => {
+                    if self.unnamed.as_ref().is_some_and(|u| Rc::ptr_eq(u, &p.statement)) {
+                        self.unnamed = None;
+                    }
                     st.server.remove(p.statement.id);
                     if let Some(name) = &p.client_name {
                         st.client.remove_if(name, p.statement.id);
@@ -502,10 +849,20 @@ impl Exchange {
                     // and let new Parses of the text prepare it afresh.
                     st.server.mark_stale(s.id);
                     st.registry.retire(&s);
+                    if self.auto.is_some() {
+                        // DDL pglane did not see: every shape is checked again.
+                        st.registry.schema_changed();
+                    }
                 }
                 Due::Server { request: Request::Close { evicted: Some(name) }, .. } => {
                     // Skipped: the server still has it. Close it at the next chance.
                     st.server.push_stale(name);
+                }
+                Due::Local(Local::ParseComplete { client_name, statement }) if client_name.is_empty() => {
+                    // A skipped Parse of the unnamed statement.
+                    if self.unnamed.as_ref().is_some_and(|u| u.id == statement) {
+                        self.unnamed = None;
+                    }
                 }
                 Due::Local(Local::ParseComplete { client_name, statement }) => st.client.remove_if(&client_name, statement),
                 Due::Local(Local::CloseComplete { restore: Some((name, s)) }) => {

@@ -9,6 +9,7 @@
 //! and never blocks its shard.
 
 mod auth;
+mod autoprep;
 pub mod exchange;
 mod inbox;
 mod relay;
@@ -82,6 +83,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         }
     };
     let mode = config.pool_mode_for(&database, &user);
+    let auto_prepare = config.auto_prepare_policy();
     let mut session = Session {
         shard: shard.clone(),
         buffers: Buffers::new(config.max_message_size),
@@ -92,7 +94,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         mode,
         process_id,
         entry,
-        exchange: Exchange::default(),
+        exchange: Exchange::new(auto_prepare),
         lease_started: Instant::now(),
         settings: settings::Settings::default(),
     };
@@ -288,6 +290,9 @@ impl Session {
     async fn run(&mut self, startup: &StartupParams) -> Result<(), SessionError> {
         let wait = Config::secs(self.config.query_wait_timeout);
         let server_params = self.pool.server_params(wait).await?;
+        if self.config.auto_prepare {
+            autoprep::start_validator(&self.pool);
+        }
         self.greet(startup, &server_params, self.process_id).await?;
         let mut lease = match self.mode {
             PoolMode::Session => Some(self.checkout().await?),
@@ -531,7 +536,7 @@ impl Session {
                 }
             }
         }
-        self.exchange = Exchange::default();
+        self.exchange.reset();
         server.release();
     }
 }

@@ -9,6 +9,7 @@
 //! shard-local state: it never blocks, never locks and does no I/O (the relay
 //! in `client` acts on what it says).
 
+pub mod auto;
 pub mod lexer;
 mod registry;
 pub mod shape;

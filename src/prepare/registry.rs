@@ -7,6 +7,8 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+use super::auto::Shapes;
+
 /// One distinct statement of the shard.
 #[derive(Debug)]
 pub struct Statement {
@@ -38,6 +40,18 @@ pub struct PrepareStats {
     pub evictions: u64,
     /// Describe (statement) messages answered from the cache.
     pub describes_answered: u64,
+    /// Auto-prepare: shapes cached now (a gauge, filled in by `Registry::stats`).
+    pub shapes: u64,
+    /// Simple queries run as a prepared statement.
+    pub rewrites: u64,
+    /// Simple queries passed through unchanged while auto-prepare is on
+    /// (not lexed, not preparable, or not validated yet).
+    pub pass_throughs: u64,
+    /// Shapes validated on a side connection, and those found not to be rewritable.
+    pub validations: u64,
+    pub validation_failures: u64,
+    /// Unnamed statements (Parse "") run as a named statement of the registry.
+    pub unnamed_mapped: u64,
 }
 
 impl PrepareStats {
@@ -47,6 +61,12 @@ impl PrepareStats {
         self.parses_answered += o.parses_answered;
         self.evictions += o.evictions;
         self.describes_answered += o.describes_answered;
+        self.shapes += o.shapes;
+        self.rewrites += o.rewrites;
+        self.pass_throughs += o.pass_throughs;
+        self.validations += o.validations;
+        self.validation_failures += o.validation_failures;
+        self.unnamed_mapped += o.unnamed_mapped;
     }
 }
 
@@ -58,6 +78,8 @@ pub struct Registry {
     /// Above this many statements, those no client refers to are dropped.
     capacity: usize,
     stats: Cell<PrepareStats>,
+    /// Auto-prepare's shape decisions for this pool.
+    pub shapes: Shapes,
 }
 
 impl Registry {
@@ -68,6 +90,7 @@ impl Registry {
             next_id: Cell::new(1),
             capacity: capacity.max(1),
             stats: Cell::default(),
+            shapes: Shapes::new(capacity),
         }
     }
 
@@ -126,7 +149,20 @@ impl Registry {
     }
 
     pub fn stats(&self) -> PrepareStats {
-        self.stats.get()
+        PrepareStats { shapes: self.shapes.len() as u64, ..self.stats.get() }
+    }
+
+    /// The schema may have changed (DDL, a stale plan): every shape is
+    /// validated again before it is rewritten, and statements are prepared
+    /// afresh, under new names, for the next Parse of their text.
+    pub fn schema_changed(&self) {
+        for statement in self.shapes.clear() {
+            self.retire(&statement);
+        }
+        let all: Vec<Rc<Statement>> = self.by_key.borrow().values().cloned().collect();
+        for statement in &all {
+            self.retire(statement);
+        }
     }
 
     pub fn count(&self, f: impl FnOnce(&mut PrepareStats)) {

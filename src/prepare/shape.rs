@@ -127,10 +127,12 @@ pub enum Reason {
     RewriteInvalid,
     #[error("the server infers interval for a quoted literal assigned to a column (its typmod reads it differently)")]
     IntervalParameter,
+    #[error("the server describes the rewritten statement's result differently (names, types or typmods)")]
+    ResultMismatch,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::Syntax,
         Reason::NotOneStatement,
         Reason::Utility,
@@ -145,6 +147,7 @@ impl Reason {
         Reason::ValueMismatch,
         Reason::RewriteInvalid,
         Reason::IntervalParameter,
+        Reason::ResultMismatch,
     ];
 
     /// A stable label for stats and metrics.
@@ -164,6 +167,7 @@ impl Reason {
             Reason::ValueMismatch => "value_mismatch",
             Reason::RewriteInvalid => "rewrite_invalid",
             Reason::IntervalParameter => "interval_parameter",
+            Reason::ResultMismatch => "result_mismatch",
         }
     }
 }
