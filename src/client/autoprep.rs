@@ -3,10 +3,10 @@
 //!
 //! One task per pool, started by a session of the pool when auto-prepare is
 //! on. It takes jobs from the pool's shape queue (`prepare::auto`), runs the
-//! parser checks (`prepare::shape::validate`), then borrows a server
-//! connection from the pool as a client would, Parses and Describes the
-//! original and the rewritten text there (Parse runs nothing), and gives the
-//! connection back. A rewrite is cached only if the server prepares it with
+//! parser checks (`prepare::shape::validate`), then borrows an idle server
+//! connection of the pool (never one a client holds, never a new one, never
+//! by waiting in the clients' queue), Parses and Describes the original and
+//! the rewritten text there (Parse runs nothing), and gives it back. A rewrite is cached only if the server prepares it with
 //! the same result columns as the original (names, type OIDs, typmods, and
 //! where they come from) and with the parameter types the shape declares.
 //! When no connection is free in time, or the original itself fails (a
@@ -29,8 +29,10 @@ use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::{frontend, names};
 use crate::server::{Described, ServerError};
 
-/// How long the validator waits for a server connection of the pool.
-const CHECKOUT_WAIT: Duration = Duration::from_secs(1);
+/// How often, and how many times, the validator looks for an idle server
+/// connection before it gives the shape up for [`RETRY_AFTER`].
+const IDLE_POLL: Duration = Duration::from_millis(5);
+const IDLE_POLLS: u32 = 200;
 
 /// How long one side check may take before its connection is closed.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -67,7 +69,7 @@ async fn validate(pool: &Rc<Pool>, job: &Job) -> Decision {
         Ok(rewrite) => rewrite,
         Err(reason) => return failed(pool, reason),
     };
-    let Ok(mut lease) = pool.checkout(CHECKOUT_WAIT).await else {
+    let Some(mut lease) = idle_connection(pool).await else {
         return Decision::RetryAfter(Instant::now() + RETRY_AFTER);
     };
     let checked = crate::runtime::with_timeout(CHECK_TIMEOUT, side_check(&mut lease, job, &rewrite)).await;
@@ -83,6 +85,17 @@ async fn validate(pool: &Rc<Pool>, job: &Job) -> Decision {
         // The connection is in an unknown state: dropping the lease closes it.
         Some(Err(_)) | None => Decision::RetryAfter(Instant::now() + RETRY_AFTER),
     }
+}
+
+/// An idle connection of the pool, looked for a few times.
+async fn idle_connection(pool: &Rc<Pool>) -> Option<Lease> {
+    for _ in 0..IDLE_POLLS {
+        if let Some(lease) = pool.try_idle() {
+            return Some(lease);
+        }
+        glommio::timer::sleep(IDLE_POLL).await;
+    }
+    None
 }
 
 fn failed(pool: &Pool, reason: Reason) -> Decision {
