@@ -881,3 +881,278 @@ impl Exchange {
         to_client.extend_from_slice(bytes);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prepare::auto::Decision;
+    use crate::protocol::frame::split_message;
+
+    /// The state one client and its server connection share, for tests.
+    struct Sides {
+        registry: Registry,
+        client: ClientStatements,
+        server: ServerStatements,
+        client_settings: Settings,
+        server_settings: Settings,
+    }
+
+    impl Sides {
+        fn new() -> Sides {
+            Sides {
+                registry: Registry::new(0, 100),
+                client: ClientStatements::new(100),
+                server: ServerStatements::new(100),
+                client_settings: Settings::default(),
+                server_settings: Settings::default(),
+            }
+        }
+
+        fn st(&mut self) -> Statements<'_> {
+            Statements {
+                registry: &self.registry,
+                client: &mut self.client,
+                server: &mut self.server,
+                client_settings: &mut self.client_settings,
+                server_settings: &mut self.server_settings,
+            }
+        }
+
+        /// Makes `sql`'s shape validated, as the validator would.
+        fn validate(&self, sql: &str) -> Rc<Statement> {
+            let mut lexed = Lexed::new();
+            lexed.lex(sql, LexOptions::default()).unwrap();
+            let rewritten = lexed.rewritten(sql);
+            let (hash, types) = (lexed.shape_hash(), lexed.param_types());
+            let job = |epoch| Job {
+                hash,
+                sql: rewritten.as_str().into(),
+                param_types: types.into(),
+                original: sql.into(),
+                options: LexOptions::default(),
+                epoch,
+            };
+            if matches!(self.registry.shapes.lookup(hash, &rewritten, types, Instant::now), Lookup::Miss) {
+                assert!(self.registry.shapes.note(job, hash, &rewritten, types, 1));
+            }
+            let waker = std::task::Waker::noop();
+            let queued = loop {
+                match self.registry.shapes.poll_job(&mut std::task::Context::from_waker(waker)) {
+                    std::task::Poll::Ready(job) if *job.sql == *rewritten => break job,
+                    std::task::Poll::Ready(_) => {}
+                    std::task::Poll::Pending => panic!("{sql}: not queued"),
+                }
+            };
+            let mut parse = BytesMut::new();
+            frontend::parse(&mut parse, "", &rewritten, types);
+            let (_, key) = names::split_parse(&parse[HEADER_LEN..]).unwrap();
+            let statement = self.registry.register(key);
+            statement.validated.set(true);
+            assert!(self.registry.shapes.decide(&queued, Decision::Rewrite(statement.clone())));
+            statement
+        }
+    }
+
+    fn messages(mut bytes: BytesMut) -> Vec<(u8, Vec<u8>)> {
+        let mut out = Vec::new();
+        while let Some(m) = split_message(&mut bytes, 1 << 20).unwrap() {
+            out.push((m.tag, m.body.to_vec()));
+        }
+        out
+    }
+
+    fn tags(messages: &[(u8, Vec<u8>)]) -> String {
+        messages.iter().map(|(t, _)| *t as char).collect()
+    }
+
+    fn whole(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![tag];
+        m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    /// Sends the client's simple query; returns what went to the server.
+    fn query(ex: &mut Exchange, sides: &mut Sides, sql: &str) -> Vec<(u8, Vec<u8>)> {
+        let mut q = BytesMut::new();
+        frontend::query(&mut q, sql);
+        let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+        ex.from_client(frontend::QUERY, &q, &mut sides.st(), &mut to_server, &mut to_client);
+        assert!(to_client.is_empty());
+        messages(to_server)
+    }
+
+    /// The server's replies, whole; returns what the client got.
+    fn reply(ex: &mut Exchange, sides: &mut Sides, replies: &[(u8, &[u8])]) -> Vec<(u8, Vec<u8>)> {
+        let mut to_client = BytesMut::new();
+        for (tag, body) in replies {
+            if *tag == backend::DATA_ROW {
+                ex.from_server_stream(*tag, &whole(*tag, body), &mut to_client);
+            } else {
+                ex.from_server(*tag, &whole(*tag, body), &mut sides.st(), &mut to_client);
+            }
+        }
+        messages(to_client)
+    }
+
+    const SELECT: &str = "SELECT name FROM t WHERE id = 42 AND note = 'it''s'";
+
+    #[test]
+    fn a_validated_shape_runs_prepared_and_answers_as_a_simple_query() {
+        let mut sides = Sides::new();
+        let statement = sides.validate(SELECT);
+        let mut ex = Exchange::new(Some(1));
+        let sent = query(&mut ex, &mut sides, SELECT);
+        assert_eq!(tags(&sent), "PBDES");
+        assert_eq!(names::split_parse(&sent[0].1).unwrap().0, &*statement.server_name);
+        let (portal, name, _) = names::split_bind(&sent[1].1).unwrap();
+        assert_eq!((portal, name), ("", &*statement.server_name));
+        let mut bind = BytesMut::new();
+        frontend::bind(&mut bind, "", &statement.server_name, &[], [Some(&b"42"[..]), Some(&b"it's"[..])].into_iter(), &[]);
+        assert_eq!(sent[1].1, bind[HEADER_LEN..], "text parameters, text results");
+        assert_eq!(sent[2].1, b"P\0");
+
+        let got = reply(
+            &mut ex,
+            &mut sides,
+            &[(b'1', b""), (b'2', b""), (b'T', b"\0\x01name\0\0\0\0\0\0\0\0\0\0\x19\xff\xff\xff\xff\xff\xff\0\0"), (b'D', b"\0\x01\0\0\0\x01x"), (b'N', b"SNOTICE\0Mhi\0\0"), (b'C', b"SELECT 1\0"), (b'Z', b"I")],
+        );
+        assert_eq!(tags(&got), "TDNCZ", "no ParseComplete, no BindComplete");
+        assert!(ex.is_releasable());
+
+        // The server connection has it now: no second Parse.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT name FROM t WHERE id = 7 AND note = ''")), "BDES");
+        // The same shape in other words is another statement.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "select NAME from t where id = 7 and note = ''")), "Q");
+        let got = reply(&mut ex, &mut sides, &[(b'2', b""), (b'n', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "CZ", "NoData is not the client's");
+        reply(&mut ex, &mut sides, &[(b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+        assert_eq!(sides.registry.stats().rewrites, 2);
+    }
+
+    #[test]
+    fn new_shapes_pass_through_and_are_queued() {
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(Some(1));
+        let sent = query(&mut ex, &mut sides, SELECT);
+        assert_eq!(tags(&sent), "Q");
+        assert_eq!(frontend::decode_query(&sent[0].1).unwrap(), SELECT);
+        assert_eq!(sides.registry.shapes.len(), 1);
+        assert_eq!(sides.registry.stats().pass_throughs, 1);
+        // Multi-statement text, and anything once search_path is mentioned, stay as they are.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1; SELECT 2")), "Q");
+        sides.validate("SELECT 1");
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "PBDES");
+        reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'n', b""), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SET search_path = x")), "Q");
+        reply(&mut ex, &mut sides, &[(b'C', b"SET\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q", "auto-prepare is off for this client now");
+    }
+
+    #[test]
+    fn nothing_is_rewritten_in_a_failed_transaction_or_after_an_unsynced_message() {
+        let mut sides = Sides::new();
+        sides.validate("SELECT 1");
+        let mut ex = Exchange::new(Some(1));
+        assert_eq!(tags(&query(&mut ex, &mut sides, "BEGIN")), "Q");
+        reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "PBDES", "inside a transaction block is fine");
+        reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C57014\0Mcanceled\0\0"), (b'Z', b"E")]);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q");
+    }
+
+    #[test]
+    fn an_error_points_into_the_clients_text() {
+        let mut sides = Sides::new();
+        let statement = sides.validate(SELECT);
+        let mut ex = Exchange::new(Some(1));
+        query(&mut ex, &mut sides, SELECT);
+        // "SELECT name FROM t WHERE id = $1 AND note = $2": `note` is at 38 there, 38 in the original too;
+        // put it at the `$2` (45), which is the literal at 45 in the original.
+        let got = reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0VERROR\0C42703\0Mno\0P45\0Fx.c\0\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "EZ");
+        assert_eq!(got[0].1, b"SERROR\0VERROR\0C42703\0Mno\0P45\0Fx.c\0\0");
+        assert!(!sides.server.has(statement.id), "the failed Parse is undone");
+        // A Bind-time input error of $1 gets the literal's position instead of the context line.
+        sides.validate("SELECT name FROM t WHERE id = 'x' AND note = 'y'");
+        query(&mut ex, &mut sides, "SELECT name FROM t WHERE id = 'x' AND note = 'y'");
+        let got = reply(
+            &mut ex,
+            &mut sides,
+            &[(b'1', b""), (b'E', b"SERROR\0C22P02\0Mbad\0Wunnamed portal parameter $1 = '...'\0Rx\0\0"), (b'Z', b"I")],
+        );
+        assert_eq!(tags(&got), "EZ");
+        assert_eq!(got[0].1, b"SERROR\0C22P02\0Mbad\0P31\0Rx\0\0");
+        assert!(ex.is_releasable());
+    }
+
+    #[test]
+    fn error_fields_are_mapped_only_where_they_point_at_the_rewrite() {
+        let sql = "SELECT 'éé', 1 + x FROM t";
+        let mut lexed = Lexed::new();
+        lexed.lex(sql, LexOptions::default()).unwrap();
+        assert_eq!(lexed.rewritten(sql), "SELECT $1, $2 + x FROM t");
+        let fields = |list: &[(u8, &[u8])]| original_error_fields(list, &lexed, sql);
+        // `x` is at 17 in the rewrite and at 18 in the original (`'éé'` is 4 characters, `$1` 2, `1` 1 and `$2` 2).
+        assert_eq!(fields(&[(b'M', b"m"), (b'P', b"17")]), Some(vec![(b'M', b"m".to_vec()), (b'P', b"18".to_vec())]));
+        assert_eq!(fields(&[(b'W', b"unnamed portal parameter $2 = '...'")]), Some(vec![(b'P', b"14".to_vec())]));
+        assert_eq!(fields(&[(b'M', b"m"), (b'W', b"SQL function \"f\"")]), None);
+        assert_eq!(fields(&[(b'W', b"unnamed portal parameter $9 = '...'")]), None, "no such slot");
+        assert_eq!(bound_parameter(b"unnamed portal parameter $12 = '1'"), Some(12));
+        assert_eq!(bound_parameter(b"unnamed portal parameter $1 = '1'\nPL/pgSQL function"), None);
+    }
+
+    #[test]
+    fn ddl_clears_the_shapes_now_and_when_its_transaction_ends() {
+        let mut sides = Sides::new();
+        let old = sides.validate("SELECT 1");
+        let mut ex = Exchange::new(Some(1));
+        query(&mut ex, &mut sides, "BEGIN");
+        reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+        query(&mut ex, &mut sides, "ALTER TABLE t ADD COLUMN c int");
+        reply(&mut ex, &mut sides, &[(b'C', b"ALTER TABLE\0"), (b'Z', b"T")]);
+        assert!(sides.registry.shapes.is_empty());
+        sides.validate("SELECT 1");
+        query(&mut ex, &mut sides, "COMMIT");
+        reply(&mut ex, &mut sides, &[(b'C', b"COMMIT\0"), (b'Z', b"I")]);
+        assert!(sides.registry.shapes.is_empty(), "validated during the DDL's transaction: dropped");
+        let new = sides.validate("SELECT 1");
+        assert_ne!(old.server_name, new.server_name, "prepared afresh under a new name");
+    }
+
+    #[test]
+    fn the_unnamed_statement_is_the_registrys() {
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(Some(1));
+        let parse = |ex: &mut Exchange, sides: &mut Sides| {
+            let mut p = BytesMut::new();
+            frontend::parse(&mut p, "", "SELECT $1::int", &[]);
+            frontend::bind(&mut p, "", "", &[], [Some(&b"1"[..])].into_iter(), &[]);
+            frontend::execute(&mut p, "", 0);
+            frontend::sync(&mut p);
+            let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+            let mut rest = p;
+            while let Some(m) = split_message(&mut rest, 1 << 20).unwrap() {
+                ex.from_client(m.tag, &whole(m.tag, &m.body), &mut sides.st(), &mut to_server, &mut to_client);
+            }
+            (messages(to_server), messages(to_client))
+        };
+        let (sent, answered) = parse(&mut ex, &mut sides);
+        assert_eq!(tags(&sent), "PBES");
+        assert!(answered.is_empty());
+        let name = names::split_parse(&sent[0].1).unwrap().0.to_owned();
+        assert!(name.starts_with("pglane_0_"), "{name}");
+        assert_eq!(names::split_bind(&sent[1].1).unwrap().1, name);
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "12DCZ");
+        // Again, on another server connection: Parse answered here, prepared there on the way.
+        ex.reset();
+        sides.server = ServerStatements::new(100);
+        let (sent, answered) = parse(&mut ex, &mut sides);
+        assert_eq!(tags(&answered), "1");
+        assert_eq!(tags(&sent), "PBES", "the injected Parse of the shared statement");
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "2DCZ", "the injected Parse's ParseComplete is not the client's");
+        assert_eq!(sides.registry.stats().unnamed_mapped, 2);
+    }
+}
