@@ -858,11 +858,11 @@ impl Exchange {
                     // Skipped: the server still has it. Close it at the next chance.
                     st.server.push_stale(name);
                 }
-                Due::Local(Local::ParseComplete { client_name, statement }) if client_name.is_empty() => {
+                Due::Local(Local::ParseComplete { client_name, statement })
+                    if client_name.is_empty() && self.unnamed.as_ref().is_some_and(|u| u.id == statement) =>
+                {
                     // A skipped Parse of the unnamed statement.
-                    if self.unnamed.as_ref().is_some_and(|u| u.id == statement) {
-                        self.unnamed = None;
-                    }
+                    self.unnamed = None;
                 }
                 Due::Local(Local::ParseComplete { client_name, statement }) => st.client.remove_if(&client_name, statement),
                 Due::Local(Local::CloseComplete { restore: Some((name, s)) }) => {
