@@ -384,3 +384,35 @@ fn a_client_that_sets_search_path_is_left_alone() {
     assert_eq!(first_column(&run_ok(&mut plain, sql)), ["public"]);
     assert_eq!(prepared_stats(lane.port)["rewrites"], rewrites + 1, "only the plain client's query");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres_query_typed_runs_on_shared_statements() {
+    use tokio_postgres::types::Type;
+    let db = "autoprep_typed";
+    own_database(db);
+    postgres().psql_db(db, &format!("CREATE TABLE q (a int, b text); INSERT INTO q SELECT i, 'row ' || i FROM generate_series(1, 100) i; ALTER TABLE q OWNER TO {USER}"));
+    let lane = pglane(2, db);
+    let port = lane.port;
+    let before = prepared_stats(port);
+    // query_typed sends Parse "" / Bind / Describe statement "" / Execute / Sync.
+    let mut tasks = Vec::new();
+    for client in 0..4i32 {
+        tasks.push(tokio::spawn(async move {
+            let c = common::connect(port, USER, "", "app").await;
+            for i in 1..=25i32 {
+                let a = client * 25 + i;
+                let rows = c.query_typed("SELECT b, a FROM q WHERE a = $1", &[(&a, Type::INT4)]).await.unwrap();
+                assert_eq!(rows.len(), 1);
+                assert_eq!(rows[0].get::<_, String>(0), format!("row {a}"));
+                assert_eq!(rows[0].get::<_, i32>(1), a);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let after = prepared_stats(port);
+    assert_eq!(after["unnamed_mapped"] - before["unnamed_mapped"], 100, "{after:?}");
+    assert!(after["server_parses"] - before["server_parses"] <= 4, "once per server connection, at most: {after:?}");
+    assert!(after["describes_answered"] > before["describes_answered"], "{after:?}");
+}
