@@ -492,8 +492,12 @@ impl Exchange {
             ));
             return false;
         }
-        if statement.validated.get() {
+        if statement.validated.get() || st.server.has(statement.id) {
             // Known good: prepared on this server connection when first used.
+            // Or its Parse is on its way to this connection already (the
+            // same text under two names in one pipeline): a second Parse
+            // under the server name would fail, and if the first fails, the
+            // server skips this answer's place up to Sync, and so does pglane.
             st.registry.count(|s| s.parses_answered += 1);
             self.due.push_back(Due::Local(Local::ParseComplete { client_name: name.to_owned(), statement: statement.id }));
             return false;
@@ -1118,6 +1122,27 @@ mod tests {
         assert!(sides.registry.shapes.is_empty(), "validated during the DDL's transaction: dropped");
         let new = sides.validate("SELECT 1");
         assert_ne!(old.server_name, new.server_name, "prepared afresh under a new name");
+    }
+
+    #[test]
+    fn two_names_for_one_new_text_in_one_pipeline_prepare_it_once() {
+        // Parse S_1 and S_2 of the same text before the server answered the
+        // first: a second Parse under the same server name would fail (42P05).
+        let mut sides = Sides::new();
+        let mut ex = Exchange::default();
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, "S_1", "SELECT 1", &[]);
+        frontend::parse(&mut p, "S_2", "SELECT 1", &[]);
+        frontend::sync(&mut p);
+        let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+        let mut rest = p;
+        while let Some(m) = split_message(&mut rest, 1 << 20).unwrap() {
+            ex.from_client(m.tag, &whole(m.tag, &m.body), &mut sides.st(), &mut to_server, &mut to_client);
+        }
+        assert_eq!(tags(&messages(to_server)), "PS");
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "11Z", "both Parses answered, in order");
+        assert!(sides.client.get("S_1").is_some() && sides.client.get("S_2").is_some());
     }
 
     #[test]
