@@ -416,3 +416,40 @@ async fn tokio_postgres_query_typed_runs_on_shared_statements() {
     assert!(after["server_parses"] - before["server_parses"] <= 4, "once per server connection, at most: {after:?}");
     assert!(after["describes_answered"] > before["describes_answered"], "{after:?}");
 }
+
+#[test]
+fn rewritten_statements_keep_their_transaction_blocks() {
+    let db = "autoprep_tx";
+    own_database(db);
+    let pg = postgres();
+    pg.psql_db(db, &format!("CREATE TABLE w (a int PRIMARY KEY, b text); ALTER TABLE w OWNER TO {USER}"));
+    let lane = pglane(2, db);
+    let mut client = RawClient::login(lane.port, USER, "app");
+    let statements = ["INSERT INTO w VALUES (1, 'x')", "UPDATE w SET b = 'y' WHERE a = 1", "DELETE FROM w WHERE a = 1"];
+    // Validate the three shapes (the rows they touch are gone again at the end).
+    for sql in statements {
+        run_ok(&mut client, sql);
+    }
+    wait_for_validations(lane.port);
+    let rewrites = prepared_stats(lane.port)["rewrites"];
+
+    // Committed: both rows stay; the Syncs of the rewrites do not end the block.
+    run_ok(&mut client, "BEGIN");
+    run_ok(&mut client, "INSERT INTO w VALUES (10, 'x')");
+    run_ok(&mut client, "INSERT INTO w VALUES (11, 'x')");
+    run_ok(&mut client, "UPDATE w SET b = 'z' WHERE a = 11");
+    let in_block = query(&mut client, "INSERT INTO w VALUES (12, 'x')");
+    assert_eq!(in_block.last().map(|m| m.body.to_vec()), Some(b"T".to_vec()), "still in the block");
+    run_ok(&mut client, "COMMIT");
+    // Failed: a unique violation in a rewritten INSERT aborts the block, as it would directly.
+    run_ok(&mut client, "BEGIN");
+    run_ok(&mut client, "DELETE FROM w WHERE a = 12");
+    let violation = query(&mut client, "INSERT INTO w VALUES (10, 'dup')");
+    assert_eq!(error_code(&violation).as_deref(), Some("23505"));
+    assert_eq!(violation.last().map(|m| m.body.to_vec()), Some(b"E".to_vec()));
+    let ignored = query(&mut client, "UPDATE w SET b = 'never' WHERE a = 10");
+    assert_eq!(error_code(&ignored).as_deref(), Some("25P02"));
+    run_ok(&mut client, "ROLLBACK");
+    assert!(prepared_stats(lane.port)["rewrites"] >= rewrites + 6, "these ran rewritten");
+    assert_eq!(pg.psql_db(db, "SELECT string_agg(a || b, ',' ORDER BY a) FROM w"), "10x,11z,12x");
+}
