@@ -117,7 +117,16 @@ impl Registry {
     /// Forgets a statement whose Parse failed, unless a client still holds it.
     pub fn forget_failed(&self, statement: &Rc<Statement>) {
         if !statement.validated.get() && Rc::strong_count(statement) <= 2 {
-            self.by_key.borrow_mut().remove(&statement.key);
+            self.remove_if_current(statement);
+        }
+    }
+
+    /// Removes `statement` from the map unless another statement took its
+    /// key since (it was retired, and its text registered again).
+    fn remove_if_current(&self, statement: &Rc<Statement>) {
+        let mut map = self.by_key.borrow_mut();
+        if map.get(&statement.key).is_some_and(|s| Rc::ptr_eq(s, statement)) {
+            map.remove(&statement.key);
         }
     }
 
@@ -125,10 +134,7 @@ impl Registry {
     /// changed a result type): later Parses of the text get a new statement,
     /// prepared afresh everywhere, as a direct connection's new PREPARE would.
     pub fn retire(&self, statement: &Rc<Statement>) {
-        let mut map = self.by_key.borrow_mut();
-        if map.get(&statement.key).is_some_and(|s| Rc::ptr_eq(s, statement)) {
-            map.remove(&statement.key);
-        }
+        self.remove_if_current(statement);
         statement.description.borrow_mut().take();
     }
 
@@ -348,6 +354,16 @@ mod tests {
         let new = r.register(b"select * from t");
         assert_ne!(old.id, new.id);
         r.retire(&old); // retiring again does not touch the new one
+        assert!(Rc::ptr_eq(&new, &r.register(b"select * from t")));
+    }
+
+    #[test]
+    fn a_failed_parse_of_a_retired_statement_leaves_its_successor() {
+        let r = Registry::new(0, 10);
+        let old = r.register(b"select * from t");
+        r.schema_changed();
+        let new = r.register(b"select * from t");
+        r.forget_failed(&old);
         assert!(Rc::ptr_eq(&new, &r.register(b"select * from t")));
     }
 
