@@ -453,3 +453,39 @@ fn rewritten_statements_keep_their_transaction_blocks() {
     assert!(prepared_stats(lane.port)["rewrites"] >= rewrites + 6, "these ran rewritten");
     assert_eq!(pg.psql_db(db, "SELECT string_agg(a || b, ',' ORDER BY a) FROM w"), "10x,11z,12x");
 }
+
+#[test]
+fn pgbench_simple_and_extended_run_rewritten_with_no_failures() {
+    let db = "autoprep_bench";
+    own_database(db);
+    let pg = postgres();
+    let pgbench = |port: u16, args: &[&str]| {
+        let out = std::process::Command::new("pgbench")
+            .args(args)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", USER])
+            .output()
+            .expect("pgbench runs");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    pgbench(pg.port, &["-i", "-q", "-s", "1", db]);
+    let lane = pglane(4, db);
+    for mode in ["simple", "extended"] {
+        let before = prepared_stats(lane.port);
+        let out = pgbench(lane.port, &["-n", "-S", "-M", mode, "-c", "8", "-j", "2", "-T", "3", "app"]);
+        assert!(out.contains("number of failed transactions: 0 (0.000%)"), "{out}");
+        let processed: u64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+            .and_then(|n| n.split('/').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"));
+        let after = prepared_stats(lane.port);
+        let (column, least) = match mode {
+            // All but the queries sent before the shape's validation.
+            "simple" => ("rewrites", processed * 95 / 100),
+            _ => ("unnamed_mapped", processed),
+        };
+        assert!(after[column] - before[column] >= least, "{mode}: {processed} transactions, {after:?}");
+    }
+}

@@ -4,9 +4,12 @@
 //! One task per pool, started by a session of the pool when auto-prepare is
 //! on. It takes jobs from the pool's shape queue (`prepare::auto`), runs the
 //! parser checks (`prepare::shape::validate`), then borrows an idle server
-//! connection of the pool (never one a client holds, never a new one, never
-//! by waiting in the clients' queue), Parses and Describes the original and
-//! the rewritten text there (Parse runs nothing), and gives it back. A rewrite is cached only if the server prepares it with
+//! connection of the pool (never one a client holds), Parses and Describes
+//! the original and the rewritten text there (Parse runs nothing), and gives
+//! it back. A saturated pool hands connections from client to client without
+//! their ever being idle: if none is idle within [`IDLE_WAIT`], the
+//! validator takes its turn in the pool's queue like a client, which delays
+//! the clients queued behind it by one short round trip, once per shape. A rewrite is cached only if the server prepares it with
 //! the same result columns as the original (names, type OIDs, typmods, and
 //! where they come from) and with the parameter types the shape declares.
 //! When no connection is free in time, or the original itself fails (a
@@ -29,10 +32,14 @@ use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::{frontend, names};
 use crate::server::{Described, ServerError};
 
-/// How often, and how many times, the validator looks for an idle server
-/// connection before it gives the shape up for [`RETRY_AFTER`].
+/// How often, and for how long, the validator looks for an idle server
+/// connection before it queues for one.
 const IDLE_POLL: Duration = Duration::from_millis(5);
-const IDLE_POLLS: u32 = 200;
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// How long the validator waits in the pool's queue before it gives the
+/// shape up for [`RETRY_AFTER`].
+const CHECKOUT_WAIT: Duration = Duration::from_secs(1);
 
 /// How long one side check may take before its connection is closed.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -69,7 +76,7 @@ async fn validate(pool: &Rc<Pool>, job: &Job) -> Decision {
         Ok(rewrite) => rewrite,
         Err(reason) => return failed(pool, reason),
     };
-    let Some(mut lease) = idle_connection(pool).await else {
+    let Some(mut lease) = side_connection(pool).await else {
         return Decision::RetryAfter(Instant::now() + RETRY_AFTER);
     };
     let checked = crate::runtime::with_timeout(CHECK_TIMEOUT, side_check(&mut lease, job, &rewrite)).await;
@@ -87,15 +94,17 @@ async fn validate(pool: &Rc<Pool>, job: &Job) -> Decision {
     }
 }
 
-/// An idle connection of the pool, looked for a few times.
-async fn idle_connection(pool: &Rc<Pool>) -> Option<Lease> {
-    for _ in 0..IDLE_POLLS {
+/// A connection of the pool: an idle one if one is free within
+/// [`IDLE_WAIT`], else the next one the pool's queue gives out.
+async fn side_connection(pool: &Rc<Pool>) -> Option<Lease> {
+    let started = Instant::now();
+    while started.elapsed() < IDLE_WAIT {
         if let Some(lease) = pool.try_idle() {
             return Some(lease);
         }
         glommio::timer::sleep(IDLE_POLL).await;
     }
-    None
+    pool.checkout(CHECKOUT_WAIT).await.ok()
 }
 
 fn failed(pool: &Pool, reason: Reason) -> Decision {
