@@ -489,3 +489,32 @@ fn pgbench_simple_and_extended_run_rewritten_with_no_failures() {
         assert!(after[column] - before[column] >= least, "{mode}: {processed} transactions, {after:?}");
     }
 }
+
+#[test]
+fn a_plan_made_stale_behind_pglanes_back_is_run_again_as_the_plain_query() {
+    let db = "autoprep_stale";
+    own_database(db);
+    let pg = postgres();
+    pg.psql_db(db, &format!("CREATE TABLE st (a int); INSERT INTO st VALUES (1); ALTER TABLE st OWNER TO {USER}"));
+    // One server connection: the statement the client's queries run is
+    // prepared on it, and stays there when the table changes.
+    let lane = pglane(1, db);
+    let mut client = RawClient::login(lane.port, USER, "app");
+    let sql = "SELECT * FROM st WHERE a = 1";
+    warm(&lane, &mut client, sql);
+    // DDL pglane does not see: the statement's result type changes.
+    pg.psql_db(db, "ALTER TABLE st ADD COLUMN b text DEFAULT 'b'");
+    let before = prepared_stats(lane.port);
+    let through = run_ok(&mut client, sql);
+    let mut direct = RawClient::login(pg.port, USER, db);
+    let want = run_ok(&mut direct, sql);
+    assert_eq!(
+        through.iter().map(comparable).collect::<Vec<_>>(),
+        want.iter().map(comparable).collect::<Vec<_>>(),
+        "no 0A000, the new column"
+    );
+    let after = prepared_stats(lane.port);
+    assert_eq!(after["reruns"], before["reruns"] + 1, "{after:?}");
+    assert_eq!(after["rewrites"], before["rewrites"] + 1, "{after:?}");
+    assert_eq!(after["shapes"], 0, "the shapes are validated again: {after:?}");
+}

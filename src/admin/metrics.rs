@@ -102,6 +102,7 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family("pglane_auto_prepare_pass_throughs_total", "counter", "Simple queries passed through unchanged with auto-prepare on.", per_shard(&|s| s.prepare.pass_throughs));
     family("pglane_auto_prepare_validations_total", "counter", "Query shapes checked on a side connection.", per_shard(&|s| s.prepare.validations));
     family("pglane_auto_prepare_validation_failures_total", "counter", "Query shapes found not rewritable.", per_shard(&|s| s.prepare.validation_failures));
+    family("pglane_auto_prepare_reruns_total", "counter", "Rewritten queries with a stale plan run again as plain queries.", per_shard(&|s| s.prepare.reruns));
     family("pglane_auto_prepare_unnamed_mapped_total", "counter", "Unnamed statements run as a shared named statement.", per_shard(&|s| s.prepare.unnamed_mapped));
     out
 }

@@ -301,7 +301,7 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
         ("shard", INT4), ("statements", INT4), ("client_parses", NUMERIC), ("server_parses", NUMERIC),
         ("parses_answered", NUMERIC), ("describes_answered", NUMERIC), ("evictions", NUMERIC),
         ("shapes", INT4), ("rewrites", NUMERIC), ("pass_throughs", NUMERIC), ("validations", NUMERIC),
-        ("validation_failures", NUMERIC), ("unnamed_mapped", NUMERIC),
+        ("validation_failures", NUMERIC), ("unnamed_mapped", NUMERIC), ("reruns", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -310,7 +310,7 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
         t.push(vec![
             s(sh.shard), s(sh.statements), s(p.client_parses), s(p.server_parses), s(p.parses_answered),
             s(p.describes_answered), s(p.evictions), s(p.shapes), s(p.rewrites), s(p.pass_throughs),
-            s(p.validations), s(p.validation_failures), s(p.unnamed_mapped),
+            s(p.validations), s(p.validation_failures), s(p.unnamed_mapped), s(p.reruns),
         ]);
     }
     t

@@ -38,7 +38,9 @@
 //!   per server connection;
 //! - DDL (a CREATE, ALTER or DROP command tag, again when its transaction
 //!   ends) and a stale plan make every shape validate again and every
-//!   statement prepare afresh.
+//!   statement prepare afresh. A rewritten query whose Bind finds its plan
+//!   stale outside a transaction block ran nothing: its error is dropped and
+//!   the plain query is sent instead ([`Exchange::take_for_server`]).
 //!
 //! A client that mentions search_path in a query gets no auto-prepare from
 //! then on: its names may resolve differently from the shapes validated
@@ -131,6 +133,24 @@ pub struct Exchange {
     auto: Option<AutoPrepare>,
     /// The registry statement this client's unnamed statement is (auto-prepare).
     unnamed: Option<Rc<Statement>>,
+    /// Messages for the server that a server message caused (a rewritten
+    /// query run again as it was); see [`Exchange::take_for_server`].
+    for_server: BytesMut,
+}
+
+/// A rewritten simple query the server has not finished.
+#[derive(Debug)]
+struct Running {
+    sql: String,
+    options: LexOptions,
+    /// It started outside a transaction block: if its Bind finds the plan
+    /// stale (DDL pglane did not see), nothing has run and the client has
+    /// seen nothing, so it can run again as the plain query.
+    may_rerun: bool,
+    /// Its Bind found the plan stale: the ErrorResponse, held back. At its
+    /// ReadyForQuery, if nothing else of the client's is in flight, both are
+    /// dropped and the plain query is sent instead; else the error goes out.
+    stale: Option<Vec<u8>>,
 }
 
 /// One client's auto-prepare state, kept from one transaction to the next.
@@ -142,9 +162,9 @@ struct AutoPrepare {
     /// The rewritten text of the query being looked up, and how it was lexed.
     rewritten: String,
     options: LexOptions,
-    /// The texts of the rewritten queries still running, oldest first (to
-    /// map error positions back), and spare buffers for the next ones.
-    running: VecDeque<(String, LexOptions)>,
+    /// The rewritten queries still running, oldest first (to map error
+    /// positions back, or run again), and spare buffers for the next ones.
+    running: VecDeque<Running>,
     spare: Vec<String>,
     /// The client mentioned search_path: no more auto-prepare for it.
     off: bool,
@@ -204,17 +224,17 @@ impl AutoPrepare {
     }
 
     /// A rewritten query was sent: keep its text until its ReadyForQuery.
-    fn running(&mut self, sql: &str) {
+    fn running(&mut self, sql: &str, may_rerun: bool) {
         let mut text = self.spare.pop().unwrap_or_default();
         text.clear();
         text.push_str(sql);
-        self.running.push_back((text, self.options));
+        self.running.push_back(Running { sql: text, options: self.options, may_rerun, stale: None });
     }
 
     /// The oldest rewritten query got its ReadyForQuery.
     fn finished(&mut self) {
-        if let Some((text, _)) = self.running.pop_front() {
-            self.spare.push(text);
+        if let Some(running) = self.running.pop_front() {
+            self.spare.push(running.sql);
         }
     }
 
@@ -223,7 +243,7 @@ impl AutoPrepare {
     /// [`original_error_fields`]). Returns false, writing nothing, if the
     /// error needs no change.
     fn map_error(&mut self, body: &[u8], to_client: &mut BytesMut) -> bool {
-        let Some((sql, options)) = self.running.front() else { return false };
+        let Some(Running { sql, options, .. }) = self.running.front() else { return false };
         let Ok(fields) = backend::error_field_list(body) else { return false };
         if self.lexed.lex(sql, *options).is_err() {
             return false;
@@ -264,6 +284,14 @@ fn original_error_fields(fields: &[(u8, &[u8])], lexed: &Lexed, sql: &str) -> Op
         })
         .collect();
     changed.then_some(mapped)
+}
+
+/// "cached plan must not change result type": SQLSTATE 0A000 raised by the
+/// plan cache's revalidation (pgjdbc's test, `willHealViaReparse`).
+fn is_stale_plan(body: &[u8]) -> bool {
+    let Ok(fields) = backend::error_field_list(body) else { return false };
+    let field = |code| fields.iter().find(|(c, _)| *c == code).map(|(_, v)| *v);
+    field(b'C') == Some(b"0A000") && matches!(field(b'R'), Some(b"RevalidateCachedQuery" | b"RevalidateCachedPlan"))
 }
 
 /// `n` if an error's context is exactly PostgreSQL's line for an input error
@@ -575,7 +603,7 @@ impl Exchange {
         frontend::describe(to_server, Target::Portal, "");
         frontend::execute(to_server, "", 0);
         frontend::sync(to_server);
-        auto.running(sql);
+        auto.running(sql, self.tracker.status() == backend::TransactionStatus::Idle);
         st.registry.count(|c| c.rewrites += 1);
         self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement) }, forward: false });
         self.expect(Request::QueryDescribe);
@@ -696,8 +724,16 @@ impl Exchange {
             backend::ERROR_RESPONSE => {
                 self.pending_change = None;
                 if self.answers_rewritten_query() {
+                    let at_bind = matches!(self.due.front(), Some(Due::Server { request: Request::Bind { .. }, .. }));
                     if let Some(auto) = self.auto.as_mut() {
-                        forward = !auto.map_error(body, to_client);
+                        let stale = at_bind && is_stale_plan(body);
+                        match auto.running.front_mut() {
+                            Some(running) if stale && running.may_rerun => {
+                                running.stale = Some(body.to_vec());
+                                forward = false;
+                            }
+                            _ => forward = !auto.map_error(body, to_client),
+                        }
                     }
                 }
                 self.server_error(body, st)
@@ -763,6 +799,28 @@ impl Exchange {
                     match due {
                         Due::Server { request: Request::Sync { rewritten }, .. } => {
                             if let Some(auto) = self.auto.as_mut().filter(|_| rewritten) {
+                                let stale = auto.running.front_mut().and_then(|r| r.stale.take());
+                                match stale {
+                                    Some(_) if self.due.is_empty() => {
+                                        // The client gets the plain query's answer instead.
+                                        if let Some(running) = auto.running.front() {
+                                            frontend::query(&mut self.for_server, &running.sql);
+                                        }
+                                        self.tracker.client_sent(frontend::QUERY);
+                                        self.due.push_back(Due::Server { request: Request::Query, forward: true });
+                                        forward = false;
+                                        st.registry.count(|c| c.reruns += 1);
+                                    }
+                                    Some(error) => {
+                                        // Other requests followed it: too late to run it again.
+                                        if !auto.map_error(&error, to_client) {
+                                            if let Ok(fields) = backend::error_field_list(&error) {
+                                                backend::put_error_field_list(to_client, backend::ERROR_RESPONSE, &fields);
+                                            }
+                                        }
+                                    }
+                                    None => {}
+                                }
                                 auto.finished();
                             }
                             break;
@@ -803,6 +861,17 @@ impl Exchange {
             if client_told {
                 st.client_settings.set(&name, Value::Reported(value));
             }
+        }
+    }
+
+    /// Moves what a server message made pglane send back to the server (a
+    /// rewritten query whose plan went stale, run again as it was) into
+    /// `to_server`. The relay calls it after handing server messages to
+    /// [`Exchange::from_server`]; until then the exchange is not quiet.
+    pub fn take_for_server(&mut self, to_server: &mut BytesMut) {
+        if !self.for_server.is_empty() {
+            to_server.extend_from_slice(&self.for_server);
+            self.for_server.clear();
         }
     }
 
@@ -1143,6 +1212,44 @@ mod tests {
         let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")]);
         assert_eq!(tags(&got), "11Z", "both Parses answered, in order");
         assert!(sides.client.get("S_1").is_some() && sides.client.get("S_2").is_some());
+    }
+
+    const STALE: &[u8] = b"SERROR\0C0A000\0Mcached plan must not change result type\0RRevalidateCachedQuery\0\0";
+
+    #[test]
+    fn a_stale_plan_outside_a_transaction_runs_the_query_again_as_it_was() {
+        let mut sides = Sides::new();
+        sides.validate("SELECT * FROM t WHERE a = 1");
+        let mut ex = Exchange::new(Some(1));
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT * FROM t WHERE a = 1")), "PBDES");
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'E', STALE), (b'Z', b"I")]);
+        assert!(got.is_empty(), "the client sees nothing of it: {got:?}");
+        assert!(!ex.is_quiet(), "the plain query is owed");
+        let mut resend = BytesMut::new();
+        ex.take_for_server(&mut resend);
+        let resend = messages(resend);
+        assert_eq!(tags(&resend), "Q");
+        assert_eq!(frontend::decode_query(&resend[0].1).unwrap(), "SELECT * FROM t WHERE a = 1");
+        let got = reply(&mut ex, &mut sides, &[(b'T', b"\0\0"), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "TCZ");
+        assert!(ex.is_releasable());
+        assert_eq!(sides.registry.stats().reruns, 1);
+        assert!(sides.registry.shapes.is_empty(), "a stale plan clears the shapes");
+    }
+
+    #[test]
+    fn a_stale_plan_in_a_transaction_block_is_the_clients_error() {
+        let mut sides = Sides::new();
+        sides.validate("SELECT * FROM t WHERE a = 1");
+        let mut ex = Exchange::new(Some(1));
+        query(&mut ex, &mut sides, "BEGIN");
+        reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+        query(&mut ex, &mut sides, "SELECT * FROM t WHERE a = 1");
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'E', STALE), (b'Z', b"E")]);
+        assert_eq!(tags(&got), "EZ");
+        let mut resend = BytesMut::new();
+        ex.take_for_server(&mut resend);
+        assert!(resend.is_empty());
     }
 
     #[test]

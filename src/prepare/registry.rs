@@ -52,6 +52,9 @@ pub struct PrepareStats {
     pub validation_failures: u64,
     /// Unnamed statements (Parse "") run as a named statement of the registry.
     pub unnamed_mapped: u64,
+    /// Rewritten queries whose plan went stale (DDL pglane did not see), run
+    /// again as plain queries without the client seeing the error.
+    pub reruns: u64,
 }
 
 impl PrepareStats {
@@ -67,6 +70,7 @@ impl PrepareStats {
         self.validations += o.validations;
         self.validation_failures += o.validation_failures;
         self.unnamed_mapped += o.unnamed_mapped;
+        self.reruns += o.reruns;
     }
 }
 
