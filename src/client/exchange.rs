@@ -240,18 +240,21 @@ impl AutoPrepare {
 
     /// Writes the server's ErrorResponse `body` for the oldest running
     /// rewritten query as the client's simple query would have got it (see
-    /// [`original_error_fields`]). Returns false, writing nothing, if the
-    /// error needs no change.
-    fn map_error(&mut self, body: &[u8], to_client: &mut BytesMut) -> bool {
-        let Some(Running { sql, options, .. }) = self.running.front() else { return false };
-        let Ok(fields) = backend::error_field_list(body) else { return false };
-        if self.lexed.lex(sql, *options).is_err() {
-            return false;
+    /// [`original_error_fields`]), or unchanged if nothing in it points at
+    /// the rewritten text.
+    fn write_error(&mut self, body: &[u8], to_client: &mut BytesMut) {
+        let mapped = self.running.front().and_then(|Running { sql, options, .. }| {
+            let fields = backend::error_field_list(body).ok()?;
+            self.lexed.lex(sql, *options).ok()?;
+            original_error_fields(&fields, &self.lexed, sql)
+        });
+        match mapped {
+            Some(mapped) => {
+                let mapped: Vec<(u8, &[u8])> = mapped.iter().map(|(code, value)| (*code, value.as_slice())).collect();
+                backend::put_error_field_list(to_client, backend::ERROR_RESPONSE, &mapped);
+            }
+            None => crate::protocol::put_message(to_client, backend::ERROR_RESPONSE, |b| b.extend_from_slice(body)),
         }
-        let Some(mapped) = original_error_fields(&fields, &self.lexed, sql) else { return false };
-        let mapped: Vec<(u8, &[u8])> = mapped.iter().map(|(code, value)| (*code, value.as_slice())).collect();
-        backend::put_error_field_list(to_client, backend::ERROR_RESPONSE, &mapped);
-        true
     }
 }
 
@@ -728,12 +731,10 @@ impl Exchange {
                     if let Some(auto) = self.auto.as_mut() {
                         let stale = at_bind && is_stale_plan(body);
                         match auto.running.front_mut() {
-                            Some(running) if stale && running.may_rerun => {
-                                running.stale = Some(body.to_vec());
-                                forward = false;
-                            }
-                            _ => forward = !auto.map_error(body, to_client),
+                            Some(running) if stale && running.may_rerun => running.stale = Some(body.to_vec()),
+                            _ => auto.write_error(body, to_client),
                         }
+                        forward = false;
                     }
                 }
                 self.server_error(body, st)
@@ -798,30 +799,8 @@ impl Exchange {
                 while let Some(due) = self.due.pop_front() {
                     match due {
                         Due::Server { request: Request::Sync { rewritten }, .. } => {
-                            if let Some(auto) = self.auto.as_mut().filter(|_| rewritten) {
-                                let stale = auto.running.front_mut().and_then(|r| r.stale.take());
-                                match stale {
-                                    Some(_) if self.due.is_empty() => {
-                                        // The client gets the plain query's answer instead.
-                                        if let Some(running) = auto.running.front() {
-                                            frontend::query(&mut self.for_server, &running.sql);
-                                        }
-                                        self.tracker.client_sent(frontend::QUERY);
-                                        self.due.push_back(Due::Server { request: Request::Query, forward: true });
-                                        forward = false;
-                                        st.registry.count(|c| c.reruns += 1);
-                                    }
-                                    Some(error) => {
-                                        // Other requests followed it: too late to run it again.
-                                        if !auto.map_error(&error, to_client) {
-                                            if let Ok(fields) = backend::error_field_list(&error) {
-                                                backend::put_error_field_list(to_client, backend::ERROR_RESPONSE, &fields);
-                                            }
-                                        }
-                                    }
-                                    None => {}
-                                }
-                                auto.finished();
+                            if rewritten {
+                                forward = self.rewritten_query_ended(st, to_client);
                             }
                             break;
                         }
@@ -873,6 +852,33 @@ impl Exchange {
             to_server.extend_from_slice(&self.for_server);
             self.for_server.clear();
         }
+    }
+
+    /// The ReadyForQuery of the oldest rewritten query arrived. Returns
+    /// whether the client gets it: not when its plan was stale and it runs
+    /// again as the plain query.
+    fn rewritten_query_ended(&mut self, st: &mut Statements<'_>, to_client: &mut BytesMut) -> bool {
+        let Some(auto) = self.auto.as_mut() else { return true };
+        let stale = auto.running.front_mut().and_then(|r| r.stale.take());
+        let forward = match stale {
+            None => true,
+            Some(_) if self.due.is_empty() => {
+                if let Some(running) = auto.running.front() {
+                    frontend::query(&mut self.for_server, &running.sql);
+                }
+                self.tracker.client_sent(frontend::QUERY);
+                self.due.push_back(Due::Server { request: Request::Query, forward: true });
+                st.registry.count(|c| c.reruns += 1);
+                false
+            }
+            // Other requests followed it: too late to run it again.
+            Some(error) => {
+                auto.write_error(&error, to_client);
+                true
+            }
+        };
+        auto.finished();
+        forward
     }
 
     /// Whether the server's next reply belongs to a rewritten simple query.
