@@ -518,3 +518,27 @@ fn a_plan_made_stale_behind_pglanes_back_is_run_again_as_the_plain_query() {
     assert_eq!(after["rewrites"], before["rewrites"] + 1, "{after:?}");
     assert_eq!(after["shapes"], 0, "the shapes are validated again: {after:?}");
 }
+
+#[test]
+fn a_literal_the_parser_refuses_does_not_condemn_its_shape() {
+    let db = "autoprep_spelling";
+    own_database(db);
+    let lane = pglane(2, db);
+    let mut client = RawClient::login(lane.port, USER, "app");
+    // PostgreSQL 15 takes a comment between continued strings, pg_query does
+    // not: this query passes through ...
+    let odd = "SELECT 'con' -- a comment\n'tinued'";
+    assert_eq!(first_column(&run_ok(&mut client, odd)), ["continued"]);
+    let stats = wait_for_validations(lane.port);
+    assert_eq!(stats["validation_failures"], 1, "{stats:?}");
+    assert_eq!(first_column(&run_ok(&mut client, odd)), ["continued"]);
+    // ... but "SELECT $1" is a fine shape: after a while another query of it is checked.
+    std::thread::sleep(Duration::from_millis(1100));
+    let plain = "SELECT 'plain'";
+    let rewrites = prepared_stats(lane.port)["rewrites"];
+    assert_eq!(first_column(&warm(&lane, &mut client, plain)), ["plain"]);
+    assert_eq!(prepared_stats(lane.port)["rewrites"], rewrites + 1, "rewritten once validated");
+    // The odd spelling is now that shape's too, with the lexer's value for its literal.
+    assert_eq!(first_column(&run_ok(&mut client, odd)), ["continued"]);
+    assert_eq!(prepared_stats(lane.port)["rewrites"], rewrites + 2);
+}

@@ -12,9 +12,10 @@
 //! the clients queued behind it by one short round trip, once per shape. A rewrite is cached only if the server prepares it with
 //! the same result columns as the original (names, type OIDs, typmods, and
 //! where they come from) and with the parameter types the shape declares.
-//! When no connection is free in time, or the original itself fails (a
-//! missing table), the shape is tried again later; its queries pass through
-//! meanwhile. The task holds its pool only while it works on a job, so a
+//! When no connection is free in time, the original itself fails (a missing
+//! table), or the parser refuses how this query spells a literal, the shape
+//! is tried again later with another of its queries; its queries pass
+//! through meanwhile. The task holds its pool only while it works on a job, so a
 //! dropped pool ends it.
 
 use std::rc::{Rc, Weak};
@@ -107,8 +108,13 @@ async fn side_connection(pool: &Rc<Pool>) -> Option<Lease> {
     pool.checkout(CHECKOUT_WAIT).await.ok()
 }
 
+/// A shape refused: for good, unless the reason is in this query's literals
+/// (then another query of the shape is checked after [`RETRY_AFTER`]).
 fn failed(pool: &Pool, reason: Reason) -> Decision {
     pool.registry.count(|c| c.validation_failures += 1);
+    if reason.is_about_the_literals() {
+        return Decision::RetryAfter(Instant::now() + RETRY_AFTER);
+    }
     Decision::PassThrough(reason)
 }
 

@@ -150,6 +150,16 @@ impl Reason {
         Reason::ResultMismatch,
     ];
 
+    /// Whether the reason lies in how this query spells its literals rather
+    /// than in its shape: another query of the same shape (same rewritten
+    /// text and parameter types) may still be rewritten. pg_query refuses
+    /// some literal spellings PostgreSQL 15 takes (a comment between
+    /// continued strings), and the lexer and parser may disagree on one
+    /// literal's value.
+    pub fn is_about_the_literals(self) -> bool {
+        matches!(self, Reason::Syntax | Reason::ConstantMismatch | Reason::ValueMismatch)
+    }
+
     /// A stable label for stats and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
