@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use common::{postgres, Pglane};
 use corpus::{Corpus, Expect, CORPUS};
+use pglane::prepare::shape::Reason;
 use pglane::protocol::backend;
 use pglane::protocol::frame::Message;
 use pglane::protocol::frontend::{self, Target};
@@ -164,6 +165,8 @@ fn the_corpus_answers_byte_for_byte_as_a_direct_connection() {
     let validated = wait_for_validations(lane.port);
     assert!(validated["shapes"] >= 250, "{validated:?}");
 
+    let literal_reasons: Vec<&str> =
+        Reason::ALL.iter().filter(|r| r.is_about_the_literals()).map(|r| r.as_str()).collect();
     let mut failures = String::new();
     let (mut rewritten, mut errors) = (0, 0);
     let mut not_rewritten = Vec::new();
@@ -176,6 +179,10 @@ fn the_corpus_answers_byte_for_byte_as_a_direct_connection() {
             let _ = writeln!(failures, "\n{sql}\n  rewritten: {was_rewritten}\n  direct {}\n  pglane {}", describe(&want), describe(&through));
         }
         match (expect, was_rewritten) {
+            // Refused for how it spells a literal: another query of its shape
+            // may have been validated, and then it runs as that shape (its
+            // answer is still compared above).
+            (Expect::Pass(reason), true) if literal_reasons.contains(&reason.as_str()) => {}
             (Expect::Pass(reason), true) => {
                 let _ = writeln!(failures, "\n{sql}\n  expected to pass through ({reason}), was rewritten");
             }
