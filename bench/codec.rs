@@ -7,7 +7,12 @@ use bytes::BytesMut;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pglane::client::exchange::{Exchange, Statements};
 use pglane::client::settings::Settings;
+use pglane::prepare::auto::{Decision, Job};
+use pglane::prepare::lexer::{LexOptions, Lexed};
 use pglane::prepare::{ClientStatements, Registry, ServerStatements};
+use pglane::protocol::frame::HEADER_LEN;
+use pglane::protocol::names;
+use std::task::{Context, Poll, Waker};
 use pglane::protocol::backend::{self, FieldDescription, TransactionStatus};
 use pglane::protocol::frame::{split_message, Scanner};
 use pglane::protocol::frontend;
@@ -85,7 +90,70 @@ fn codec(c: &mut Criterion) {
             to_client.clear();
         })
     });
+
+    // The same transaction with auto-prepare on and the shape validated: the
+    // Query is lexed, looked up and sent as Bind/Describe/Execute/Sync; the
+    // reply comes back with BindComplete, which the client never sees.
+    let registry = Registry::new(0, 100);
+    validate(&registry, SELECT);
+    let mut exchange = Exchange::new(Some(1));
+    let mut prepared_reply = BytesMut::new();
+    backend::bind_complete(&mut prepared_reply);
+    prepared_reply.extend_from_slice(&reply);
+    let mut prepared_messages = Vec::new();
+    let mut r = prepared_reply;
+    while let Some(m) = split_message(&mut r, 1 << 20).unwrap() {
+        let mut whole = vec![m.tag];
+        whole.extend_from_slice(&((m.body.len() + 4) as i32).to_be_bytes());
+        whole.extend_from_slice(&m.body);
+        prepared_messages.push((m.tag, whole));
+    }
+    // A fresh server connection: the first run also sends the Parse, whose
+    // ParseComplete is fed back once.
+    server = ServerStatements::new(100);
+    let mut first = true;
+    g.bench_function("pgbench -S transaction (simple protocol, auto-prepared)", |b| {
+        b.iter(|| {
+            let mut st = Statements {
+                registry: &registry,
+                client: &mut client,
+                server: &mut server,
+                client_settings: &mut client_settings,
+                server_settings: &mut server_settings,
+            };
+            exchange.from_client(b'Q', &query, &mut st, &mut to_server, &mut to_client);
+            if std::mem::take(&mut first) {
+                let mut parse_complete = BytesMut::new();
+                backend::parse_complete(&mut parse_complete);
+                exchange.from_server(b'1', &parse_complete, &mut st, &mut to_client);
+            }
+            for (tag, m) in &prepared_messages {
+                exchange.from_server(*tag, m, &mut st, &mut to_client);
+            }
+            assert!(exchange.is_releasable());
+            to_server.clear();
+            to_client.clear();
+        })
+    });
+    assert!(registry.stats().rewrites > 0, "the benchmark ran rewritten queries");
     g.finish();
+}
+
+/// Marks `sql`'s shape validated in `registry`, as the validator would.
+fn validate(registry: &Registry, sql: &str) {
+    let mut lexed = Lexed::new();
+    lexed.lex(sql, LexOptions::default()).unwrap();
+    let rewritten = lexed.rewritten(sql);
+    let (hash, types) = (lexed.shape_hash(), lexed.param_types());
+    let job = |epoch| Job { hash, sql: rewritten.as_str().into(), param_types: types.into(), original: sql.into(), options: LexOptions::default(), epoch };
+    registry.shapes.note(job, hash, &rewritten, types, 1);
+    let Poll::Ready(job) = registry.shapes.poll_job(&mut Context::from_waker(Waker::noop())) else { panic!("queued") };
+    let mut parse = BytesMut::new();
+    frontend::parse(&mut parse, "", &rewritten, types);
+    let (_, key) = names::split_parse(&parse[HEADER_LEN..]).unwrap();
+    let statement = registry.register(key);
+    statement.validated.set(true);
+    assert!(registry.shapes.decide(&job, Decision::Rewrite(statement)));
 }
 
 criterion_group!(benches, codec);

@@ -14,6 +14,8 @@
 //! queries must pass through, and why.
 
 mod common;
+#[path = "common/corpus.rs"]
+mod corpus;
 #[path = "common/raw.rs"]
 #[allow(dead_code)]
 mod raw;
@@ -27,64 +29,10 @@ use pglane::prepare::shape::{self, Rewrite, Verdict};
 use pglane::protocol::backend::{self, ErrorFields, FieldDescription};
 use pglane::protocol::frame::Message;
 use pglane::protocol::frontend::{self, Target};
+use corpus::{Corpus, Expect, CORPUS};
 use raw::RawClient;
 
-const CORPUS: &str = include_str!("corpus/auto_prepare.sql");
 const DATABASE: &str = "lexer_corpus";
-
-/// What the corpus says about one query.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Expect {
-    Rewrite,
-    /// The lexer or the validator refuses it, with this reason label.
-    Pass(String),
-    /// The validator accepts it, the side-connection check refuses it.
-    ServerPass,
-}
-
-struct Corpus {
-    setup: Vec<String>,
-    queries: Vec<(String, Expect)>,
-}
-
-impl Corpus {
-    fn parse(text: &str) -> Corpus {
-        let mut corpus = Corpus { setup: Vec::new(), queries: Vec::new() };
-        let mut in_setup = false;
-        let mut expect = Expect::Rewrite;
-        let mut entry: Vec<&str> = Vec::new();
-        let mut flush = |entry: &mut Vec<&str>, in_setup: bool, expect: &mut Expect| {
-            if entry.is_empty() {
-                return;
-            }
-            let sql = entry.join("\n");
-            entry.clear();
-            if in_setup {
-                corpus.setup.push(sql);
-            } else {
-                corpus.queries.push((sql, std::mem::replace(expect, Expect::Rewrite)));
-            }
-        };
-        for line in text.lines() {
-            if let Some(directive) = line.strip_prefix("--!") {
-                flush(&mut entry, in_setup, &mut expect);
-                match directive.trim() {
-                    "setup" => in_setup = true,
-                    "queries" => in_setup = false,
-                    "server-pass" => expect = Expect::ServerPass,
-                    d if d.starts_with("pass ") => expect = Expect::Pass(d["pass ".len()..].trim().to_owned()),
-                    _ => {}
-                }
-            } else if line.trim().is_empty() {
-                flush(&mut entry, in_setup, &mut expect);
-            } else {
-                entry.push(line);
-            }
-        }
-        flush(&mut entry, in_setup, &mut expect);
-        corpus
-    }
-}
 
 /// A server's answer, reduced to what the client sees.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

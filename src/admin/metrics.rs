@@ -97,6 +97,13 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family("pglane_prepared_parses_answered_total", "counter", "Client Parses answered without a server.", per_shard(&|s| s.prepare.parses_answered));
     family("pglane_prepared_describes_answered_total", "counter", "Describes answered from the cache.", per_shard(&|s| s.prepare.describes_answered));
     family("pglane_prepared_evictions_total", "counter", "Statements closed on servers to make room.", per_shard(&|s| s.prepare.evictions));
+    family("pglane_auto_prepare_shapes", "gauge", "Query shapes in the auto-prepare cache.", per_shard(&|s| s.prepare.shapes));
+    family("pglane_auto_prepare_rewrites_total", "counter", "Simple queries run as a prepared statement.", per_shard(&|s| s.prepare.rewrites));
+    family("pglane_auto_prepare_pass_throughs_total", "counter", "Simple queries passed through unchanged with auto-prepare on.", per_shard(&|s| s.prepare.pass_throughs));
+    family("pglane_auto_prepare_validations_total", "counter", "Query shapes checked on a side connection.", per_shard(&|s| s.prepare.validations));
+    family("pglane_auto_prepare_validation_failures_total", "counter", "Query shapes found not rewritable.", per_shard(&|s| s.prepare.validation_failures));
+    family("pglane_auto_prepare_reruns_total", "counter", "Rewritten queries with a stale plan run again as plain queries.", per_shard(&|s| s.prepare.reruns));
+    family("pglane_auto_prepare_unnamed_mapped_total", "counter", "Unnamed statements run as a shared named statement.", per_shard(&|s| s.prepare.unnamed_mapped));
     out
 }
 

@@ -231,6 +231,8 @@ pub fn config_table(config: &Config) -> Table {
         ("server_reset_query", config.server_reset_query.clone(), defaults.as_ref().map(|d| d.server_reset_query.clone()), true),
         ("max_prepared_statements", config.max_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_prepared_statements.to_string()), true),
         ("max_client_prepared_statements", config.max_client_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_client_prepared_statements.to_string()), true),
+        ("auto_prepare", config.auto_prepare.to_string(), defaults.as_ref().map(|d| d.auto_prepare.to_string()), true),
+        ("auto_prepare_after", config.auto_prepare_after.to_string(), defaults.as_ref().map(|d| d.auto_prepare_after.to_string()), true),
         ("admin_users", config.admin_users.join(","), Some(String::new()), true),
         ("stats_users", config.stats_users.join(","), Some(String::new()), true),
         ("cores", config.cores.map(|c| c.to_string()).unwrap_or_default(), Some(String::new()), false),
@@ -299,6 +301,8 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
         ("shard", INT4), ("statements", INT4), ("client_parses", NUMERIC), ("server_parses", NUMERIC),
         ("parses_answered", NUMERIC), ("describes_answered", NUMERIC), ("evictions", NUMERIC),
+        ("shapes", INT4), ("rewrites", NUMERIC), ("pass_throughs", NUMERIC), ("validations", NUMERIC),
+        ("validation_failures", NUMERIC), ("unnamed_mapped", NUMERIC), ("reruns", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -306,7 +310,8 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
         let p = sh.prepare;
         t.push(vec![
             s(sh.shard), s(sh.statements), s(p.client_parses), s(p.server_parses), s(p.parses_answered),
-            s(p.describes_answered), s(p.evictions),
+            s(p.describes_answered), s(p.evictions), s(p.shapes), s(p.rewrites), s(p.pass_throughs),
+            s(p.validations), s(p.validation_failures), s(p.unnamed_mapped), s(p.reruns),
         ]);
     }
     t

@@ -21,16 +21,42 @@
 //!   bookkeeping of what it skipped is undone (a failed Parse prepared nothing).
 //!
 //! Unnamed statements and portals pass through untouched, as does every byte
-//! of a message that is not renamed.
+//! of a message that is not renamed, unless auto-prepare is on:
+//!
+//! - a simple query whose shape the pool validated (`prepare::auto`) runs as
+//!   that shape's named statement: Parse (only if this server connection
+//!   lacks it), Bind with the literals as text parameters, Describe portal,
+//!   Execute, Sync. The client sees a simple query's reply: ParseComplete
+//!   and BindComplete are dropped, NoData too, and an error's cursor
+//!   position is mapped back to the client's text. Only at a Sync boundary
+//!   and outside a failed transaction; other queries pass through, and a
+//!   new shape is queued for validation on a side connection (never
+//!   speculatively here: a failed Parse would abort the client's transaction);
+//! - the unnamed statement (Parse "") is the registry's named statement for
+//!   its text and parameter types, so a client that parses the same text
+//!   again and again (pgjdbc with prepareThreshold=0) has it prepared once
+//!   per server connection;
+//! - DDL (a CREATE, ALTER or DROP command tag, again when its transaction
+//!   ends) and a stale plan make every shape validate again and every
+//!   statement prepare afresh. A rewritten query whose Bind finds its plan
+//!   stale outside a transaction block ran nothing: its error is dropped and
+//!   the plain query is sent instead ([`Exchange::take_for_server`]).
+//!
+//! A client that mentions search_path in a query gets no auto-prepare from
+//! then on: its names may resolve differently from the shapes validated
+//! under the default search_path.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
 use super::pinning::{self, SessionFeature};
 use super::settings::{self, Change, Settings, Value};
 use super::tracker::Tracker;
+use crate::prepare::auto::{Job, Lookup};
+use crate::prepare::lexer::{LexOptions, Lexed};
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
@@ -62,10 +88,14 @@ enum Request {
     Bind { statement: Option<Rc<Statement>> },
     /// `cache` is the statement whose description to remember from the answer.
     Describe { cache: Option<Rc<Statement>> },
+    /// Describe of a rewritten simple query's portal: its RowDescription is
+    /// the client's, its NoData is not.
+    QueryDescribe,
     /// `evicted` names a statement pglane closed to make room.
     Close { evicted: Option<Rc<str>> },
     Execute,
-    Sync,
+    /// `rewritten`: the Sync ending a rewritten simple query.
+    Sync { rewritten: bool },
     Query,
     FunctionCall,
 }
@@ -103,6 +133,214 @@ pub struct Exchange {
     /// The client used session state that cannot follow it to another
     /// server connection: it keeps this one until it leaves (see [`pinning`]).
     pub pinned: Option<SessionFeature>,
+    /// Auto-prepare's state for this client; None when it is off.
+    auto: Option<AutoPrepare>,
+    /// The registry statement this client's unnamed statement is (auto-prepare).
+    unnamed: Option<Rc<Statement>>,
+    /// Messages for the server that a server message caused (a rewritten
+    /// query run again as it was); see [`Exchange::take_for_server`].
+    for_server: BytesMut,
+}
+
+/// A rewritten simple query the server has not finished.
+#[derive(Debug)]
+struct Running {
+    sql: String,
+    options: LexOptions,
+    /// It started outside a transaction block: if its Bind finds the plan
+    /// stale (DDL pglane did not see), nothing has run and the client has
+    /// seen nothing, so it can run again as the plain query.
+    may_rerun: bool,
+    /// Its Bind found the plan stale: the ErrorResponse, held back. At its
+    /// ReadyForQuery, if nothing else of the client's is in flight, both are
+    /// dropped and the plain query is sent instead; else the error goes out.
+    stale: Option<Vec<u8>>,
+}
+
+/// One client's auto-prepare state, kept from one transaction to the next.
+#[derive(Debug)]
+struct AutoPrepare {
+    /// Executions of a new shape before it is validated.
+    after: u32,
+    lexed: Lexed,
+    /// The rewritten text of the query being looked up, and how it was lexed.
+    rewritten: String,
+    options: LexOptions,
+    /// The rewritten queries still running, oldest first (to map error
+    /// positions back, or run again), and spare buffers for the next ones.
+    running: VecDeque<Running>,
+    spare: Vec<String>,
+    /// The client mentioned search_path: no more auto-prepare for it.
+    off: bool,
+    /// DDL ran since the last ReadyForQuery 'I'.
+    ddl_pending: bool,
+}
+
+impl AutoPrepare {
+    fn new(after: u32) -> AutoPrepare {
+        AutoPrepare {
+            after,
+            lexed: Lexed::new(),
+            rewritten: String::new(),
+            options: LexOptions::default(),
+            running: VecDeque::new(),
+            spare: Vec::new(),
+            off: false,
+            ddl_pending: false,
+        }
+    }
+
+    /// The validated statement to run the simple query `sql` as, if any. A
+    /// miss queues the shape for validation (per the policy).
+    fn statement_for(&mut self, sql: &str, ready: bool, settings: &Settings, registry: &Registry) -> Option<Rc<Statement>> {
+        if self.notice_search_path(sql) || !ready {
+            return None;
+        }
+        let options = lex_options(settings)?;
+        self.options = options;
+        self.lexed.lex(sql, options).ok()?;
+        self.rewritten.clear();
+        self.lexed.write_rewritten(sql, &mut self.rewritten);
+        let (hash, types, rewritten) = (self.lexed.shape_hash(), self.lexed.param_types(), &self.rewritten);
+        match registry.shapes.lookup(hash, rewritten, types, Instant::now) {
+            Lookup::Rewrite(statement) => Some(statement),
+            Lookup::PassThrough => None,
+            Lookup::Miss => {
+                let job = |epoch| Job {
+                    hash,
+                    sql: rewritten.as_str().into(),
+                    param_types: types.into(),
+                    original: sql.into(),
+                    options,
+                    epoch,
+                };
+                registry.shapes.note(job, hash, rewritten, types, self.after);
+                None
+            }
+        }
+    }
+
+    /// Turns auto-prepare off for good if `sql` may change search_path.
+    /// Returns whether it is off.
+    fn notice_search_path(&mut self, sql: &str) -> bool {
+        self.off = self.off || mentions_search_path(sql);
+        self.off
+    }
+
+    /// A rewritten query was sent: keep its text until its ReadyForQuery.
+    fn running(&mut self, sql: &str, may_rerun: bool) {
+        let mut text = self.spare.pop().unwrap_or_default();
+        text.clear();
+        text.push_str(sql);
+        self.running.push_back(Running { sql: text, options: self.options, may_rerun, stale: None });
+    }
+
+    /// The oldest rewritten query got its ReadyForQuery.
+    fn finished(&mut self) {
+        if let Some(running) = self.running.pop_front() {
+            self.spare.push(running.sql);
+        }
+    }
+
+    /// Writes the server's ErrorResponse `body` for the oldest running
+    /// rewritten query as the client's simple query would have got it (see
+    /// [`original_error_fields`]), or unchanged if nothing in it points at
+    /// the rewritten text.
+    fn write_error(&mut self, body: &[u8], to_client: &mut BytesMut) {
+        let mapped = self.running.front().and_then(|Running { sql, options, .. }| {
+            let fields = backend::error_field_list(body).ok()?;
+            self.lexed.lex(sql, *options).ok()?;
+            original_error_fields(&fields, &self.lexed, sql)
+        });
+        match mapped {
+            Some(mapped) => {
+                let mapped: Vec<(u8, &[u8])> = mapped.iter().map(|(code, value)| (*code, value.as_slice())).collect();
+                backend::put_error_field_list(to_client, backend::ERROR_RESPONSE, &mapped);
+            }
+            None => crate::protocol::put_message(to_client, backend::ERROR_RESPONSE, |b| b.extend_from_slice(body)),
+        }
+    }
+}
+
+/// The fields of an error a rewritten query got, as the original simple
+/// query gets them: a cursor position (`P`) in the rewritten text is mapped
+/// back to the client's text, and a parameter's input error, which the
+/// server reports with the context `unnamed portal parameter $n = '...'`
+/// and no position, gets the position of the literal that became `$n`
+/// instead, as the original's error has. None when nothing changes.
+fn original_error_fields(fields: &[(u8, &[u8])], lexed: &Lexed, sql: &str) -> Option<Vec<(u8, Vec<u8>)>> {
+    let mut changed = false;
+    let mapped = fields
+        .iter()
+        .map(|&(code, value)| {
+            let position = match code {
+                b'P' => std::str::from_utf8(value).ok().and_then(|p| p.parse().ok()).map(|p| lexed.original_position(sql, p)),
+                b'W' => bound_parameter(value)
+                    .and_then(|n| lexed.slots().get(n.checked_sub(1)?))
+                    .and_then(|slot| sql.get(..slot.start as usize))
+                    .map(|before| before.chars().count() + 1),
+                _ => None,
+            };
+            match position {
+                Some(p) => {
+                    changed = true;
+                    (b'P', p.to_string().into_bytes())
+                }
+                None => (code, value.to_vec()),
+            }
+        })
+        .collect();
+    changed.then_some(mapped)
+}
+
+/// "cached plan must not change result type": SQLSTATE 0A000 raised by the
+/// plan cache's revalidation (pgjdbc's test, `willHealViaReparse`).
+fn is_stale_plan(body: &[u8]) -> bool {
+    let Ok(fields) = backend::error_field_list(body) else { return false };
+    let field = |code| fields.iter().find(|(c, _)| *c == code).map(|(_, v)| *v);
+    field(b'C') == Some(b"0A000") && matches!(field(b'R'), Some(b"RevalidateCachedQuery" | b"RevalidateCachedPlan"))
+}
+
+/// `n` if an error's context is exactly PostgreSQL's line for an input error
+/// of parameter `$n` of an unnamed portal.
+fn bound_parameter(context: &[u8]) -> Option<usize> {
+    let rest = context.strip_prefix(b"unnamed portal parameter $")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || !rest[digits..].starts_with(b" = ") || rest.contains(&b'\n') {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
+/// How this client's queries are lexed, or None if they must not be: a
+/// client encoding in which a multibyte character can hide a quote or
+/// backslash, or a search_path of its own.
+fn lex_options(settings: &Settings) -> Option<LexOptions> {
+    const UNSAFE_ENCODINGS: [&str; 7] = ["SJIS", "SHIFT_JIS_2004", "BIG5", "GBK", "UHC", "GB18030", "JOHAB"];
+    let value = |name| match settings.get(name) {
+        Some(Value::Reported(v) | Value::Sql(v)) => Some(v.as_str()),
+        None => None,
+    };
+    if settings.get("search_path").is_some() {
+        return None;
+    }
+    if value("client_encoding").is_some_and(|e| UNSAFE_ENCODINGS.iter().any(|u| u.eq_ignore_ascii_case(e.trim_matches('\'')))) {
+        return None;
+    }
+    let off = value("standard_conforming_strings").is_some_and(|v| v.trim_matches('\'').eq_ignore_ascii_case("off"));
+    Some(LexOptions { standard_conforming_strings: !off })
+}
+
+/// Whether `sql` names search_path anywhere (SET, set_config, a function).
+fn mentions_search_path(sql: &str) -> bool {
+    const NEEDLE: &[u8] = b"search_path";
+    sql.as_bytes().windows(NEEDLE.len()).any(|w| w.eq_ignore_ascii_case(NEEDLE))
+}
+
+/// A command tag of a statement that may change what a prepared statement
+/// means: CREATE, ALTER or DROP of anything.
+fn changes_schema(tag: &[u8]) -> bool {
+    [&b"CREATE "[..], b"ALTER ", b"DROP "].iter().any(|verb| tag.starts_with(verb))
 }
 
 /// A followed SET/RESET in a simple query sent outside a transaction block.
@@ -125,6 +363,31 @@ pub fn server_needs_whole(tag: u8) -> bool {
 }
 
 impl Exchange {
+    /// An exchange for a new client; `auto_prepare` is the policy (executions
+    /// of a new shape before it is validated), None to leave queries alone.
+    pub fn new(auto_prepare: Option<u32>) -> Exchange {
+        Exchange { auto: auto_prepare.map(AutoPrepare::new), ..Exchange::default() }
+    }
+
+    /// The client's transaction is over and its server connection goes back:
+    /// what was about that connection is forgotten, the client's own state
+    /// (auto-prepare, its unnamed statement) is kept.
+    pub fn reset(&mut self) {
+        let mut auto = self.auto.take();
+        if let Some(a) = auto.as_mut() {
+            while !a.running.is_empty() {
+                a.finished();
+            }
+            a.ddl_pending = false;
+        }
+        *self = Exchange { auto, unnamed: self.unnamed.take(), ..Exchange::default() };
+    }
+
+    /// Whether the unnamed statement is the registry's (auto-prepare is on for this client).
+    fn maps_unnamed(&self) -> bool {
+        self.auto.as_ref().is_some_and(|a| !a.off)
+    }
+
     /// Nothing due in either direction.
     pub fn is_quiet(&self) -> bool {
         self.due.is_empty() && self.tracker.is_quiet()
@@ -150,36 +413,24 @@ impl Exchange {
             frontend::PARSE => self.parse(message, body, st, to_server),
             frontend::BIND => match names::split_bind(body) {
                 Ok((portal, name, rest)) if !name.is_empty() => match st.client.get(name).cloned() {
-                    Some(s) => {
-                        self.ensure_prepared(&s, st, to_server);
-                        names::put_bind(to_server, portal, &s.server_name, rest);
-                        self.expect(Request::Bind { statement: Some(s) });
-                        true
-                    }
+                    Some(s) => self.bind(&s, portal, rest, st, to_server),
                     None => self.refuse_unknown_statement(name),
+                },
+                Ok((portal, "", rest)) if self.unnamed.is_some() => match self.unnamed.clone() {
+                    Some(s) => self.bind(&s, portal, rest, st, to_server),
+                    None => self.refuse_unknown_statement(""),
                 },
                 Ok((_, "", _)) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
                 _ => self.pass_request(message, to_server, Request::Bind { statement: None }),
             },
             frontend::DESCRIBE => match names::split_target(body) {
                 Ok((Target::Statement, name)) if !name.is_empty() => match st.client.get(name).cloned() {
-                    Some(s) => {
-                        let cached = s.description.borrow().clone();
-                        match cached {
-                            Some(description) => {
-                                st.registry.count(|c| c.describes_answered += 1);
-                                self.due.push_back(Due::Local(Local::Description(description)));
-                                false
-                            }
-                            None => {
-                                self.ensure_prepared(&s, st, to_server);
-                                frontend::describe(to_server, Target::Statement, &s.server_name);
-                                self.expect(Request::Describe { cache: Some(s) });
-                                true
-                            }
-                        }
-                    }
+                    Some(s) => self.describe_statement(s, st, to_server),
                     None => self.refuse_unknown_statement(name),
+                },
+                Ok((Target::Statement, "")) if self.unnamed.is_some() => match self.unnamed.clone() {
+                    Some(s) => self.describe_statement(s, st, to_server),
+                    None => self.refuse_unknown_statement(""),
                 },
                 Ok((Target::Statement, "")) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
                 _ => self.pass_request(message, to_server, Request::Describe { cache: None }),
@@ -192,27 +443,34 @@ impl Exchange {
                     self.due.push_back(Due::Local(Local::CloseComplete { restore }));
                     false
                 }
+                Ok((Target::Statement, "")) if self.maps_unnamed() => {
+                    // The client's unnamed statement is a shared one: only the name goes.
+                    self.unnamed = None;
+                    self.due.push_back(Due::Local(Local::CloseComplete { restore: None }));
+                    false
+                }
                 _ => {
                     self.pass(message, to_server, Request::Close { evicted: None });
                     true
                 }
             },
             frontend::EXECUTE => self.pass_request(message, to_server, Request::Execute),
-            frontend::SYNC => self.pass_request(message, to_server, Request::Sync),
+            frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
             frontend::QUERY => {
                 // A simple query replaces the unnamed statement.
                 self.unnamed_parsed = false;
+                self.unnamed = None;
                 self.pending_change = follow_change(body, self.tracker.status());
                 if let Ok(sql) = frontend::decode_query(body) {
                     self.watch_session_state(sql, self.pending_change.is_some());
                 }
-                self.pass_request(message, to_server, Request::Query)
+                self.rewrite_query(body, st, to_server) || self.pass_request(message, to_server, Request::Query)
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
             frontend::COPY_DONE | frontend::COPY_FAIL => {
                 // Syncs sent while the server was in COPY FROM STDIN are ignored by it.
                 for _ in 0..self.tracker.syncs_ignored_by_copy() {
-                    if let Some(i) = self.due.iter().rposition(|d| matches!(d, Due::Server { request: Request::Sync, .. })) {
+                    if let Some(i) = self.due.iter().rposition(|d| matches!(d, Due::Server { request: Request::Sync { .. }, .. })) {
                         self.due.remove(i);
                     }
                 }
@@ -257,11 +515,17 @@ impl Exchange {
     }
 
     fn parse(&mut self, message: &[u8], body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
-        if let Ok((_, rest)) = names::split_parse(body) {
-            self.watch_session_state(names::parse_query(rest), false);
+        let parsed = names::split_parse(body);
+        if let Ok((_, rest)) = &parsed {
+            let sql = names::parse_query(rest);
+            self.watch_session_state(sql, false);
+            if let Some(auto) = self.auto.as_mut() {
+                auto.notice_search_path(sql);
+            }
         }
-        let (name, rest) = match names::split_parse(body) {
+        let (name, rest) = match parsed {
             Ok((name, rest)) if !name.is_empty() => (name, rest),
+            Ok(("", rest)) if self.maps_unnamed() => return self.parse_unnamed(rest, st, to_server),
             _ => {
                 self.unnamed_parsed = true;
                 self.pass(message, to_server, Request::Parse { undo: None });
@@ -281,8 +545,12 @@ impl Exchange {
             ));
             return false;
         }
-        if statement.validated.get() {
+        if statement.validated.get() || st.server.has(statement.id) {
             // Known good: prepared on this server connection when first used.
+            // Or its Parse is on its way to this connection already (the
+            // same text under two names in one pipeline): a second Parse
+            // under the server name would fail, and if the first fails, the
+            // server skips this answer's place up to Sync, and so does pglane.
             st.registry.count(|s| s.parses_answered += 1);
             self.due.push_back(Due::Local(Local::ParseComplete { client_name: name.to_owned(), statement: statement.id }));
             return false;
@@ -294,6 +562,78 @@ impl Exchange {
         st.registry.count(|s| s.server_parses += 1);
         let undo = Some(Prepared { statement, client_name: Some(name.to_owned()) });
         self.due.push_back(Due::Server { request: Request::Parse { undo }, forward: true });
+        true
+    }
+
+    /// A Parse of the unnamed statement, made the registry's statement for
+    /// its text and types: answered here when a server already accepted it
+    /// (or this connection has it), forwarded under its server name if not.
+    fn parse_unnamed(&mut self, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        st.registry.count(|c| c.unnamed_mapped += 1);
+        let statement = st.registry.register(rest);
+        self.unnamed = Some(statement.clone());
+        if statement.validated.get() || st.server.has(statement.id) {
+            st.registry.count(|c| c.parses_answered += 1);
+            self.due.push_back(Due::Local(Local::ParseComplete { client_name: String::new(), statement: statement.id }));
+            return false;
+        }
+        self.close_stale(st, to_server);
+        self.make_room(&statement, st, to_server);
+        names::put_parse(to_server, &statement.server_name, rest);
+        st.registry.count(|c| c.server_parses += 1);
+        let undo = Some(Prepared { statement, client_name: None });
+        self.due.push_back(Due::Server { request: Request::Parse { undo }, forward: true });
+        true
+    }
+
+    fn bind(&mut self, s: &Rc<Statement>, portal: &str, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        self.ensure_prepared(s, st, to_server);
+        names::put_bind(to_server, portal, &s.server_name, rest);
+        self.expect(Request::Bind { statement: Some(s.clone()) });
+        true
+    }
+
+    /// Describe of a statement the registry knows: answered from its cached
+    /// description, or asked of the server (and the answer cached).
+    fn describe_statement(&mut self, s: Rc<Statement>, st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let cached = s.description.borrow().clone();
+        match cached {
+            Some(description) => {
+                st.registry.count(|c| c.describes_answered += 1);
+                self.due.push_back(Due::Local(Local::Description(description)));
+                false
+            }
+            None => {
+                self.ensure_prepared(&s, st, to_server);
+                frontend::describe(to_server, Target::Statement, &s.server_name);
+                self.expect(Request::Describe { cache: Some(s) });
+                true
+            }
+        }
+    }
+
+    /// Runs a simple query as its shape's validated statement (see the
+    /// module doc). Returns false, having sent nothing, if it must pass through.
+    fn rewrite_query(&mut self, body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let Some(auto) = self.auto.as_mut() else { return false };
+        let Ok(sql) = frontend::decode_query(body) else { return false };
+        let ready = self.tracker.is_synced() && self.tracker.status() != backend::TransactionStatus::Failed;
+        let Some(statement) = auto.statement_for(sql, ready, st.client_settings, st.registry) else {
+            st.registry.count(|c| c.pass_throughs += 1);
+            return false;
+        };
+        self.ensure_prepared(&statement, st, to_server);
+        let Some(auto) = self.auto.as_mut() else { return false };
+        frontend::bind(to_server, "", &statement.server_name, &[], auto.lexed.params(), &[]);
+        frontend::describe(to_server, Target::Portal, "");
+        frontend::execute(to_server, "", 0);
+        frontend::sync(to_server);
+        auto.running(sql, self.tracker.status() == backend::TransactionStatus::Idle);
+        st.registry.count(|c| c.rewrites += 1);
+        self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement) }, forward: false });
+        self.expect(Request::QueryDescribe);
+        self.expect(Request::Execute);
+        self.expect(Request::Sync { rewritten: true });
         true
     }
 
@@ -408,6 +748,17 @@ impl Exchange {
             backend::PARAMETER_STATUS => self.reported(body, st, true),
             backend::ERROR_RESPONSE => {
                 self.pending_change = None;
+                if self.answers_rewritten_query() {
+                    let at_bind = matches!(self.due.front(), Some(Due::Server { request: Request::Bind { .. }, .. }));
+                    if let Some(auto) = self.auto.as_mut() {
+                        let stale = at_bind && is_stale_plan(body);
+                        match auto.running.front_mut() {
+                            Some(running) if stale && running.may_rerun => running.stale = Some(body.to_vec()),
+                            _ => auto.write_error(body, to_client),
+                        }
+                        forward = false;
+                    }
+                }
                 self.server_error(body, st)
             }
             backend::PARSE_COMPLETE => {
@@ -418,7 +769,12 @@ impl Exchange {
                     forward = f;
                 }
             }
-            backend::BIND_COMPLETE | backend::PORTAL_SUSPENDED => {
+            backend::BIND_COMPLETE => {
+                if let Some(Due::Server { forward: f, .. }) = self.pop_server_reply() {
+                    forward = f;
+                }
+            }
+            backend::PORTAL_SUSPENDED => {
                 self.pop_server_reply();
             }
             backend::CLOSE_COMPLETE => {
@@ -433,7 +789,10 @@ impl Exchange {
                 }
             }
             backend::ROW_DESCRIPTION | backend::NO_DATA => {
-                if let Some(Due::Server { request: Request::Describe { cache }, .. }) = self.due.front() {
+                if let Some(Due::Server { request: Request::QueryDescribe, .. }) = self.due.front() {
+                    forward = tag == backend::ROW_DESCRIPTION;
+                    self.due.pop_front();
+                } else if let Some(Due::Server { request: Request::Describe { cache }, .. }) = self.due.front() {
                     if let Some(s) = cache {
                         if !self.describing.is_empty() {
                             let mut description = std::mem::take(&mut self.describing);
@@ -453,12 +812,29 @@ impl Exchange {
                     st.server.clear();
                     st.client.clear();
                 }
+                if let Some(auto) = self.auto.as_mut().filter(|_| tag == backend::COMMAND_COMPLETE && changes_schema(body)) {
+                    st.registry.schema_changed();
+                    auto.ddl_pending = true;
+                }
             }
             backend::READY_FOR_QUERY => {
                 while let Some(due) = self.due.pop_front() {
-                    if matches!(due, Due::Server { request: Request::Sync | Request::Query | Request::FunctionCall, .. }) {
-                        break;
+                    match due {
+                        Due::Server { request: Request::Sync { rewritten }, .. } => {
+                            if rewritten {
+                                forward = self.rewritten_query_ended(st, to_client);
+                            }
+                            break;
+                        }
+                        Due::Server { request: Request::Query | Request::FunctionCall, .. } => break,
+                        _ => {}
                     }
+                }
+                if let Some(auto) = self.auto.as_mut().filter(|a| a.ddl_pending && body == b"I") {
+                    // The DDL is committed (or rolled back): shapes validated
+                    // while it was in flight saw the old schema.
+                    auto.ddl_pending = false;
+                    st.registry.schema_changed();
                 }
                 if let Some(change) = self.pending_change.take() {
                     if body == b"I" {
@@ -489,6 +865,54 @@ impl Exchange {
         }
     }
 
+    /// Moves what a server message made pglane send back to the server (a
+    /// rewritten query whose plan went stale, run again as it was) into
+    /// `to_server`. The relay calls it after handing server messages to
+    /// [`Exchange::from_server`]; until then the exchange is not quiet.
+    pub fn take_for_server(&mut self, to_server: &mut BytesMut) {
+        if !self.for_server.is_empty() {
+            to_server.extend_from_slice(&self.for_server);
+            self.for_server.clear();
+        }
+    }
+
+    /// The ReadyForQuery of the oldest rewritten query arrived. Returns
+    /// whether the client gets it: not when its plan was stale and it runs
+    /// again as the plain query.
+    fn rewritten_query_ended(&mut self, st: &mut Statements<'_>, to_client: &mut BytesMut) -> bool {
+        let Some(auto) = self.auto.as_mut() else { return true };
+        let stale = auto.running.front_mut().and_then(|r| r.stale.take());
+        let forward = match stale {
+            None => true,
+            Some(_) if self.due.is_empty() => {
+                if let Some(running) = auto.running.front() {
+                    frontend::query(&mut self.for_server, &running.sql);
+                }
+                self.tracker.client_sent(frontend::QUERY);
+                self.due.push_back(Due::Server { request: Request::Query, forward: true });
+                st.registry.count(|c| c.reruns += 1);
+                false
+            }
+            // Other requests followed it: too late to run it again.
+            Some(error) => {
+                auto.write_error(&error, to_client);
+                true
+            }
+        };
+        auto.finished();
+        forward
+    }
+
+    /// Whether the server's next reply belongs to a rewritten simple query.
+    fn answers_rewritten_query(&self) -> bool {
+        let end = self.due.iter().find_map(|d| match d {
+            Due::Server { request: Request::Sync { rewritten }, .. } => Some(*rewritten),
+            Due::Server { request: Request::Query | Request::FunctionCall, .. } => Some(false),
+            _ => None,
+        });
+        end == Some(true)
+    }
+
     fn pop_server_reply(&mut self) -> Option<Due> {
         match self.due.front() {
             Some(Due::Server { .. }) => self.due.pop_front(),
@@ -500,18 +924,21 @@ impl Exchange {
     /// goes on to its ReadyForQuery), the server now skips everything up to
     /// Sync, so what pglane recorded for those requests is undone.
     fn server_error(&mut self, body: &[u8], st: &mut Statements<'_>) {
-        if matches!(self.due.front(), Some(Due::Server { request: Request::Query | Request::Sync, .. }) | None) {
+        if matches!(self.due.front(), Some(Due::Server { request: Request::Query | Request::Sync { .. }, .. }) | None) {
             return;
         }
         let stale_plan = backend::decode_error_fields(body).is_ok_and(|e| e.code == "0A000");
         let mut first = true;
         while let Some(due) = self.due.front() {
-            if matches!(due, Due::Server { request: Request::Sync, .. }) {
+            if matches!(due, Due::Server { request: Request::Sync { .. }, .. }) {
                 break;
             }
             let Some(due) = self.due.pop_front() else { break };
             match due {
                 Due::Server { request: Request::Parse { undo: Some(p) }, .. } => {
+                    if self.unnamed.as_ref().is_some_and(|u| Rc::ptr_eq(u, &p.statement)) {
+                        self.unnamed = None;
+                    }
                     st.server.remove(p.statement.id);
                     if let Some(name) = &p.client_name {
                         st.client.remove_if(name, p.statement.id);
@@ -523,10 +950,20 @@ impl Exchange {
                     // and let new Parses of the text prepare it afresh.
                     st.server.mark_stale(s.id);
                     st.registry.retire(&s);
+                    if self.auto.is_some() {
+                        // DDL pglane did not see: every shape is checked again.
+                        st.registry.schema_changed();
+                    }
                 }
                 Due::Server { request: Request::Close { evicted: Some(name) }, .. } => {
                     // Skipped: the server still has it. Close it at the next chance.
                     st.server.push_stale(name);
+                }
+                Due::Local(Local::ParseComplete { client_name, statement })
+                    if client_name.is_empty() && self.unnamed.as_ref().is_some_and(|u| u.id == statement) =>
+                {
+                    // A skipped Parse of the unnamed statement.
+                    self.unnamed = None;
                 }
                 Due::Local(Local::ParseComplete { client_name, statement }) => st.client.remove_if(&client_name, statement),
                 Due::Local(Local::CloseComplete { restore: Some((name, s)) }) => {
@@ -543,5 +980,339 @@ impl Exchange {
         self.answer_local(to_client);
         self.tracker.server_sent(tag, &[]);
         to_client.extend_from_slice(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prepare::auto::Decision;
+    use crate::protocol::frame::split_message;
+
+    /// The state one client and its server connection share, for tests.
+    struct Sides {
+        registry: Registry,
+        client: ClientStatements,
+        server: ServerStatements,
+        client_settings: Settings,
+        server_settings: Settings,
+    }
+
+    impl Sides {
+        fn new() -> Sides {
+            Sides {
+                registry: Registry::new(0, 100),
+                client: ClientStatements::new(100),
+                server: ServerStatements::new(100),
+                client_settings: Settings::default(),
+                server_settings: Settings::default(),
+            }
+        }
+
+        fn st(&mut self) -> Statements<'_> {
+            Statements {
+                registry: &self.registry,
+                client: &mut self.client,
+                server: &mut self.server,
+                client_settings: &mut self.client_settings,
+                server_settings: &mut self.server_settings,
+            }
+        }
+
+        /// Makes `sql`'s shape validated, as the validator would.
+        fn validate(&self, sql: &str) -> Rc<Statement> {
+            let mut lexed = Lexed::new();
+            lexed.lex(sql, LexOptions::default()).unwrap();
+            let rewritten = lexed.rewritten(sql);
+            let (hash, types) = (lexed.shape_hash(), lexed.param_types());
+            let job = |epoch| Job {
+                hash,
+                sql: rewritten.as_str().into(),
+                param_types: types.into(),
+                original: sql.into(),
+                options: LexOptions::default(),
+                epoch,
+            };
+            if matches!(self.registry.shapes.lookup(hash, &rewritten, types, Instant::now), Lookup::Miss) {
+                assert!(self.registry.shapes.note(job, hash, &rewritten, types, 1));
+            }
+            let waker = std::task::Waker::noop();
+            let queued = loop {
+                match self.registry.shapes.poll_job(&mut std::task::Context::from_waker(waker)) {
+                    std::task::Poll::Ready(job) if *job.sql == *rewritten => break job,
+                    std::task::Poll::Ready(_) => {}
+                    std::task::Poll::Pending => panic!("{sql}: not queued"),
+                }
+            };
+            let mut parse = BytesMut::new();
+            frontend::parse(&mut parse, "", &rewritten, types);
+            let (_, key) = names::split_parse(&parse[HEADER_LEN..]).unwrap();
+            let statement = self.registry.register(key);
+            statement.validated.set(true);
+            assert!(self.registry.shapes.decide(&queued, Decision::Rewrite(statement.clone())));
+            statement
+        }
+    }
+
+    fn messages(mut bytes: BytesMut) -> Vec<(u8, Vec<u8>)> {
+        let mut out = Vec::new();
+        while let Some(m) = split_message(&mut bytes, 1 << 20).unwrap() {
+            out.push((m.tag, m.body.to_vec()));
+        }
+        out
+    }
+
+    fn tags(messages: &[(u8, Vec<u8>)]) -> String {
+        messages.iter().map(|(t, _)| *t as char).collect()
+    }
+
+    fn whole(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![tag];
+        m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    /// Sends the client's simple query; returns what went to the server.
+    fn query(ex: &mut Exchange, sides: &mut Sides, sql: &str) -> Vec<(u8, Vec<u8>)> {
+        let mut q = BytesMut::new();
+        frontend::query(&mut q, sql);
+        let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+        ex.from_client(frontend::QUERY, &q, &mut sides.st(), &mut to_server, &mut to_client);
+        assert!(to_client.is_empty());
+        messages(to_server)
+    }
+
+    /// The server's replies, whole; returns what the client got.
+    fn reply(ex: &mut Exchange, sides: &mut Sides, replies: &[(u8, &[u8])]) -> Vec<(u8, Vec<u8>)> {
+        let mut to_client = BytesMut::new();
+        for (tag, body) in replies {
+            if *tag == backend::DATA_ROW {
+                ex.from_server_stream(*tag, &whole(*tag, body), &mut to_client);
+            } else {
+                ex.from_server(*tag, &whole(*tag, body), &mut sides.st(), &mut to_client);
+            }
+        }
+        messages(to_client)
+    }
+
+    const SELECT: &str = "SELECT name FROM t WHERE id = 42 AND note = 'it''s'";
+
+    #[test]
+    fn a_validated_shape_runs_prepared_and_answers_as_a_simple_query() {
+        let mut sides = Sides::new();
+        let statement = sides.validate(SELECT);
+        let mut ex = Exchange::new(Some(1));
+        let sent = query(&mut ex, &mut sides, SELECT);
+        assert_eq!(tags(&sent), "PBDES");
+        assert_eq!(names::split_parse(&sent[0].1).unwrap().0, &*statement.server_name);
+        let (portal, name, _) = names::split_bind(&sent[1].1).unwrap();
+        assert_eq!((portal, name), ("", &*statement.server_name));
+        let mut bind = BytesMut::new();
+        frontend::bind(&mut bind, "", &statement.server_name, &[], [Some(&b"42"[..]), Some(&b"it's"[..])].into_iter(), &[]);
+        assert_eq!(sent[1].1, bind[HEADER_LEN..], "text parameters, text results");
+        assert_eq!(sent[2].1, b"P\0");
+
+        let got = reply(
+            &mut ex,
+            &mut sides,
+            &[(b'1', b""), (b'2', b""), (b'T', b"\0\x01name\0\0\0\0\0\0\0\0\0\0\x19\xff\xff\xff\xff\xff\xff\0\0"), (b'D', b"\0\x01\0\0\0\x01x"), (b'N', b"SNOTICE\0Mhi\0\0"), (b'C', b"SELECT 1\0"), (b'Z', b"I")],
+        );
+        assert_eq!(tags(&got), "TDNCZ", "no ParseComplete, no BindComplete");
+        assert!(ex.is_releasable());
+
+        // The server connection has it now: no second Parse.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT name FROM t WHERE id = 7 AND note = ''")), "BDES");
+        // The same shape in other words is another statement.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "select NAME from t where id = 7 and note = ''")), "Q");
+        let got = reply(&mut ex, &mut sides, &[(b'2', b""), (b'n', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "CZ", "NoData is not the client's");
+        reply(&mut ex, &mut sides, &[(b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+        assert_eq!(sides.registry.stats().rewrites, 2);
+    }
+
+    #[test]
+    fn new_shapes_pass_through_and_are_queued() {
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(Some(1));
+        let sent = query(&mut ex, &mut sides, SELECT);
+        assert_eq!(tags(&sent), "Q");
+        assert_eq!(frontend::decode_query(&sent[0].1).unwrap(), SELECT);
+        assert_eq!(sides.registry.shapes.len(), 1);
+        assert_eq!(sides.registry.stats().pass_throughs, 1);
+        // Multi-statement text, and anything once search_path is mentioned, stay as they are.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1; SELECT 2")), "Q");
+        sides.validate("SELECT 1");
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "PBDES");
+        reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'n', b""), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SET search_path = x")), "Q");
+        reply(&mut ex, &mut sides, &[(b'C', b"SET\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q", "auto-prepare is off for this client now");
+    }
+
+    #[test]
+    fn nothing_is_rewritten_in_a_failed_transaction_or_after_an_unsynced_message() {
+        let mut sides = Sides::new();
+        sides.validate("SELECT 1");
+        let mut ex = Exchange::new(Some(1));
+        assert_eq!(tags(&query(&mut ex, &mut sides, "BEGIN")), "Q");
+        reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "PBDES", "inside a transaction block is fine");
+        reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C57014\0Mcanceled\0\0"), (b'Z', b"E")]);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q");
+    }
+
+    #[test]
+    fn an_error_points_into_the_clients_text() {
+        let mut sides = Sides::new();
+        let statement = sides.validate(SELECT);
+        let mut ex = Exchange::new(Some(1));
+        query(&mut ex, &mut sides, SELECT);
+        // "SELECT name FROM t WHERE id = $1 AND note = $2": `note` is at 38 there, 38 in the original too;
+        // put it at the `$2` (45), which is the literal at 45 in the original.
+        let got = reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0VERROR\0C42703\0Mno\0P45\0Fx.c\0\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "EZ");
+        assert_eq!(got[0].1, b"SERROR\0VERROR\0C42703\0Mno\0P45\0Fx.c\0\0");
+        assert!(!sides.server.has(statement.id), "the failed Parse is undone");
+        // A Bind-time input error of $1 gets the literal's position instead of the context line.
+        sides.validate("SELECT name FROM t WHERE id = 'x' AND note = 'y'");
+        query(&mut ex, &mut sides, "SELECT name FROM t WHERE id = 'x' AND note = 'y'");
+        let got = reply(
+            &mut ex,
+            &mut sides,
+            &[(b'1', b""), (b'E', b"SERROR\0C22P02\0Mbad\0Wunnamed portal parameter $1 = '...'\0Rx\0\0"), (b'Z', b"I")],
+        );
+        assert_eq!(tags(&got), "EZ");
+        assert_eq!(got[0].1, b"SERROR\0C22P02\0Mbad\0P31\0Rx\0\0");
+        assert!(ex.is_releasable());
+    }
+
+    #[test]
+    fn error_fields_are_mapped_only_where_they_point_at_the_rewrite() {
+        let sql = "SELECT 'éé', 1 + x FROM t";
+        let mut lexed = Lexed::new();
+        lexed.lex(sql, LexOptions::default()).unwrap();
+        assert_eq!(lexed.rewritten(sql), "SELECT $1, $2 + x FROM t");
+        let fields = |list: &[(u8, &[u8])]| original_error_fields(list, &lexed, sql);
+        // `x` is at 17 in the rewrite and at 18 in the original (`'éé'` is 4 characters, `$1` 2, `1` 1 and `$2` 2).
+        assert_eq!(fields(&[(b'M', b"m"), (b'P', b"17")]), Some(vec![(b'M', b"m".to_vec()), (b'P', b"18".to_vec())]));
+        assert_eq!(fields(&[(b'W', b"unnamed portal parameter $2 = '...'")]), Some(vec![(b'P', b"14".to_vec())]));
+        assert_eq!(fields(&[(b'M', b"m"), (b'W', b"SQL function \"f\"")]), None);
+        assert_eq!(fields(&[(b'W', b"unnamed portal parameter $9 = '...'")]), None, "no such slot");
+        assert_eq!(bound_parameter(b"unnamed portal parameter $12 = '1'"), Some(12));
+        assert_eq!(bound_parameter(b"unnamed portal parameter $1 = '1'\nPL/pgSQL function"), None);
+    }
+
+    #[test]
+    fn ddl_clears_the_shapes_now_and_when_its_transaction_ends() {
+        let mut sides = Sides::new();
+        let old = sides.validate("SELECT 1");
+        let mut ex = Exchange::new(Some(1));
+        query(&mut ex, &mut sides, "BEGIN");
+        reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+        query(&mut ex, &mut sides, "ALTER TABLE t ADD COLUMN c int");
+        reply(&mut ex, &mut sides, &[(b'C', b"ALTER TABLE\0"), (b'Z', b"T")]);
+        assert!(sides.registry.shapes.is_empty());
+        sides.validate("SELECT 1");
+        query(&mut ex, &mut sides, "COMMIT");
+        reply(&mut ex, &mut sides, &[(b'C', b"COMMIT\0"), (b'Z', b"I")]);
+        assert!(sides.registry.shapes.is_empty(), "validated during the DDL's transaction: dropped");
+        let new = sides.validate("SELECT 1");
+        assert_ne!(old.server_name, new.server_name, "prepared afresh under a new name");
+    }
+
+    #[test]
+    fn two_names_for_one_new_text_in_one_pipeline_prepare_it_once() {
+        // Parse S_1 and S_2 of the same text before the server answered the
+        // first: a second Parse under the same server name would fail (42P05).
+        let mut sides = Sides::new();
+        let mut ex = Exchange::default();
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, "S_1", "SELECT 1", &[]);
+        frontend::parse(&mut p, "S_2", "SELECT 1", &[]);
+        frontend::sync(&mut p);
+        let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+        let mut rest = p;
+        while let Some(m) = split_message(&mut rest, 1 << 20).unwrap() {
+            ex.from_client(m.tag, &whole(m.tag, &m.body), &mut sides.st(), &mut to_server, &mut to_client);
+        }
+        assert_eq!(tags(&messages(to_server)), "PS");
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "11Z", "both Parses answered, in order");
+        assert!(sides.client.get("S_1").is_some() && sides.client.get("S_2").is_some());
+    }
+
+    const STALE: &[u8] = b"SERROR\0C0A000\0Mcached plan must not change result type\0RRevalidateCachedQuery\0\0";
+
+    #[test]
+    fn a_stale_plan_outside_a_transaction_runs_the_query_again_as_it_was() {
+        let mut sides = Sides::new();
+        sides.validate("SELECT * FROM t WHERE a = 1");
+        let mut ex = Exchange::new(Some(1));
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT * FROM t WHERE a = 1")), "PBDES");
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'E', STALE), (b'Z', b"I")]);
+        assert!(got.is_empty(), "the client sees nothing of it: {got:?}");
+        assert!(!ex.is_quiet(), "the plain query is owed");
+        let mut resend = BytesMut::new();
+        ex.take_for_server(&mut resend);
+        let resend = messages(resend);
+        assert_eq!(tags(&resend), "Q");
+        assert_eq!(frontend::decode_query(&resend[0].1).unwrap(), "SELECT * FROM t WHERE a = 1");
+        let got = reply(&mut ex, &mut sides, &[(b'T', b"\0\0"), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "TCZ");
+        assert!(ex.is_releasable());
+        assert_eq!(sides.registry.stats().reruns, 1);
+        assert!(sides.registry.shapes.is_empty(), "a stale plan clears the shapes");
+    }
+
+    #[test]
+    fn a_stale_plan_in_a_transaction_block_is_the_clients_error() {
+        let mut sides = Sides::new();
+        sides.validate("SELECT * FROM t WHERE a = 1");
+        let mut ex = Exchange::new(Some(1));
+        query(&mut ex, &mut sides, "BEGIN");
+        reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+        query(&mut ex, &mut sides, "SELECT * FROM t WHERE a = 1");
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'E', STALE), (b'Z', b"E")]);
+        assert_eq!(tags(&got), "EZ");
+        let mut resend = BytesMut::new();
+        ex.take_for_server(&mut resend);
+        assert!(resend.is_empty());
+    }
+
+    #[test]
+    fn the_unnamed_statement_is_the_registrys() {
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(Some(1));
+        let parse = |ex: &mut Exchange, sides: &mut Sides| {
+            let mut p = BytesMut::new();
+            frontend::parse(&mut p, "", "SELECT $1::int", &[]);
+            frontend::bind(&mut p, "", "", &[], [Some(&b"1"[..])].into_iter(), &[]);
+            frontend::execute(&mut p, "", 0);
+            frontend::sync(&mut p);
+            let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+            let mut rest = p;
+            while let Some(m) = split_message(&mut rest, 1 << 20).unwrap() {
+                ex.from_client(m.tag, &whole(m.tag, &m.body), &mut sides.st(), &mut to_server, &mut to_client);
+            }
+            (messages(to_server), messages(to_client))
+        };
+        let (sent, answered) = parse(&mut ex, &mut sides);
+        assert_eq!(tags(&sent), "PBES");
+        assert!(answered.is_empty());
+        let name = names::split_parse(&sent[0].1).unwrap().0.to_owned();
+        assert!(name.starts_with("pglane_0_"), "{name}");
+        assert_eq!(names::split_bind(&sent[1].1).unwrap().1, name);
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "12DCZ");
+        // Again, on another server connection: Parse answered here, prepared there on the way.
+        ex.reset();
+        sides.server = ServerStatements::new(100);
+        let (sent, answered) = parse(&mut ex, &mut sides);
+        assert_eq!(tags(&answered), "1");
+        assert_eq!(tags(&sent), "PBES", "the injected Parse of the shared statement");
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "2DCZ", "the injected Parse's ParseComplete is not the client's");
+        assert_eq!(sides.registry.stats().unnamed_mapped, 2);
     }
 }

@@ -10,6 +10,7 @@
 
 mod auth;
 pub(crate) mod auth_query;
+mod autoprep;
 pub mod exchange;
 mod inbox;
 pub mod pinning;
@@ -90,6 +91,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         }
     };
     let mode = config.pool_mode_for(&database, &user);
+    let auto_prepare = config.auto_prepare_policy();
     let mut session = Session {
         shard: shard.clone(),
         buffers: Buffers::new(config.max_message_size),
@@ -100,7 +102,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         mode,
         process_id,
         entry,
-        exchange: Exchange::default(),
+        exchange: Exchange::new(auto_prepare),
         lease_started: Instant::now(),
         settings: settings::Settings::default(),
     };
@@ -313,6 +315,9 @@ impl Session {
     async fn run(&mut self, startup: &StartupParams) -> Result<(), SessionError> {
         let wait = Config::secs(self.config.query_wait_timeout);
         let server_params = Box::pin(self.pool.server_params(wait)).await?;
+        if self.config.auto_prepare {
+            autoprep::start_validator(&self.pool);
+        }
         self.greet(startup, &server_params, self.process_id).await?;
         let mut lease = match self.mode {
             PoolMode::Session => Some(self.checkout().await?),
@@ -571,7 +576,7 @@ impl Session {
                 }
             }
         }
-        self.exchange = Exchange::default();
+        self.exchange.reset();
         server.release();
     }
 }

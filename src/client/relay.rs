@@ -342,6 +342,9 @@ impl Relay<'_> {
                     Piece::More(bytes) => b.to_client.extend_from_slice(bytes),
                 }
             }
+            // What the server's messages made pglane send back (auto-prepare
+            // running a query again); sent at the next step.
+            self.exchange.take_for_server(&mut b.to_server);
         }
         match poll_send(cx, self.client, &mut b.to_client, &mut b.counters.bytes_to_client) {
             Poll::Ready(Ok(wrote)) => progress |= wrote,

@@ -57,6 +57,10 @@ impl Settings {
         self.0.insert(name.to_owned(), value);
     }
 
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.0.get(name)
+    }
+
     pub fn remove(&mut self, name: &str) {
         self.0.remove(name);
     }

@@ -106,6 +106,13 @@ impl Tracker {
         }
     }
 
+    /// The client's stream is at a Sync boundary: no extended-protocol
+    /// message since the last Sync, and no COPY in progress. Messages
+    /// pglane adds here cannot join a group of the client's.
+    pub fn is_synced(&self) -> bool {
+        !self.unsynced && !self.copy_in
+    }
+
     /// Nothing in flight: every request answered, no unsynced extended messages.
     pub fn is_quiet(&self) -> bool {
         self.awaiting_ready == 0 && !self.unsynced && !self.copy_in

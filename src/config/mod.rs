@@ -171,6 +171,13 @@ pub struct Config {
     /// Named prepared statements one client may hold at once.
     #[serde(default = "defaults::max_client_prepared_statements")]
     pub max_client_prepared_statements: usize,
+    /// Auto-prepare: run simple queries of a validated shape, and unnamed
+    /// statements, as shared named server-side statements (see `prepare`).
+    #[serde(default)]
+    pub auto_prepare: bool,
+    /// Simple queries of a new shape before it is validated (1: the first).
+    #[serde(default = "defaults::auto_prepare_after")]
+    pub auto_prepare_after: u32,
     /// TLS with clients, as PgBouncer: disable (answer SSLRequest "N"),
     /// allow/prefer (TLS if the client asks), require (refuse plaintext),
     /// verify-ca/verify-full (require, and a client certificate signed by
@@ -244,6 +251,9 @@ mod defaults {
     }
     pub fn max_prepared_statements() -> usize {
         200
+    }
+    pub fn auto_prepare_after() -> u32 {
+        1
     }
     pub fn max_client_prepared_statements() -> usize {
         1000
@@ -398,6 +408,12 @@ pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>, String> {
 }
 
 impl Config {
+    /// Auto-prepare's policy for a new session: executions of a new shape
+    /// before it is validated, or None when auto-prepare is off.
+    pub fn auto_prepare_policy(&self) -> Option<u32> {
+        self.auto_prepare.then_some(self.auto_prepare_after.max(1))
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
@@ -426,6 +442,9 @@ impl Config {
         }
         if self.databases.is_empty() {
             return Err(invalid("no [databases.<name>] section: clients would have nothing to connect to"));
+        }
+        if self.auto_prepare_after == 0 {
+            return Err(invalid("auto_prepare_after must be at least 1"));
         }
         if self.max_prepared_statements == 0 || self.max_client_prepared_statements == 0 {
             return Err(invalid("max_prepared_statements and max_client_prepared_statements must be at least 1"));

@@ -261,6 +261,13 @@ impl Pool {
         }
     }
 
+    /// An idle server connection, if one is free right now: for pglane's own
+    /// work (auto-prepare's validator), which must never make a client wait
+    /// or open a connection a client may need.
+    pub fn try_idle(self: &Rc<Self>) -> Option<Lease> {
+        self.take_idle().map(|conn| self.lease(conn))
+    }
+
     /// The login parameters to show clients, from a server connection of this
     /// pool (opening one if none was ever opened).
     pub async fn server_params(self: &Rc<Self>, wait: Duration) -> Result<Rc<Vec<(String, String)>>, PoolError> {

@@ -349,22 +349,21 @@ impl Lexed {
     /// each slot replaced by `$1..$n`. A space is added where `$n` would
     /// otherwise run into a neighbouring word (`SELECT'a'` → `SELECT $1`).
     pub fn write_rewritten(&self, sql: &str, out: &mut String) {
-        let bytes = sql.as_bytes();
-        let mut copied = 0;
-        for (i, slot) in self.slots.iter().enumerate() {
-            let span = slot.span();
-            out.push_str(&sql[copied..span.start]);
-            if span.start > 0 && is_ident_cont(bytes[span.start - 1]) {
-                out.push(' ');
+        for piece in self.pieces(sql) {
+            match piece {
+                Piece::Copy(range) => out.push_str(&sql[range]),
+                Piece::Param { number, space_before, space_after, .. } => {
+                    if space_before {
+                        out.push(' ');
+                    }
+                    // Writing to a String cannot fail.
+                    let _ = write!(out, "${number}");
+                    if space_after {
+                        out.push(' ');
+                    }
+                }
             }
-            // Writing to a String cannot fail.
-            let _ = write!(out, "${}", i + 1);
-            if bytes.get(span.end).is_some_and(|&c| is_ident_cont(c)) {
-                out.push(' ');
-            }
-            copied = span.end;
         }
-        out.push_str(&sql[copied..]);
     }
 
     /// [`Lexed::write_rewritten`] into a new string (the miss path).
@@ -373,6 +372,74 @@ impl Lexed {
         self.write_rewritten(sql, &mut out);
         out
     }
+
+    /// Maps an error position in the rewritten text back to `sql`, the text
+    /// that was lexed. Positions are PostgreSQL's: 1-based, in characters.
+    /// A position inside a `$n` points at its literal's first character.
+    pub fn original_position(&self, sql: &str, position: usize) -> usize {
+        let Some(mut at) = position.checked_sub(1) else { return position };
+        let mut original = 0;
+        for piece in self.pieces(sql) {
+            let (width, span) = match &piece {
+                Piece::Copy(range) => (sql[range.clone()].chars().count(), range.clone()),
+                Piece::Param { number, space_before, space_after, span } => {
+                    (1 + decimal_width(*number) + usize::from(*space_before) + usize::from(*space_after), span.clone())
+                }
+            };
+            if at < width {
+                return match piece {
+                    Piece::Copy(_) => original + at + 1,
+                    Piece::Param { .. } => original + 1,
+                };
+            }
+            at -= width;
+            original += sql[span].chars().count();
+        }
+        original + at + 1
+    }
+
+    /// The rewritten text as pieces: runs of `sql` copied as they are, and
+    /// parameters in place of slots.
+    fn pieces<'s>(&'s self, sql: &'s str) -> impl Iterator<Item = Piece> + 's {
+        let bytes = sql.as_bytes();
+        let copy_from = std::iter::once(0).chain(self.slots.iter().map(|slot| slot.end as usize));
+        let tail = self.slots.last().map_or(0, |slot| slot.end as usize)..sql.len();
+        self.slots
+            .iter()
+            .zip(copy_from)
+            .enumerate()
+            .flat_map(move |(i, (slot, from))| {
+                let span = slot.span();
+                [
+                    Piece::Copy(from..span.start),
+                    Piece::Param {
+                        number: i + 1,
+                        space_before: span.start > 0 && is_ident_cont(bytes[span.start - 1]),
+                        space_after: bytes.get(span.end).is_some_and(|&c| is_ident_cont(c)),
+                        span,
+                    },
+                ]
+            })
+            .chain(std::iter::once(Piece::Copy(tail)))
+    }
+}
+
+/// A piece of the rewritten text (see [`Lexed::pieces`]).
+enum Piece {
+    /// These bytes of the original text, unchanged.
+    Copy(Range<usize>),
+    /// `$number`, in place of the literal at `span`, with a space on either
+    /// side where it would otherwise run into a word.
+    Param { number: usize, space_before: bool, space_after: bool, span: Range<usize> },
+}
+
+fn decimal_width(mut n: usize) -> usize {
+    let mut width = 1;
+    while n >= 10 {
+        n /= 10;
+        width += 1;
+    }
+    width
 }
 
 // ---------------------------------------------------------------------------
@@ -1526,6 +1593,38 @@ mod tests {
             Ok(lexed) => panic!("{sql:?} lexed: {:?}", lexed.slots()),
             Err(e) => e,
         }
+    }
+
+    /// The original text at an error position in the rewritten text, as
+    /// PostgreSQL counts positions (1-based characters).
+    fn original_at(sql: &str, rewritten_needle: &str) -> String {
+        let lexed = lexed(sql);
+        let rewritten = lexed.rewritten(sql);
+        let byte = rewritten.find(rewritten_needle).unwrap_or_else(|| panic!("{rewritten_needle:?} not in {rewritten:?}"));
+        let position = rewritten[..byte].chars().count() + 1;
+        let original = lexed.original_position(sql, position);
+        sql.chars().skip(original - 1).collect()
+    }
+
+    #[test]
+    fn error_positions_map_back_to_the_original_text() {
+        let sql = "SELECT 'héllo', 12345 + nosuch, x FROM t WHERE b = 'é' AND c = 3";
+        assert!(original_at(sql, "nosuch").starts_with("nosuch, x"));
+        assert!(original_at(sql, "$2").starts_with("12345 + nosuch"));
+        assert!(original_at(sql, "$1").starts_with("'héllo'"));
+        assert!(original_at(sql, "t WHERE").starts_with("t WHERE b = 'é'"));
+        assert!(original_at(sql, "$3").starts_with("'é' AND"));
+        assert!(original_at(sql, " AND c").starts_with(" AND c = 3"));
+        assert_eq!(original_at(sql, "$4"), "3");
+        // A space was added around `$n`: the added space maps to the literal.
+        let sql = "SELECT'a'FROM t";
+        assert_eq!(lexed(sql).rewritten(sql), "SELECT $1 FROM t");
+        assert!(original_at(sql, " $1").starts_with("'a'FROM"));
+        assert!(original_at(sql, "FROM").starts_with("FROM t"));
+        // Without slots, and past the end, positions are unchanged.
+        let plain = lexed("SELECT x FROM t");
+        assert_eq!(plain.original_position("SELECT x FROM t", 8), 8);
+        assert_eq!(plain.original_position("SELECT x FROM t", 0), 0);
     }
 
     #[test]

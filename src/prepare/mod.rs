@@ -5,10 +5,13 @@
 //! (query text, parameter types) in each of a shard's pools (a pool serves
 //! one database and user: the same text can mean something else in another
 //! database or to another user), each client's own names for
-//! them, and which statements each server connection has. It is plain
-//! shard-local state: it never blocks, never locks and does no I/O (the relay
-//! in `client` acts on what it says).
+//! them, which statements each server connection has, and auto-prepare's
+//! pieces: the SQL lexer (`lexer`, the hot path), the pg_query checks of a
+//! new shape (`shape`, the miss path) and the pool's shape decisions
+//! (`auto`). It is plain shard-local state: it never blocks, never locks and
+//! does no I/O (the relay and the validator in `client` act on what it says).
 
+pub mod auto;
 pub mod lexer;
 mod registry;
 pub mod shape;

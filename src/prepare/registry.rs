@@ -7,6 +7,8 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+use super::auto::Shapes;
+
 /// One distinct statement of the shard.
 #[derive(Debug)]
 pub struct Statement {
@@ -38,6 +40,21 @@ pub struct PrepareStats {
     pub evictions: u64,
     /// Describe (statement) messages answered from the cache.
     pub describes_answered: u64,
+    /// Auto-prepare: shapes cached now (a gauge, filled in by `Registry::stats`).
+    pub shapes: u64,
+    /// Simple queries run as a prepared statement.
+    pub rewrites: u64,
+    /// Simple queries passed through unchanged while auto-prepare is on
+    /// (not lexed, not preparable, or not validated yet).
+    pub pass_throughs: u64,
+    /// Shapes validated on a side connection, and those found not to be rewritable.
+    pub validations: u64,
+    pub validation_failures: u64,
+    /// Unnamed statements (Parse "") run as a named statement of the registry.
+    pub unnamed_mapped: u64,
+    /// Rewritten queries whose plan went stale (DDL pglane did not see), run
+    /// again as plain queries without the client seeing the error.
+    pub reruns: u64,
 }
 
 impl PrepareStats {
@@ -47,6 +64,13 @@ impl PrepareStats {
         self.parses_answered += o.parses_answered;
         self.evictions += o.evictions;
         self.describes_answered += o.describes_answered;
+        self.shapes += o.shapes;
+        self.rewrites += o.rewrites;
+        self.pass_throughs += o.pass_throughs;
+        self.validations += o.validations;
+        self.validation_failures += o.validation_failures;
+        self.unnamed_mapped += o.unnamed_mapped;
+        self.reruns += o.reruns;
     }
 }
 
@@ -58,6 +82,8 @@ pub struct Registry {
     /// Above this many statements, those no client refers to are dropped.
     capacity: usize,
     stats: Cell<PrepareStats>,
+    /// Auto-prepare's shape decisions for this pool.
+    pub shapes: Shapes,
 }
 
 impl Registry {
@@ -68,6 +94,7 @@ impl Registry {
             next_id: Cell::new(1),
             capacity: capacity.max(1),
             stats: Cell::default(),
+            shapes: Shapes::new(capacity),
         }
     }
 
@@ -94,7 +121,16 @@ impl Registry {
     /// Forgets a statement whose Parse failed, unless a client still holds it.
     pub fn forget_failed(&self, statement: &Rc<Statement>) {
         if !statement.validated.get() && Rc::strong_count(statement) <= 2 {
-            self.by_key.borrow_mut().remove(&statement.key);
+            self.remove_if_current(statement);
+        }
+    }
+
+    /// Removes `statement` from the map unless another statement took its
+    /// key since (it was retired, and its text registered again).
+    fn remove_if_current(&self, statement: &Rc<Statement>) {
+        let mut map = self.by_key.borrow_mut();
+        if map.get(&statement.key).is_some_and(|s| Rc::ptr_eq(s, statement)) {
+            map.remove(&statement.key);
         }
     }
 
@@ -102,10 +138,7 @@ impl Registry {
     /// changed a result type): later Parses of the text get a new statement,
     /// prepared afresh everywhere, as a direct connection's new PREPARE would.
     pub fn retire(&self, statement: &Rc<Statement>) {
-        let mut map = self.by_key.borrow_mut();
-        if map.get(&statement.key).is_some_and(|s| Rc::ptr_eq(s, statement)) {
-            map.remove(&statement.key);
-        }
+        self.remove_if_current(statement);
         statement.description.borrow_mut().take();
     }
 
@@ -126,7 +159,20 @@ impl Registry {
     }
 
     pub fn stats(&self) -> PrepareStats {
-        self.stats.get()
+        PrepareStats { shapes: self.shapes.len() as u64, ..self.stats.get() }
+    }
+
+    /// The schema may have changed (DDL, a stale plan): every shape is
+    /// validated again before it is rewritten, and statements are prepared
+    /// afresh, under new names, for the next Parse of their text.
+    pub fn schema_changed(&self) {
+        for statement in self.shapes.clear() {
+            self.retire(&statement);
+        }
+        let all: Vec<Rc<Statement>> = self.by_key.borrow().values().cloned().collect();
+        for statement in &all {
+            self.retire(statement);
+        }
     }
 
     pub fn count(&self, f: impl FnOnce(&mut PrepareStats)) {
@@ -312,6 +358,16 @@ mod tests {
         let new = r.register(b"select * from t");
         assert_ne!(old.id, new.id);
         r.retire(&old); // retiring again does not touch the new one
+        assert!(Rc::ptr_eq(&new, &r.register(b"select * from t")));
+    }
+
+    #[test]
+    fn a_failed_parse_of_a_retired_statement_leaves_its_successor() {
+        let r = Registry::new(0, 10);
+        let old = r.register(b"select * from t");
+        r.schema_changed();
+        let new = r.register(b"select * from t");
+        r.forget_failed(&old);
         assert!(Rc::ptr_eq(&new, &r.register(b"select * from t")));
     }
 

@@ -127,10 +127,12 @@ pub enum Reason {
     RewriteInvalid,
     #[error("the server infers interval for a quoted literal assigned to a column (its typmod reads it differently)")]
     IntervalParameter,
+    #[error("the server describes the rewritten statement's result differently (names, types or typmods)")]
+    ResultMismatch,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::Syntax,
         Reason::NotOneStatement,
         Reason::Utility,
@@ -145,7 +147,18 @@ impl Reason {
         Reason::ValueMismatch,
         Reason::RewriteInvalid,
         Reason::IntervalParameter,
+        Reason::ResultMismatch,
     ];
+
+    /// Whether the reason lies in how this query spells its literals rather
+    /// than in its shape: another query of the same shape (same rewritten
+    /// text and parameter types) may still be rewritten. pg_query refuses
+    /// some literal spellings PostgreSQL 15 takes (a comment between
+    /// continued strings), and the lexer and parser may disagree on one
+    /// literal's value.
+    pub fn is_about_the_literals(self) -> bool {
+        matches!(self, Reason::Syntax | Reason::ConstantMismatch | Reason::ValueMismatch)
+    }
 
     /// A stable label for stats and metrics.
     pub fn as_str(self) -> &'static str {
@@ -164,6 +177,7 @@ impl Reason {
             Reason::ValueMismatch => "value_mismatch",
             Reason::RewriteInvalid => "rewrite_invalid",
             Reason::IntervalParameter => "interval_parameter",
+            Reason::ResultMismatch => "result_mismatch",
         }
     }
 }

@@ -251,6 +251,36 @@ pub fn decode_error_fields(body: &[u8]) -> Result<ErrorFields, ProtocolError> {
     Ok(e)
 }
 
+/// The fields of an ErrorResponse or NoticeResponse body as they are:
+/// `(field type, raw value)` in order, values without their NUL.
+pub fn error_field_list(body: &[u8]) -> Result<Vec<(u8, &[u8])>, ProtocolError> {
+    const WHAT: &str = "ErrorResponse";
+    let mut fields = Vec::with_capacity(10);
+    let mut rest = body;
+    loop {
+        let (&code, after) = rest.split_first().ok_or(ProtocolError::Malformed(WHAT))?;
+        if code == 0 {
+            return Ok(fields);
+        }
+        let end = after.iter().position(|&b| b == 0).ok_or(ProtocolError::Malformed(WHAT))?;
+        fields.push((code, &after[..end]));
+        rest = &after[end + 1..];
+    }
+}
+
+/// Writes an ErrorResponse or NoticeResponse (`tag`) with these fields, in
+/// this order (the inverse of [`error_field_list`]).
+pub fn put_error_field_list(buf: &mut BytesMut, tag: u8, fields: &[(u8, &[u8])]) {
+    put_message(buf, tag, |b| {
+        for (code, value) in fields {
+            b.put_u8(*code);
+            b.put_slice(value);
+            b.put_u8(0);
+        }
+        b.put_u8(0);
+    });
+}
+
 /// Reads an Int16 (the protocol's column counts, attribute numbers, formats).
 fn read_i16(r: &mut Reader<'_>) -> Result<i16, ProtocolError> {
     let b = r.bytes(2)?;
@@ -502,6 +532,23 @@ mod tests {
 
     fn one(buf: &mut BytesMut) -> crate::protocol::frame::Message {
         split_message(buf, 1 << 20).unwrap().unwrap()
+    }
+
+    #[test]
+    fn error_fields_round_trip_byte_for_byte() {
+        // As PostgreSQL sends it: severity twice, code, message, position, file, line, routine.
+        let body = b"SERROR\0VERROR\0C42703\0Mcolumn \"nosuch\" does not exist\0P12\0Fparse_relation.c\0L3656\0RerrorMissingColumn\0\0";
+        let fields = error_field_list(body).unwrap();
+        assert_eq!(fields.len(), 8);
+        assert_eq!(fields[4], (b'P', &b"12"[..]));
+        let mut out = BytesMut::new();
+        put_error_field_list(&mut out, ERROR_RESPONSE, &fields);
+        let m = one(&mut out);
+        assert_eq!((m.tag, &m.body[..]), (ERROR_RESPONSE, &body[..]));
+        assert_eq!(error_field_list(b"\0").unwrap(), []);
+        for bad in [&b"SERROR"[..], b"SERROR\0", b""] {
+            assert!(error_field_list(bad).is_err());
+        }
     }
 
     #[test]

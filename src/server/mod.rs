@@ -165,6 +165,44 @@ impl ServerConn {
         }
     }
 
+    /// Parses and describes each `(text, parameter types)` as the unnamed
+    /// statement, in one round trip, running nothing (Parse executes no
+    /// statement). An entry is the server's description, or its error for
+    /// that text, after which it skips the rest: the list is then shorter.
+    /// Ok only if the connection ends idle and in step.
+    pub async fn describe(&mut self, statements: &[(&str, &[u32])]) -> Result<Vec<Result<Described, ErrorFields>>, ServerError> {
+        let mut out = BytesMut::new();
+        for (sql, types) in statements {
+            frontend::parse(&mut out, "", sql, types);
+            frontend::describe(&mut out, frontend::Target::Statement, "");
+        }
+        frontend::sync(&mut out);
+        self.stream.write_all(&out).await?;
+        let mut buf = BytesMut::new();
+        let mut described = Vec::with_capacity(statements.len());
+        let mut params = Vec::new();
+        loop {
+            let m = read_message(&mut self.stream, &mut buf, MAX_LOGIN_MESSAGE).await?;
+            match m.tag {
+                backend::PARSE_COMPLETE | backend::NOTICE_RESPONSE | backend::PARAMETER_STATUS => {}
+                backend::PARAMETER_DESCRIPTION => params = backend::decode_parameter_description(&m.body)?,
+                backend::ROW_DESCRIPTION => {
+                    let row = Some(backend::decode_row_description(&m.body)?);
+                    described.push(Ok(Described { params: std::mem::take(&mut params), row }));
+                }
+                backend::NO_DATA => described.push(Ok(Described { params: std::mem::take(&mut params), row: None })),
+                backend::ERROR_RESPONSE => described.push(Err(backend::decode_error_fields(&m.body)?)),
+                backend::READY_FOR_QUERY => {
+                    return match backend::decode_ready_for_query(&m.body)? {
+                        TransactionStatus::Idle if buf.is_empty() => Ok(described),
+                        _ => Err(ServerError::Unexpected { tag: m.tag, during: "describe" }),
+                    };
+                }
+                other => return Err(ServerError::Unexpected { tag: other, during: "describe" }),
+            }
+        }
+    }
+
     /// A connection that has been idle may have been closed by the server
     /// (restart, pg_terminate_backend, idle timeout). Checked without blocking.
     pub fn is_healthy(&self) -> bool {
@@ -185,6 +223,15 @@ pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> Result<(), Serve
 }
 
 type LoginResult = (i32, i32, Vec<(String, String)>);
+
+/// A server's description of a statement it prepared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Described {
+    /// The parameter types it declared or inferred.
+    pub params: Vec<u32>,
+    /// The result columns; None when the statement returns no rows (NoData).
+    pub row: Option<Vec<backend::FieldDescription>>,
+}
 
 /// Opens a connection, with TLS if `tls` says so, and logs in, all within
 /// the connect timeout.
