@@ -97,6 +97,8 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family("pglane_prepared_parses_answered_total", "counter", "Client Parses answered without a server.", per_shard(&|s| s.prepare.parses_answered));
     family("pglane_prepared_describes_answered_total", "counter", "Describes answered from the cache.", per_shard(&|s| s.prepare.describes_answered));
     family("pglane_prepared_evictions_total", "counter", "Statements closed on servers to make room.", per_shard(&|s| s.prepare.evictions));
+    family("pglane_negotiated_portals_total", "counter", "Binds that asked the server for binary on a text client's behalf.", per_shard(&|s| s.prepare.portals_negotiated));
+    family("pglane_transcoded_values_total", "counter", "Values transcoded from binary to the client's text.", per_shard(&|s| s.prepare.values_transcoded));
     out
 }
 

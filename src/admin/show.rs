@@ -299,6 +299,7 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
         ("shard", INT4), ("statements", INT4), ("client_parses", NUMERIC), ("server_parses", NUMERIC),
         ("parses_answered", NUMERIC), ("describes_answered", NUMERIC), ("evictions", NUMERIC),
+        ("portals_negotiated", NUMERIC), ("values_transcoded", NUMERIC), ("transcode_bytes_saved", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -306,7 +307,8 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
         let p = sh.prepare;
         t.push(vec![
             s(sh.shard), s(sh.statements), s(p.client_parses), s(p.server_parses), s(p.parses_answered),
-            s(p.describes_answered), s(p.evictions),
+            s(p.describes_answered), s(p.evictions), s(p.portals_negotiated), s(p.values_transcoded),
+            s(p.transcode_bytes_saved),
         ]);
     }
     t

@@ -11,6 +11,7 @@
 mod auth;
 pub(crate) mod auth_query;
 pub mod exchange;
+pub mod negotiate;
 mod inbox;
 pub mod pinning;
 mod relay;
@@ -345,6 +346,10 @@ impl Session {
                 server_statements: &mut server.statements,
                 client_settings: &mut self.settings,
                 server_settings: &mut server.settings,
+                negotiation: self.config.binary_negotiation.then_some(exchange::Negotiation {
+                    server_params: &server.params,
+                    max_row: self.config.max_message_size,
+                }),
                 release_when_idle,
                 shutdown: &self.shard.shutdown,
                 killed: &self.entry.killed,

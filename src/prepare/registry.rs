@@ -38,6 +38,15 @@ pub struct PrepareStats {
     pub evictions: u64,
     /// Describe (statement) messages answered from the cache.
     pub describes_answered: u64,
+    /// Binds forwarded asking binary for columns the client wants as text
+    /// (binary format negotiation).
+    pub portals_negotiated: u64,
+    /// Non-NULL values pglane turned from binary into the client's text.
+    pub values_transcoded: u64,
+    /// Text bytes the client got minus binary bytes the server sent for
+    /// those values: what the server did not have to send (negative where
+    /// text is shorter, as for small integers).
+    pub transcode_bytes_saved: i64,
 }
 
 impl PrepareStats {
@@ -47,6 +56,9 @@ impl PrepareStats {
         self.parses_answered += o.parses_answered;
         self.evictions += o.evictions;
         self.describes_answered += o.describes_answered;
+        self.portals_negotiated += o.portals_negotiated;
+        self.values_transcoded += o.values_transcoded;
+        self.transcode_bytes_saved += o.transcode_bytes_saved;
     }
 }
 
