@@ -165,6 +165,7 @@ impl Exchange {
                 Ok((portal, name, rest)) if !name.is_empty() => match st.client.get(name).cloned() {
                     Some(s) => {
                         self.ensure_prepared(&s, st, to_server);
+                        self.learn_description(&s, st, to_server);
                         let plan = self.negotiate_bind(&s, portal, rest, st);
                         match &plan {
                             Some((plan, params)) => {
@@ -264,6 +265,20 @@ impl Exchange {
             self.negotiator.client_sent(tag);
         }
         self.answer_local(to_client);
+    }
+
+    /// With negotiation on, a statement bound before its description is
+    /// known (clients that never send Describe statement, like pgjdbc for
+    /// statements without parameters of unknown type) gets a Describe of
+    /// pglane's own ahead of the Bind, whose answer is cached and not
+    /// forwarded: later Binds of it can be negotiated.
+    fn learn_description(&mut self, s: &Rc<Statement>, st: &Statements<'_>, to_server: &mut BytesMut) {
+        let being_learned = |d: &Due| matches!(d, Due::Server { request: Request::Describe { cache: Some(c), .. }, .. } if Rc::ptr_eq(c, s));
+        if st.negotiation.is_none() || s.description.borrow().is_some() || self.due.iter().any(being_learned) {
+            return;
+        }
+        frontend::describe(to_server, Target::Statement, &s.server_name);
+        self.due.push_back(Due::Server { request: Request::Describe { cache: Some(s.clone()), portal: None }, forward: false });
     }
 
     /// The plan for a Bind of `s` as `portal`, and the Bind's parameter part,
@@ -502,6 +517,7 @@ impl Exchange {
                 }
             }
             backend::PARAMETER_DESCRIPTION => {
+                forward = !self.describe_is_pglanes();
                 if matches!(self.due.front(), Some(Due::Server { request: Request::Describe { cache: Some(_), .. }, .. })) {
                     self.describing.clear();
                     self.describing.extend_from_slice(message);
@@ -524,6 +540,7 @@ impl Exchange {
                 }
             }
             backend::ROW_DESCRIPTION | backend::NO_DATA => {
+                forward = !self.describe_is_pglanes();
                 if let Some(Due::Server { request: Request::Describe { portal: Some(plan), .. }, .. }) = self.due.front() {
                     let plan = plan.clone();
                     if tag == backend::ROW_DESCRIPTION {
@@ -579,6 +596,11 @@ impl Exchange {
         self.tracker.server_sent(tag, body);
         self.answer_local(to_client);
         forward
+    }
+
+    /// The Describe being answered is one pglane sent for itself.
+    fn describe_is_pglanes(&self) -> bool {
+        matches!(self.due.front(), Some(Due::Server { request: Request::Describe { .. }, forward: false }))
     }
 
     /// A ParameterStatus: the server connection now has this value, and so
