@@ -144,8 +144,13 @@ fn run(statement: &str, result_formats: &[i16]) -> BytesMut {
 
 /// A SHOW PREPARED figure, summed over shards.
 fn prepared_stat(lane: &Pglane, column: &str) -> i64 {
+    admin_stat(lane, "SHOW PREPARED", column)
+}
+
+/// A figure of an admin SHOW command, summed over its rows.
+fn admin_stat(lane: &Pglane, show: &str, column: &str) -> i64 {
     let out = Command::new("psql")
-        .args(["-X", "-A", "-F", "|", "-h", "127.0.0.1", "-p", &lane.port.to_string(), "-U", "postgres", "-c", "SHOW PREPARED", "pgbouncer"])
+        .args(["-X", "-A", "-F", "|", "-h", "127.0.0.1", "-p", &lane.port.to_string(), "-U", "postgres", "-c", show, "pgbouncer"])
         .output()
         .expect("psql runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -306,7 +311,7 @@ async fn tokio_postgres_gets_the_same_values() {
 
 const DRIVER: &str = "/usr/share/java/postgresql.jar";
 
-/// One UuidFetch line: (rows, checksum, ms, server CPU ticks).
+/// UuidFetch's lines: (rows, checksum, ms, server CPU ticks).
 fn uuid_fetch(java_classes: &Path, url: &str, runs: usize) -> Vec<(u64, String, u64, u64)> {
     let classpath = format!("{}:{}", java_classes.display(), DRIVER);
     let out = Command::new("java")
@@ -349,17 +354,26 @@ fn jdbc_uuid_fetch_same_values_direct_and_through_pglane() {
     let checksum = direct[0].1.clone();
     assert!(direct.iter().all(|r| r.0 == rows && r.1 == checksum), "{direct:?}");
     println!("direct: {direct:?}");
+    let mut server_bytes = Vec::new();
     for (name, lane) in &lanes {
-        let sent_before = prepared_stat(lane, "values_transcoded");
         let through = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port), runs);
         assert!(through.iter().all(|r| r.0 == rows && r.1 == checksum), "negotiation {name}: {through:?} vs {direct:?}");
-        let transcoded = prepared_stat(lane, "values_transcoded") - sent_before;
+        let transcoded = prepared_stat(lane, "values_transcoded");
         let saved = prepared_stat(lane, "transcode_bytes_saved");
-        println!("negotiation {name}: {through:?}, values transcoded {transcoded}, bytes saved {saved}");
+        let from_server = admin_stat(lane, "SHOW STATS_TOTALS", "server_bytes_received");
+        let to_client = admin_stat(lane, "SHOW STATS_TOTALS", "bytes_sent");
+        println!(
+            "negotiation {name}: {through:?}, values transcoded {transcoded}, bytes saved {saved}, bytes from server {from_server}, to client {to_client}"
+        );
+        // What the client got is what the server sent, plus the text's extra
+        // bytes (20 per uuid), give or take the few messages pglane answers itself.
+        assert!((to_client - saved - from_server).abs() < 64 * 1024, "{to_client} - {saved} vs {from_server}");
         match *name {
             // The first run Parses and Describes; later runs are negotiated.
             "on" => assert!(transcoded >= (runs as i64 - 2) * rows as i64, "{transcoded} values transcoded"),
             _ => assert_eq!(transcoded, 0),
         }
+        server_bytes.push(from_server);
     }
+    assert!(server_bytes[1] < server_bytes[0] - 20 * (runs as i64 - 2) * rows as i64, "bytes from server, off/on: {server_bytes:?}");
 }

@@ -75,6 +75,7 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family("pglane_pool_queries_total", "counter", "Queries and Syncs answered.", per_pool(&|p| p.stats.query_count));
     family("pglane_pool_received_bytes_total", "counter", "Bytes from clients to servers.", per_pool(&|p| p.stats.bytes_received));
     family("pglane_pool_sent_bytes_total", "counter", "Bytes from servers to clients.", per_pool(&|p| p.stats.bytes_sent));
+    family("pglane_pool_server_received_bytes_total", "counter", "Bytes read from servers.", per_pool(&|p| p.stats.bytes_from_server));
     family("pglane_pool_transaction_microseconds_total", "counter", "Time clients held server connections.", per_pool(&|p| p.stats.xact_time_us));
     family("pglane_pool_query_microseconds_total", "counter", "Time in queries.", per_pool(&|p| p.stats.query_time_us));
     family("pglane_pool_wait_microseconds_total", "counter", "Time clients waited for server connections.", per_pool(&|p| p.stats.wait_time_us));

@@ -415,6 +415,7 @@ impl Session {
         self.pool.count(|s| {
             s.bytes_received += c.bytes_to_server;
             s.bytes_sent += c.bytes_to_client;
+            s.bytes_from_server += c.bytes_from_server;
             s.query_count += c.queries;
             s.query_time_us += c.query_time_us;
         });

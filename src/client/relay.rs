@@ -70,6 +70,7 @@ pub enum Deadline {
 pub struct Counters {
     pub bytes_to_server: u64,
     pub bytes_to_client: u64,
+    pub bytes_from_server: u64,
     /// ReadyForQuery messages relayed.
     pub queries: u64,
     /// Time from sending a request to an idle server until it was quiet again.
@@ -258,7 +259,10 @@ impl Relay<'_> {
         // Server → client.
         if !b.from_server.eof && b.to_client.len() < HIGH_WATER {
             match b.from_server.poll_fill(cx, self.server) {
-                Poll::Ready(Ok(_)) => progress = true,
+                Poll::Ready(Ok(n)) => {
+                    b.counters.bytes_from_server += n as u64;
+                    progress = true;
+                }
                 Poll::Ready(Err(e)) => return Step::Done(RelayEnd::ServerError(e)),
                 Poll::Pending => {}
             }
