@@ -82,10 +82,14 @@ fn database() {
 }
 
 fn pglane(negotiation: bool) -> Pglane {
+    pglane_with_pool(negotiation, 2)
+}
+
+fn pglane_with_pool(negotiation: bool, pool_size: usize) -> Pglane {
     database();
     Pglane::start_with_args(
         &format!(
-            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\nbinary_negotiation = {negotiation}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{DB}\"\npool_size = 2\n[users.postgres]\npassword = \"secret\"\n",
+            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\nbinary_negotiation = {negotiation}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{DB}\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n",
             postgres().port
         ),
         &["--cores", "1"],
@@ -311,6 +315,13 @@ async fn tokio_postgres_gets_the_same_values() {
 
 const DRIVER: &str = "/usr/share/java/postgresql.jar";
 
+/// utime + stime of a process, in clock ticks (1/100 s).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/pid/stat");
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..].split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
 /// UuidFetch's lines: (rows, checksum, ms, server CPU ticks).
 fn uuid_fetch(java_classes: &Path, url: &str, runs: usize) -> Vec<(u64, String, u64, u64)> {
     let classpath = format!("{}:{}", java_classes.display(), DRIVER);
@@ -342,7 +353,9 @@ fn jdbc_uuid_fetch_same_values_direct_and_through_pglane() {
         pg.psql_db(DB, &format!("truncate t1; insert into t1 select gen_random_uuid() from generate_series(1, {rows}); vacuum analyze t1"));
     }
     let rows: u64 = pg.psql_db(DB, "select count(*) from t1").parse().unwrap();
-    let lanes = [("off", pglane(false)), ("on", pglane(true))];
+    // One server connection each, so that UuidFetch reads the CPU time of
+    // the backend that serves it.
+    let lanes = [("off", pglane_with_pool(false, 1)), ("on", pglane_with_pool(true, 1))];
     let classes = lanes[0].1.dir.join("classes");
     std::fs::create_dir_all(&classes).unwrap();
     let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/jdbc/UuidFetch.java");
@@ -356,14 +369,16 @@ fn jdbc_uuid_fetch_same_values_direct_and_through_pglane() {
     println!("direct: {direct:?}");
     let mut server_bytes = Vec::new();
     for (name, lane) in &lanes {
+        let pglane_cpu = cpu_ticks(lane.pid());
         let through = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port), runs);
+        let pglane_cpu = cpu_ticks(lane.pid()) - pglane_cpu;
         assert!(through.iter().all(|r| r.0 == rows && r.1 == checksum), "negotiation {name}: {through:?} vs {direct:?}");
         let transcoded = prepared_stat(lane, "values_transcoded");
         let saved = prepared_stat(lane, "transcode_bytes_saved");
         let from_server = admin_stat(lane, "SHOW STATS_TOTALS", "server_bytes_received");
         let to_client = admin_stat(lane, "SHOW STATS_TOTALS", "bytes_sent");
         println!(
-            "negotiation {name}: {through:?}, values transcoded {transcoded}, bytes saved {saved}, bytes from server {from_server}, to client {to_client}"
+            "negotiation {name}: {through:?}, values transcoded {transcoded}, bytes saved {saved}, bytes from server {from_server}, to client {to_client}, pglane CPU ticks over all runs {pglane_cpu}"
         );
         // What the client got is what the server sent, plus the text's extra
         // bytes (20 per uuid), give or take the few messages pglane answers itself.
