@@ -350,7 +350,8 @@ fn jdbc_uuid_fetch_same_values_direct_and_through_pglane() {
     database();
     let pg = postgres();
     if let Some(rows) = std::env::var("PGLANE_UUID_ROWS").ok().and_then(|r| r.parse::<u64>().ok()) {
-        pg.psql_db(DB, &format!("truncate t1; insert into t1 select gen_random_uuid() from generate_series(1, {rows}); vacuum analyze t1"));
+        pg.psql_db(DB, &format!("truncate t1; insert into t1 select gen_random_uuid() from generate_series(1, {rows})"));
+        pg.psql_db(DB, "vacuum analyze t1");
     }
     let rows: u64 = pg.psql_db(DB, "select count(*) from t1").parse().unwrap();
     // One server connection each, so that UuidFetch reads the CPU time of
