@@ -85,9 +85,10 @@ const NUMERIC_WIRE_MAX: usize = 131_072 + 16_383 + 2;
 fn wire_bound(type_oid: u32) -> Option<usize> {
     match type_oid {
         oid::NUMERIC => Some(NUMERIC_WIRE_MAX),
-        // Fixed-size binary forms whose longest text is well under 64 bytes
-        // (`-9223372036854775808`, `-178956970 years -8 mons -2147483648 days
-        // -2562047788:00:54.775808` is the longest, at 57).
+        // Fixed-size binary forms whose text is under 128 bytes in every
+        // style (the longest: a postgres_verbose interval such as `@ 178956970
+        // years 8 mons 2147483648 days 2562047788 hours 54.775808 secs ago`,
+        // under 80).
         oid::BOOL
         | oid::INT2
         | oid::INT4
@@ -103,7 +104,7 @@ fn wire_bound(type_oid: u32) -> Option<usize> {
         | oid::TIMESTAMPTZ
         | oid::INTERVAL
         | oid::INET
-        | oid::CIDR => Some(64),
+        | oid::CIDR => Some(128),
         _ => None,
     }
 }
