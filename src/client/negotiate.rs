@@ -529,3 +529,160 @@ mod tests {
         assert!(n.plan("c").is_none());
     }
 }
+
+/// The exchange with negotiation on, message by message: what reaches the
+/// server and what reaches the client.
+#[cfg(test)]
+mod exchange_tests {
+    use bytes::{Bytes, BytesMut};
+
+    use super::super::exchange::{Exchange, Statements};
+    use super::super::settings::Settings;
+    use super::Negotiation;
+    use crate::formats::oid;
+    use crate::prepare::{ClientStatements, Registry, ServerStatements};
+    use crate::protocol::backend::{self, FieldDescription, TransactionStatus};
+    use crate::protocol::frame::split_message;
+    use crate::protocol::{frontend, names};
+
+    const UUID: [u8; 16] = [0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0, 1, 2, 3, 4, 5, 6, 7];
+    const UUID_TEXT: &[u8] = b"12345678-9abc-def0-0001-020304050607";
+
+    fn messages(mut bytes: BytesMut) -> Vec<(u8, Bytes)> {
+        let mut v = Vec::new();
+        while let Some(m) = split_message(&mut bytes, 1 << 20).unwrap() {
+            v.push((m.tag, m.body));
+        }
+        v
+    }
+
+    /// A message with its header, as the relay hands it over.
+    fn whole(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![tag];
+        m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    fn tags(m: &[(u8, Bytes)]) -> String {
+        m.iter().map(|(t, _)| *t as char).collect()
+    }
+
+    struct Fixture {
+        registry: Registry,
+        client: ClientStatements,
+        server: ServerStatements,
+        client_settings: Settings,
+        server_settings: Settings,
+        login: Vec<(String, String)>,
+        exchange: Exchange,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                registry: Registry::new(0, 10),
+                client: ClientStatements::new(10),
+                server: ServerStatements::new(10),
+                client_settings: Settings::default(),
+                server_settings: Settings::default(),
+                login: vec![("integer_datetimes".into(), "on".into())],
+                exchange: Exchange::default(),
+            }
+        }
+
+        /// The exchange, and the state it works on.
+        fn parts(&mut self) -> (&mut Exchange, Statements<'_>) {
+            let st = Statements {
+                registry: &self.registry,
+                client: &mut self.client,
+                server: &mut self.server,
+                client_settings: &mut self.client_settings,
+                server_settings: &mut self.server_settings,
+                negotiation: Some(Negotiation { server_params: &self.login, max_row: 1 << 20 }),
+            };
+            (&mut self.exchange, st)
+        }
+
+        /// Client messages in, what goes to the server out.
+        fn client(&mut self, bytes: BytesMut) -> Vec<(u8, Bytes)> {
+            let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+            for (tag, body) in messages(bytes) {
+                let (exchange, mut st) = self.parts();
+                exchange.from_client(tag, &whole(tag, &body), &mut st, &mut to_server, &mut to_client);
+            }
+            assert!(to_client.is_empty());
+            messages(to_server)
+        }
+
+        /// Server messages in (whole, as the relay hands them when
+        /// `rows_need_whole` says so), what goes to the client out.
+        fn server(&mut self, bytes: BytesMut) -> Vec<(u8, Bytes)> {
+            let mut to_client = BytesMut::new();
+            for (tag, body) in messages(bytes) {
+                let (exchange, mut st) = self.parts();
+                if tag == backend::DATA_ROW {
+                    let negotiated = body.len() == 2 + 4 + UUID.len();
+                    assert_eq!(exchange.rows_need_whole(), negotiated, "whole rows exactly for the negotiated portal");
+                }
+                exchange.from_server(tag, &whole(tag, &body), &mut st, &mut to_client);
+                assert!(exchange.take_failure().is_none());
+            }
+            messages(to_client)
+        }
+    }
+
+    fn bind_execute_sync() -> BytesMut {
+        let mut out = BytesMut::new();
+        frontend::bind(&mut out, "", "S_1", &[], std::iter::empty(), &[]);
+        frontend::execute(&mut out, "", 0);
+        frontend::sync(&mut out);
+        out
+    }
+
+    fn result(row: &[u8]) -> BytesMut {
+        let mut out = BytesMut::new();
+        backend::bind_complete(&mut out);
+        backend::data_row(&mut out, &[Some(row)]);
+        backend::command_complete(&mut out, "SELECT 1");
+        backend::ready_for_query(&mut out, TransactionStatus::Idle);
+        out
+    }
+
+    #[test]
+    fn an_undescribed_statement_is_described_by_pglane_then_negotiated() {
+        let mut f = Fixture::new();
+        let mut parse = BytesMut::new();
+        frontend::parse(&mut parse, "S_1", "select u from t", &[]);
+        assert_eq!(tags(&f.client(parse)), "P");
+        let mut parsed = BytesMut::new();
+        backend::parse_complete(&mut parsed);
+        assert_eq!(tags(&f.server(parsed)), "1");
+
+        // First Bind: nothing known, so pglane describes the statement ahead
+        // of it and the Bind goes as the client sent it.
+        let sent = f.client(bind_execute_sync());
+        assert_eq!(tags(&sent), "DBES");
+        let (_, _, rest) = names::split_bind(&sent[1].1).unwrap();
+        assert_eq!(frontend::split_bind_results(rest).unwrap().1, Vec::<i16>::new());
+        let mut described = BytesMut::new();
+        backend::parameter_description(&mut described, &[]);
+        let field = FieldDescription { name: "u".into(), table_oid: 0, column: 0, type_oid: oid::UUID, type_size: 16, type_modifier: -1, format: 0 };
+        backend::row_description(&mut described, &[field]);
+        described.extend_from_slice(&result(UUID_TEXT));
+        let got = f.server(described);
+        assert_eq!(tags(&got), "2DCZ", "pglane's Describe is not the client's to see");
+        assert_eq!(&got[1].1[6..], UUID_TEXT);
+
+        // Second Bind: binary asked for, and the row transcoded back.
+        let sent = f.client(bind_execute_sync());
+        assert_eq!(tags(&sent), "BES");
+        let (_, _, rest) = names::split_bind(&sent[0].1).unwrap();
+        assert_eq!(frontend::split_bind_results(rest).unwrap().1, vec![1]);
+        let got = f.server(result(&UUID));
+        assert_eq!(tags(&got), "2DCZ");
+        assert_eq!(&got[1].1[6..], UUID_TEXT);
+        let stats = f.registry.stats();
+        assert_eq!((stats.portals_negotiated, stats.values_transcoded, stats.transcode_bytes_saved), (1, 1, 20));
+    }
+}
