@@ -232,6 +232,7 @@ pub fn config_table(config: &Config) -> Table {
         ("server_reset_query", config.server_reset_query.clone(), defaults.as_ref().map(|d| d.server_reset_query.clone()), true),
         ("max_prepared_statements", config.max_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_prepared_statements.to_string()), true),
         ("max_client_prepared_statements", config.max_client_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_client_prepared_statements.to_string()), true),
+        ("binary_negotiation", config.binary_negotiation.to_string(), defaults.as_ref().map(|d| d.binary_negotiation.to_string()), true),
         ("admin_users", config.admin_users.join(","), Some(String::new()), true),
         ("stats_users", config.stats_users.join(","), Some(String::new()), true),
         ("cores", config.cores.map(|c| c.to_string()).unwrap_or_default(), Some(String::new()), false),
