@@ -20,7 +20,7 @@
 use arbitrary::Arbitrary;
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use pglane::client::exchange::{client_needs_whole, server_needs_whole, Exchange, Statements};
+use pglane::client::exchange::{client_needs_whole, server_needs_whole, Exchange, Negotiation, Statements};
 use pglane::client::settings::Settings;
 use pglane::prepare::{ClientStatements, Registry, ServerStatements};
 use pglane::protocol::backend::{self, ErrorFields, FieldDescription, TransactionStatus};
@@ -132,6 +132,12 @@ fuzz_target!(|ops: Vec<Op>| {
     let mut client_settings = Settings::default();
     let mut server_settings = Settings::default();
     let mut ex = Exchange::default();
+    // Binary format negotiation on, with settings that make every type on
+    // its list negotiable.
+    let login: Vec<(String, String)> = [("DateStyle", "ISO, MDY"), ("IntervalStyle", "postgres"), ("TimeZone", "UTC"), ("integer_datetimes", "on")]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
     let mut to_server = BytesMut::new();
     let mut to_client = BytesMut::new();
     // Has this client (since the last Reset) sent anything that may have
@@ -152,6 +158,7 @@ fuzz_target!(|ops: Vec<Op>| {
             server: &mut server,
             client_settings: &mut client_settings,
             server_settings: &mut server_settings,
+            negotiation: Some(Negotiation { server_params: &login, max_row: 1 << 20 }),
         };
         let mut c = BytesMut::new();
         let mut s = BytesMut::new();
@@ -232,8 +239,9 @@ fuzz_target!(|ops: Vec<Op>| {
         }
         if !s.is_empty() {
             let tag = s[0];
-            if server_needs_whole(tag) {
+            if server_needs_whole(tag) || (tag == b'D' && ex.rows_need_whole()) {
                 let _forwarded: bool = ex.from_server(tag, &s, &mut st, &mut to_client);
+                let _ = ex.take_failure();
             } else {
                 ex.from_server_stream(tag, &s, &mut to_client);
             }

@@ -75,6 +75,7 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family("pglane_pool_queries_total", "counter", "Queries and Syncs answered.", per_pool(&|p| p.stats.query_count));
     family("pglane_pool_received_bytes_total", "counter", "Bytes from clients to servers.", per_pool(&|p| p.stats.bytes_received));
     family("pglane_pool_sent_bytes_total", "counter", "Bytes from servers to clients.", per_pool(&|p| p.stats.bytes_sent));
+    family("pglane_pool_server_received_bytes_total", "counter", "Bytes read from servers.", per_pool(&|p| p.stats.bytes_from_server));
     family("pglane_pool_transaction_microseconds_total", "counter", "Time clients held server connections.", per_pool(&|p| p.stats.xact_time_us));
     family("pglane_pool_query_microseconds_total", "counter", "Time in queries.", per_pool(&|p| p.stats.query_time_us));
     family("pglane_pool_wait_microseconds_total", "counter", "Time clients waited for server connections.", per_pool(&|p| p.stats.wait_time_us));
@@ -104,6 +105,8 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family("pglane_auto_prepare_validation_failures_total", "counter", "Query shapes found not rewritable.", per_shard(&|s| s.prepare.validation_failures));
     family("pglane_auto_prepare_reruns_total", "counter", "Rewritten queries with a stale plan run again as plain queries.", per_shard(&|s| s.prepare.reruns));
     family("pglane_auto_prepare_unnamed_mapped_total", "counter", "Unnamed statements run as a shared named statement.", per_shard(&|s| s.prepare.unnamed_mapped));
+    family("pglane_negotiated_portals_total", "counter", "Binds that asked the server for binary on a text client's behalf.", per_shard(&|s| s.prepare.portals_negotiated));
+    family("pglane_transcoded_values_total", "counter", "Values transcoded from binary to the client's text.", per_shard(&|s| s.prepare.values_transcoded));
     out
 }
 

@@ -133,11 +133,12 @@ pub fn stats_totals_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
         ("database", TEXT), ("xact_count", NUMERIC), ("query_count", NUMERIC), ("bytes_received", NUMERIC),
         ("bytes_sent", NUMERIC), ("xact_time", NUMERIC), ("query_time", NUMERIC), ("wait_time", NUMERIC),
+        ("server_bytes_received", NUMERIC),
     ]);
     for (db, st) in stats_by_database(snapshots) {
         t.push(vec![
             s(db), s(st.xact_count), s(st.query_count), s(st.bytes_received), s(st.bytes_sent), s(st.xact_time_us),
-            s(st.query_time_us), s(st.wait_time_us),
+            s(st.query_time_us), s(st.wait_time_us), s(st.bytes_from_server),
         ]);
     }
     t
@@ -233,6 +234,7 @@ pub fn config_table(config: &Config) -> Table {
         ("max_client_prepared_statements", config.max_client_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_client_prepared_statements.to_string()), true),
         ("auto_prepare", config.auto_prepare.to_string(), defaults.as_ref().map(|d| d.auto_prepare.to_string()), true),
         ("auto_prepare_after", config.auto_prepare_after.to_string(), defaults.as_ref().map(|d| d.auto_prepare_after.to_string()), true),
+        ("binary_negotiation", config.binary_negotiation.to_string(), defaults.as_ref().map(|d| d.binary_negotiation.to_string()), true),
         ("admin_users", config.admin_users.join(","), Some(String::new()), true),
         ("stats_users", config.stats_users.join(","), Some(String::new()), true),
         ("cores", config.cores.map(|c| c.to_string()).unwrap_or_default(), Some(String::new()), false),
@@ -303,6 +305,7 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
         ("parses_answered", NUMERIC), ("describes_answered", NUMERIC), ("evictions", NUMERIC),
         ("shapes", INT4), ("rewrites", NUMERIC), ("pass_throughs", NUMERIC), ("validations", NUMERIC),
         ("validation_failures", NUMERIC), ("unnamed_mapped", NUMERIC), ("reruns", NUMERIC),
+        ("portals_negotiated", NUMERIC), ("values_transcoded", NUMERIC), ("transcode_bytes_saved", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -312,6 +315,7 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
             s(sh.shard), s(sh.statements), s(p.client_parses), s(p.server_parses), s(p.parses_answered),
             s(p.describes_answered), s(p.evictions), s(p.shapes), s(p.rewrites), s(p.pass_throughs),
             s(p.validations), s(p.validation_failures), s(p.unnamed_mapped), s(p.reruns),
+            s(p.portals_negotiated), s(p.values_transcoded), s(p.transcode_bytes_saved),
         ]);
     }
     t

@@ -45,6 +45,10 @@
 //! A client that mentions search_path in a query gets no auto-prepare from
 //! then on: its names may resolve differently from the shapes validated
 //! under the default search_path.
+//!
+//! Binary format negotiation (`negotiate`, when on) plans a portal: its Bind
+//! asks for binary, its DataRows are transcoded back and its portal
+//! RowDescription shows the client's formats.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -52,6 +56,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
+use super::negotiate::{self, NegotiateError, Negotiator, Plan};
+pub use super::negotiate::Negotiation;
 use super::pinning::{self, SessionFeature};
 use super::settings::{self, Change, Settings, Value};
 use super::tracker::Tracker;
@@ -70,6 +76,8 @@ pub struct Statements<'a> {
     pub server: &'a mut ServerStatements,
     pub client_settings: &'a mut Settings,
     pub server_settings: &'a mut Settings,
+    /// `None` when binary_negotiation is off.
+    pub negotiation: Option<Negotiation<'a>>,
 }
 
 /// One request whose answer is still due, in the order the client expects answers.
@@ -86,14 +94,16 @@ enum Request {
     /// `undo` is what to take back if the server skips or refuses it.
     Parse { undo: Option<Prepared> },
     Bind { statement: Option<Rc<Statement>> },
-    /// `cache` is the statement whose description to remember from the answer.
-    Describe { cache: Option<Rc<Statement>> },
+    /// `cache` is the statement whose description to remember from the
+    /// answer; `portal` the plan of a negotiated portal described.
+    Describe { cache: Option<Rc<Statement>>, portal: Option<Rc<Plan>> },
     /// Describe of a rewritten simple query's portal: its RowDescription is
     /// the client's, its NoData is not.
     QueryDescribe,
     /// `evicted` names a statement pglane closed to make room.
     Close { evicted: Option<Rc<str>> },
-    Execute,
+    /// `plan`: the portal was negotiated, its DataRows are transcoded.
+    Execute { plan: Option<Rc<Plan>> },
     /// `rewritten`: the Sync ending a rewritten simple query.
     Sync { rewritten: bool },
     Query,
@@ -140,6 +150,10 @@ pub struct Exchange {
     /// Messages for the server that a server message caused (a rewritten
     /// query run again as it was); see [`Exchange::take_for_server`].
     for_server: BytesMut,
+    /// Binary format negotiation of this client's portals.
+    negotiator: Negotiator,
+    /// A negotiated DataRow could not be transcoded: the relay must end.
+    failure: Option<NegotiateError>,
 }
 
 /// A rewritten simple query the server has not finished.
@@ -421,7 +435,12 @@ impl Exchange {
                     None => self.refuse_unknown_statement(""),
                 },
                 Ok((_, "", _)) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
-                _ => self.pass_request(message, to_server, Request::Bind { statement: None }),
+                bind => {
+                    if let Ok((portal, _, _)) = bind {
+                        self.negotiator.bound(portal, None);
+                    }
+                    self.pass_request(message, to_server, Request::Bind { statement: None })
+                }
             },
             frontend::DESCRIBE => match names::split_target(body) {
                 Ok((Target::Statement, name)) if !name.is_empty() => match st.client.get(name).cloned() {
@@ -433,7 +452,11 @@ impl Exchange {
                     None => self.refuse_unknown_statement(""),
                 },
                 Ok((Target::Statement, "")) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
-                _ => self.pass_request(message, to_server, Request::Describe { cache: None }),
+                Ok((Target::Portal, name)) => {
+                    let portal = self.negotiator.plan(name);
+                    self.pass_request(message, to_server, Request::Describe { cache: None, portal })
+                }
+                _ => self.pass_request(message, to_server, Request::Describe { cache: None, portal: None }),
             },
             frontend::CLOSE => match names::split_target(body) {
                 Ok((Target::Statement, name)) if !name.is_empty() => {
@@ -449,12 +472,18 @@ impl Exchange {
                     self.due.push_back(Due::Local(Local::CloseComplete { restore: None }));
                     false
                 }
-                _ => {
+                target => {
+                    if let Ok((Target::Portal, name)) = target {
+                        self.negotiator.closed(name);
+                    }
                     self.pass(message, to_server, Request::Close { evicted: None });
                     true
                 }
             },
-            frontend::EXECUTE => self.pass_request(message, to_server, Request::Execute),
+            frontend::EXECUTE => {
+                let plan = frontend::decode_execute(body).ok().and_then(|(portal, _)| self.negotiator.plan(portal));
+                self.pass_request(message, to_server, Request::Execute { plan })
+            }
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
             frontend::QUERY => {
                 // A simple query replaces the unnamed statement.
@@ -484,8 +513,62 @@ impl Exchange {
         };
         if forwarded {
             self.tracker.client_sent(tag);
+            self.negotiator.client_sent(tag);
         }
         self.answer_local(to_client);
+    }
+
+    /// With negotiation on, a statement bound before its description is
+    /// known (clients that never send Describe statement, like pgjdbc for
+    /// statements without parameters of unknown type) gets a Describe of
+    /// pglane's own ahead of the Bind, whose answer is cached and not
+    /// forwarded: later Binds of it can be negotiated.
+    fn learn_description(&mut self, s: &Rc<Statement>, st: &Statements<'_>, to_server: &mut BytesMut) {
+        let being_learned = |d: &Due| matches!(d, Due::Server { request: Request::Describe { cache: Some(c), .. }, .. } if Rc::ptr_eq(c, s));
+        if st.negotiation.is_none() || s.description.borrow().is_some() || self.due.iter().any(being_learned) {
+            return;
+        }
+        frontend::describe(to_server, Target::Statement, &s.server_name);
+        self.due.push_back(Due::Server { request: Request::Describe { cache: Some(s.clone()), portal: None }, forward: false });
+    }
+
+    /// The plan for a Bind of `s` as `portal`, and the Bind's parameter part,
+    /// if negotiation is on and finds columns to ask binary for.
+    fn negotiate_bind<'r>(&self, s: &Statement, portal: &str, rest: &'r [u8], st: &Statements<'_>) -> Option<(Plan, &'r [u8])> {
+        let negotiation = st.negotiation?;
+        let description = s.description.borrow();
+        let description = description.as_deref()?;
+        // Settings-dependent types only when the reported settings are the
+        // ones this portal will run with (see `negotiate`).
+        let settings = if self.settings_settled() {
+            negotiate::server_text_settings(negotiation.server_params, st.server_settings)
+        } else {
+            Default::default()
+        };
+        let planned = negotiate::plan_bind(description, rest, &settings, negotiation.max_row)?;
+        tracing::trace!(portal, statement = %s.server_name, columns = planned.0.transcoded_columns(), "negotiated binary results");
+        st.registry.count(|c| c.portals_negotiated += 1);
+        Some(planned)
+    }
+
+    /// No request that may change a setting is in flight: no earlier Sync
+    /// group, simple query or function call is unanswered, and the client
+    /// has sent no Execute in its current group.
+    fn settings_settled(&self) -> bool {
+        self.negotiator.group_is_clean()
+            && !self.due.iter().any(|d| matches!(d, Due::Server { request: Request::Sync { .. } | Request::Query | Request::FunctionCall, .. }))
+    }
+
+    /// The next DataRows belong to a negotiated portal: the relay must hand
+    /// them over whole instead of streaming them.
+    pub fn rows_need_whole(&self) -> bool {
+        let next_server_reply = self.due.iter().find(|d| matches!(d, Due::Server { .. }));
+        matches!(next_server_reply, Some(Due::Server { request: Request::Execute { plan: Some(_) }, .. }))
+    }
+
+    /// Why the relay must end, if a negotiated DataRow could not be transcoded.
+    pub fn take_failure(&mut self) -> Option<NegotiateError> {
+        self.failure.take()
     }
 
     /// The first bytes of a streamed client message (CopyData).
@@ -586,9 +669,17 @@ impl Exchange {
         true
     }
 
+    /// Bind of a statement the registry knows, renamed; with binary format
+    /// negotiation, asking binary for the columns it can turn back into text.
     fn bind(&mut self, s: &Rc<Statement>, portal: &str, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
         self.ensure_prepared(s, st, to_server);
-        names::put_bind(to_server, portal, &s.server_name, rest);
+        self.learn_description(s, st, to_server);
+        let plan = self.negotiate_bind(s, portal, rest, st);
+        match &plan {
+            Some((plan, params)) => names::put_bind_with_result_formats(to_server, portal, &s.server_name, params, plan.server_formats()),
+            None => names::put_bind(to_server, portal, &s.server_name, rest),
+        }
+        self.negotiator.bound(portal, plan.map(|(plan, _)| plan));
         self.expect(Request::Bind { statement: Some(s.clone()) });
         true
     }
@@ -606,7 +697,7 @@ impl Exchange {
             None => {
                 self.ensure_prepared(&s, st, to_server);
                 frontend::describe(to_server, Target::Statement, &s.server_name);
-                self.expect(Request::Describe { cache: Some(s) });
+                self.expect(Request::Describe { cache: Some(s), portal: None });
                 true
             }
         }
@@ -632,7 +723,7 @@ impl Exchange {
         st.registry.count(|c| c.rewrites += 1);
         self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement) }, forward: false });
         self.expect(Request::QueryDescribe);
-        self.expect(Request::Execute);
+        self.expect(Request::Execute { plan: None });
         self.expect(Request::Sync { rewritten: true });
         true
     }
@@ -783,16 +874,45 @@ impl Exchange {
                 }
             }
             backend::PARAMETER_DESCRIPTION => {
-                if matches!(self.due.front(), Some(Due::Server { request: Request::Describe { cache: Some(_) }, .. })) {
+                forward = !self.describe_is_pglanes();
+                if matches!(self.due.front(), Some(Due::Server { request: Request::Describe { cache: Some(_), .. }, .. })) {
                     self.describing.clear();
                     self.describing.extend_from_slice(message);
+                }
+            }
+            backend::DATA_ROW => {
+                if let Some(Due::Server { request: Request::Execute { plan: Some(plan) }, .. }) = self.due.front() {
+                    let plan = plan.clone();
+                    forward = false;
+                    match negotiate::transcode_row(body, &plan, to_client) {
+                        Ok(row) => st.registry.count(|c| {
+                            c.values_transcoded += row.values;
+                            c.transcode_bytes_saved += row.bytes_saved;
+                        }),
+                        Err(e) => {
+                            tracing::error!("binary format negotiation: {e}; ending the session");
+                            self.failure = Some(e);
+                        }
+                    }
                 }
             }
             backend::ROW_DESCRIPTION | backend::NO_DATA => {
                 if let Some(Due::Server { request: Request::QueryDescribe, .. }) = self.due.front() {
                     forward = tag == backend::ROW_DESCRIPTION;
                     self.due.pop_front();
-                } else if let Some(Due::Server { request: Request::Describe { cache }, .. }) = self.due.front() {
+                } else {
+                forward = !self.describe_is_pglanes();
+                if let Some(Due::Server { request: Request::Describe { portal: Some(plan), .. }, .. }) = self.due.front() {
+                    let plan = plan.clone();
+                    if tag == backend::ROW_DESCRIPTION {
+                        forward = false;
+                        if let Err(e) = plan.client_row_description(body, to_client) {
+                            tracing::error!("binary format negotiation: portal RowDescription: {e}; ending the session");
+                            self.failure = Some(e.into());
+                        }
+                    }
+                }
+                if let Some(Due::Server { request: Request::Describe { cache, .. }, .. }) = self.due.front() {
                     if let Some(s) = cache {
                         if !self.describing.is_empty() {
                             let mut description = std::mem::take(&mut self.describing);
@@ -802,9 +922,10 @@ impl Exchange {
                     }
                     self.due.pop_front();
                 }
+                }
             }
             backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
-                if matches!(self.due.front(), Some(Due::Server { request: Request::Execute, .. })) {
+                if matches!(self.due.front(), Some(Due::Server { request: Request::Execute { .. }, .. })) {
                     self.due.pop_front();
                 }
                 if tag == backend::COMMAND_COMPLETE && matches!(body, b"DISCARD ALL\0" | b"DEALLOCATE ALL\0") {
@@ -830,6 +951,9 @@ impl Exchange {
                         _ => {}
                     }
                 }
+                if body == b"I" {
+                    self.negotiator.transaction_ended();
+                }
                 if let Some(auto) = self.auto.as_mut().filter(|a| a.ddl_pending && body == b"I") {
                     // The DDL is committed (or rolled back): shapes validated
                     // while it was in flight saw the old schema.
@@ -851,6 +975,11 @@ impl Exchange {
         self.tracker.server_sent(tag, body);
         self.answer_local(to_client);
         forward
+    }
+
+    /// The Describe being answered is one pglane sent for itself.
+    fn describe_is_pglanes(&self) -> bool {
+        matches!(self.due.front(), Some(Due::Server { request: Request::Describe { .. }, forward: false }))
     }
 
     /// A ParameterStatus: the server connection now has this value, and so
@@ -1016,6 +1145,7 @@ mod tests {
                 server: &mut self.server,
                 client_settings: &mut self.client_settings,
                 server_settings: &mut self.server_settings,
+                negotiation: None,
             }
         }
 

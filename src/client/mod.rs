@@ -12,6 +12,7 @@ mod auth;
 pub(crate) mod auth_query;
 mod autoprep;
 pub mod exchange;
+pub mod negotiate;
 mod inbox;
 pub mod pinning;
 mod relay;
@@ -355,6 +356,10 @@ impl Session {
                 server_statements: &mut server.statements,
                 client_settings: &mut self.settings,
                 server_settings: &mut server.settings,
+                negotiation: self.config.binary_negotiation.then_some(exchange::Negotiation {
+                    server_params: &server.params,
+                    max_row: self.config.max_message_size,
+                }),
                 release_when_idle,
                 shutdown: &self.shard.shutdown,
                 killed: &self.entry.killed,
@@ -420,6 +425,7 @@ impl Session {
         self.pool.count(|s| {
             s.bytes_received += c.bytes_to_server;
             s.bytes_sent += c.bytes_to_client;
+            s.bytes_from_server += c.bytes_from_server;
             s.query_count += c.queries;
             s.query_time_us += c.query_time_us;
         });

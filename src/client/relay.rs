@@ -17,10 +17,11 @@ use futures_lite::AsyncWrite;
 
 use super::exchange::{client_needs_whole, server_needs_whole, Exchange, Statements};
 use super::inbox::{Inbox, Piece};
+use super::negotiate::Negotiation;
 use super::settings::Settings;
 use crate::net::Stream;
 use crate::prepare::{ClientStatements, Registry, ServerStatements};
-use crate::protocol::{frontend, ProtocolError};
+use crate::protocol::{backend, frontend, ProtocolError};
 use crate::runtime::ShutdownSignal;
 
 /// Rounds of work one poll may do before yielding to other tasks.
@@ -69,6 +70,7 @@ pub enum Deadline {
 pub struct Counters {
     pub bytes_to_server: u64,
     pub bytes_to_client: u64,
+    pub bytes_from_server: u64,
     /// ReadyForQuery messages relayed.
     pub queries: u64,
     /// Time from sending a request to an idle server until it was quiet again.
@@ -158,6 +160,8 @@ pub struct Relay<'a> {
     pub server_statements: &'a mut ServerStatements,
     pub client_settings: &'a mut Settings,
     pub server_settings: &'a mut Settings,
+    /// `None` when binary_negotiation is off.
+    pub negotiation: Option<Negotiation<'a>>,
     pub release_when_idle: bool,
     pub shutdown: &'a ShutdownSignal,
     pub killed: &'a std::cell::Cell<bool>,
@@ -270,6 +274,7 @@ impl Relay<'_> {
                 server: self.server_statements,
                 client_settings: self.client_settings,
                 server_settings: self.server_settings,
+                negotiation: self.negotiation,
             };
             loop {
                 let piece = match b.from_client.next(client_needs_whole) {
@@ -304,7 +309,10 @@ impl Relay<'_> {
         // Server → client.
         if !b.from_server.eof && b.to_client.len() < HIGH_WATER {
             match b.from_server.poll_fill(cx, self.server) {
-                Poll::Ready(Ok(_)) => progress = true,
+                Poll::Ready(Ok(n)) => {
+                    b.counters.bytes_from_server += n as u64;
+                    progress = true;
+                }
                 Poll::Ready(Err(e)) => return Step::Done(RelayEnd::ServerError(e)),
                 Poll::Pending => {}
             }
@@ -316,11 +324,14 @@ impl Relay<'_> {
                 server: self.server_statements,
                 client_settings: self.client_settings,
                 server_settings: self.server_settings,
+                negotiation: self.negotiation,
             };
             // Bytes after the final ReadyForQuery stay behind (and make the
             // connection unfit for reuse).
             while !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) {
-                let piece = match b.from_server.next(server_needs_whole) {
+                // A negotiated portal's DataRows are transcoded, so whole.
+                let rows_whole = self.exchange.rows_need_whole();
+                let piece = match b.from_server.next(|tag| server_needs_whole(tag) || (rows_whole && tag == backend::DATA_ROW)) {
                     Ok(Some(piece)) => piece,
                     Ok(None) => break,
                     Err(e) => return Step::Done(RelayEnd::ServerError(io::Error::new(io::ErrorKind::InvalidData, e))),
@@ -328,7 +339,10 @@ impl Relay<'_> {
                 match piece {
                     Piece::Whole(tag, message) => {
                         let forwarded = self.exchange.from_server(tag, message, &mut st, &mut b.to_client);
-                        if forwarded && tag == crate::protocol::backend::READY_FOR_QUERY {
+                        if let Some(e) = self.exchange.take_failure() {
+                            return Step::Done(RelayEnd::ServerError(io::Error::new(io::ErrorKind::InvalidData, e)));
+                        }
+                        if forwarded && tag == backend::READY_FOR_QUERY {
                             self.saw_ready = true;
                             b.counters.queries += 1;
                             if self.exchange.is_quiet() {

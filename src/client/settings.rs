@@ -77,6 +77,14 @@ impl Settings {
         self.0.is_empty()
     }
 
+    /// The values ParameterStatus reported, by name.
+    pub fn reported(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().filter_map(|(name, value)| match value {
+            Value::Reported(v) => Some((name.as_str(), v.as_str())),
+            Value::Sql(_) => None,
+        })
+    }
+
     /// The SQL that turns a server connection with `server` settings into one
     /// with `self`'s, or None if they already agree.
     pub fn sql_to_apply_over(&self, server: &Settings) -> Option<String> {

@@ -168,6 +168,12 @@ pub struct Config {
     /// closed first), as PgBouncer's setting of the same name.
     #[serde(default = "defaults::max_prepared_statements")]
     pub max_prepared_statements: usize,
+    /// Binary format negotiation: for prepared statements whose result
+    /// columns pglane knows, ask the server for binary where the client wants
+    /// text and the type can be turned back into PostgreSQL's exact text
+    /// (see `client::negotiate` for which types and when).
+    #[serde(default)]
+    pub binary_negotiation: bool,
     /// Named prepared statements one client may hold at once.
     #[serde(default = "defaults::max_client_prepared_statements")]
     pub max_client_prepared_statements: usize,

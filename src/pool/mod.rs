@@ -46,6 +46,9 @@ pub struct PoolStats {
     /// Bytes from clients to servers, and from servers to clients.
     pub bytes_received: u64,
     pub bytes_sent: u64,
+    /// Bytes read from servers while relaying (differs from `bytes_sent`
+    /// where pglane answers itself or transcodes binary results).
+    pub bytes_from_server: u64,
     /// Microseconds clients held server connections, spent in queries, and
     /// waited for a server connection.
     pub xact_time_us: u64,
@@ -66,6 +69,7 @@ impl PoolStats {
         self.query_count += o.query_count;
         self.bytes_received += o.bytes_received;
         self.bytes_sent += o.bytes_sent;
+        self.bytes_from_server += o.bytes_from_server;
         self.xact_time_us += o.xact_time_us;
         self.query_time_us += o.query_time_us;
         self.wait_time_us += o.wait_time_us;

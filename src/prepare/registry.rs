@@ -55,6 +55,15 @@ pub struct PrepareStats {
     /// Rewritten queries whose plan went stale (DDL pglane did not see), run
     /// again as plain queries without the client seeing the error.
     pub reruns: u64,
+    /// Binds forwarded asking binary for columns the client wants as text
+    /// (binary format negotiation).
+    pub portals_negotiated: u64,
+    /// Non-NULL values pglane turned from binary into the client's text.
+    pub values_transcoded: u64,
+    /// Text bytes the client got minus binary bytes the server sent for
+    /// those values: what the server did not have to send (negative where
+    /// text is shorter, as for small integers).
+    pub transcode_bytes_saved: i64,
 }
 
 impl PrepareStats {
@@ -71,6 +80,9 @@ impl PrepareStats {
         self.validation_failures += o.validation_failures;
         self.unnamed_mapped += o.unnamed_mapped;
         self.reruns += o.reruns;
+        self.portals_negotiated += o.portals_negotiated;
+        self.values_transcoded += o.values_transcoded;
+        self.transcode_bytes_saved += o.transcode_bytes_saved;
     }
 }
 

@@ -3,6 +3,7 @@
 
 use bytes::{BufMut, BytesMut};
 
+use super::frame::HEADER_LEN;
 use super::{put_cstr, put_message, ProtocolError, Reader};
 
 pub const AUTHENTICATION: u8 = b'R';
@@ -349,6 +350,52 @@ pub fn decode_row_description(body: &[u8]) -> Result<Vec<FieldDescription>, Prot
         return Err(ProtocolError::Malformed(WHAT));
     }
     Ok(fields)
+}
+
+/// The type OID of each column of a RowDescription body, read without
+/// decoding the column names.
+pub fn row_description_types(body: &[u8]) -> Result<Vec<u32>, ProtocolError> {
+    let mut types = Vec::new();
+    walk_row_description(body, |field| types.push(u32::from_be_bytes([field[6], field[7], field[8], field[9]])))?;
+    Ok(types)
+}
+
+/// Appends RowDescription `body` as a whole message with each column's format
+/// code replaced by `formats[column]`; every other byte is kept.
+pub fn row_description_with_formats(out: &mut BytesMut, body: &[u8], formats: &[i16]) -> Result<(), ProtocolError> {
+    let mut offsets = Vec::with_capacity(formats.len());
+    walk_row_description(body, |field| offsets.push(field.as_ptr() as usize - body.as_ptr() as usize + FIELD_FORMAT_AT))?;
+    if offsets.len() != formats.len() {
+        return Err(ProtocolError::Malformed("RowDescription"));
+    }
+    let start = out.len() + HEADER_LEN;
+    put_message(out, ROW_DESCRIPTION, |b| b.put_slice(body));
+    for (at, format) in offsets.into_iter().zip(formats) {
+        out[start + at..start + at + 2].copy_from_slice(&format.to_be_bytes());
+    }
+    Ok(())
+}
+
+/// Bytes of a RowDescription field after its name: table OID, column
+/// number, type OID, type size, type modifier, format code.
+const FIELD_FIXED_LEN: usize = 18;
+/// Where the format code sits in those bytes.
+const FIELD_FORMAT_AT: usize = 16;
+
+/// Checks a RowDescription body and calls `field` with the fixed-size part
+/// of each column (the bytes after its name), in order.
+fn walk_row_description(body: &[u8], mut field: impl FnMut(&[u8])) -> Result<(), ProtocolError> {
+    const WHAT: &str = "RowDescription";
+    let mut r = Reader::new(body, WHAT);
+    let count = read_count(&mut r, WHAT)?;
+    for _ in 0..count {
+        r.cstr()?;
+        field(r.bytes(FIELD_FIXED_LEN)?);
+    }
+    if !r.is_empty() {
+        return Err(ProtocolError::Malformed(WHAT));
+    }
+    Ok(())
 }
 
 /// The column values of a DataRow, checked once by [`decode_data_row`] and then

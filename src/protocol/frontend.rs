@@ -90,6 +90,42 @@ pub fn decode_query(body: &[u8]) -> Result<&str, ProtocolError> {
     Ok(sql)
 }
 
+/// The part of a Bind body after its portal and statement names, split into
+/// the parameters (format codes and values, untouched) and the result-format
+/// codes, each 0 (text) or 1 (binary): none means all text, one applies to
+/// every column, otherwise one per column.
+pub fn split_bind_results(rest: &[u8]) -> Result<(&[u8], Vec<i16>), ProtocolError> {
+    const WHAT: &str = "Bind";
+    let mut r = Reader::new(rest, WHAT);
+    let formats = usize::from(r.u16()?);
+    r.bytes(formats * 2)?;
+    for _ in 0..r.u16()? {
+        let len = r.i32()?;
+        if len != -1 {
+            r.bytes(usize::try_from(len).map_err(|_| ProtocolError::Malformed(WHAT))?)?;
+        }
+    }
+    let params_len = rest.len() - r.remaining();
+    let count = usize::from(r.u16()?);
+    let codes = r.bytes(count * 2)?;
+    if !r.is_empty() {
+        return Err(ProtocolError::Malformed(WHAT));
+    }
+    let codes = codes.chunks_exact(2).map(|c| i16::from_be_bytes([c[0], c[1]])).collect();
+    Ok((&rest[..params_len], codes))
+}
+
+/// An Execute body as `(portal, max rows)`.
+pub fn decode_execute(body: &[u8]) -> Result<(&str, i32), ProtocolError> {
+    let mut r = Reader::new(body, "Execute");
+    let portal = r.cstr()?;
+    let max_rows = r.i32()?;
+    if !r.is_empty() {
+        return Err(ProtocolError::Malformed("Execute"));
+    }
+    Ok((portal, max_rows))
+}
+
 /// What a Describe or Close names: a prepared statement or a portal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
@@ -211,6 +247,33 @@ mod tests {
         assert!(decode_sasl_initial_response(b"SCRAM").is_err());
         assert!(decode_sasl_initial_response(b"SCRAM\0\0\0\0\x01ab").is_err());
         assert_eq!(decode_sasl_initial_response(b"M\0\xff\xff\xff\xff").unwrap(), ("M", &[][..]));
+    }
+
+    #[test]
+    fn bind_results_are_split_off_the_parameters() {
+        let mut buf = BytesMut::new();
+        let values: [Option<&[u8]>; 2] = [Some(b"42"), None];
+        bind(&mut buf, "p", "s", &[0, 1], values.into_iter(), &[0, 1, 1]);
+        let m = split_message(&mut buf, 100).unwrap().unwrap();
+        let (_, _, rest) = crate::protocol::names::split_bind(&m.body).unwrap();
+        let (params, formats) = split_bind_results(rest).unwrap();
+        assert_eq!(formats, vec![0, 1, 1]);
+        assert_eq!(&rest[..params.len()], params);
+        assert_eq!(rest.len(), params.len() + 2 + 6);
+        assert!(split_bind_results(&rest[..rest.len() - 1]).is_err());
+        assert!(split_bind_results(b"\0\0\0\x01\xff\xff\xff\xfe\0\0").is_err(), "negative length");
+        let mut long = rest.to_vec();
+        long.push(0);
+        assert!(split_bind_results(&long).is_err());
+    }
+
+    #[test]
+    fn execute_round_trip() {
+        let mut buf = BytesMut::new();
+        execute(&mut buf, "C_1", 100);
+        let m = split_message(&mut buf, 100).unwrap().unwrap();
+        assert_eq!(decode_execute(&m.body).unwrap(), ("C_1", 100));
+        assert!(decode_execute(b"C_1\0\0\0").is_err());
     }
 
     #[test]

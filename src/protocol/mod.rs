@@ -66,6 +66,16 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
+    pub(crate) fn u16(&mut self) -> Result<u16, ProtocolError> {
+        let b = self.bytes(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    /// Bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+
     pub(crate) fn i32(&mut self) -> Result<i32, ProtocolError> {
         let b = self.bytes(4)?;
         Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))

@@ -56,6 +56,20 @@ pub fn put_bind(out: &mut BytesMut, portal: &str, statement: &str, rest: &[u8]) 
     });
 }
 
+/// Bind with the parameters of another Bind (`params`, as
+/// `frontend::split_bind_results` returns them) and new result-format codes.
+pub fn put_bind_with_result_formats(out: &mut BytesMut, portal: &str, statement: &str, params: &[u8], result_formats: &[i16]) {
+    put_message(out, BIND, |b| {
+        put_cstr(b, portal);
+        put_cstr(b, statement);
+        b.put_slice(params);
+        b.put_u16(result_formats.len() as u16);
+        for &f in result_formats {
+            b.put_i16(f);
+        }
+    });
+}
+
 /// A Describe or Close body as `(target, name)`; encode them back with
 /// `frontend::describe` and `frontend::close`.
 pub fn split_target(body: &[u8]) -> Result<(Target, &str), ProtocolError> {

@@ -1,0 +1,688 @@
+//! Binary format negotiation: the server sends binary, the client still gets
+//! its exact text.
+//!
+//! This module owns the decisions and byte rewrites of negotiation for one
+//! client's portals, as pure functions plus a little per-exchange state
+//! ([`Negotiator`]):
+//!
+//! - [`plan_bind`]: for a Bind of a statement whose RowDescription is cached,
+//!   which columns the client wants as text pglane asks the server for in
+//!   binary (a [`Plan`]), and the result-format codes of the Bind it forwards;
+//! - [`transcode_row`]: a DataRow of a negotiated portal, with each such
+//!   binary field turned into the text PostgreSQL would have sent
+//!   (`formats::Transcoder`), every other byte kept;
+//! - [`Plan::client_row_description`]: a portal RowDescription carrying the
+//!   formats the *client* asked for.
+//!
+//! What it must never do is change what the client sees. So a portal is
+//! negotiated only when all of this holds:
+//!
+//! - the column is one the client asked text for and its type is on
+//!   [`negotiable`]'s list: bool, int2/4/8, oid, numeric, uuid, inet, cidr
+//!   (text independent of any setting), and date, time, timetz, timestamp,
+//!   timestamptz, interval (text depends on DateStyle, TimeZone,
+//!   IntervalStyle, integer_datetimes, all reported by ParameterStatus);
+//! - the settings those last types depend on are *settled*: the server
+//!   connection's reported values are the ones that will apply when the
+//!   portal runs. PostgreSQL 15 reports a changed setting only at
+//!   ReadyForQuery, so a setting changed earlier in the same Sync group (or
+//!   in a group still in flight) would be invisible here; the exchange says
+//!   a Bind is settled only when no earlier group is in flight and the
+//!   client has sent no Execute since its last Sync. Unsettled, only the
+//!   setting-free types are negotiated;
+//! - every column of the row has a bounded size (the list above plus float4
+//!   and float8, which stay text because extra_float_digits is not reported
+//!   and can change unseen), and the largest row those types allow fits the
+//!   whole-message limit: the relay must read a negotiated portal's DataRows
+//!   whole (they are otherwise streamed), so rows with text, bytea, json or
+//!   array columns are never negotiated;
+//! - the Bind's result-format codes are well formed for the column count
+//!   (otherwise the server refuses the Bind itself, as it would directly).
+//!
+//! It must not touch anything else: parameters, portals it did not plan,
+//! and binary columns the client asked for pass through byte for byte.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use bytes::{BufMut, BytesMut};
+use thiserror::Error;
+
+use super::settings::Settings;
+use crate::formats::{oid, transcoder_for, TextSettings, TranscodeError, Transcoder};
+use crate::protocol::backend::{self, FORMAT_BINARY, FORMAT_TEXT};
+use crate::protocol::frame::{parse_header, HEADER_LEN};
+use crate::protocol::{frontend, ProtocolError};
+
+/// What the exchange needs to negotiate on the server connection it holds;
+/// absent when `binary_negotiation` is off.
+#[derive(Debug, Clone, Copy)]
+pub struct Negotiation<'a> {
+    /// ParameterStatus values the server connection reported at login.
+    pub server_params: &'a [(String, String)],
+    /// Largest DataRow pglane may hold whole (max_message_size).
+    pub max_row: usize,
+}
+
+/// A negotiated portal's DataRow could not be turned into the client's text.
+#[derive(Debug, Error)]
+pub enum NegotiateError {
+    #[error("DataRow of a negotiated portal: {0}")]
+    Protocol(#[from] ProtocolError),
+    #[error("DataRow has {actual} columns, its portal {expected}")]
+    Columns { expected: usize, actual: usize },
+    #[error("column {column} of a negotiated portal: {source}")]
+    Transcode { column: usize, source: TranscodeError },
+}
+
+/// The most bytes one value of a numeric column takes on the wire, either
+/// format: 131072 digits before the point, 16383 after, sign and point.
+const NUMERIC_WIRE_MAX: usize = 131_072 + 16_383 + 2;
+
+/// The most bytes one value of a type takes on the wire in either format
+/// (text or binary), for the types a negotiated row may hold; `None` for
+/// types of unbounded size or not known here.
+fn wire_bound(type_oid: u32) -> Option<usize> {
+    match type_oid {
+        oid::NUMERIC => Some(NUMERIC_WIRE_MAX),
+        // Fixed-size binary forms whose text is under 128 bytes in every
+        // style (the longest: a postgres_verbose interval such as `@ 178956970
+        // years 8 mons 2147483648 days 2562047788 hours 54.775808 secs ago`,
+        // under 80).
+        oid::BOOL
+        | oid::INT2
+        | oid::INT4
+        | oid::INT8
+        | oid::OID
+        | oid::FLOAT4
+        | oid::FLOAT8
+        | oid::UUID
+        | oid::DATE
+        | oid::TIME
+        | oid::TIMETZ
+        | oid::TIMESTAMP
+        | oid::TIMESTAMPTZ
+        | oid::INTERVAL
+        | oid::INET
+        | oid::CIDR => Some(128),
+        _ => None,
+    }
+}
+
+/// Whether pglane may ask for `type_oid` in binary on a client's behalf:
+/// bounded in size, transcoded exactly, and with text that depends on no
+/// setting or only on settings the server reports.
+pub fn negotiable(type_oid: u32) -> bool {
+    matches!(
+        type_oid,
+        oid::BOOL
+            | oid::INT2
+            | oid::INT4
+            | oid::INT8
+            | oid::OID
+            | oid::NUMERIC
+            | oid::UUID
+            | oid::INET
+            | oid::CIDR
+            | oid::DATE
+            | oid::TIME
+            | oid::TIMETZ
+            | oid::TIMESTAMP
+            | oid::TIMESTAMPTZ
+            | oid::INTERVAL
+    )
+}
+
+/// What pglane does with one portal's result columns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Per column: the transcoder where pglane asked for binary and the
+    /// client wants text; `None` where the server sends what the client asked.
+    columns: Box<[Option<Transcoder>]>,
+    /// Per column, the format the client asked for.
+    client_formats: Box<[i16]>,
+    /// Per column, the format pglane asks the server for.
+    server_formats: Box<[i16]>,
+}
+
+impl Plan {
+    /// The plan for a portal of a statement with result columns `types`,
+    /// bound with the client's result-format `codes`; `None` when nothing is
+    /// negotiated (see the module doc for when that is).
+    pub fn new(types: &[u32], codes: &[i16], settings: &TextSettings, max_row: usize) -> Option<Plan> {
+        let client_formats = expand_formats(codes, types.len())?;
+        let mut row_bound = HEADER_LEN + 2;
+        for &t in types {
+            row_bound = row_bound.checked_add(4 + wire_bound(t)?)?;
+        }
+        if row_bound > max_row {
+            return None;
+        }
+        let columns: Box<[Option<Transcoder>]> = types
+            .iter()
+            .zip(client_formats.iter())
+            .map(|(&t, &format)| if format == FORMAT_TEXT && negotiable(t) { transcoder_for(t, settings) } else { None })
+            .collect();
+        if columns.iter().all(Option::is_none) {
+            return None;
+        }
+        let server_formats =
+            columns.iter().zip(client_formats.iter()).map(|(c, &f)| if c.is_some() { FORMAT_BINARY } else { f }).collect();
+        Some(Plan { columns, client_formats, server_formats })
+    }
+
+    /// The result-format codes of the Bind pglane sends: one per column.
+    pub fn server_formats(&self) -> &[i16] {
+        &self.server_formats
+    }
+
+    /// How many columns pglane transcodes.
+    pub fn transcoded_columns(&self) -> usize {
+        self.columns.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// The server's portal RowDescription `body` as the client must see it:
+    /// the formats it asked for.
+    pub fn client_row_description(&self, body: &[u8], out: &mut BytesMut) -> Result<(), ProtocolError> {
+        backend::row_description_with_formats(out, body, &self.client_formats)
+    }
+}
+
+/// Bind result-format codes as one code per column: none is all text, one
+/// applies to all; `None` if they are not 0/1 or do not fit the column count
+/// (then the server refuses the Bind, and pglane must not hide why).
+fn expand_formats(codes: &[i16], columns: usize) -> Option<Box<[i16]>> {
+    if !codes.iter().all(|&c| c == FORMAT_TEXT || c == FORMAT_BINARY) {
+        return None;
+    }
+    match codes {
+        [] => Some(vec![FORMAT_TEXT; columns].into()),
+        [one] => Some(vec![*one; columns].into()),
+        all if all.len() == columns => Some(all.into()),
+        _ => None,
+    }
+}
+
+/// The result column types in a cached statement description
+/// (ParameterDescription, then RowDescription or NoData, as sent); `None`
+/// when the statement returns no rows or the bytes are not that.
+pub fn described_types(description: &[u8]) -> Option<Vec<u32>> {
+    let first = parse_header(description, usize::MAX).ok()??;
+    let rest = description.get(HEADER_LEN + first.body_len..)?;
+    let second = parse_header(rest, usize::MAX).ok()??;
+    if first.tag != backend::PARAMETER_DESCRIPTION || second.tag != backend::ROW_DESCRIPTION {
+        return None;
+    }
+    let body = rest.get(HEADER_LEN..HEADER_LEN + second.body_len)?;
+    backend::row_description_types(body).ok()
+}
+
+/// For a Bind (`rest`: the body after the portal and statement names) of a
+/// statement whose cached description is `description`: the portal's plan,
+/// and the Bind's parameter part to forward with the plan's result formats
+/// (`names::put_bind_with_result_formats`). `None`: forward the Bind as is.
+pub fn plan_bind<'r>(description: &[u8], rest: &'r [u8], settings: &TextSettings, max_row: usize) -> Option<(Plan, &'r [u8])> {
+    let types = described_types(description)?;
+    let (params, codes) = frontend::split_bind_results(rest).ok()?;
+    Some((Plan::new(&types, &codes, settings, max_row)?, params))
+}
+
+/// The settings the server connection's values are printed with: what it
+/// reported at login, then what it reported since (`server`). Settings it
+/// never reports (extra_float_digits, bytea_output) stay unknown.
+pub fn server_text_settings(login: &[(String, String)], server: &Settings) -> TextSettings {
+    let mut settings = TextSettings::default();
+    for (name, value) in login {
+        settings.apply(name, value);
+    }
+    for (name, value) in server.reported() {
+        settings.apply(name, value);
+    }
+    settings
+}
+
+/// What transcoding one DataRow did, for the stats.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RowStats {
+    /// Non-NULL values turned from binary into text.
+    pub values: u64,
+    /// Text bytes written minus binary bytes received for them: what the
+    /// server would have sent more (negative where text is shorter, as for
+    /// small integers).
+    pub bytes_saved: i64,
+}
+
+/// Appends to `out` DataRow `body` (of a portal planned by `plan`) as the
+/// client must see it. On error `out` is left as it was.
+pub fn transcode_row(body: &[u8], plan: &Plan, out: &mut BytesMut) -> Result<RowStats, NegotiateError> {
+    let row = backend::decode_data_row(body)?;
+    if row.len() != plan.columns.len() {
+        return Err(NegotiateError::Columns { expected: plan.columns.len(), actual: row.len() });
+    }
+    let start = out.len();
+    out.reserve(HEADER_LEN + body.len() + body.len() / 2);
+    out.put_u8(backend::DATA_ROW);
+    out.put_i32(0);
+    out.put_i16(row.len() as i16);
+    let mut stats = RowStats::default();
+    for (column, (value, transcoder)) in row.iter().zip(plan.columns.iter()).enumerate() {
+        match (value, transcoder) {
+            (None, _) => out.put_i32(-1),
+            (Some(v), None) => {
+                out.put_i32(v.len() as i32);
+                out.put_slice(v);
+            }
+            (Some(v), Some(t)) => {
+                let len_at = out.len();
+                out.put_i32(0);
+                if let Err(source) = t.write_text(v, out) {
+                    out.truncate(start);
+                    return Err(NegotiateError::Transcode { column, source });
+                }
+                let written = out.len() - len_at - 4;
+                out[len_at..len_at + 4].copy_from_slice(&(written as i32).to_be_bytes());
+                stats.values += 1;
+                stats.bytes_saved += written as i64 - v.len() as i64;
+            }
+        }
+    }
+    let len = (out.len() - start - 1) as i32;
+    out[start + 1..start + HEADER_LEN].copy_from_slice(&len.to_be_bytes());
+    Ok(stats)
+}
+
+/// The negotiated portals of one exchange and what the settled rule needs.
+#[derive(Debug, Default)]
+pub struct Negotiator {
+    /// Plans of the client's portals that exist on the server connection now.
+    portals: HashMap<String, Rc<Plan>>,
+    /// The client sent an Execute (or a FunctionCall) since its last Sync: a
+    /// setting may have changed without being reported yet.
+    executed_in_group: bool,
+}
+
+impl Negotiator {
+    /// A Bind made `portal`, with `plan` or none (which forgets an old one).
+    pub fn bound(&mut self, portal: &str, plan: Option<Plan>) {
+        match plan {
+            Some(plan) => {
+                self.portals.insert(portal.to_owned(), Rc::new(plan));
+            }
+            None => {
+                self.portals.remove(portal);
+            }
+        }
+    }
+
+    /// The plan of `portal`, if it was negotiated.
+    pub fn plan(&self, portal: &str) -> Option<Rc<Plan>> {
+        if self.portals.is_empty() {
+            return None;
+        }
+        self.portals.get(portal).cloned()
+    }
+
+    pub fn closed(&mut self, portal: &str) {
+        self.portals.remove(portal);
+    }
+
+    /// The client sent a message with `tag` to the server.
+    pub fn client_sent(&mut self, tag: u8) {
+        match tag {
+            frontend::EXECUTE => self.executed_in_group = true,
+            frontend::SYNC => self.executed_in_group = false,
+            _ => {}
+        }
+    }
+
+    /// Whether nothing the client sent in its current Sync group can have
+    /// changed a setting yet (earlier groups are the exchange's to check).
+    pub fn group_is_clean(&self) -> bool {
+        !self.executed_in_group
+    }
+
+    /// The server ended its transaction: every portal is gone.
+    pub fn transaction_ended(&mut self) {
+        self.portals.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::backend::FieldDescription;
+    use crate::protocol::frame::split_message;
+    use crate::protocol::names;
+
+    fn settings() -> TextSettings {
+        let mut s = TextSettings::default();
+        for (n, v) in [("DateStyle", "ISO, MDY"), ("IntervalStyle", "postgres"), ("TimeZone", "UTC"), ("integer_datetimes", "on")] {
+            s.apply(n, v);
+        }
+        s
+    }
+
+    fn field(type_oid: u32) -> FieldDescription {
+        FieldDescription { name: format!("c{type_oid}"), table_oid: 0, column: 0, type_oid, type_size: -1, type_modifier: -1, format: 0 }
+    }
+
+    /// A cached description: ParameterDescription + RowDescription.
+    fn description(types: &[u32]) -> BytesMut {
+        let mut d = BytesMut::new();
+        backend::parameter_description(&mut d, &[23]);
+        backend::row_description(&mut d, &types.iter().map(|&t| field(t)).collect::<Vec<_>>());
+        d
+    }
+
+    fn bind_rest(result_formats: &[i16]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        let values: [Option<&[u8]>; 1] = [Some(b"7")];
+        frontend::bind(&mut out, "p", "s", &[], values.into_iter(), result_formats);
+        let m = split_message(&mut out, 1000).unwrap().unwrap();
+        names::split_bind(&m.body).unwrap().2.to_vec()
+    }
+
+    #[test]
+    fn text_columns_of_negotiable_types_go_binary() {
+        let types = [oid::UUID, 25, oid::INT8, oid::TIMESTAMP];
+        let plan = Plan::new(&types, &[], &settings(), 1 << 20);
+        assert_eq!(plan, None, "a text column makes the row unbounded");
+        let types = [oid::UUID, oid::FLOAT8, oid::INT8, oid::TIMESTAMP];
+        let plan = Plan::new(&types, &[], &settings(), 1 << 20).expect("negotiated");
+        assert_eq!(plan.server_formats(), &[1, 0, 1, 1]);
+        assert_eq!(plan.transcoded_columns(), 3);
+        // The client's own binary column stays binary and is not transcoded.
+        let plan = Plan::new(&types, &[0, 0, 1, 0], &settings(), 1 << 20).expect("negotiated");
+        assert_eq!(plan.server_formats(), &[1, 0, 1, 1]);
+        assert_eq!(plan.transcoded_columns(), 2);
+        assert_eq!(Plan::new(&types, &[1], &settings(), 1 << 20), None, "all binary: nothing to do");
+    }
+
+    #[test]
+    fn unknown_settings_keep_dependent_types_text() {
+        let types = [oid::TIMESTAMPTZ, oid::NUMERIC];
+        let plan = Plan::new(&types, &[], &TextSettings::default(), 1 << 20).expect("numeric needs no setting");
+        assert_eq!(plan.server_formats(), &[0, 1]);
+        let mut berlin = settings();
+        berlin.apply("TimeZone", "Europe/Berlin");
+        assert_eq!(Plan::new(&[oid::TIMESTAMPTZ], &[], &berlin, 1 << 20), None);
+        assert!(Plan::new(&[oid::TIMESTAMPTZ], &[], &settings(), 1 << 20).is_some());
+    }
+
+    #[test]
+    fn malformed_or_oversized_binds_are_not_negotiated() {
+        let types = [oid::INT4, oid::INT4];
+        assert_eq!(Plan::new(&types, &[0, 0, 0], &settings(), 1 << 20), None, "wrong code count");
+        assert_eq!(Plan::new(&types, &[2], &settings(), 1 << 20), None, "bad code");
+        assert_eq!(Plan::new(&[oid::NUMERIC; 8], &[], &settings(), 1 << 20), None, "8 numerics may exceed 1 MiB");
+        assert!(Plan::new(&[oid::NUMERIC; 8], &[], &settings(), 64 << 20).is_some());
+        assert_eq!(Plan::new(&[oid::INT4, 1009], &[], &settings(), 64 << 20), None, "arrays are unbounded");
+        assert_eq!(Plan::new(&[], &[], &settings(), 64 << 20), None, "no columns");
+    }
+
+    #[test]
+    fn bind_is_rewritten_with_per_column_formats_and_the_same_parameters() {
+        let d = description(&[oid::UUID, oid::INT4]);
+        let rest = bind_rest(&[]);
+        let (plan, params) = plan_bind(&d, &rest, &settings(), 1 << 20).expect("negotiated");
+        let mut out = BytesMut::new();
+        names::put_bind_with_result_formats(&mut out, "p", "pglane_0_1", params, plan.server_formats());
+        let m = split_message(&mut out, 1000).unwrap().unwrap();
+        let (portal, statement, new_rest) = names::split_bind(&m.body).unwrap();
+        assert_eq!((portal, statement), ("p", "pglane_0_1"));
+        let (new_params, formats) = frontend::split_bind_results(new_rest).unwrap();
+        assert_eq!(new_params, params);
+        assert_eq!(formats, vec![1, 1]);
+        // No rows (NoData), no cached RowDescription: as is.
+        let mut no_data = BytesMut::new();
+        backend::parameter_description(&mut no_data, &[]);
+        backend::no_data(&mut no_data);
+        assert!(plan_bind(&no_data, &rest, &settings(), 1 << 20).is_none());
+        assert!(plan_bind(b"", &rest, &settings(), 1 << 20).is_none());
+    }
+
+    #[test]
+    fn rows_are_transcoded_field_by_field() {
+        let plan = Plan::new(&[oid::UUID, oid::INT4, oid::FLOAT8, oid::NUMERIC], &[0, 1, 0, 0], &settings(), 1 << 20).unwrap();
+        let uuid = [0x12u8, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0, 1, 2, 3, 4, 5, 6, 7];
+        let int4 = 42i32.to_be_bytes();
+        // numeric -12.50: ndigits 2, weight 0, sign -, dscale 2, digits 12 5000
+        let numeric: Vec<u8> = [2i16, 0, 0x4000, 2, 12, 5000].iter().flat_map(|w| (*w as u16).to_be_bytes()).collect();
+        let mut body = BytesMut::new();
+        backend::data_row(&mut body, &[Some(&uuid), Some(&int4), Some(b"1.5"), Some(&numeric)]);
+        let mut out = BytesMut::new();
+        let stats = transcode_row(&body[HEADER_LEN..], &plan, &mut out).unwrap();
+        let mut expected = BytesMut::new();
+        backend::data_row(&mut expected, &[Some(b"12345678-9abc-def0-0001-020304050607"), Some(&int4), Some(b"1.5"), Some(b"-12.50")]);
+        assert_eq!(out, expected);
+        assert_eq!(stats, RowStats { values: 2, bytes_saved: (36 - 16) + (6 - 12) });
+
+        let mut nulls = BytesMut::new();
+        backend::data_row(&mut nulls, &[None, None, None, None]);
+        let mut out = BytesMut::new();
+        assert_eq!(transcode_row(&nulls[HEADER_LEN..], &plan, &mut out).unwrap(), RowStats::default());
+        assert_eq!(out, nulls);
+    }
+
+    #[test]
+    fn bad_rows_are_errors_and_leave_the_output_alone() {
+        let plan = Plan::new(&[oid::UUID, oid::INT4], &[], &settings(), 1 << 20).unwrap();
+        let mut out = BytesMut::from(&b"kept"[..]);
+        let mut short = BytesMut::new();
+        backend::data_row(&mut short, &[Some(&[1, 2, 3]), Some(&[0, 0, 0, 1])]);
+        assert!(matches!(transcode_row(&short[HEADER_LEN..], &plan, &mut out), Err(NegotiateError::Transcode { column: 0, .. })));
+        let mut one = BytesMut::new();
+        backend::data_row(&mut one, &[None]);
+        assert!(matches!(transcode_row(&one[HEADER_LEN..], &plan, &mut out), Err(NegotiateError::Columns { expected: 2, actual: 1 })));
+        assert!(matches!(transcode_row(b"\x00\x01\x00\x00", &plan, &mut out), Err(NegotiateError::Protocol(_))));
+        assert_eq!(&out[..], b"kept");
+    }
+
+    #[test]
+    fn portal_row_descriptions_show_the_client_formats() {
+        let plan = Plan::new(&[oid::UUID, oid::INT8, oid::TIMESTAMP], &[0, 1, 0], &settings(), 1 << 20).unwrap();
+        let mut server = BytesMut::new();
+        let fields: Vec<_> = [(oid::UUID, 1), (oid::INT8, 1), (oid::TIMESTAMP, 1)]
+            .iter()
+            .map(|&(t, format)| FieldDescription { format, ..field(t) })
+            .collect();
+        backend::row_description(&mut server, &fields);
+        let mut out = BytesMut::new();
+        plan.client_row_description(&server[HEADER_LEN..], &mut out).unwrap();
+        let m = split_message(&mut out, 1000).unwrap().unwrap();
+        let got = backend::decode_row_description(&m.body).unwrap();
+        assert_eq!(got.iter().map(|f| f.format).collect::<Vec<_>>(), vec![0, 1, 0]);
+        assert_eq!(got.iter().map(|f| (f.name.as_str(), f.type_oid)).collect::<Vec<_>>(), vec![("c2950", 2950), ("c20", 20), ("c1114", 1114)]);
+        let mut wrong = BytesMut::new();
+        backend::row_description(&mut wrong, &fields[..2]);
+        assert!(plan.client_row_description(&wrong[HEADER_LEN..], &mut BytesMut::new()).is_err());
+    }
+
+    #[test]
+    fn server_settings_are_login_values_then_reports() {
+        let login = vec![("DateStyle".to_owned(), "ISO, MDY".to_owned()), ("TimeZone".to_owned(), "Europe/Berlin".to_owned())];
+        let mut server = Settings::default();
+        assert_eq!(server_text_settings(&login, &server).time_zone, None);
+        server.set("TimeZone", super::super::settings::Value::Reported("Etc/UTC".into()));
+        server.set("extra_float_digits", super::super::settings::Value::Sql("3".into()));
+        let s = server_text_settings(&login, &server);
+        assert!(s.time_zone.is_some());
+        assert_eq!(s.extra_float_digits, None, "never taken from SQL");
+    }
+
+    #[test]
+    fn an_execute_unsettles_its_group_until_sync() {
+        let mut n = Negotiator::default();
+        assert!(n.group_is_clean());
+        n.client_sent(frontend::BIND);
+        assert!(n.group_is_clean());
+        n.client_sent(frontend::EXECUTE);
+        assert!(!n.group_is_clean());
+        n.client_sent(frontend::SYNC);
+        assert!(n.group_is_clean());
+        n.bound("", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20));
+        assert!(n.plan("").is_some());
+        n.bound("", None);
+        assert!(n.plan("").is_none());
+        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20));
+        n.transaction_ended();
+        assert!(n.plan("c").is_none());
+    }
+}
+
+/// The exchange with negotiation on, message by message: what reaches the
+/// server and what reaches the client.
+#[cfg(test)]
+mod exchange_tests {
+    use bytes::{Bytes, BytesMut};
+
+    use super::super::exchange::{Exchange, Statements};
+    use super::super::settings::Settings;
+    use super::Negotiation;
+    use crate::formats::oid;
+    use crate::prepare::{ClientStatements, Registry, ServerStatements};
+    use crate::protocol::backend::{self, FieldDescription, TransactionStatus};
+    use crate::protocol::frame::split_message;
+    use crate::protocol::{frontend, names};
+
+    const UUID: [u8; 16] = [0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0, 1, 2, 3, 4, 5, 6, 7];
+    const UUID_TEXT: &[u8] = b"12345678-9abc-def0-0001-020304050607";
+
+    fn messages(mut bytes: BytesMut) -> Vec<(u8, Bytes)> {
+        let mut v = Vec::new();
+        while let Some(m) = split_message(&mut bytes, 1 << 20).unwrap() {
+            v.push((m.tag, m.body));
+        }
+        v
+    }
+
+    /// A message with its header, as the relay hands it over.
+    fn whole(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![tag];
+        m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    fn tags(m: &[(u8, Bytes)]) -> String {
+        m.iter().map(|(t, _)| *t as char).collect()
+    }
+
+    struct Fixture {
+        registry: Registry,
+        client: ClientStatements,
+        server: ServerStatements,
+        client_settings: Settings,
+        server_settings: Settings,
+        login: Vec<(String, String)>,
+        exchange: Exchange,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                registry: Registry::new(0, 10),
+                client: ClientStatements::new(10),
+                server: ServerStatements::new(10),
+                client_settings: Settings::default(),
+                server_settings: Settings::default(),
+                login: vec![("integer_datetimes".into(), "on".into())],
+                exchange: Exchange::default(),
+            }
+        }
+
+        /// The exchange, and the state it works on.
+        fn parts(&mut self) -> (&mut Exchange, Statements<'_>) {
+            let st = Statements {
+                registry: &self.registry,
+                client: &mut self.client,
+                server: &mut self.server,
+                client_settings: &mut self.client_settings,
+                server_settings: &mut self.server_settings,
+                negotiation: Some(Negotiation { server_params: &self.login, max_row: 1 << 20 }),
+            };
+            (&mut self.exchange, st)
+        }
+
+        /// Client messages in, what goes to the server out.
+        fn client(&mut self, bytes: BytesMut) -> Vec<(u8, Bytes)> {
+            let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+            for (tag, body) in messages(bytes) {
+                let (exchange, mut st) = self.parts();
+                exchange.from_client(tag, &whole(tag, &body), &mut st, &mut to_server, &mut to_client);
+            }
+            assert!(to_client.is_empty());
+            messages(to_server)
+        }
+
+        /// Server messages in (whole, as the relay hands them when
+        /// `rows_need_whole` says so), what goes to the client out.
+        fn server(&mut self, bytes: BytesMut) -> Vec<(u8, Bytes)> {
+            let mut to_client = BytesMut::new();
+            for (tag, body) in messages(bytes) {
+                let (exchange, mut st) = self.parts();
+                if tag == backend::DATA_ROW {
+                    let negotiated = body.len() == 2 + 4 + UUID.len();
+                    assert_eq!(exchange.rows_need_whole(), negotiated, "whole rows exactly for the negotiated portal");
+                }
+                exchange.from_server(tag, &whole(tag, &body), &mut st, &mut to_client);
+                assert!(exchange.take_failure().is_none());
+            }
+            messages(to_client)
+        }
+    }
+
+    fn bind_execute_sync() -> BytesMut {
+        let mut out = BytesMut::new();
+        frontend::bind(&mut out, "", "S_1", &[], std::iter::empty(), &[]);
+        frontend::execute(&mut out, "", 0);
+        frontend::sync(&mut out);
+        out
+    }
+
+    fn result(row: &[u8]) -> BytesMut {
+        let mut out = BytesMut::new();
+        backend::bind_complete(&mut out);
+        backend::data_row(&mut out, &[Some(row)]);
+        backend::command_complete(&mut out, "SELECT 1");
+        backend::ready_for_query(&mut out, TransactionStatus::Idle);
+        out
+    }
+
+    #[test]
+    fn an_undescribed_statement_is_described_by_pglane_then_negotiated() {
+        let mut f = Fixture::new();
+        let mut parse = BytesMut::new();
+        frontend::parse(&mut parse, "S_1", "select u from t", &[]);
+        assert_eq!(tags(&f.client(parse)), "P");
+        let mut parsed = BytesMut::new();
+        backend::parse_complete(&mut parsed);
+        assert_eq!(tags(&f.server(parsed)), "1");
+
+        // First Bind: nothing known, so pglane describes the statement ahead
+        // of it and the Bind goes as the client sent it.
+        let sent = f.client(bind_execute_sync());
+        assert_eq!(tags(&sent), "DBES");
+        let (_, _, rest) = names::split_bind(&sent[1].1).unwrap();
+        assert_eq!(frontend::split_bind_results(rest).unwrap().1, Vec::<i16>::new());
+        let mut described = BytesMut::new();
+        backend::parameter_description(&mut described, &[]);
+        let field = FieldDescription { name: "u".into(), table_oid: 0, column: 0, type_oid: oid::UUID, type_size: 16, type_modifier: -1, format: 0 };
+        backend::row_description(&mut described, &[field]);
+        described.extend_from_slice(&result(UUID_TEXT));
+        let got = f.server(described);
+        assert_eq!(tags(&got), "2DCZ", "pglane's Describe is not the client's to see");
+        assert_eq!(&got[1].1[6..], UUID_TEXT);
+
+        // Second Bind: binary asked for, and the row transcoded back.
+        let sent = f.client(bind_execute_sync());
+        assert_eq!(tags(&sent), "BES");
+        let (_, _, rest) = names::split_bind(&sent[0].1).unwrap();
+        assert_eq!(frontend::split_bind_results(rest).unwrap().1, vec![1]);
+        let got = f.server(result(&UUID));
+        assert_eq!(tags(&got), "2DCZ");
+        assert_eq!(&got[1].1[6..], UUID_TEXT);
+        let stats = f.registry.stats();
+        assert_eq!((stats.portals_negotiated, stats.values_transcoded, stats.transcode_bytes_saved), (1, 1, 20));
+    }
+}

@@ -1,0 +1,395 @@
+//! Binary format negotiation (issue 6) against the real PostgreSQL: with
+//! `binary_negotiation = true`, pglane asks the server for binary where a
+//! client wants text and turns it back into text; a client must not be able
+//! to tell. Each test sends the same messages directly to PostgreSQL and
+//! through pglane and compares every reply byte for byte, then checks in
+//! SHOW PREPARED that the server really sent binary.
+
+mod common;
+#[path = "common/raw.rs"]
+mod raw;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use bytes::BytesMut;
+use common::{connect, postgres, Pglane};
+use pglane::protocol::frontend::{self, Target};
+use raw::RawClient;
+
+const DB: &str = "negotiate_db";
+
+/// Every negotiable type, plus float8 (bounded, kept text), with edge
+/// values, a row of NULLs and 2,000 random rows.
+const TABLE_SQL: &str = r#"
+create table types (id int4 primary key, b bool, i2 int2, i8 int8, o oid, n numeric, u uuid, d date,
+    tm time, ttz timetz, ts timestamp, tstz timestamptz, iv interval, ip inet, nw cidr, f8 float8);
+insert into types values
+ (1, true, -32768, -9223372036854775808, 4294967295, 'NaN', '00000000-0000-0000-0000-000000000000', '4714-11-24 BC',
+  '00:00:00', '00:00:00+14', '4713-01-01 00:00:00 BC', '4713-01-01 00:00:00+00 BC',
+  '-178956970 years -8 mons -2147483648 days -2562047788:00:54.775807', '0.0.0.0/0', '0.0.0.0/0', 'NaN'),
+ (2, false, 32767, 9223372036854775807, 0, 'Infinity', 'ffffffff-ffff-ffff-ffff-ffffffffffff', 'infinity',
+  '24:00:00', '23:59:59.999999-15:59', 'infinity', 'infinity',
+  '178956970 years 7 mons 2147483647 days 2562047788:00:54.775807', '::ffff:1.2.3.4', '2001:db8::/32', 'Infinity'),
+ (3, null, null, null, null, null, null, null, null, null, null, null, null, null, null, null),
+ (4, true, 0, 0, 1, '-Infinity', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '-infinity', '12:34:56.789', '12:34:56.5+05:30',
+  '-infinity', '-infinity', '-1 days +02:00:00', '192.168.0.1/24', '10.0.0.0/8', '-Infinity'),
+ (5, false, -1, -1, 2, '-0.000100', '123e4567-e89b-12d3-a456-426614174000', '2024-02-29', '23:59:59.999999', '00:00:00-00:00:01',
+  '2024-02-29 12:34:56.123456', '2024-02-29 12:34:56.000001+00', '1 day -00:00:01', '2001:db8::1', '192.168.0.0/16', '-0'),
+ (6, true, 1, 1, 3, '123456789012345678901234567890.123456789012345678901234567890', 'deadbeef-0000-4000-8000-00000000beef',
+  '12345-06-07', '00:00:00.000001', '12:00:00+00', '12345-06-07 01:02:03', '1900-01-01 05:21:10+00', '-00:00:01.5',
+  'fe80::1/64', '2001:db8:1::/48', '1e-308'),
+ (7, false, 2, 2, 4, '0.000', '00000000-0000-0000-0000-000000000001', '0001-01-01', '01:02:03', '01:02:03-12', '0001-01-01 00:00:00 BC',
+  '1999-12-31 23:59:59.5+00', '11 mons', '::', '::/0', '5e-324'),
+ (8, true, 3, 3, 5, '-12345678901234567890', '00000000-0000-0000-0000-000000000002', '1970-01-01', '12:00:00', '12:00:00+03:07:04',
+  '1970-01-01 00:00:00', '1970-01-01 00:00:00+00', '100000:00:00', '::1', '::ffff:0:0/96', '1.7976931348623157e308');
+insert into types
+select g,
+       g % 3 = 0,
+       (random() * 65535 - 32768)::int2,
+       (random() * 1.8e19 - 9e18)::int8,
+       (random() * 4294967295)::int8::oid,
+       round(((random() - 0.5) * 10 ^ (g % 40))::numeric, g % 12),
+       gen_random_uuid(),
+       '2000-01-01'::date + (random() * 2000000 - 1000000)::int,
+       '00:00'::time + random() * interval '24 hours',
+       ('00:00'::time + random() * interval '24 hours')::timetz,
+       '2000-01-01'::timestamp + random() * interval '2000000 days' - interval '1000000 days',
+       '2000-01-01'::timestamptz + random() * interval '2000000 days' - interval '1000000 days',
+       make_interval(months => (random() * 400 - 200)::int, days => (random() * 400 - 200)::int, secs => random() * 400000 - 200000),
+       ('10.' || g % 256 || '.' || (g / 256) % 256 || '.1/' || (8 + g % 25))::inet,
+       ('2001:db8:' || to_hex(g) || '::/' || (48 + g % 17))::cidr,
+       (random() - 0.5) * 10 ^ (g % 30)
+from generate_series(100, 2099) g;
+grant select on types to public;
+create table t1 (u uuid);
+insert into t1 select gen_random_uuid() from generate_series(1, 100000);
+grant select on t1 to public;
+"#;
+
+const QUERY: &str = "select * from types order by id";
+const COLUMNS: usize = 16;
+
+fn database() {
+    static READY: OnceLock<()> = OnceLock::new();
+    READY.get_or_init(|| {
+        let pg = postgres();
+        pg.psql(&format!("drop database if exists {DB}"));
+        pg.psql(&format!("create database {DB}"));
+        pg.psql_db(DB, TABLE_SQL);
+    });
+}
+
+fn pglane(negotiation: bool) -> Pglane {
+    pglane_with_pool(negotiation, 2)
+}
+
+fn pglane_with_pool(negotiation: bool, pool_size: usize) -> Pglane {
+    database();
+    Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\nbinary_negotiation = {negotiation}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{DB}\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n",
+            postgres().port
+        ),
+        &["--cores", "1"],
+    )
+}
+
+/// The pair of clients a test drives in step: PostgreSQL itself, and pglane.
+fn clients(lane: &Pglane) -> (RawClient, RawClient) {
+    (RawClient::login(postgres().port, "trustuser", DB), RawClient::login(lane.port, "postgres", "app"))
+}
+
+/// Sends `messages` (ending with Sync or a Query) to both and asserts that
+/// every reply up to ReadyForQuery is the same, byte for byte.
+fn same_replies(direct: &mut RawClient, through: &mut RawClient, messages: &[u8], what: &str) -> Vec<(u8, Vec<u8>)> {
+    direct.send(messages);
+    through.send(messages);
+    let expected: Vec<(u8, Vec<u8>)> = direct.until_ready().into_iter().map(|m| (m.tag, m.body.to_vec())).collect();
+    let got: Vec<(u8, Vec<u8>)> = through.until_ready().into_iter().map(|m| (m.tag, m.body.to_vec())).collect();
+    assert!(expected.iter().all(|(tag, _)| *tag != b'E'), "{what}: PostgreSQL refused it: {expected:?}");
+    assert_eq!(got.len(), expected.len(), "{what}: message count");
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(g, e, "{what}: message {i} ({}) differs:\n pglane: {}\n direct: {}", e.0 as char, show(&g.1), show(&e.1));
+    }
+    expected
+}
+
+fn show(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).into_owned()
+}
+
+fn simple(sql: &str) -> BytesMut {
+    let mut out = BytesMut::new();
+    frontend::query(&mut out, sql);
+    out
+}
+
+/// Parse + Describe statement + Sync: after this pglane has the
+/// statement's RowDescription cached.
+fn prepare(name: &str, sql: &str) -> BytesMut {
+    let mut out = BytesMut::new();
+    frontend::parse(&mut out, name, sql, &[]);
+    frontend::describe(&mut out, Target::Statement, name);
+    frontend::sync(&mut out);
+    out
+}
+
+/// Bind (with these result formats) + Describe portal + Execute + Sync.
+fn run(statement: &str, result_formats: &[i16]) -> BytesMut {
+    let mut out = BytesMut::new();
+    frontend::bind(&mut out, "", statement, &[], std::iter::empty(), result_formats);
+    frontend::describe(&mut out, Target::Portal, "");
+    frontend::execute(&mut out, "", 0);
+    frontend::sync(&mut out);
+    out
+}
+
+/// A SHOW PREPARED figure, summed over shards.
+fn prepared_stat(lane: &Pglane, column: &str) -> i64 {
+    admin_stat(lane, "SHOW PREPARED", column)
+}
+
+/// A figure of an admin SHOW command, summed over its rows.
+fn admin_stat(lane: &Pglane, show: &str, column: &str) -> i64 {
+    let out = Command::new("psql")
+        .args(["-X", "-A", "-F", "|", "-h", "127.0.0.1", "-p", &lane.port.to_string(), "-U", "postgres", "-c", show, "pgbouncer"])
+        .output()
+        .expect("psql runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split('|').collect();
+    let i = header.iter().position(|h| *h == column).unwrap_or_else(|| panic!("no {column} in {header:?}"));
+    lines.map(|l| l.split('|').collect::<Vec<_>>()).filter(|r| r.len() == header.len()).map(|r| r[i].parse::<i64>().unwrap()).sum()
+}
+
+fn data_rows(replies: &[(u8, Vec<u8>)]) -> usize {
+    replies.iter().filter(|(tag, _)| *tag == b'D').count()
+}
+
+/// Under each DateStyle / IntervalStyle / TimeZone combination, text,
+/// per-column and binary result formats: the same bytes as PostgreSQL's.
+#[test]
+fn rows_are_byte_identical_under_every_style_and_zone() {
+    let lane = pglane(true);
+    let (mut direct, mut through) = clients(&lane);
+    let settings = [
+        "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'",
+        "SET TimeZone = 'Etc/GMT-14'; SET DateStyle = 'German, DMY'; SET IntervalStyle = 'postgres_verbose'",
+        "SET TIME ZONE INTERVAL '-03:30' HOUR TO MINUTE; SET DateStyle = 'SQL, DMY'; SET IntervalStyle = 'sql_standard'",
+        "SET TimeZone = 'Etc/GMT+5'; SET DateStyle = 'Postgres, MDY'; SET IntervalStyle = 'iso_8601'",
+        "SET TIME ZONE 2; SET DateStyle = 'SQL, MDY'; SET IntervalStyle = 'postgres'",
+        // A zone with history: timestamptz stays text, the rest is negotiated.
+        "SET TimeZone = 'Europe/Berlin'; SET DateStyle = 'ISO, DMY'; SET IntervalStyle = 'postgres'",
+    ];
+    let mixed: Vec<i16> = (0..COLUMNS as i16).map(|i| i % 2).collect();
+    let mut rows = 0;
+    for (i, set) in settings.iter().enumerate() {
+        same_replies(&mut direct, &mut through, &simple(set), set);
+        let name = format!("s{i}");
+        same_replies(&mut direct, &mut through, &prepare(&name, QUERY), "Parse + Describe");
+        let before = prepared_stat(&lane, "values_transcoded");
+        let replies = same_replies(&mut direct, &mut through, &run(&name, &[]), &format!("all text under {set}"));
+        rows += data_rows(&replies);
+        // Every non-NULL value of the 15 negotiable columns (row 3 is NULL but
+        // for its id); timestamptz only under a fixed-offset zone.
+        let columns = if set.contains("Berlin") { 14 } else { 15 };
+        let expected = (2008 * columns - (columns - 1)) as i64;
+        assert_eq!(prepared_stat(&lane, "values_transcoded") - before, expected, "values transcoded under {set}");
+        same_replies(&mut direct, &mut through, &run(&name, &[0]), &format!("one text code under {set}"));
+        same_replies(&mut direct, &mut through, &run(&name, &mixed), &format!("per-column formats under {set}"));
+        same_replies(&mut direct, &mut through, &run(&name, &[1]), &format!("all binary under {set}"));
+    }
+    assert_eq!(rows, settings.len() * 2008);
+    assert!(prepared_stat(&lane, "portals_negotiated") >= 3 * settings.len() as i64);
+}
+
+/// A SET executed earlier in the same Sync group is not reported until
+/// ReadyForQuery: the timestamps of the second portal must not be
+/// transcoded with the zone pglane saw before it.
+#[test]
+fn a_setting_changed_in_the_same_sync_group_is_not_guessed() {
+    let lane = pglane(true);
+    let (mut direct, mut through) = clients(&lane);
+    same_replies(&mut direct, &mut through, &simple("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'"), "settings");
+    same_replies(&mut direct, &mut through, &prepare("q", "select id, tstz, ts, u from types order by id"), "prepare");
+    for (zone, style) in [("Etc/GMT-3", "German, DMY"), ("UTC", "ISO, MDY"), ("Etc/GMT+7", "SQL, DMY")] {
+        let mut out = BytesMut::new();
+        frontend::parse(&mut out, "", &format!("set timezone = '{zone}'"), &[]);
+        frontend::bind(&mut out, "", "", &[], std::iter::empty(), &[]);
+        frontend::execute(&mut out, "", 0);
+        frontend::parse(&mut out, "", &format!("set datestyle = '{style}'"), &[]);
+        frontend::bind(&mut out, "", "", &[], std::iter::empty(), &[]);
+        frontend::execute(&mut out, "", 0);
+        frontend::bind(&mut out, "", "q", &[], std::iter::empty(), &[]);
+        frontend::execute(&mut out, "", 0);
+        frontend::sync(&mut out);
+        same_replies(&mut direct, &mut through, &out, &format!("SET then select in one group ({zone})"));
+        // The next group runs with the reported settings: negotiated again.
+        let before = prepared_stat(&lane, "values_transcoded");
+        same_replies(&mut direct, &mut through, &run("q", &[]), &format!("next group ({zone})"));
+        assert!(prepared_stat(&lane, "values_transcoded") > before);
+    }
+}
+
+/// A portal read a few rows at a time inside a transaction (as pgjdbc's
+/// fetchSize does), and Close of a negotiated portal.
+#[test]
+fn suspended_portals_keep_their_plan_until_closed() {
+    let lane = pglane(true);
+    let (mut direct, mut through) = clients(&lane);
+    same_replies(&mut direct, &mut through, &prepare("q", QUERY), "prepare");
+    same_replies(&mut direct, &mut through, &simple("BEGIN"), "begin");
+    let mut out = BytesMut::new();
+    frontend::bind(&mut out, "c", "q", &[], std::iter::empty(), &[]);
+    frontend::execute(&mut out, "c", 3);
+    frontend::execute(&mut out, "c", 3);
+    frontend::sync(&mut out);
+    let replies = same_replies(&mut direct, &mut through, &out, "two batches");
+    assert_eq!(data_rows(&replies), 6);
+    let mut out = BytesMut::new();
+    frontend::describe(&mut out, Target::Portal, "c");
+    frontend::execute(&mut out, "c", 1000);
+    frontend::close(&mut out, Target::Portal, "c");
+    frontend::bind(&mut out, "c", "q", &[], std::iter::empty(), &[1]);
+    frontend::execute(&mut out, "c", 2);
+    frontend::sync(&mut out);
+    let replies = same_replies(&mut direct, &mut through, &out, "rest, then the name rebound as binary");
+    assert_eq!(data_rows(&replies), 1002);
+    same_replies(&mut direct, &mut through, &simple("COMMIT"), "commit");
+    assert!(prepared_stat(&lane, "values_transcoded") > 0);
+}
+
+/// With negotiation off nothing is transcoded, and the bytes are the same.
+#[test]
+fn off_means_untouched() {
+    let lane = pglane(false);
+    let (mut direct, mut through) = clients(&lane);
+    same_replies(&mut direct, &mut through, &prepare("q", QUERY), "prepare");
+    same_replies(&mut direct, &mut through, &run("q", &[]), "text");
+    assert_eq!(prepared_stat(&lane, "values_transcoded"), 0);
+    assert_eq!(prepared_stat(&lane, "portals_negotiated"), 0);
+}
+
+/// tokio-postgres asks for binary itself: its values pass untouched, and
+/// its simple (text) queries are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres_gets_the_same_values() {
+    let lane = pglane(true);
+    let through = connect(lane.port, "postgres", "secret", "app").await;
+    let direct = connect(postgres().port, "postgres", "secret", DB).await;
+    let sql = "select id, b, i2, i8, n::text, u::text, d::text, ts::text, iv::text from types order by id";
+    for _ in 0..3 {
+        let statement = through.prepare(sql).await.unwrap();
+        let got = through.query(&statement, &[]).await.unwrap();
+        let expected = direct.query(sql, &[]).await.unwrap();
+        assert_eq!(got.len(), expected.len());
+        for (g, e) in got.iter().zip(&expected) {
+            for i in 0..g.len() {
+                match i {
+                    0 => assert_eq!(g.get::<_, i32>(i), e.get::<_, i32>(i)),
+                    1 => assert_eq!(g.get::<_, Option<bool>>(i), e.get::<_, Option<bool>>(i)),
+                    2 => assert_eq!(g.get::<_, Option<i16>>(i), e.get::<_, Option<i16>>(i)),
+                    3 => assert_eq!(g.get::<_, Option<i64>>(i), e.get::<_, Option<i64>>(i)),
+                    _ => assert_eq!(g.get::<_, Option<String>>(i), e.get::<_, Option<String>>(i)),
+                }
+            }
+        }
+    }
+    let got = through.simple_query("select u, ts, n from types order by id").await.unwrap();
+    let expected = direct.simple_query("select u, ts, n from types order by id").await.unwrap();
+    let text = |messages: &[tokio_postgres::SimpleQueryMessage]| -> Vec<Vec<Option<String>>> {
+        messages
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(text(&got), text(&expected));
+    assert_eq!(prepared_stat(&lane, "values_transcoded"), 0, "binary clients and simple queries need nothing");
+}
+
+const DRIVER: &str = "/usr/share/java/postgresql.jar";
+
+/// utime + stime of a process, in clock ticks (1/100 s).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/pid/stat");
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..].split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// UuidFetch's lines: (rows, checksum, ms, server CPU ticks).
+fn uuid_fetch(java_classes: &Path, url: &str, runs: usize) -> Vec<(u64, String, u64, u64)> {
+    let classpath = format!("{}:{}", java_classes.display(), DRIVER);
+    let out = Command::new("java")
+        .args(["-cp", &classpath, "UuidFetch", url, "postgres", "secret", &runs.to_string()])
+        .output()
+        .expect("java runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+        .lines()
+        .map(|line| {
+            let w: Vec<&str> = line.split(' ').collect();
+            (w[3].parse().unwrap(), w[5].to_owned(), w[7].parse().unwrap(), w[9].parse().unwrap())
+        })
+        .collect()
+}
+
+/// pgjdbc with a named statement and text results (binaryTransfer=false):
+/// `select u from t1` directly, through pglane with negotiation off and on:
+/// the same values (checksum over every value's text). Rows in t1: 100,000,
+/// or PGLANE_UUID_ROWS (bench/RESULTS.md uses 1,000,000 with a release build).
+#[test]
+fn jdbc_uuid_fetch_same_values_direct_and_through_pglane() {
+    assert!(Path::new(DRIVER).exists(), "{DRIVER} missing: apt-get install libpostgresql-jdbc-java (tools/test does)");
+    database();
+    let pg = postgres();
+    if let Some(rows) = std::env::var("PGLANE_UUID_ROWS").ok().and_then(|r| r.parse::<u64>().ok()) {
+        pg.psql_db(DB, &format!("truncate t1; insert into t1 select gen_random_uuid() from generate_series(1, {rows})"));
+        pg.psql_db(DB, "vacuum analyze t1");
+    }
+    let rows: u64 = pg.psql_db(DB, "select count(*) from t1").parse().unwrap();
+    // One server connection each, so that UuidFetch reads the CPU time of
+    // the backend that serves it.
+    let lanes = [("off", pglane_with_pool(false, 1)), ("on", pglane_with_pool(true, 1))];
+    let classes = lanes[0].1.dir.join("classes");
+    std::fs::create_dir_all(&classes).unwrap();
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/jdbc/UuidFetch.java");
+    let javac = Command::new("javac").args(["-cp", DRIVER, "-d"]).arg(&classes).arg(source).output().expect("javac runs");
+    assert!(javac.status.success(), "{}", String::from_utf8_lossy(&javac.stderr));
+
+    let runs = 4;
+    let direct = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/{DB}", pg.port), runs);
+    let checksum = direct[0].1.clone();
+    assert!(direct.iter().all(|r| r.0 == rows && r.1 == checksum), "{direct:?}");
+    println!("direct: {direct:?}");
+    let mut server_bytes = Vec::new();
+    for (name, lane) in &lanes {
+        let pglane_cpu = cpu_ticks(lane.pid());
+        let through = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port), runs);
+        let pglane_cpu = cpu_ticks(lane.pid()) - pglane_cpu;
+        assert!(through.iter().all(|r| r.0 == rows && r.1 == checksum), "negotiation {name}: {through:?} vs {direct:?}");
+        let transcoded = prepared_stat(lane, "values_transcoded");
+        let saved = prepared_stat(lane, "transcode_bytes_saved");
+        let from_server = admin_stat(lane, "SHOW STATS_TOTALS", "server_bytes_received");
+        let to_client = admin_stat(lane, "SHOW STATS_TOTALS", "bytes_sent");
+        println!(
+            "negotiation {name}: {through:?}, values transcoded {transcoded}, bytes saved {saved}, bytes from server {from_server}, to client {to_client}, pglane CPU ticks over all runs {pglane_cpu}"
+        );
+        // What the client got is what the server sent, plus the text's extra
+        // bytes (20 per uuid), give or take the few messages pglane answers itself.
+        assert!((to_client - saved - from_server).abs() < 64 * 1024, "{to_client} - {saved} vs {from_server}");
+        match *name {
+            // The first run Parses and Describes; later runs are negotiated.
+            "on" => assert!(transcoded >= (runs as i64 - 2) * rows as i64, "{transcoded} values transcoded"),
+            _ => assert_eq!(transcoded, 0),
+        }
+        server_bytes.push(from_server);
+    }
+    assert!(server_bytes[1] < server_bytes[0] - 20 * (runs as i64 - 2) * rows as i64, "bytes from server, off/on: {server_bytes:?}");
+}
