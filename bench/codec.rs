@@ -80,6 +80,7 @@ fn codec(c: &mut Criterion) {
                 server: &mut server,
                 client_settings: &mut client_settings,
                 server_settings: &mut server_settings,
+                negotiation: None,
             };
             exchange.from_client(b'Q', &query, &mut st, &mut to_server, &mut to_client);
             for (tag, m) in &messages {
@@ -120,6 +121,7 @@ fn codec(c: &mut Criterion) {
                 server: &mut server,
                 client_settings: &mut client_settings,
                 server_settings: &mut server_settings,
+                negotiation: None,
             };
             exchange.from_client(b'Q', &query, &mut st, &mut to_server, &mut to_client);
             if std::mem::take(&mut first) {
