@@ -187,6 +187,13 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         Some(path) => Some(UnixSocket::bind(path, shared.config.load().unix_socket_mode)?),
         None => None,
     };
+    {
+        let config = shared.config.load();
+        ensure_port_free(&config.listen)?;
+        if let Some(metrics) = &config.metrics_listen {
+            ensure_port_free(metrics)?;
+        }
+    }
     let unix_fd = unix_socket.as_ref().map(|u| u.listener.as_raw_fd());
     let mut nudge_readers = Vec::new();
     for _ in cpus {
@@ -681,6 +688,27 @@ async fn serve_metrics(shard: Rc<Shard>, listener: TcpListener) {
     }
 }
 
+/// Refuses to start on a port another process listens on. The shards' own
+/// sockets use SO_REUSEPORT, which would let them join the other process's
+/// (the kernel would then split new connections between the two pglanes,
+/// say a second one started by mistake). A plain bind, with SO_REUSEADDR so
+/// that connections in TIME_WAIT from a previous run do not count, fails if
+/// anything listens there.
+fn ensure_port_free(addr: &str) -> Result<(), String> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let parsed: std::net::SocketAddr = addr.parse().map_err(|_| format!("bad listen address {addr}"))?;
+    let probe = Socket::new(Domain::for_address(parsed), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    probe.set_reuse_address(true).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    match probe.bind(&parsed.into()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            Err(format!("cannot listen on {addr}: it is in use by another process (another pglane?)"))
+        }
+        Err(e) => Err(format!("cannot listen on {addr}: {e}")),
+    }
+}
+
 /// A listening socket with SO_REUSEPORT (one per shard, the kernel spreads
 /// connections over them) and SO_REUSEADDR (so a restart is not refused while
 /// old connections sit in TIME_WAIT). glommio's own `bind` sets only the
@@ -722,6 +750,16 @@ mod tests {
         drop(live);
         assert!(!path.exists(), "removed when pglane stops");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_port_another_process_listens_on_is_refused() {
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = other.local_addr().unwrap().to_string();
+        let err = ensure_port_free(&addr).unwrap_err();
+        assert!(err.contains("in use by another process"), "{err}");
+        drop(other);
+        ensure_port_free(&addr).unwrap();
     }
 
     #[test]
