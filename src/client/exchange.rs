@@ -347,8 +347,7 @@ fn lex_options(settings: &Settings) -> Option<LexOptions> {
 
 /// Whether `sql` names search_path anywhere (SET, set_config, a function).
 fn mentions_search_path(sql: &str) -> bool {
-    const NEEDLE: &[u8] = b"search_path";
-    sql.as_bytes().windows(NEEDLE.len()).any(|w| w.eq_ignore_ascii_case(NEEDLE))
+    crate::prepare::lexer::contains_ignore_ascii_case(sql.as_bytes(), b"search_path")
 }
 
 /// A command tag of a statement that may change what a prepared statement

@@ -31,6 +31,8 @@
 //! advisory lock under another name). Those need `pool_mode = "session"`
 //! for that user or database.
 
+use crate::prepare::lexer::contains_ignore_ascii_case;
+
 /// Session state a statement leaves behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionFeature {
@@ -94,7 +96,7 @@ pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<Sess
             return Some(SessionFeature::UnfollowedSet);
         }
         let starts_with = |prefix: &str| word.len() >= prefix.len() && word[..prefix.len()].eq_ignore_ascii_case(prefix);
-        if (starts_with("pg_advisory_lock") || starts_with("pg_try_advisory_lock")) && !contains_ignore_case(word, "_xact_") {
+        if (starts_with("pg_advisory_lock") || starts_with("pg_try_advisory_lock")) && !contains_ignore_ascii_case(word.as_bytes(), b"_xact_") {
             return Some(SessionFeature::AdvisoryLock);
         }
         if (is("temp") || is("temporary")) && ["create", "global", "local", "into", "replace"].iter().any(|w| previous.eq_ignore_ascii_case(w)) {
@@ -107,10 +109,6 @@ pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<Sess
         index += 1;
     }
     None
-}
-
-fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
-    haystack.as_bytes().windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
 enum Item<'a> {

@@ -525,7 +525,13 @@ fn operator_len(run: &[u8]) -> usize {
 /// a cached statement, their value would freeze (protocol.md §1.3).
 fn is_time_dependent(value: &[u8]) -> bool {
     const WORDS: [&[u8]; 4] = [b"now", b"today", b"tomorrow", b"yesterday"];
-    WORDS.iter().any(|word| value.windows(word.len()).any(|w| w.eq_ignore_ascii_case(word)))
+    WORDS.iter().any(|word| contains_ignore_ascii_case(value, word))
+}
+
+/// Whether `needle` occurs in `haystack`, ASCII case ignored (SQL keywords
+/// and identifiers folded the way PostgreSQL folds them).
+pub(crate) fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 // ---------------------------------------------------------------------------

@@ -695,12 +695,7 @@ async fn serve_metrics(shard: Rc<Shard>, listener: TcpListener) {
 /// that connections in TIME_WAIT from a previous run do not count, fails if
 /// anything listens there.
 fn ensure_port_free(addr: &str) -> Result<(), String> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let parsed: std::net::SocketAddr = addr.parse().map_err(|_| format!("bad listen address {addr}"))?;
-    let probe = Socket::new(Domain::for_address(parsed), Type::STREAM, Some(Protocol::TCP))
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    probe.set_reuse_address(true).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    match probe.bind(&parsed.into()) {
+    match reusable_tcp_socket(addr).and_then(|(probe, at)| probe.bind(&at.into())) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
             Err(format!("cannot listen on {addr}: it is in use by another process (another pglane?)"))
@@ -709,18 +704,24 @@ fn ensure_port_free(addr: &str) -> Result<(), String> {
     }
 }
 
-/// A listening socket with SO_REUSEPORT (one per shard, the kernel spreads
-/// connections over them) and SO_REUSEADDR (so a restart is not refused while
-/// old connections sit in TIME_WAIT). glommio's own `bind` sets only the
-/// former, hence this.
-fn bind_listener(addr: &str) -> std::io::Result<TcpListener> {
+/// A TCP socket for `addr` with SO_REUSEADDR (so a restart is not refused
+/// while old connections sit in TIME_WAIT), not yet bound.
+fn reusable_tcp_socket(addr: &str) -> std::io::Result<(socket2::Socket, std::net::SocketAddr)> {
     use socket2::{Domain, Protocol, Socket, Type};
-    use std::os::fd::{FromRawFd, IntoRawFd};
     let addr: std::net::SocketAddr = addr
         .parse()
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad listen address {addr}")))?;
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
+    Ok((socket, addr))
+}
+
+/// A listening socket with SO_REUSEPORT (one per shard, the kernel spreads
+/// connections over them) and SO_REUSEADDR. glommio's own `bind` sets only
+/// the former, hence this.
+fn bind_listener(addr: &str) -> std::io::Result<TcpListener> {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let (socket, addr) = reusable_tcp_socket(addr)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
