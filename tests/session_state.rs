@@ -32,24 +32,35 @@ async fn settings_follow_their_client_across_server_connections() {
     a.simple_query("SET TimeZone = 'Asia/Tokyo'").await.unwrap();
     a.simple_query("SET statement_timeout TO '7s'").await.unwrap();
 
+    async fn backend(c: &tokio_postgres::Client) -> i32 {
+        c.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0)
+    }
+    let c = connect(lane.port, "postgres", "secret", "app").await;
     let mut servers_seen = std::collections::HashSet::new();
-    for i in 0..10 {
-        // Half of the time b takes, in a transaction, the server connection a
-        // just gave back (the pool hands out the last one returned), so a
-        // runs on the other one.
-        let pid: i32 = a.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0);
-        servers_seen.insert(pid);
-        if i % 2 == 0 {
-            b.batch_execute("begin; select 1").await.unwrap();
-            let pid: i32 = a.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0);
-            servers_seen.insert(pid);
-        }
+    for _ in 0..5 {
+        // a's last server connection is held by another client in a
+        // transaction (b if the pool gave it b, else c), so a runs on the
+        // other one: each round, a is seen on both.
+        let last = backend(&a).await;
+        servers_seen.insert(last);
+        b.batch_execute("begin").await.unwrap();
+        let holder = if backend(&b).await == last {
+            &b
+        } else {
+            // b got the other connection: c takes a's, then b lets its go.
+            c.batch_execute("begin").await.unwrap();
+            assert_eq!(backend(&c).await, last, "two server connections, b holds one, c must get the other");
+            b.batch_execute("commit").await.unwrap();
+            &c
+        };
+        let other = backend(&a).await;
+        assert_ne!(other, last, "a ran on the connection another client holds");
+        servers_seen.insert(other);
         assert_eq!(show(&a, "search_path").await, "app_schema, public");
         assert_eq!(show(&a, "TimeZone").await, "Asia/Tokyo");
         assert_eq!(show(&a, "statement_timeout").await, "7s");
-        if i % 2 == 0 {
-            b.batch_execute("commit").await.unwrap();
-        }
+        holder.batch_execute("commit").await.unwrap();
+        assert_eq!(show(&a, "search_path").await, "app_schema, public");
         // ...and b never sees a's settings, whichever connection it gets.
         assert_eq!(show(&b, "search_path").await, "\"$user\", public");
         assert_eq!(show(&b, "TimeZone").await, postgres().psql("show TimeZone"));
