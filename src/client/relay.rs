@@ -17,10 +17,7 @@ use futures_lite::AsyncWrite;
 
 use super::exchange::{client_needs_whole, server_needs_whole, Exchange, Statements};
 use super::inbox::{Inbox, Piece};
-use super::negotiate::Negotiation;
-use super::settings::Settings;
 use crate::net::Stream;
-use crate::prepare::{ClientStatements, Registry, ServerStatements};
 use crate::protocol::{backend, frontend, ProtocolError};
 use crate::runtime::ShutdownSignal;
 
@@ -155,13 +152,8 @@ pub struct Relay<'a> {
     pub server: &'a mut Stream,
     pub buffers: &'a mut Buffers,
     pub exchange: &'a mut Exchange,
-    pub registry: &'a Registry,
-    pub client_statements: &'a mut ClientStatements,
-    pub server_statements: &'a mut ServerStatements,
-    pub client_settings: &'a mut Settings,
-    pub server_settings: &'a mut Settings,
-    /// `None` when binary_negotiation is off.
-    pub negotiation: Option<Negotiation<'a>>,
+    /// The statement and settings state the exchange reads and updates.
+    pub statements: Statements<'a>,
     pub release_when_idle: bool,
     pub shutdown: &'a ShutdownSignal,
     pub killed: &'a std::cell::Cell<bool>,
@@ -268,14 +260,7 @@ impl Relay<'_> {
                     Poll::Pending => {}
                 }
             }
-            let mut st = Statements {
-                registry: self.registry,
-                client: self.client_statements,
-                server: self.server_statements,
-                client_settings: self.client_settings,
-                server_settings: self.server_settings,
-                negotiation: self.negotiation,
-            };
+            let st = &mut self.statements;
             loop {
                 let piece = match b.from_client.next(client_needs_whole) {
                     Ok(Some(piece)) => piece,
@@ -291,7 +276,7 @@ impl Relay<'_> {
                         bad_tag = Some(tag);
                         break;
                     }
-                    Piece::Whole(tag, message) => self.exchange.from_client(tag, message, &mut st, &mut b.to_server, &mut b.to_client),
+                    Piece::Whole(tag, message) => self.exchange.from_client(tag, message, st, &mut b.to_server, &mut b.to_client),
                     Piece::Start(tag, bytes) => self.exchange.from_client_stream(tag, bytes, &mut b.to_server),
                     Piece::More(bytes) => self.exchange.from_client_stream_more(bytes, &mut b.to_server),
                 }
@@ -318,14 +303,7 @@ impl Relay<'_> {
             }
         }
         {
-            let mut st = Statements {
-                registry: self.registry,
-                client: self.client_statements,
-                server: self.server_statements,
-                client_settings: self.client_settings,
-                server_settings: self.server_settings,
-                negotiation: self.negotiation,
-            };
+            let st = &mut self.statements;
             // Bytes after the final ReadyForQuery stay behind (and make the
             // connection unfit for reuse).
             while !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) {
@@ -338,7 +316,7 @@ impl Relay<'_> {
                 };
                 match piece {
                     Piece::Whole(tag, message) => {
-                        let forwarded = self.exchange.from_server(tag, message, &mut st, &mut b.to_client);
+                        let forwarded = self.exchange.from_server(tag, message, st, &mut b.to_client);
                         if let Some(e) = self.exchange.take_failure() {
                             return Step::Done(RelayEnd::ServerError(io::Error::new(io::ErrorKind::InvalidData, e)));
                         }
