@@ -263,7 +263,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 });
                 peers::serve_peers(&shard, receivers);
                 if let Some(metrics) = metrics {
-                    glommio::spawn_local(serve_metrics(shard.clone(), metrics)).detach();
+                    glommio::spawn_local(shard.clone().accept_until_shutdown(Listener::Tcp(metrics), admit_scraper)).detach();
                 }
                 let _ = ready.send(Ok(()));
                 shard.run(listener, unix, nudged).await;
@@ -365,27 +365,8 @@ fn dup_cloexec(fd: std::os::fd::RawFd) -> std::io::Result<std::os::fd::RawFd> {
 impl Shard {
     async fn run(self: Rc<Self>, listener: TcpListener, unix: Option<TcpListener>, nudged: std::os::unix::net::UnixStream) {
         let watcher = glommio::spawn_local(self.clone().housekeeping(nudged));
-        let unix = unix.map(|l| glommio::spawn_local(self.clone().accept_unix(l)));
-        loop {
-            let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-                self.shutdown.wait().await;
-                None
-            })
-            .await;
-            match accepted {
-                None => break,
-                Some(Ok(stream)) => {
-                    let _ = stream.set_nodelay(true);
-                    let peer = stream.peer_addr().ok();
-                    self.admit(Stream::Tcp(stream), peer);
-                }
-                Some(Err(e)) => {
-                    warn!(shard = self.id, "accept failed: {e}");
-                    glommio::timer::sleep(Duration::from_millis(10)).await;
-                }
-            }
-        }
-        drop(listener);
+        let unix = unix.map(|l| glommio::spawn_local(self.clone().accept_until_shutdown(Listener::Unix(l), Shard::admit)));
+        self.clone().accept_until_shutdown(Listener::Tcp(listener), Shard::admit).await;
         if let Some(unix) = unix {
             unix.await;
         }
@@ -394,41 +375,28 @@ impl Shard {
         self.drain().await;
     }
 
-    /// Accepts clients on the shared unix socket (see [`adopt_unix_listener`]) until shutdown.
-    async fn accept_unix(self: Rc<Self>, listener: TcpListener) {
-        use std::os::fd::{AsRawFd, FromRawFd};
+    /// Accepts on `listener` until shutdown, handing each connection to
+    /// `admit`. A failed accept (out of descriptors, say) is logged and
+    /// retried a moment later; the listener closes when this returns.
+    async fn accept_until_shutdown(self: Rc<Self>, listener: Listener, admit: fn(&Rc<Shard>, Stream, Option<std::net::SocketAddr>)) {
         loop {
-            let accepted = futures_lite::future::or(async { Some(listener.shared_accept().await) }, async {
+            let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
                 self.shutdown.wait().await;
                 None
             })
             .await;
             match accepted {
                 None => return,
-                Some(Ok(accepted)) => {
-                    // glommio's TcpStream cannot give its descriptor up: keep
-                    // a copy and let it close the original.
-                    let tcp_typed = accepted.bind_to_executor();
-                    let fd = match dup_cloexec(tcp_typed.as_raw_fd()) {
-                        Ok(fd) => fd,
-                        Err(e) => {
-                            warn!(shard = self.id, "unix socket client dropped: {e}");
-                            continue;
-                        }
-                    };
-                    drop(tcp_typed);
-                    // SAFETY: `fd` is our own copy of the accepted unix stream; the UnixStream owns it.
-                    let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
-                    self.admit(Stream::Unix(stream, fd), None);
-                }
+                Some(Ok((stream, peer))) => admit(&self, stream, peer),
                 Some(Err(e)) => {
-                    warn!(shard = self.id, "accept on the unix socket failed: {e}");
+                    warn!(shard = self.id, listener = listener.name(), "accept failed: {e}");
                     glommio::timer::sleep(Duration::from_millis(10)).await;
                 }
             }
         }
     }
 
+    /// A new client: served by its own task until it leaves.
     fn admit(self: &Rc<Self>, stream: Stream, peer: Option<std::net::SocketAddr>) {
         self.shared.clients.fetch_add(1, Ordering::Relaxed);
         let shard = self.clone();
@@ -669,21 +637,47 @@ impl Shard {
     }
 }
 
-/// Answers scrapers on `metrics_listen` until shutdown.
-async fn serve_metrics(shard: Rc<Shard>, listener: TcpListener) {
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            shard.shutdown.wait().await;
-            None
-        })
-        .await;
-        match accepted {
-            Some(Ok(stream)) => {
-                let shard = shard.clone();
-                glommio::spawn_local(async move { crate::admin::metrics::serve(&shard, Stream::Tcp(stream)).await }).detach();
+/// A scraper on `metrics_listen`: answered by its own task.
+fn admit_scraper(shard: &Rc<Shard>, stream: Stream, _peer: Option<std::net::SocketAddr>) {
+    let shard = shard.clone();
+    glommio::spawn_local(async move { crate::admin::metrics::serve(&shard, stream).await }).detach();
+}
+
+/// The sockets a shard accepts on.
+enum Listener {
+    /// The client port, or metrics_listen.
+    Tcp(TcpListener),
+    /// The unix socket, shared by all shards (see [`adopt_unix_listener`]).
+    Unix(TcpListener),
+}
+
+impl Listener {
+    fn name(&self) -> &'static str {
+        match self {
+            Listener::Tcp(_) => "tcp",
+            Listener::Unix(_) => "unix",
+        }
+    }
+
+    async fn accept(&self) -> std::io::Result<(Stream, Option<std::net::SocketAddr>)> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        match self {
+            Listener::Tcp(listener) => {
+                let stream = listener.accept().await?;
+                let _ = stream.set_nodelay(true);
+                let peer = stream.peer_addr().ok();
+                Ok((Stream::Tcp(stream), peer))
             }
-            Some(Err(_)) => glommio::timer::sleep(Duration::from_millis(10)).await,
-            None => return,
+            Listener::Unix(listener) => {
+                // glommio's TcpStream cannot give its descriptor up: keep a
+                // copy and let it close the original.
+                let tcp_typed = listener.shared_accept().await?.bind_to_executor();
+                let fd = dup_cloexec(tcp_typed.as_raw_fd())?;
+                drop(tcp_typed);
+                // SAFETY: `fd` is our own copy of the accepted unix stream; the UnixStream owns it.
+                let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
+                Ok((Stream::Unix(stream, fd), None))
+            }
         }
     }
 }
