@@ -214,6 +214,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         let builder = LocalExecutorBuilder::new(Placement::Fixed(cpu)).name(&format!("pglane-{id}"));
         let handle = builder
             .spawn(move || async move {
+                let _guard = PanicGuard { shared: shared.clone(), shard: id };
                 let (peers, receivers) = match mesh.join().await {
                     Ok(pair) => pair,
                     Err(e) => {
@@ -291,12 +292,37 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         Some(u) => info!(shards = cpus.len(), listen = %shared.config.load().listen, unix_socket = %u.path.display(), "pglane is ready"),
         None => info!(shards = cpus.len(), listen = %shared.config.load().listen, "pglane is ready"),
     }
-    for h in handles {
+    let mut panicked = Vec::new();
+    for (id, h) in handles.into_iter().enumerate() {
         if h.join().is_err() {
-            error!("a shard panicked");
+            panicked.push(id.to_string());
         }
     }
-    Ok(())
+    match panicked.is_empty() {
+        true => Ok(()),
+        false => Err(format!("shard {} panicked (a bug: please report it with the log); pglane stopped", panicked.join(", "))),
+    }
+}
+
+/// Lives on a shard's thread for as long as the shard runs. If the shard
+/// panics (a bug), the guard is dropped while its thread unwinds and makes
+/// the other shards drain and stop: a pglane with a dead shard would still
+/// route cancel requests and admin commands to it that nobody answers. So
+/// the process exits, non-zero, and restarting it is left to its supervisor
+/// (systemd, Kubernetes), as with PgBouncer after a fatal error. The other
+/// shards' clients get shutdown_timeout to finish their transactions.
+struct PanicGuard {
+    shared: Arc<Shared>,
+    shard: usize,
+}
+
+impl Drop for PanicGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            error!(shard = self.shard, "shard panicked; stopping pglane");
+            self.shared.begin_shutdown();
+        }
+    }
 }
 
 /// The clients' unix socket: bound once for all shards (unix sockets have no
@@ -755,6 +781,24 @@ mod tests {
         assert!(err.contains("in use by another process"), "{err}");
         drop(other);
         ensure_port_free(&addr).unwrap();
+    }
+
+    #[test]
+    fn a_panicking_shard_stops_the_others() {
+        let config = || Config::parse("listen = \"127.0.0.1:6432\"\n[databases.app]\nport = 5432").expect("config");
+        let shared = Arc::new(Shared::new(config(), ConfigSource::default()));
+        let on_shard = shared.clone();
+        let died = std::thread::spawn(move || {
+            let _guard = PanicGuard { shared: on_shard, shard: 1 };
+            panic!("a bug");
+        })
+        .join();
+        assert!(died.is_err());
+        assert!(shared.is_shutting_down(), "a shard's panic must begin the shutdown");
+
+        let calm = Arc::new(Shared::new(config(), ConfigSource::default()));
+        drop(PanicGuard { shared: calm.clone(), shard: 0 });
+        assert!(!calm.is_shutting_down(), "a shard that stops normally changes nothing");
     }
 
     #[test]
