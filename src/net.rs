@@ -87,6 +87,32 @@ impl Stream {
     pub fn is_tls(&self) -> bool {
         matches!(self, Stream::Tls(_))
     }
+
+    /// What SHOW CLIENTS / SHOW SERVERS put in their `tls` column, in
+    /// PgBouncer's spirit ("TLSv1.3/TLS13_AES_256_GCM_SHA384"): the protocol
+    /// version and cipher suite negotiated; `None` for a plaintext socket.
+    pub fn tls_description(&self) -> Option<String> {
+        let Stream::Tls(tls) = self else { return None };
+        let (version, suite) = match &**tls {
+            futures_rustls::TlsStream::Server(s) => {
+                let c = s.get_ref().1;
+                (c.protocol_version(), c.negotiated_cipher_suite())
+            }
+            futures_rustls::TlsStream::Client(s) => {
+                let c = s.get_ref().1;
+                (c.protocol_version(), c.negotiated_cipher_suite())
+            }
+        };
+        let version = match version? {
+            rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3".to_owned(),
+            rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2".to_owned(),
+            other => format!("{other:?}"),
+        };
+        Some(match suite {
+            Some(suite) => format!("{version}/{:?}", suite.suite()),
+            None => version,
+        })
+    }
 }
 
 fn detached() -> io::Error {

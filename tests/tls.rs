@@ -353,6 +353,27 @@ async fn verify_full_to_the_server() {
     assert_eq!(out, "20000|6000000\nafter");
 }
 
+#[test]
+fn show_clients_and_servers_name_the_tls_in_use() {
+    let pg = tls_postgres();
+    let c = certs();
+    let settings = server_tls("verify-full", &c.ca) + &client_tls("prefer") + "admin_users = [\"postgres\"]\n";
+    let lane = pglane(&settings, "localhost", pg.port);
+    // One query through a TLS client leaves a TLS server connection idle in the pool.
+    assert_eq!(psql(lane.port, "postgres", "sslmode=require", &["select 1"]).unwrap(), "1");
+    // The tls column is the 17th of SHOW CLIENTS / SHOW SERVERS.
+    let tls_column = |mode: &str, show: &str| -> Vec<String> {
+        let out = psql(lane.port, "postgres", &format!("sslmode={mode} dbname=pgbouncer"), &[show]).unwrap();
+        out.lines().map(|row| row.split('|').nth(16).unwrap_or("?").to_owned()).collect()
+    };
+    let clients = tls_column("require", "SHOW CLIENTS");
+    assert_eq!(clients.len(), 1, "the console's own client: {clients:?}");
+    assert!(clients[0].starts_with("TLSv1.3/TLS13_"), "{clients:?}");
+    assert_eq!(tls_column("disable", "SHOW CLIENTS"), vec![String::new()], "plaintext: empty, as in PgBouncer");
+    let servers = tls_column("disable", "SHOW SERVERS");
+    assert!(!servers.is_empty() && servers.iter().all(|t| t.starts_with("TLSv1.3/TLS13_")), "{servers:?}");
+}
+
 #[tokio::test]
 async fn verify_full_refuses_a_certificate_from_another_ca_or_for_another_name() {
     let pg = tls_postgres();

@@ -162,7 +162,7 @@ pub fn clients_table(snapshots: &[ShardSnapshot], listen: &str) -> Table {
             s("C"), s(&c.info.user), s(&c.info.database), s(c.state.as_str()), s(&c.info.addr), s(c.info.port),
             s(&local_addr), s(local_port), s(format_time(c.connected_at)), s(format_time(now - c.state_for)),
             s(wait.as_secs()), s(wait.subsec_micros()), s(0), s(format!("c{:x}", c.process_id)),
-            c.server_pid.map(|p| format!("s{p:x}")), s(c.process_id), None, s(&c.info.application_name),
+            c.server_pid.map(|p| format!("s{p:x}")), s(c.process_id), s(c.info.tls.as_deref().unwrap_or("")), s(&c.info.application_name),
         ]);
     }
     t
@@ -175,7 +175,7 @@ pub fn servers_table(snapshots: &[ShardSnapshot]) -> Table {
         t.push(vec![
             s("S"), s(&v.user), s(&v.database), s(if v.active { "active" } else { "idle" }), s(addr), s(port), None, s(0),
             s(format_time(v.connected_at)), s(format_time(v.connected_at)), s(0), s(0), s(0),
-            s(format!("s{:x}", v.remote_pid)), v.client_pid.map(|p| format!("c{p:x}")), s(v.remote_pid), None, s(""),
+            s(format!("s{:x}", v.remote_pid)), v.client_pid.map(|p| format!("c{p:x}")), s(v.remote_pid), s(v.tls.as_deref().unwrap_or("")), s(""),
         ]);
     }
     t

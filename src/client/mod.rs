@@ -79,6 +79,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         port: peer.map(|p| p.port()).unwrap_or(0),
         application_name: params.get("application_name").unwrap_or_default().to_owned(),
         admin: matches!(target, Target::Admin { .. }),
+        tls: stream.tls_description(),
     };
     let (process_id, entry) = shard.register_client(info);
     info!(?peer, %user, %database, process_id, "client logged in");

@@ -82,6 +82,7 @@ pub struct IdleServer {
     pub remote_pid: i32,
     pub address: String,
     pub connected_at: std::time::SystemTime,
+    pub tls: Option<String>,
 }
 
 pub struct Pool {
@@ -164,6 +165,7 @@ impl Pool {
                 remote_pid: c.cancel_key.process_id,
                 address: c.cancel_key.address.to_string(),
                 connected_at: c.cancel_key.connected_at,
+                tls: c.cancel_key.tls.clone(),
             })
             .collect()
     }

@@ -40,6 +40,8 @@ pub struct ClientInfo {
     pub port: u16,
     pub application_name: String,
     pub admin: bool,
+    /// Protocol and cipher when the client came in over TLS (SHOW CLIENTS' tls).
+    pub tls: Option<String>,
 }
 
 pub struct ClientEntry {

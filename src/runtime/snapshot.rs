@@ -55,6 +55,7 @@ pub struct ServerSnapshot {
     pub connected_at: SystemTime,
     /// The client holding it.
     pub client_pid: Option<i32>,
+    pub tls: Option<String>,
 }
 
 impl Shard {
@@ -85,6 +86,7 @@ impl Shard {
                     remote_pid: key.process_id,
                     connected_at: key.connected_at,
                     client_pid: Some(pid),
+                    tls: key.tls.clone(),
                 })
             })
             .collect();
@@ -92,8 +94,8 @@ impl Shard {
         for ((database, user), pool) in self.pools().iter() {
             let mine = |c: &&ClientSnapshot| &c.info.database == database && &c.info.user == user;
             let waiting: Vec<&ClientSnapshot> = clients.iter().filter(mine).filter(|c| c.state == ClientState::Waiting).collect();
-            servers.extend(pool.idle_servers().into_iter().map(|IdleServer { remote_pid, address, connected_at }| {
-                ServerSnapshot { database: database.clone(), user: user.clone(), active: false, address, remote_pid, connected_at, client_pid: None }
+            servers.extend(pool.idle_servers().into_iter().map(|IdleServer { remote_pid, address, connected_at, tls }| {
+                ServerSnapshot { database: database.clone(), user: user.clone(), active: false, address, remote_pid, connected_at, client_pid: None, tls }
             }));
             pools.push(PoolSnapshot {
                 database: database.clone(),

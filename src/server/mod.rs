@@ -85,6 +85,8 @@ pub struct CancelKey {
     pub process_id: i32,
     pub secret_key: i32,
     pub connected_at: std::time::SystemTime,
+    /// Protocol and cipher when the connection is TLS (SHOW SERVERS' tls).
+    pub tls: Option<String>,
 }
 
 pub struct ServerConn {
@@ -119,13 +121,14 @@ impl ServerConn {
             tls => open(target, tls.as_ref()).await,
         };
         opened.map(|(stream, (process_id, secret_key, params))| ServerConn {
-            stream,
             cancel_key: Rc::new(CancelKey {
                 address: target.address.clone(),
                 process_id,
                 secret_key,
                 connected_at: std::time::SystemTime::now(),
+                tls: stream.tls_description(),
             }),
+            stream,
             params,
             created: Instant::now(),
             idle_since: Instant::now(),
