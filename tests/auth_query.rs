@@ -140,3 +140,23 @@ async fn a_failing_auth_query_refuses_everyone_alike() {
     let c = connect(lane.port, "postgres", "secret", "app").await;
     assert_eq!(c.query_one("select 1", &[]).await.unwrap().get::<_, i32>(0), 1);
 }
+
+#[tokio::test]
+async fn auth_dbname_runs_the_lookup_in_another_database() {
+    own_database("aq_target_db");
+    own_database("aq_auth_db");
+    own_role("aq_dbuser", Some("dbpass"));
+    // This auth_query finds users only when it runs in aq_auth_db.
+    let query = "auth_query = \"SELECT rolname::text, rolpassword FROM pg_authid \
+                 WHERE rolname = $1 AND current_database() = 'aq_auth_db'\"\n";
+    let auth_db = format!(
+        "[databases.authdb]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"aq_auth_db\"\npool_size = 1\n",
+        postgres().port
+    );
+    let elsewhere = pglane("scram-sha-256", "aq_target_db", &format!("{query}auth_dbname = \"authdb\"\n{auth_db}"));
+    assert_eq!(whoami(elsewhere.port, "aq_dbuser", "dbpass").await, Ok("aq_dbuser".into()));
+    assert_eq!(whoami(elsewhere.port, "aq_dbuser", "wrong").await, wrong_password("aq_dbuser"));
+    // Without auth_dbname the same query runs in the client's database and finds nobody.
+    let here = pglane("scram-sha-256", "aq_target_db", &format!("{query}{auth_db}"));
+    assert_eq!(whoami(here.port, "aq_dbuser", "dbpass").await, wrong_password("aq_dbuser"));
+}

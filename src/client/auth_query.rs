@@ -2,8 +2,8 @@
 //! asking the server, as PgBouncer's `auth_user` + `auth_query` do.
 //!
 //! This file owns the lookup — a server connection of the shard's pool for
-//! (database, auth_user), the query run over the extended protocol with the
-//! user name as its only parameter — and the shard's short-lived cache of its
+//! (auth database, auth_user), the query run over the extended protocol with
+//! the user name as its only parameter — and the shard's short-lived cache of its
 //! answers. It never decides whether a login succeeds (`auth` does, with the
 //! secret found here, or with a mock one when there is none) and never
 //! returns a different answer for "no such role" and "role without a
@@ -14,9 +14,11 @@
 //! the database forces a server user (`user =`), the query runs as that user,
 //! like every connection to that database.
 //!
-//! What it does not do (yet): PgBouncer's `auth_dbname` (the query always
-//! runs in the database the client asked for), and per-database
-//! `auth_user`/`auth_query` overrides.
+//! Which auth_user, auth_query and database apply to a client's database is
+//! the config's to say (`Config::auth_lookup_for`: the database's own
+//! settings, else the global ones; the database is `auth_dbname`'s, else the
+//! client's). Answers are cached per (client's database, user), since two
+//! databases may look the same user up differently.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -28,7 +30,7 @@ use thiserror::Error;
 use tracing::{debug, warn};
 
 use crate::auth::secret::Secret;
-use crate::config::Config;
+use crate::config::{AuthLookup, Config};
 use crate::net::read_message;
 use crate::pool::PoolError;
 use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
@@ -113,22 +115,22 @@ impl SecretCache {
     }
 }
 
-/// The secret the server holds for `user`, from the cache or by running
-/// `config.auth_query` as `auth_user` in `database`. `Ok(None)`: no such
-/// role, or a role without a password.
+/// The secret the server holds for `user`, a client of `database`, from the
+/// cache or by running the lookup's query as its user in its database.
+/// `Ok(None)`: no such role, or a role without a password.
 pub async fn lookup(
     shard: &Shard,
     config: &Config,
-    auth_user: &str,
+    how: AuthLookup<'_>,
     database: &str,
     user: &str,
 ) -> Result<Option<Secret>, LookupError> {
     if let Some(answer) = shard.auth_query_cache.get(database, user, Instant::now()) {
         return Ok(answer);
     }
-    let pool = shard.pool(config, database, auth_user).ok_or_else(|| LookupError::NoPool(auth_user.to_owned()))?;
+    let pool = shard.pool(config, how.database, how.user).ok_or_else(|| LookupError::NoPool(how.user.to_owned()))?;
     let mut lease = pool.checkout(Config::secs(config.query_wait_timeout)).await?;
-    let outcome = fetch(&mut lease, &config.auth_query, user).await;
+    let outcome = fetch(&mut lease, how.query, user).await;
     // The connection is reusable after a clean answer or an SQL error (both
     // end at ReadyForQuery idle); after anything else dropping it closes it.
     if matches!(outcome, Ok(_) | Err(LookupError::Query(_) | LookupError::Shape(_))) {

@@ -228,11 +228,12 @@ async fn login(
     let client = crate::auth::hba::Client { addr: peer.map(|p| p.ip()), tls: stream.is_tls(), database, user };
     let method = auth::method_for(config, &client)?;
     let admin = crate::admin::is_admin_database(database);
-    let (secret, from_server) = match (config.users.get(user), &config.auth_user) {
+    let lookup = config.databases.contains_key(database).then(|| config.auth_lookup_for(database)).flatten();
+    let (secret, from_server) = match (config.users.get(user), lookup) {
         (Some(configured), _) => (configured.password.as_deref().and_then(|p| Secret::parse(p).ok()), false),
         // Not in the config: ask the server, if it is one pglane knows.
-        (None, Some(auth_user)) if method != auth::Method::Trust && !admin && config.databases.contains_key(database) => {
-            let looked_up = auth_query::lookup(shard, config, auth_user, database, user)
+        (None, Some(lookup)) if method != auth::Method::Trust && !admin => {
+            let looked_up = auth_query::lookup(shard, config, lookup, database, user)
                 .await
                 .map_err(|e| SessionError::Refused(auth_query::lookup_failed(user, &e)))?;
             (looked_up, true)

@@ -91,8 +91,12 @@ pub struct Config {
     pub auth_hba_file: Option<PathBuf>,
     /// auth_query: users not in `[users]` are looked up on the server by
     /// running `auth_query` as this user (who must be in `[users]`, with a
-    /// password pglane can log in with) in the database the client asked for.
+    /// password pglane can log in with) in the database the client asked for,
+    /// or in `auth_dbname`'s. Databases may override all three.
     pub auth_user: Option<String>,
+    /// The `[databases]` entry whose server runs auth_query, instead of the
+    /// one the client asked for (PgBouncer's `auth_dbname`).
+    pub auth_dbname: Option<String>,
     /// Returns (user name, secret) for `$1`; the secret may be an md5 hash or
     /// a SCRAM verifier, as in pg_authid. PgBouncer's default.
     #[serde(default = "defaults::auth_query")]
@@ -341,6 +345,20 @@ pub struct Database {
     pub password: Option<String>,
     /// Overrides the global pool_mode for this database.
     pub pool_mode: Option<PoolMode>,
+    /// Override the global auth_user / auth_query / auth_dbname for clients
+    /// of this database.
+    pub auth_user: Option<String>,
+    pub auth_query: Option<String>,
+    pub auth_dbname: Option<String>,
+}
+
+/// How the secret of a user not in `[users]` is looked up for one database:
+/// run `query` as `user` on a server connection of `database`'s pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthLookup<'a> {
+    pub user: &'a str,
+    pub query: &'a str,
+    pub database: &'a str,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -428,6 +446,19 @@ impl Config {
     }
 
     /// Parses and validates config text.
+    /// How users not in `[users]` are looked up for clients of `database`, if
+    /// they are: the database's own auth_user / auth_query / auth_dbname,
+    /// else the global ones; without an auth_user anywhere, not at all.
+    pub fn auth_lookup_for<'a>(&'a self, database: &'a str) -> Option<AuthLookup<'a>> {
+        let db = self.databases.get(database);
+        let user = db.and_then(|d| d.auth_user.as_deref()).or(self.auth_user.as_deref())?;
+        Some(AuthLookup {
+            user,
+            query: db.and_then(|d| d.auth_query.as_deref()).unwrap_or(&self.auth_query),
+            database: db.and_then(|d| d.auth_dbname.as_deref()).or(self.auth_dbname.as_deref()).unwrap_or(database),
+        })
+    }
+
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text)?;
         config.validate()?;
@@ -492,14 +523,24 @@ impl Config {
             }
         }
         self.load_hba()?;
-        if let Some(auth_user) = &self.auth_user {
-            if !self.users.contains_key(auth_user) {
+        for (name, db) in &self.databases {
+            let Some(lookup) = self.auth_lookup_for(name) else { continue };
+            let whose = if db.auth_user.is_some() || db.auth_query.is_some() || db.auth_dbname.is_some() {
+                format!(" (for database {name})")
+            } else {
+                String::new()
+            };
+            if !self.users.contains_key(lookup.user) {
                 return Err(invalid(format!(
-                    "auth_user \"{auth_user}\" must be in [users] (with the password pglane logs in to servers with)"
+                    "auth_user \"{}\"{whose} must be in [users] (with the password pglane logs in to servers with)",
+                    lookup.user
                 )));
             }
-            if !self.auth_query.contains("$1") {
-                return Err(invalid("auth_query must take the user name as $1"));
+            if !lookup.query.contains("$1") {
+                return Err(invalid(format!("auth_query{whose} must take the user name as $1")));
+            }
+            if !self.databases.contains_key(lookup.database) {
+                return Err(invalid(format!("auth_dbname \"{}\"{whose} is not in [databases]", lookup.database)));
             }
         }
         // (Under md5, a SCRAM secret is checked with SCRAM, as PostgreSQL does.)

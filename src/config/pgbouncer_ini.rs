@@ -21,7 +21,7 @@
 //! | `pool_mode` (`statement` → `transaction`, with a warning) | `pool_mode` |
 //! | `auth_type`, `auth_file` | `auth_type`, `[users.NAME] password` (see below) |
 //! | `auth_type = hba`, `auth_hba_file` (relative to the ini file) | the same; see `crate::auth::hba` for the supported subset |
-//! | `auth_user`, `auth_query` | the same (the `[databases]` parameters of those names are warned and ignored) |
+//! | `auth_user`, `auth_query`, `auth_dbname` | the same, globally and per `[databases]` entry |
 //! | `admin_users`, `stats_users` | the same lists |
 //! | `max_client_conn`, `server_reset_query`, `server_reset_query_always` | the same |
 //! | `query_wait_timeout`, `server_connect_timeout`, `client_login_timeout` | the same, at most a year; 0 (no limit) → a year |
@@ -417,7 +417,7 @@ impl Translation<'_> {
                 limit => self.set("max_prepared_statements", limit),
             }
         }
-        for key in ["auth_user", "auth_query"] {
+        for key in ["auth_user", "auth_query", "auth_dbname"] {
             if let Some(line) = settings.remove(key) {
                 self.set(key, line.value);
             }
@@ -523,7 +523,7 @@ impl Translation<'_> {
         for (key, value) in pairs {
             let setting = format!("{key} of database {name}");
             match key.as_str() {
-                "dbname" | "user" => {
+                "dbname" | "user" | "auth_user" | "auth_query" | "auth_dbname" => {
                     database.insert(key, value.into());
                 }
                 "host" => host = Some(self.server_host(&value, &line.at, name)?),

@@ -304,7 +304,7 @@ fn errors_never_quote_passwords() {
 #[test]
 fn unsupported_database_parameters_are_warned_once_each() {
     let text = "[databases]
-app = host=db client_encoding=UTF8 auth_user=pgb connect_query='SELECT 1' max_db_connections=5 frobnicate=1
+app = host=db client_encoding=UTF8 connect_query='SELECT 1' max_db_connections=5 frobnicate=1
 [pgbouncer]
 listen_addr = *
 ";
@@ -312,14 +312,14 @@ listen_addr = *
     assert_eq!(c.databases["app"].host, "db");
     assert_eq!(
         warned(&warnings),
-        [(2, "client_encoding"), (2, "auth_user"), (2, "connect_query"), (2, "max_db_connections"), (2, "frobnicate")]
+        [(2, "client_encoding"), (2, "connect_query"), (2, "max_db_connections"), (2, "frobnicate")]
     );
     assert_eq!(
         warnings[0].to_string(),
         "/etc/pgbouncer/pgbouncer.ini:2: client_encoding: ignored for database app: pglane does not set startup \
          parameters on server connections; the server's default applies"
     );
-    assert!(warnings[4].message.contains("not a PgBouncer connection parameter"));
+    assert!(warnings[3].message.contains("not a PgBouncer connection parameter"));
 }
 
 #[test]
@@ -477,6 +477,24 @@ fn hba_and_auth_query_settings_carry_over() {
     let (c, warnings) = super::import(&ini, &md5, &files).and_then(Import::into_config).unwrap();
     assert_eq!((c.auth_type, c.auth_hba_file), (AuthType::Md5, None));
     assert_eq!(warned(&warnings), [(6, "auth_hba_file")]);
+    // auth_dbname and per-database overrides carry over too.
+    let per_db = text.replace("app = host=db\n", "app = host=db\nauthdb = host=db\nother = host=db auth_user=pgb2 auth_query='SELECT 1, $1' auth_dbname=app\n")
+        + "auth_dbname = authdb\n";
+    let two_users = |path: &Path| match path.file_name().and_then(|n| n.to_str()) {
+        Some("userlist.txt") => Ok(format!("{users}\"pgb2\" \"pgb2pass\"\n")),
+        _ => files(path),
+    };
+    let (c, warnings) = super::import(&ini, &per_db, &two_users).and_then(Import::into_config).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.auth_dbname.as_deref(), Some("authdb"));
+    let lookup = |db: &str| c.auth_lookup_for(db).map(|l| (l.user.to_owned(), l.query.to_owned(), l.database.to_owned()));
+    assert_eq!(lookup("app"), Some(("pgb".into(), "SELECT usename, passwd FROM my_shadow($1)".into(), "authdb".into())));
+    assert_eq!(lookup("other"), Some(("pgb2".into(), "SELECT 1, $1".into(), "app".into())));
+    let e = super::import(&ini, &per_db.replace("auth_dbname = authdb", "auth_dbname = nowhere"), &two_users)
+        .and_then(Import::into_config)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("auth_dbname \"nowhere\" is not in [databases]"), "{e}");
     // auth_user must be a user pglane can log in as.
     let stranger = text.replace("auth_user = pgb", "auth_user = nobody");
     let e = super::import(&ini, &stranger, &files).and_then(Import::into_config).unwrap_err().to_string();
@@ -507,7 +525,7 @@ fn every_ignored_setting_is_one_warning_naming_file_line_and_setting() {
     let text = with_settings(
         "logfile = /var/log/pgbouncer.log
 server_lifetime = 3600
-auth_dbname = authdb
+scram_iterations = 100000
 peer_id = 1
 max_prepared_statements = 0
 lisen_port = 6432",
@@ -515,15 +533,15 @@ lisen_port = 6432",
     let (_, warnings) = config(&text);
     assert_eq!(
         warned(&warnings),
-        [(5, "logfile"), (7, "auth_dbname"), (8, "peer_id"), (9, "max_prepared_statements"), (10, "lisen_port")]
+        [(5, "logfile"), (7, "scram_iterations"), (8, "peer_id"), (9, "max_prepared_statements"), (10, "lisen_port")]
     );
     assert_eq!(
         warnings[0].to_string(),
         "/etc/pgbouncer/pgbouncer.ini:5: logfile: ignored: pglane logs to stderr; set the level with RUST_LOG"
     );
-    assert!(warnings[1].message.contains("auth_query runs in the database the client asked for"));
+    assert!(warnings[1].message.contains("4096 iterations"));
     assert!(warnings[4].message.contains("not a PgBouncer setting"));
-    assert!(!warnings.iter().any(|w| w.to_string().contains("authdb")), "values are not repeated");
+    assert!(!warnings.iter().any(|w| w.to_string().contains("100000")), "values are not repeated");
 }
 
 #[test]

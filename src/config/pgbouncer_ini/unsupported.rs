@@ -9,8 +9,6 @@
 
 const LOGGING: &str = "pglane logs to stderr; set the level with RUST_LOG";
 const UNIX_GROUP: &str = "pglane does not change the unix socket's group; start it as a member of the right one";
-const NO_AUTH_QUERY: &str =
-    "per-database auth_user/auth_query are not supported; the [pgbouncer] auth_user and auth_query apply";
 const NO_TLS: &str = "pglane uses rustls' default protocol versions, cipher suites and curves";
 const NOT_YET: &str = "not supported by pglane yet";
 const NET_TUNING: &str = "pglane's socket settings are not configurable";
@@ -35,7 +33,6 @@ pub fn pgbouncer_setting(key: &str) -> &'static str {
         "peer_id" => "pglane routes cancel requests between its own shards; it does not peer with other processes",
         "so_reuseport" => "pglane always listens with SO_REUSEPORT, once per shard",
         "scram_iterations" => "pglane derives SCRAM secrets for plaintext passwords with 4096 iterations",
-        "auth_dbname" => "not supported: auth_query runs in the database the client asked for",
         "auth_ident_file" => "pglane does not support ident maps",
         "auth_ldap_options" => "pglane does not support LDAP",
         "conffile" | "service_name" | "job_name" => "has no meaning for pglane",
@@ -57,7 +54,6 @@ pub fn pgbouncer_setting(key: &str) -> &'static str {
 /// Why a parameter of a `[databases]` connection string is ignored.
 pub fn database_parameter(key: &str) -> &'static str {
     match key {
-        "auth_user" | "auth_query" | "auth_dbname" => NO_AUTH_QUERY,
         "client_encoding" | "datestyle" | "timezone" | "application_name" => STARTUP_PARAMETERS,
         "min_pool_size" => "pglane opens server connections on demand only",
         "reserve_pool" | "reserve_pool_size" => "pglane has no reserve pool",
