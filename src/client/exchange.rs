@@ -154,6 +154,10 @@ pub struct Exchange {
     negotiator: Negotiator,
     /// A negotiated DataRow could not be transcoded: the relay must end.
     failure: Option<NegotiateError>,
+    /// A followed change left the server connection's settings unlike the
+    /// client's (a RESET of a startup value goes back to the server's
+    /// default there): align them before the client's next message.
+    realign: bool,
 }
 
 /// A rewritten simple query the server has not finished.
@@ -332,8 +336,8 @@ fn bound_parameter(context: &[u8]) -> Option<usize> {
 fn lex_options(settings: &Settings) -> Option<LexOptions> {
     const UNSAFE_ENCODINGS: [&str; 7] = ["SJIS", "SHIFT_JIS_2004", "BIG5", "GBK", "UHC", "GB18030", "JOHAB"];
     let value = |name| match settings.get(name) {
-        Some(Value::Reported(v) | Value::Sql(v)) => Some(v.as_str()),
-        None => None,
+        Some(Value::Reported(v) | Value::Sql(v) | Value::Startup(v)) => Some(v.as_str()),
+        Some(Value::Unknown) | None => None,
     };
     if settings.get("search_path").is_some() {
         return None;
@@ -396,6 +400,13 @@ impl Exchange {
         *self = Exchange { auto, unnamed: self.unnamed.take(), ..Exchange::default() };
     }
 
+    /// No auto-prepare for this client (it has a search_path of its own).
+    pub fn no_auto_prepare(&mut self) {
+        if let Some(auto) = self.auto.as_mut() {
+            auto.off = true;
+        }
+    }
+
     /// Whether the unnamed statement is the registry's (auto-prepare is on for this client).
     fn maps_unnamed(&self) -> bool {
         self.auto.as_ref().is_some_and(|a| !a.off)
@@ -420,6 +431,10 @@ impl Exchange {
                 return;
             }
             self.skip_to_sync = false;
+        }
+        if self.realign && self.is_releasable() {
+            self.realign = false;
+            self.align_settings(st.client_settings, st.server_settings, to_server);
         }
         let body = &message[HEADER_LEN..];
         let forwarded = match tag {
@@ -490,7 +505,11 @@ impl Exchange {
                 self.unnamed = None;
                 self.pending_change = follow_change(body, self.tracker.status());
                 if let Ok(sql) = frontend::decode_query(body) {
-                    self.watch_session_state(sql, self.pending_change.is_some());
+                    let followed = self.pending_change.is_some();
+                    self.watch_session_state(sql, followed);
+                    if st.negotiation.is_some() {
+                        st.server_settings.forget_output_settings_named_in(sql, followed);
+                    }
                 }
                 self.rewrite_query(body, st, to_server) || self.pass_request(message, to_server, Request::Query)
             }
@@ -540,7 +559,7 @@ impl Exchange {
         // Settings-dependent types only when the reported settings are the
         // ones this portal will run with (see `negotiate`).
         let settings = if self.settings_settled() {
-            negotiate::server_text_settings(negotiation.server_params, st.server_settings)
+            negotiate::server_text_settings(negotiation.server_params, negotiation.output_defaults, st.server_settings)
         } else {
             Default::default()
         };
@@ -558,11 +577,16 @@ impl Exchange {
             && !self.due.iter().any(|d| matches!(d, Due::Server { request: Request::Sync { .. } | Request::Query | Request::FunctionCall, .. }))
     }
 
-    /// The next DataRows belong to a negotiated portal: the relay must hand
-    /// them over whole instead of streaming them.
+    /// The next DataRows belong to a negotiated portal, or to pglane's own
+    /// query that aligns settings (`set_config` returns a row) and must not
+    /// reach the client: the relay must hand them over whole instead of
+    /// streaming them.
     pub fn rows_need_whole(&self) -> bool {
         let next_server_reply = self.due.iter().find(|d| matches!(d, Due::Server { .. }));
-        matches!(next_server_reply, Some(Due::Server { request: Request::Execute { plan: Some(_) }, .. }))
+        matches!(
+            next_server_reply,
+            Some(Due::Server { request: Request::Execute { plan: Some(_) }, .. } | Due::Server { request: Request::Query, forward: false })
+        )
     }
 
     /// Why the relay must end, if a negotiated DataRow could not be transcoded.
@@ -601,6 +625,9 @@ impl Exchange {
         if let Ok((_, rest)) = &parsed {
             let sql = names::parse_query(rest);
             self.watch_session_state(sql, false);
+            if st.negotiation.is_some() {
+                st.server_settings.forget_output_settings_named_in(sql, false);
+            }
             if let Some(auto) = self.auto.as_mut() {
                 auto.notice_search_path(sql);
             }
@@ -812,7 +839,7 @@ impl Exchange {
             frontend::query(to_server, &sql);
             self.tracker.client_sent(frontend::QUERY);
             self.due.push_back(Due::Server { request: Request::Query, forward: false });
-            *server = client.clone();
+            server.take_values_of(client);
         }
     }
 
@@ -963,6 +990,7 @@ impl Exchange {
                     if body == b"I" {
                         st.client_settings.apply(&change);
                         st.server_settings.apply(&change);
+                        self.realign = !st.client_settings.same_values(st.server_settings);
                     }
                 }
             }
@@ -1107,6 +1135,7 @@ impl Exchange {
     pub fn from_server_stream(&mut self, tag: u8, bytes: &[u8], to_client: &mut BytesMut) {
         self.answer_local(to_client);
         self.tracker.server_sent(tag, &[]);
+        debug_assert!(!matches!(self.due.front(), Some(Due::Server { request: Request::Query, forward: false })), "rows_need_whole");
         to_client.extend_from_slice(bytes);
     }
 }
