@@ -63,6 +63,18 @@ select g,
        (random() - 0.5) * 10 ^ (g % 30)
 from generate_series(100, 2099) g;
 grant select on types to public;
+create table floats (id int4 primary key, f4 float4, f8 float8);
+insert into floats values
+ (1, 'NaN', 'NaN'), (2, 'Infinity', 'Infinity'), (3, '-Infinity', '-Infinity'), (4, '-0', '-0'), (5, 0, 0), (6, null, null),
+ (7, 1e-45, 5e-324), (8, -1e-45, -5e-324), (9, 1e-40, 1e-310), (10, 1.17549435e-38, 2.2250738585072014e-308),
+ (11, 1.1754942e-38, 2.225073858507201e-308), (12, 3.4028235e38, 1.7976931348623157e308), (13, -3.4028235e38, -1.7976931348623157e308),
+ (14, 100000, 1e15), (15, 999999, 999999999999999), (16, 1e6, 1e16), (17, 1234567, 1.234567890123456e15), (18, 123456.7, 123456789012345.6),
+ (19, 0.0001, 0.0001), (20, 1e-5, 1e-5), (21, 0.1, 0.1), (22, 16777217, 9007199254740993), (23, 1e10, 1e22), (24, 3.0 / 7, 1e23),
+ (25, 99999.99, 9999999999999998), (26, 0.3, 1.0 / 3), (27, -2.5, 4.35e-5), (28, 1.5e-7, 123e-300);
+insert into floats
+select g, ((random() - 0.5) * 10 ^ (g % 50 - 25))::float4, (random() - 0.5) * 10 ^ (g % 600 - 300)
+from generate_series(100, 1099) g;
+grant select on floats to public;
 create table t1 (u uuid);
 insert into t1 select gen_random_uuid() from generate_series(1, 100000);
 grant select on t1 to public;
@@ -262,6 +274,63 @@ fn suspended_portals_keep_their_plan_until_closed() {
     assert_eq!(data_rows(&replies), 1002);
     same_replies(&mut direct, &mut through, &simple("COMMIT"), "commit");
     assert!(prepared_stat(&lane, "values_transcoded") > 0);
+}
+
+/// float4 and float8 under extra_float_digits -15 .. 3, as the server's
+/// default (pglane reads it after login), from the startup packet (pgjdbc
+/// sends 3) and from a SET: negotiated, and the same bytes as PostgreSQL's.
+/// Two clients with different values take turns on the two server
+/// connections. After a `set_config` pglane cannot follow, floats stay text.
+#[test]
+fn floats_are_byte_identical_under_every_extra_float_digits() {
+    let lane = pglane(true);
+    let pg = postgres();
+    let counts = pg.psql_db(DB, "select count(*) + count(f4) + count(f8) from floats");
+    let values: i64 = counts.parse().unwrap();
+    let float_values: i64 = pg.psql_db(DB, "select count(f4) + count(f8) from floats").parse().unwrap();
+    let query = "select * from floats order by id";
+    let (mut direct_default, mut through_default) = clients(&lane);
+    same_replies(&mut direct_default, &mut through_default, &prepare("q", query), "prepare");
+    let mut rounds = 0;
+    for efd in ["-15", "-4", "0", "1", "2", "3"] {
+        let (mut direct_set, mut through_set) = clients(&lane);
+        let startup = |user, db| [("user", user), ("database", db), ("extra_float_digits", efd)];
+        let mut direct_startup = RawClient::login_with(pg.port, &startup("trustuser", DB));
+        let mut through_startup = RawClient::login_with(lane.port, &startup("postgres", "app"));
+        let set = format!("SET extra_float_digits = {efd}");
+        same_replies(&mut direct_set, &mut through_set, &simple(&set), &set);
+        for (direct, through) in [(&mut direct_startup, &mut through_startup), (&mut direct_set, &mut through_set)] {
+            same_replies(direct, through, &prepare("q", query), "prepare");
+        }
+        for round in 0..2 {
+            for (how, direct, through) in [
+                ("startup", &mut direct_startup, &mut through_startup),
+                ("SET", &mut direct_set, &mut through_set),
+                ("server default", &mut direct_default, &mut through_default),
+            ] {
+                let before = prepared_stat(&lane, "values_transcoded");
+                let replies = same_replies(direct, through, &run("q", &[]), &format!("efd {efd} by {how}, round {round}"));
+                assert_eq!(data_rows(&replies), 1028);
+                assert_eq!(prepared_stat(&lane, "values_transcoded") - before, values, "efd {efd} by {how}: every value transcoded");
+                rounds += 1;
+            }
+        }
+    }
+    assert_eq!(rounds, 36);
+    // SET LOCAL and set_config are not followed: inside their transaction
+    // the floats of that connection stay text (the id column is still
+    // transcoded), and pglane aligns the connection again before its next use.
+    for change in ["SET LOCAL extra_float_digits = -2", "select pg_catalog.set_config('extra_float_digits', '-3', false)"] {
+        same_replies(&mut direct_default, &mut through_default, &simple("BEGIN"), "begin");
+        same_replies(&mut direct_default, &mut through_default, &simple(change), change);
+        let before = prepared_stat(&lane, "values_transcoded");
+        same_replies(&mut direct_default, &mut through_default, &run("q", &[]), change);
+        assert_eq!(prepared_stat(&lane, "values_transcoded") - before, values - float_values, "floats stay text after {change}");
+        same_replies(&mut direct_default, &mut through_default, &simple("ROLLBACK"), "rollback");
+    }
+    let before = prepared_stat(&lane, "values_transcoded");
+    same_replies(&mut direct_default, &mut through_default, &run("q", &[]), "after the rollback");
+    assert_eq!(prepared_stat(&lane, "values_transcoded") - before, values, "known again");
 }
 
 /// With negotiation off nothing is transcoded, and the bytes are the same.

@@ -569,12 +569,17 @@ impl Exchange {
         Some(planned)
     }
 
-    /// No request that may change a setting is in flight: no earlier Sync
-    /// group, simple query or function call is unanswered, and the client
-    /// has sent no Execute in its current group.
+    /// No request that may change a setting unseen is in flight: no
+    /// earlier Sync group, simple query or function call of the client's is
+    /// unanswered, and the client has sent no Execute in its current group.
+    /// pglane's own alignment query does not count: the server connection's
+    /// settings are already recorded as what it sets, and if it fails the
+    /// session ends before any row reaches the client.
     fn settings_settled(&self) -> bool {
         self.negotiator.group_is_clean()
-            && !self.due.iter().any(|d| matches!(d, Due::Server { request: Request::Sync { .. } | Request::Query | Request::FunctionCall, .. }))
+            && !self.due.iter().any(|d| {
+                matches!(d, Due::Server { request: Request::Sync { .. } | Request::FunctionCall, .. } | Due::Server { request: Request::Query, forward: true })
+            })
     }
 
     /// The next DataRows belong to a negotiated portal, or to pglane's own
@@ -852,6 +857,14 @@ impl Exchange {
             // The reply to align_settings: nothing of it reaches the client.
             match tag {
                 backend::PARAMETER_STATUS => self.reported(body, st, false),
+                backend::ERROR_RESPONSE => {
+                    // Values a server accepted before: the connection is not
+                    // what pglane recorded (its SETs were rolled back), and
+                    // the client's requests behind it must not run as if.
+                    let error = backend::decode_error_fields(body).map(|e| e.message).unwrap_or_default();
+                    tracing::error!("aligning a server connection's settings failed: {error}; ending the session");
+                    self.failure = Some(NegotiateError::Settings(error));
+                }
                 backend::READY_FOR_QUERY => {
                     self.due.pop_front();
                 }

@@ -72,9 +72,12 @@ pub struct Negotiation<'a> {
     pub max_row: usize,
 }
 
-/// A negotiated portal's DataRow could not be turned into the client's text.
+/// A negotiated portal's DataRow could not be turned into the client's
+/// text, or the settings it depends on are not what pglane recorded.
 #[derive(Debug, Error)]
 pub enum NegotiateError {
+    #[error("pglane's query aligning the server connection's settings failed: {0}")]
+    Settings(String),
     #[error("DataRow of a negotiated portal: {0}")]
     Protocol(#[from] ProtocolError),
     #[error("DataRow has {actual} columns, its portal {expected}")]
