@@ -99,9 +99,14 @@ fn pglane(negotiation: bool) -> Pglane {
 
 fn pglane_with_pool(negotiation: bool, pool_size: usize) -> Pglane {
     database();
+    pglane_for(DB, negotiation, false, pool_size)
+}
+
+/// pglane in transaction mode, one shard, in front of database `db` as `app`.
+fn pglane_for(db: &str, negotiation: bool, auto_prepare: bool, pool_size: usize) -> Pglane {
     Pglane::start_with_args(
         &format!(
-            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\nbinary_negotiation = {negotiation}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{DB}\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n",
+            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\nbinary_negotiation = {negotiation}\nauto_prepare = {auto_prepare}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{db}\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n",
             postgres().port
         ),
         &["--cores", "1"],
@@ -393,11 +398,12 @@ fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
-/// UuidFetch's lines: (rows, checksum, ms, server CPU ticks).
-fn uuid_fetch(java_classes: &Path, url: &str, runs: usize) -> Vec<(u64, String, u64, u64)> {
+/// UuidFetch's lines: (rows, checksum, ms, server CPU ticks), with pgjdbc's
+/// prepareThreshold `threshold`.
+fn uuid_fetch(java_classes: &Path, url: &str, runs: usize, threshold: u32) -> Vec<(u64, String, u64, u64)> {
     let classpath = format!("{}:{}", java_classes.display(), DRIVER);
     let out = Command::new("java")
-        .args(["-cp", &classpath, "UuidFetch", url, "postgres", "secret", &runs.to_string()])
+        .args(["-cp", &classpath, "UuidFetch", url, "postgres", "secret", &runs.to_string(), &threshold.to_string()])
         .output()
         .expect("java runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -428,21 +434,17 @@ fn jdbc_uuid_fetch_same_values_direct_and_through_pglane() {
     // One server connection each, so that UuidFetch reads the CPU time of
     // the backend that serves it.
     let lanes = [("off", pglane_with_pool(false, 1)), ("on", pglane_with_pool(true, 1))];
-    let classes = lanes[0].1.dir.join("classes");
-    std::fs::create_dir_all(&classes).unwrap();
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/jdbc/UuidFetch.java");
-    let javac = Command::new("javac").args(["-cp", DRIVER, "-d"]).arg(&classes).arg(source).output().expect("javac runs");
-    assert!(javac.status.success(), "{}", String::from_utf8_lossy(&javac.stderr));
+    let classes = compile_uuid_fetch(&lanes[0].1.dir);
 
     let runs = 4;
-    let direct = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/{DB}", pg.port), runs);
+    let direct = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/{DB}", pg.port), runs, 1);
     let checksum = direct[0].1.clone();
     assert!(direct.iter().all(|r| r.0 == rows && r.1 == checksum), "{direct:?}");
     println!("direct: {direct:?}");
     let mut server_bytes = Vec::new();
     for (name, lane) in &lanes {
         let pglane_cpu = cpu_ticks(lane.pid());
-        let through = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port), runs);
+        let through = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port), runs, 1);
         let pglane_cpu = cpu_ticks(lane.pid()) - pglane_cpu;
         assert!(through.iter().all(|r| r.0 == rows && r.1 == checksum), "negotiation {name}: {through:?} vs {direct:?}");
         let transcoded = prepared_stat(lane, "values_transcoded");
@@ -463,4 +465,77 @@ fn jdbc_uuid_fetch_same_values_direct_and_through_pglane() {
         server_bytes.push(from_server);
     }
     assert!(server_bytes[1] < server_bytes[0] - 20 * (runs as i64 - 2) * rows as i64, "bytes from server, off/on: {server_bytes:?}");
+}
+
+/// Compiles tests/jdbc/UuidFetch.java into `dir`/classes.
+fn compile_uuid_fetch(dir: &Path) -> std::path::PathBuf {
+    assert!(Path::new(DRIVER).exists(), "{DRIVER} missing: apt-get install libpostgresql-jdbc-java (tools/test does)");
+    let classes = dir.join("classes");
+    std::fs::create_dir_all(&classes).unwrap();
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/jdbc/UuidFetch.java");
+    let javac = Command::new("javac").args(["-cp", DRIVER, "-d"]).arg(&classes).arg(source).output().expect("javac runs");
+    assert!(javac.status.success(), "{}", String::from_utf8_lossy(&javac.stderr));
+    classes
+}
+
+const UUID_DB: &str = "uuid_fetch_db";
+
+/// Database UUID_DB with table t1 of `rows` random uuids (made once per
+/// test process, again if its size differs).
+fn uuid_database(rows: u64) {
+    static READY: OnceLock<u64> = OnceLock::new();
+    let made = *READY.get_or_init(|| {
+        let pg = postgres();
+        let exists = pg.psql(&format!("select count(*) from pg_database where datname = '{UUID_DB}'")) == "1";
+        if !exists {
+            pg.psql(&format!("create database {UUID_DB}"));
+            pg.psql_db(UUID_DB, "create table t1 (u uuid); grant select on t1 to public");
+        }
+        if pg.psql_db(UUID_DB, "select count(*) from t1").parse::<u64>().unwrap() != rows {
+            pg.psql_db(UUID_DB, &format!("truncate t1; insert into t1 select gen_random_uuid() from generate_series(1, {rows})"));
+            pg.psql_db(UUID_DB, "vacuum analyze t1");
+        }
+        rows
+    });
+    assert_eq!(made, rows);
+}
+
+/// Rows of the pgjdbc prepareThreshold=0 test and bench: PGLANE_UUID_ROWS or 1,000,000.
+fn uuid_rows() -> u64 {
+    std::env::var("PGLANE_UUID_ROWS").ok().and_then(|r| r.parse().ok()).unwrap_or(1_000_000)
+}
+
+/// pgjdbc with prepareThreshold=0, the setting behind a transaction
+/// pooler: every execution is Parse of the unnamed statement, Bind, Describe
+/// portal, Execute (in fetchSize batches). With auto_prepare, pglane maps the
+/// unnamed statement to a named one of its own, describes it once, and from
+/// then on each Bind (Exchange::bind) asks the server for binary, which
+/// pglane turns back into text. `select u from t1` over 1,000,000 uuids,
+/// directly and through pglane: the same values (checksum over every
+/// value's text), and the server really sent binary.
+#[test]
+fn jdbc_prepare_threshold_0_through_auto_prepare_and_negotiation() {
+    let rows = uuid_rows();
+    uuid_database(rows);
+    let pg = postgres();
+    let lane = pglane_for(UUID_DB, true, true, 1);
+    let classes = compile_uuid_fetch(&lane.dir);
+    let runs = 3;
+    let direct = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/{UUID_DB}", pg.port), runs, 0);
+    let checksum = direct[0].1.clone();
+    assert!(direct.iter().all(|r| r.0 == rows && r.1 == checksum), "{direct:?}");
+    let through = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port), runs, 0);
+    assert!(through.iter().all(|r| r.0 == rows && r.1 == checksum), "through pglane: {through:?} vs direct {direct:?}");
+    let transcoded = prepared_stat(&lane, "values_transcoded");
+    let mapped = prepared_stat(&lane, "unnamed_mapped");
+    let from_server = admin_stat(&lane, "SHOW STATS_TOTALS", "server_bytes_received");
+    let to_client = admin_stat(&lane, "SHOW STATS_TOTALS", "bytes_sent");
+    println!("direct {direct:?}\nthrough {through:?}\ntranscoded {transcoded}, unnamed mapped {mapped}, from server {from_server}, to client {to_client}");
+    assert!(mapped >= runs as i64, "{mapped} unnamed statements mapped");
+    // The first run's statement is described by pglane ahead of its first
+    // Bind, which goes as the client sent it; every later run is binary.
+    assert!(transcoded >= (runs as i64 - 1) * rows as i64, "{transcoded} values transcoded");
+    // A uuid is 16 bytes in binary, 36 as text (give or take the few
+    // replies to pglane's own messages, which the client does not get).
+    assert!(to_client - from_server > 20 * (runs as i64 - 1) * rows as i64 - 64 * 1024, "from server {from_server}, to client {to_client}");
 }
