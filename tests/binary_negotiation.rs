@@ -539,3 +539,82 @@ fn jdbc_prepare_threshold_0_through_auto_prepare_and_negotiation() {
     // replies to pglane's own messages, which the client does not get).
     assert!(to_client - from_server > 20 * (runs as i64 - 1) * rows as i64 - 64 * 1024, "from server {from_server}, to client {to_client}");
 }
+
+/// The measurement behind bench/RESULTS.md (run it with bench/uuid-fetch):
+/// pgjdbc, prepareThreshold=0, `select u from t1` over PGLANE_UUID_ROWS
+/// uuids (1,000,000), side by side in interleaved rounds (the order rotates
+/// each round): PostgreSQL directly; pglane relaying (auto_prepare and
+/// binary_negotiation off: the server sends what it sends directly, byte for
+/// byte); pglane with auto_prepare only; pglane with both. Per run: the
+/// backend's CPU (utime+stime from /proc, read by UuidFetch), bytes from the
+/// server (pglane's server_bytes_received; direct = the relaying pglane's),
+/// pglane's CPU, wall time. PGLANE_UUID_ROUNDS rounds (5) of
+/// PGLANE_UUID_RUNS runs (2) per target, after one warm-up run each.
+#[test]
+#[ignore = "a benchmark: bench/uuid-fetch runs it"]
+fn bench_uuid_fetch_prepare_threshold_0() {
+    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let rows = uuid_rows();
+    let (rounds, runs) = (env("PGLANE_UUID_ROUNDS", 5) as usize, env("PGLANE_UUID_RUNS", 2) as usize);
+    uuid_database(rows);
+    let pg = postgres();
+    let targets: Vec<(&str, Option<Pglane>)> = vec![
+        ("direct", None),
+        ("pglane relay", Some(pglane_for(UUID_DB, false, false, 1))),
+        ("pglane auto_prepare", Some(pglane_for(UUID_DB, false, true, 1))),
+        ("pglane auto_prepare + negotiation", Some(pglane_for(UUID_DB, true, true, 1))),
+    ];
+    let classes = compile_uuid_fetch(&targets[1].1.as_ref().expect("a pglane").dir);
+    let url = |lane: &Option<Pglane>| match lane {
+        None => format!("jdbc:postgresql://127.0.0.1:{}/{UUID_DB}", pg.port),
+        Some(lane) => format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port),
+    };
+    let checksum = uuid_fetch(&classes, &url(&None), 1, 0)[0].1.clone();
+    for (_, lane) in &targets[1..] {
+        uuid_fetch(&classes, &url(lane), 1, 0); // warm-up: pglane learns the statement
+    }
+    // Per target: wall ms, server CPU ticks, bytes from server, pglane CPU ticks; one entry per run.
+    let mut samples: Vec<Vec<(f64, f64, f64, f64)>> = vec![Vec::new(); targets.len()];
+    for round in 0..rounds {
+        for k in 0..targets.len() {
+            let i = (round + k) % targets.len();
+            let lane = &targets[i].1;
+            let before = lane.as_ref().map(|l| (admin_stat(l, "SHOW STATS_TOTALS", "server_bytes_received"), cpu_ticks(l.pid())));
+            let got = uuid_fetch(&classes, &url(lane), runs, 0);
+            assert!(got.iter().all(|r| r.0 == rows && r.1 == checksum), "{}: {got:?}", targets[i].0);
+            let (bytes, lane_cpu) = match (lane, before) {
+                (Some(l), Some((bytes, cpu))) => {
+                    let bytes = admin_stat(l, "SHOW STATS_TOTALS", "server_bytes_received") - bytes;
+                    (bytes as f64 / runs as f64, (cpu_ticks(l.pid()) - cpu) as f64 / runs as f64)
+                }
+                _ => (f64::NAN, f64::NAN),
+            };
+            samples[i].extend(got.iter().map(|r| (r.2 as f64, r.3 as f64, bytes, lane_cpu)));
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let column = |i: usize, f: fn(&(f64, f64, f64, f64)) -> f64| median(samples[i].iter().map(f).collect());
+    // Direct, the server sends what the relaying pglane relays, byte for byte.
+    let direct_bytes = column(1, |s| s.2);
+    let direct = (column(0, |s| s.0), column(0, |s| s.1));
+    println!("| target | wall ms per run | server CPU s per run | bytes from server per run | pglane CPU s per run | wall vs direct | server CPU vs direct | bytes vs direct |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (i, (name, _)) in targets.iter().enumerate() {
+        let (wall, cpu) = (column(i, |s| s.0), column(i, |s| s.1));
+        let bytes = if i == 0 { direct_bytes } else { column(i, |s| s.2) };
+        let lane_cpu = if i == 0 { "—".to_owned() } else { format!("{:.2}", column(i, |s| s.3) / 100.0) };
+        println!(
+            "| {name} | {wall:.0} | {:.2} | {bytes:.0} | {lane_cpu} | {:.2}x | {:.2}x | {:.3}x |",
+            cpu / 100.0,
+            wall / direct.0,
+            cpu / direct.1,
+            bytes / direct_bytes
+        );
+    }
+    for (i, (name, _)) in targets.iter().enumerate() {
+        println!("raw {name}: {:?}", samples[i]);
+    }
+}
