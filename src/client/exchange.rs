@@ -42,9 +42,9 @@
 //!   stale outside a transaction block ran nothing: its error is dropped and
 //!   the plain query is sent instead ([`Exchange::take_for_server`]).
 //!
-//! A client that mentions search_path in a query gets no auto-prepare from
-//! then on: its names may resolve differently from the shapes validated
-//! under the default search_path.
+//! A client that mentions search_path in a query, or sent one in its
+//! startup packet, gets no auto-prepare from then on: its names may resolve
+//! differently from the shapes validated under the default search_path.
 //!
 //! Binary format negotiation (`negotiate`, when on) plans a portal: its Bind
 //! asks for binary, its DataRows are transcoded back and its portal
@@ -1252,6 +1252,62 @@ mod tests {
         ex.from_client(frontend::QUERY, &q, &mut sides.st(), &mut to_server, &mut to_client);
         assert!(to_client.is_empty());
         messages(to_server)
+    }
+
+    /// Server messages handed over whole (as the relay does while
+    /// `rows_need_whole` says so); returns what the client got.
+    fn reply_whole(ex: &mut Exchange, sides: &mut Sides, replies: &[(u8, &[u8])]) -> Vec<(u8, Vec<u8>)> {
+        let mut to_client = BytesMut::new();
+        for (tag, body) in replies {
+            ex.from_server(*tag, &whole(*tag, body), &mut sides.st(), &mut to_client);
+        }
+        messages(to_client)
+    }
+
+    fn query_text(message: &(u8, Vec<u8>)) -> String {
+        assert_eq!(message.0, frontend::QUERY);
+        frontend::decode_query(&message.1).unwrap().to_owned()
+    }
+
+    #[test]
+    fn startup_settings_align_hidden_and_reset_realigns_before_the_next_message() {
+        let mut sides = Sides::new();
+        sides.client_settings = Settings::from_startup_values(&[("search_path".into(), "app, public".into())]);
+        let mut ex = Exchange::default();
+        let mut to_server = BytesMut::new();
+        ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+        let sent = messages(to_server);
+        assert_eq!(query_text(&sent[0]), "SELECT pg_catalog.set_config('search_path', 'app, public', false);");
+        assert!(ex.rows_need_whole(), "set_config's row must not stream to the client");
+        let row_description = [0u8, 1, b's', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25, 255, 255, 255, 255, 255, 255, 0, 0];
+        let got = reply_whole(&mut ex, &mut sides, &[(b'T', &row_description), (b'D', b"\0\x01\0\0\0\x03app"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        assert!(got.is_empty(), "{got:?}");
+        assert!(!ex.rows_need_whole());
+
+        // RESET goes back to the startup value: the server's default there,
+        // so pglane sets it again ahead of the client's next message.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "RESET search_path")), "Q");
+        assert_eq!(tags(&reply_whole(&mut ex, &mut sides, &[(b'C', b"RESET\0"), (b'Z', b"I")])), "CZ");
+        assert_eq!(sides.client_settings.get("search_path"), Some(&Value::Startup("app, public".into())));
+        let sent = query(&mut ex, &mut sides, "select 1");
+        assert_eq!(tags(&sent), "QQ");
+        assert!(query_text(&sent[0]).contains("set_config('search_path'"));
+        assert_eq!(query_text(&sent[1]), "select 1");
+        assert!(sides.server_settings.same_values(&sides.client_settings));
+    }
+
+    #[test]
+    fn a_failed_alignment_ends_the_session() {
+        let mut sides = Sides::new();
+        sides.client_settings.set("TimeZone", Value::Reported("Mars/Olympus".into()));
+        let mut ex = Exchange::default();
+        let mut to_server = BytesMut::new();
+        ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+        let mut error = BytesMut::new();
+        backend::error_response(&mut error, &ErrorFields::error("22023", "invalid value for parameter \"TimeZone\""));
+        let got = reply_whole(&mut ex, &mut sides, &[(b'E', &error[HEADER_LEN..])]);
+        assert!(got.is_empty());
+        assert!(matches!(ex.take_failure(), Some(NegotiateError::Settings(m)) if m.contains("TimeZone")));
     }
 
     /// The server's replies, whole; returns what the client got.

@@ -458,6 +458,8 @@ impl Session {
     async fn greet(&mut self, startup: &StartupParams, server_params: &[(String, String)], process_id: i32) -> Result<(), SessionError> {
         let asked = settings::from_startup(startup).map_err(|e| SessionError::Refused(ErrorFields::fatal("42601", e.to_string())))?;
         self.settings = settings::Settings::from_startup_values(&asked);
+        // Nothing of the client's own to check with a server first.
+        self.startup_applied = self.settings.is_empty();
         if self.settings.get("search_path").is_some() {
             // Shared statements are prepared under the default search_path.
             self.exchange.no_auto_prepare();
