@@ -153,6 +153,21 @@ fn startup_parameters_are_carried_in_both_modes() {
         frontend::query(&mut out, "show extra_float_digits");
         a.send(&out);
         assert_eq!(first_column(&a.until_ready()), ["-4"], "{mode}");
+        // DISCARD ALL too, as PostgreSQL does.
+        let mut direct = RawClient::login_with(postgres().port, &[("user", "trustuser"), ("database", DB), params[2], params[3]]);
+        for client in [&mut direct, &mut a] {
+            for sql in ["SET extra_float_digits = 2", "SET search_path = public", "DISCARD ALL"] {
+                let mut out = BytesMut::new();
+                frontend::query(&mut out, sql);
+                client.send(&out);
+                client.until_ready();
+            }
+        }
+        let mut out = BytesMut::new();
+        frontend::query(&mut out, "select current_setting('extra_float_digits') || ' ' || current_setting('search_path') || ' ' || v from marker");
+        direct.send(&out);
+        a.send(&out);
+        assert_eq!(first_column(&a.until_ready()), first_column(&direct.until_ready()), "{mode}");
     }
 }
 

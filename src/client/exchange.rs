@@ -972,6 +972,13 @@ impl Exchange {
                     st.server.clear();
                     st.client.clear();
                 }
+                if tag == backend::COMMAND_COMPLETE && body == b"DISCARD ALL\0" {
+                    // And its settings went back to the server's defaults;
+                    // the client's, as on PostgreSQL, to its startup values.
+                    st.server_settings.apply(&Change::ResetAll);
+                    st.client_settings.apply(&Change::ResetAll);
+                    self.realign = !st.client_settings.same_values(st.server_settings);
+                }
                 if let Some(auto) = self.auto.as_mut().filter(|_| tag == backend::COMMAND_COMPLETE && changes_schema(body)) {
                     st.registry.schema_changed();
                     auto.ddl_pending = true;

@@ -185,14 +185,16 @@ impl Settings {
     }
 
     /// After `sql` ran on this server connection: an output setting it
-    /// names, or any setting if it calls `set_config`, may have changed in a
-    /// way pglane did not follow, so its value is no longer known.
-    /// `followed`: `sql` is a SET/RESET pglane follows exactly.
+    /// names, or any setting if it calls `set_config` or may `RESET ALL` /
+    /// `DISCARD ALL` in a way pglane does not follow (it follows a lone
+    /// `RESET ALL` and a DISCARD ALL's command tag), may have changed, so its
+    /// value is no longer known. `followed`: `sql` is a SET/RESET pglane
+    /// follows exactly.
     pub fn forget_output_settings_named_in(&mut self, sql: &str, followed: bool) {
         if followed {
             return;
         }
-        let any = contains_ignore_ascii_case(sql.as_bytes(), b"set_config");
+        let any = [&b"set_config"[..], b"reset", b"discard"].iter().any(|word| contains_ignore_ascii_case(sql.as_bytes(), word));
         for name in OUTPUT {
             if any || contains_ignore_ascii_case(sql.as_bytes(), name.as_bytes()) {
                 self.values.insert(name.to_owned(), Value::Unknown);
@@ -508,5 +510,8 @@ mod tests {
         // An unknown value is made known again by a RESET.
         assert_eq!(Settings::default().sql_to_apply_over(&s).as_deref(), Some("RESET \"bytea_output\";RESET \"extra_float_digits\";RESET \"search_path\";"));
         s.forget_output_settings_named_in("select 1", false);
+        let mut s = Settings::default();
+        s.forget_output_settings_named_in("select 1; reset all", false);
+        assert_eq!(s.output().filter(|(_, v)| v.is_none()).count(), 2);
     }
 }
