@@ -207,3 +207,19 @@ fn a_refused_startup_value_ends_that_session_only() {
     let e = e.expect("refused");
     assert_eq!((e.severity.as_str(), e.code.as_str()), ("FATAL", "42601"), "{}", e.message);
 }
+
+/// The same setting in `options` and as a parameter of the packet: the
+/// value PostgreSQL keeps is the one pglane carries.
+#[test]
+fn a_setting_given_twice_resolves_as_on_postgresql() {
+    let lane = start("transaction");
+    let both = |user, db| [("user", user), ("database", db), ("options", "-c extra_float_digits=0"), ("extra_float_digits", "2")];
+    let mut direct = RawClient::login_with(postgres().port, &both("trustuser", DB));
+    let mut through = RawClient::login_with(lane.port, &both("postgres", "app"));
+    let mut out = BytesMut::new();
+    frontend::query(&mut out, "show extra_float_digits");
+    direct.send(&out);
+    through.send(&out);
+    let expected = first_column(&direct.until_ready());
+    assert_eq!(first_column(&through.until_ready()), expected);
+}

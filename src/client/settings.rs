@@ -241,20 +241,22 @@ pub enum StartupError {
 /// Startup parameters that are not settings.
 const NOT_SETTINGS: [&str; 4] = ["user", "database", "options", "replication"];
 
-/// The settings a client's startup packet asks for, in order, names
-/// spelled as pglane tracks them ([`canonical_name`]): each parameter but
-/// user, database, replication and protocol options (`_pq_.*`), then the
-/// switches of `options`.
+/// The settings a client's startup packet asks for, in the order
+/// PostgreSQL applies them (a later one wins), names spelled as pglane
+/// tracks them ([`canonical_name`]): the switches of `options`, then each
+/// parameter but user, database, replication and protocol options (`_pq_.*`).
 pub fn from_startup(params: &StartupParams) -> Result<Vec<(String, String)>, StartupError> {
-    let mut settings: Vec<(String, String)> = params
-        .params
-        .iter()
-        .filter(|(name, _)| !NOT_SETTINGS.contains(&name.as_str()) && !name.starts_with("_pq_."))
-        .map(|(name, value)| (canonical_name(name), value.clone()))
-        .collect();
-    if let Some(options) = params.get("options") {
-        settings.extend(parse_options(options)?.into_iter().map(|(name, value)| (canonical_name(&name), value)));
-    }
+    let mut settings = match params.get("options") {
+        Some(options) => parse_options(options)?.into_iter().map(|(name, value)| (canonical_name(&name), value)).collect(),
+        None => Vec::new(),
+    };
+    settings.extend(
+        params
+            .params
+            .iter()
+            .filter(|(name, _)| !NOT_SETTINGS.contains(&name.as_str()) && !name.starts_with("_pq_."))
+            .map(|(name, value)| (canonical_name(name), value.clone())),
+    );
     Ok(settings)
 }
 
@@ -446,14 +448,18 @@ mod tests {
         assert_eq!(
             pairs,
             [
-                ("search_path", "app, public"),
-                ("extra_float_digits", "3"),
                 ("statement_timeout", "5s"),
                 ("lock_timeout", "1s"),
                 ("my.tag", r"a b\c"),
                 ("TimeZone", "UTC"),
+                ("search_path", "app, public"),
+                ("extra_float_digits", "3"),
             ]
         );
+        // A parameter of the packet wins over the same setting in options.
+        let p = startup(&[("options", "-c extra_float_digits=0"), ("extra_float_digits", "2")]);
+        let s = Settings::from_startup_values(&from_startup(&p).unwrap());
+        assert_eq!(s.get("extra_float_digits"), Some(&Value::Startup("2".into())));
         assert_eq!(parse_options("  "), Ok(vec![]));
         assert_eq!(parse_options("-c"), Err(StartupError::Switch("-c".into())));
         assert_eq!(parse_options("-c work_mem"), Err(StartupError::NoValue("work_mem".into())));
