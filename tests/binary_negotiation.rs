@@ -20,8 +20,8 @@ use raw::RawClient;
 
 const DB: &str = "negotiate_db";
 
-/// Every negotiable type, plus float8 (bounded, kept text), with edge
-/// values, a row of NULLs and 2,000 random rows.
+/// Every negotiable type with edge values, a row of NULLs and 2,000
+/// random rows.
 const TABLE_SQL: &str = r#"
 create table types (id int4 primary key, b bool, i2 int2, i8 int8, o oid, n numeric, u uuid, d date,
     tm time, ttz timetz, ts timestamp, tstz timestamptz, iv interval, ip inet, nw cidr, f8 float8);
@@ -63,6 +63,18 @@ select g,
        (random() - 0.5) * 10 ^ (g % 30)
 from generate_series(100, 2099) g;
 grant select on types to public;
+create table floats (id int4 primary key, f4 float4, f8 float8);
+insert into floats values
+ (1, 'NaN', 'NaN'), (2, 'Infinity', 'Infinity'), (3, '-Infinity', '-Infinity'), (4, '-0', '-0'), (5, 0, 0), (6, null, null),
+ (7, 1e-45, 5e-324), (8, -1e-45, -5e-324), (9, 1e-40, 1e-310), (10, 1.17549435e-38, 2.2250738585072014e-308),
+ (11, 1.1754942e-38, 2.225073858507201e-308), (12, 3.4028235e38, 1.7976931348623157e308), (13, -3.4028235e38, -1.7976931348623157e308),
+ (14, 100000, 1e15), (15, 999999, 999999999999999), (16, 1e6, 1e16), (17, 1234567, 1.234567890123456e15), (18, 123456.7, 123456789012345.6),
+ (19, 0.0001, 0.0001), (20, 1e-5, 1e-5), (21, 0.1, 0.1), (22, 16777217, 9007199254740993), (23, 1e10, 1e22), (24, 3.0 / 7, 1e23),
+ (25, 99999.99, 9999999999999998), (26, 0.3, 1.0 / 3), (27, -2.5, 4.35e-5), (28, 1.5e-7, 123e-300);
+insert into floats
+select g, ((random() - 0.5) * 10 ^ (g % 50 - 25))::float4, (random() - 0.5) * 10 ^ (g % 600 - 300)
+from generate_series(100, 1099) g;
+grant select on floats to public;
 create table t1 (u uuid);
 insert into t1 select gen_random_uuid() from generate_series(1, 100000);
 grant select on t1 to public;
@@ -87,9 +99,14 @@ fn pglane(negotiation: bool) -> Pglane {
 
 fn pglane_with_pool(negotiation: bool, pool_size: usize) -> Pglane {
     database();
+    pglane_for(DB, negotiation, false, pool_size)
+}
+
+/// pglane in transaction mode, one shard, in front of database `db` as `app`.
+fn pglane_for(db: &str, negotiation: bool, auto_prepare: bool, pool_size: usize) -> Pglane {
     Pglane::start_with_args(
         &format!(
-            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\nbinary_negotiation = {negotiation}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{DB}\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n",
+            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\nbinary_negotiation = {negotiation}\nauto_prepare = {auto_prepare}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{db}\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n",
             postgres().port
         ),
         &["--cores", "1"],
@@ -193,9 +210,11 @@ fn rows_are_byte_identical_under_every_style_and_zone() {
         let before = prepared_stat(&lane, "values_transcoded");
         let replies = same_replies(&mut direct, &mut through, &run(&name, &[]), &format!("all text under {set}"));
         rows += data_rows(&replies);
-        // Every non-NULL value of the 15 negotiable columns (row 3 is NULL but
-        // for its id); timestamptz only under a fixed-offset zone.
-        let columns = if set.contains("Berlin") { 14 } else { 15 };
+        // Every non-NULL value of the 16 negotiable columns (row 3 is NULL but
+        // for its id; float8 with the extra_float_digits pglane read from the
+        // server connection after login); timestamptz only under a
+        // fixed-offset zone.
+        let columns = if set.contains("Berlin") { 15 } else { 16 };
         let expected = (2008 * columns - (columns - 1)) as i64;
         assert_eq!(prepared_stat(&lane, "values_transcoded") - before, expected, "values transcoded under {set}");
         same_replies(&mut direct, &mut through, &run(&name, &[0]), &format!("one text code under {set}"));
@@ -262,6 +281,63 @@ fn suspended_portals_keep_their_plan_until_closed() {
     assert!(prepared_stat(&lane, "values_transcoded") > 0);
 }
 
+/// float4 and float8 under extra_float_digits -15 .. 3, as the server's
+/// default (pglane reads it after login), from the startup packet (pgjdbc
+/// sends 3) and from a SET: negotiated, and the same bytes as PostgreSQL's.
+/// Two clients with different values take turns on the two server
+/// connections. After a `set_config` pglane cannot follow, floats stay text.
+#[test]
+fn floats_are_byte_identical_under_every_extra_float_digits() {
+    let lane = pglane(true);
+    let pg = postgres();
+    let counts = pg.psql_db(DB, "select count(*) + count(f4) + count(f8) from floats");
+    let values: i64 = counts.parse().unwrap();
+    let float_values: i64 = pg.psql_db(DB, "select count(f4) + count(f8) from floats").parse().unwrap();
+    let query = "select * from floats order by id";
+    let (mut direct_default, mut through_default) = clients(&lane);
+    same_replies(&mut direct_default, &mut through_default, &prepare("q", query), "prepare");
+    let mut rounds = 0;
+    for efd in ["-15", "-4", "0", "1", "2", "3"] {
+        let (mut direct_set, mut through_set) = clients(&lane);
+        let startup = |user, db| [("user", user), ("database", db), ("extra_float_digits", efd)];
+        let mut direct_startup = RawClient::login_with(pg.port, &startup("trustuser", DB));
+        let mut through_startup = RawClient::login_with(lane.port, &startup("postgres", "app"));
+        let set = format!("SET extra_float_digits = {efd}");
+        same_replies(&mut direct_set, &mut through_set, &simple(&set), &set);
+        for (direct, through) in [(&mut direct_startup, &mut through_startup), (&mut direct_set, &mut through_set)] {
+            same_replies(direct, through, &prepare("q", query), "prepare");
+        }
+        for round in 0..2 {
+            for (how, direct, through) in [
+                ("startup", &mut direct_startup, &mut through_startup),
+                ("SET", &mut direct_set, &mut through_set),
+                ("server default", &mut direct_default, &mut through_default),
+            ] {
+                let before = prepared_stat(&lane, "values_transcoded");
+                let replies = same_replies(direct, through, &run("q", &[]), &format!("efd {efd} by {how}, round {round}"));
+                assert_eq!(data_rows(&replies), 1028);
+                assert_eq!(prepared_stat(&lane, "values_transcoded") - before, values, "efd {efd} by {how}: every value transcoded");
+                rounds += 1;
+            }
+        }
+    }
+    assert_eq!(rounds, 36);
+    // SET LOCAL and set_config are not followed: inside their transaction
+    // the floats of that connection stay text (the id column is still
+    // transcoded), and pglane aligns the connection again before its next use.
+    for change in ["SET LOCAL extra_float_digits = -2", "select pg_catalog.set_config('extra_float_digits', '-3', false)"] {
+        same_replies(&mut direct_default, &mut through_default, &simple("BEGIN"), "begin");
+        same_replies(&mut direct_default, &mut through_default, &simple(change), change);
+        let before = prepared_stat(&lane, "values_transcoded");
+        same_replies(&mut direct_default, &mut through_default, &run("q", &[]), change);
+        assert_eq!(prepared_stat(&lane, "values_transcoded") - before, values - float_values, "floats stay text after {change}");
+        same_replies(&mut direct_default, &mut through_default, &simple("ROLLBACK"), "rollback");
+    }
+    let before = prepared_stat(&lane, "values_transcoded");
+    same_replies(&mut direct_default, &mut through_default, &run("q", &[]), "after the rollback");
+    assert_eq!(prepared_stat(&lane, "values_transcoded") - before, values, "known again");
+}
+
 /// With negotiation off nothing is transcoded, and the bytes are the same.
 #[test]
 fn off_means_untouched() {
@@ -322,11 +398,12 @@ fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
-/// UuidFetch's lines: (rows, checksum, ms, server CPU ticks).
-fn uuid_fetch(java_classes: &Path, url: &str, runs: usize) -> Vec<(u64, String, u64, u64)> {
+/// UuidFetch's lines: (rows, checksum, ms, server CPU ticks), with pgjdbc's
+/// prepareThreshold `threshold`.
+fn uuid_fetch(java_classes: &Path, url: &str, runs: usize, threshold: u32) -> Vec<(u64, String, u64, u64)> {
     let classpath = format!("{}:{}", java_classes.display(), DRIVER);
     let out = Command::new("java")
-        .args(["-cp", &classpath, "UuidFetch", url, "postgres", "secret", &runs.to_string()])
+        .args(["-cp", &classpath, "UuidFetch", url, "postgres", "secret", &runs.to_string(), &threshold.to_string()])
         .output()
         .expect("java runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -357,21 +434,17 @@ fn jdbc_uuid_fetch_same_values_direct_and_through_pglane() {
     // One server connection each, so that UuidFetch reads the CPU time of
     // the backend that serves it.
     let lanes = [("off", pglane_with_pool(false, 1)), ("on", pglane_with_pool(true, 1))];
-    let classes = lanes[0].1.dir.join("classes");
-    std::fs::create_dir_all(&classes).unwrap();
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/jdbc/UuidFetch.java");
-    let javac = Command::new("javac").args(["-cp", DRIVER, "-d"]).arg(&classes).arg(source).output().expect("javac runs");
-    assert!(javac.status.success(), "{}", String::from_utf8_lossy(&javac.stderr));
+    let classes = compile_uuid_fetch(&lanes[0].1.dir);
 
     let runs = 4;
-    let direct = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/{DB}", pg.port), runs);
+    let direct = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/{DB}", pg.port), runs, 1);
     let checksum = direct[0].1.clone();
     assert!(direct.iter().all(|r| r.0 == rows && r.1 == checksum), "{direct:?}");
     println!("direct: {direct:?}");
     let mut server_bytes = Vec::new();
     for (name, lane) in &lanes {
         let pglane_cpu = cpu_ticks(lane.pid());
-        let through = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port), runs);
+        let through = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port), runs, 1);
         let pglane_cpu = cpu_ticks(lane.pid()) - pglane_cpu;
         assert!(through.iter().all(|r| r.0 == rows && r.1 == checksum), "negotiation {name}: {through:?} vs {direct:?}");
         let transcoded = prepared_stat(lane, "values_transcoded");
@@ -392,4 +465,156 @@ fn jdbc_uuid_fetch_same_values_direct_and_through_pglane() {
         server_bytes.push(from_server);
     }
     assert!(server_bytes[1] < server_bytes[0] - 20 * (runs as i64 - 2) * rows as i64, "bytes from server, off/on: {server_bytes:?}");
+}
+
+/// Compiles tests/jdbc/UuidFetch.java into `dir`/classes.
+fn compile_uuid_fetch(dir: &Path) -> std::path::PathBuf {
+    assert!(Path::new(DRIVER).exists(), "{DRIVER} missing: apt-get install libpostgresql-jdbc-java (tools/test does)");
+    let classes = dir.join("classes");
+    std::fs::create_dir_all(&classes).unwrap();
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/jdbc/UuidFetch.java");
+    let javac = Command::new("javac").args(["-cp", DRIVER, "-d"]).arg(&classes).arg(source).output().expect("javac runs");
+    assert!(javac.status.success(), "{}", String::from_utf8_lossy(&javac.stderr));
+    classes
+}
+
+const UUID_DB: &str = "uuid_fetch_db";
+
+/// Database UUID_DB with table t1 of `rows` random uuids (made once per
+/// test process, again if its size differs).
+fn uuid_database(rows: u64) {
+    static READY: OnceLock<u64> = OnceLock::new();
+    let made = *READY.get_or_init(|| {
+        let pg = postgres();
+        let exists = pg.psql(&format!("select count(*) from pg_database where datname = '{UUID_DB}'")) == "1";
+        if !exists {
+            pg.psql(&format!("create database {UUID_DB}"));
+            pg.psql_db(UUID_DB, "create table t1 (u uuid); grant select on t1 to public");
+        }
+        if pg.psql_db(UUID_DB, "select count(*) from t1").parse::<u64>().unwrap() != rows {
+            pg.psql_db(UUID_DB, &format!("truncate t1; insert into t1 select gen_random_uuid() from generate_series(1, {rows})"));
+            pg.psql_db(UUID_DB, "vacuum analyze t1");
+        }
+        rows
+    });
+    assert_eq!(made, rows);
+}
+
+/// Rows of the pgjdbc prepareThreshold=0 test and bench: PGLANE_UUID_ROWS or 1,000,000.
+fn uuid_rows() -> u64 {
+    std::env::var("PGLANE_UUID_ROWS").ok().and_then(|r| r.parse().ok()).unwrap_or(1_000_000)
+}
+
+/// pgjdbc with prepareThreshold=0, the setting behind a transaction
+/// pooler: every execution is Parse of the unnamed statement, Bind, Describe
+/// portal, Execute (in fetchSize batches). With auto_prepare, pglane maps the
+/// unnamed statement to a named one of its own, describes it once, and from
+/// then on each Bind (Exchange::bind) asks the server for binary, which
+/// pglane turns back into text. `select u from t1` over 1,000,000 uuids,
+/// directly and through pglane: the same values (checksum over every
+/// value's text), and the server really sent binary.
+#[test]
+fn jdbc_prepare_threshold_0_through_auto_prepare_and_negotiation() {
+    let rows = uuid_rows();
+    uuid_database(rows);
+    let pg = postgres();
+    let lane = pglane_for(UUID_DB, true, true, 1);
+    let classes = compile_uuid_fetch(&lane.dir);
+    let runs = 3;
+    let direct = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/{UUID_DB}", pg.port), runs, 0);
+    let checksum = direct[0].1.clone();
+    assert!(direct.iter().all(|r| r.0 == rows && r.1 == checksum), "{direct:?}");
+    let through = uuid_fetch(&classes, &format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port), runs, 0);
+    assert!(through.iter().all(|r| r.0 == rows && r.1 == checksum), "through pglane: {through:?} vs direct {direct:?}");
+    let transcoded = prepared_stat(&lane, "values_transcoded");
+    let mapped = prepared_stat(&lane, "unnamed_mapped");
+    let from_server = admin_stat(&lane, "SHOW STATS_TOTALS", "server_bytes_received");
+    let to_client = admin_stat(&lane, "SHOW STATS_TOTALS", "bytes_sent");
+    println!("direct {direct:?}\nthrough {through:?}\ntranscoded {transcoded}, unnamed mapped {mapped}, from server {from_server}, to client {to_client}");
+    assert!(mapped >= runs as i64, "{mapped} unnamed statements mapped");
+    // The first run's statement is described by pglane ahead of its first
+    // Bind, which goes as the client sent it; every later run is binary.
+    assert!(transcoded >= (runs as i64 - 1) * rows as i64, "{transcoded} values transcoded");
+    // A uuid is 16 bytes in binary, 36 as text (give or take the few
+    // replies to pglane's own messages, which the client does not get).
+    assert!(to_client - from_server > 20 * (runs as i64 - 1) * rows as i64 - 64 * 1024, "from server {from_server}, to client {to_client}");
+}
+
+/// The measurement behind bench/RESULTS.md (run it with bench/uuid-fetch):
+/// pgjdbc, prepareThreshold=0, `select u from t1` over PGLANE_UUID_ROWS
+/// uuids (1,000,000), side by side in interleaved rounds (the order rotates
+/// each round): PostgreSQL directly; pglane relaying (auto_prepare and
+/// binary_negotiation off: the server sends what it sends directly, byte for
+/// byte); pglane with auto_prepare only; pglane with both. Per run: the
+/// backend's CPU (utime+stime from /proc, read by UuidFetch), bytes from the
+/// server (pglane's server_bytes_received; direct = the relaying pglane's),
+/// pglane's CPU, wall time. PGLANE_UUID_ROUNDS rounds (5) of
+/// PGLANE_UUID_RUNS runs (2) per target, after one warm-up run each.
+#[test]
+#[ignore = "a benchmark: bench/uuid-fetch runs it"]
+fn bench_uuid_fetch_prepare_threshold_0() {
+    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let rows = uuid_rows();
+    let (rounds, runs) = (env("PGLANE_UUID_ROUNDS", 5) as usize, env("PGLANE_UUID_RUNS", 2) as usize);
+    uuid_database(rows);
+    let pg = postgres();
+    let targets: Vec<(&str, Option<Pglane>)> = vec![
+        ("direct", None),
+        ("pglane relay", Some(pglane_for(UUID_DB, false, false, 1))),
+        ("pglane auto_prepare", Some(pglane_for(UUID_DB, false, true, 1))),
+        ("pglane auto_prepare + negotiation", Some(pglane_for(UUID_DB, true, true, 1))),
+    ];
+    let classes = compile_uuid_fetch(&targets[1].1.as_ref().expect("a pglane").dir);
+    let url = |lane: &Option<Pglane>| match lane {
+        None => format!("jdbc:postgresql://127.0.0.1:{}/{UUID_DB}", pg.port),
+        Some(lane) => format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port),
+    };
+    let checksum = uuid_fetch(&classes, &url(&None), 1, 0)[0].1.clone();
+    for (_, lane) in &targets[1..] {
+        uuid_fetch(&classes, &url(lane), 1, 0); // warm-up: pglane learns the statement
+    }
+    // Per target: wall ms, server CPU ticks, bytes from server, pglane CPU ticks; one entry per run.
+    let mut samples: Vec<Vec<(f64, f64, f64, f64)>> = vec![Vec::new(); targets.len()];
+    for round in 0..rounds {
+        for k in 0..targets.len() {
+            let i = (round + k) % targets.len();
+            let lane = &targets[i].1;
+            let before = lane.as_ref().map(|l| (admin_stat(l, "SHOW STATS_TOTALS", "server_bytes_received"), cpu_ticks(l.pid())));
+            let got = uuid_fetch(&classes, &url(lane), runs, 0);
+            assert!(got.iter().all(|r| r.0 == rows && r.1 == checksum), "{}: {got:?}", targets[i].0);
+            let (bytes, lane_cpu) = match (lane, before) {
+                (Some(l), Some((bytes, cpu))) => {
+                    let bytes = admin_stat(l, "SHOW STATS_TOTALS", "server_bytes_received") - bytes;
+                    (bytes as f64 / runs as f64, (cpu_ticks(l.pid()) - cpu) as f64 / runs as f64)
+                }
+                _ => (f64::NAN, f64::NAN),
+            };
+            samples[i].extend(got.iter().map(|r| (r.2 as f64, r.3 as f64, bytes, lane_cpu)));
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let column = |i: usize, f: fn(&(f64, f64, f64, f64)) -> f64| median(samples[i].iter().map(f).collect());
+    // Direct, the server sends what the relaying pglane relays, byte for byte.
+    let direct_bytes = column(1, |s| s.2);
+    let direct = (column(0, |s| s.0), column(0, |s| s.1));
+    println!("| target | wall ms per run | server CPU s per run | bytes from server per run | pglane CPU s per run | wall vs direct | server CPU vs direct | bytes vs direct |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (i, (name, _)) in targets.iter().enumerate() {
+        let (wall, cpu) = (column(i, |s| s.0), column(i, |s| s.1));
+        let bytes = if i == 0 { direct_bytes } else { column(i, |s| s.2) };
+        let lane_cpu = if i == 0 { "—".to_owned() } else { format!("{:.2}", column(i, |s| s.3) / 100.0) };
+        println!(
+            "| {name} | {wall:.0} | {:.2} | {bytes:.0} | {lane_cpu} | {:.2}x | {:.2}x | {:.3}x |",
+            cpu / 100.0,
+            wall / direct.0,
+            cpu / direct.1,
+            bytes / direct_bytes
+        );
+    }
+    for (i, (name, _)) in targets.iter().enumerate() {
+        println!("raw {name}: {:?}", samples[i]);
+    }
 }

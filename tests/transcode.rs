@@ -484,6 +484,20 @@ fn doubles(rng: &mut StdRng, count: usize) -> Vec<f64> {
         9007199254740993.0,
         4503599627370497.0,
         123456.789,
+        // Subnormals (the largest, one in the middle), and the fixed /
+        // exponent notation boundary at 1e15 and 1e16.
+        2.225073858507201e-308,
+        1e-310,
+        -1e-320,
+        999999999999999.0,
+        999999999999999.9,
+        1e15 - 0.5,
+        1.234567890123456e15,
+        9999999999999998.0,
+        1e16 + 2.0,
+        123456789012345.6,
+        4.35e-5,
+        1e-4 - 1e-20,
     ];
     for exponent in -30..=30 {
         let x = 10f64.powi(exponent);
@@ -518,6 +532,14 @@ fn floats(rng: &mut StdRng, count: usize) -> Vec<f32> {
         123_456.7,
         16_777_216.0,
         16_777_217.0,
+        // Subnormals, and float4's notation boundary at 1e6.
+        1e-40,
+        1.1754942e-38,
+        999_999.0,
+        999_999.94,
+        1_000_001.0,
+        1e-4,
+        9.9999e-5,
     ];
     for exponent in -20..=20 {
         let x = 10f32.powi(exponent);

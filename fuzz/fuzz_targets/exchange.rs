@@ -158,7 +158,7 @@ fuzz_target!(|ops: Vec<Op>| {
             server: &mut server,
             client_settings: &mut client_settings,
             server_settings: &mut server_settings,
-            negotiation: Some(Negotiation { server_params: &login, max_row: 1 << 20 }),
+            negotiation: Some(Negotiation { server_params: &login, output_defaults: &[], max_row: 1 << 20 }),
         };
         let mut c = BytesMut::new();
         let mut s = BytesMut::new();

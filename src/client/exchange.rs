@@ -42,9 +42,9 @@
 //!   stale outside a transaction block ran nothing: its error is dropped and
 //!   the plain query is sent instead ([`Exchange::take_for_server`]).
 //!
-//! A client that mentions search_path in a query gets no auto-prepare from
-//! then on: its names may resolve differently from the shapes validated
-//! under the default search_path.
+//! A client that mentions search_path in a query, or sent one in its
+//! startup packet, gets no auto-prepare from then on: its names may resolve
+//! differently from the shapes validated under the default search_path.
 //!
 //! Binary format negotiation (`negotiate`, when on) plans a portal: its Bind
 //! asks for binary, its DataRows are transcoded back and its portal
@@ -154,6 +154,10 @@ pub struct Exchange {
     negotiator: Negotiator,
     /// A negotiated DataRow could not be transcoded: the relay must end.
     failure: Option<NegotiateError>,
+    /// A followed change left the server connection's settings unlike the
+    /// client's (a RESET of a startup value goes back to the server's
+    /// default there): align them before the client's next message.
+    realign: bool,
 }
 
 /// A rewritten simple query the server has not finished.
@@ -332,8 +336,8 @@ fn bound_parameter(context: &[u8]) -> Option<usize> {
 fn lex_options(settings: &Settings) -> Option<LexOptions> {
     const UNSAFE_ENCODINGS: [&str; 7] = ["SJIS", "SHIFT_JIS_2004", "BIG5", "GBK", "UHC", "GB18030", "JOHAB"];
     let value = |name| match settings.get(name) {
-        Some(Value::Reported(v) | Value::Sql(v)) => Some(v.as_str()),
-        None => None,
+        Some(Value::Reported(v) | Value::Sql(v) | Value::Startup(v)) => Some(v.as_str()),
+        Some(Value::Unknown) | None => None,
     };
     if settings.get("search_path").is_some() {
         return None;
@@ -396,6 +400,13 @@ impl Exchange {
         *self = Exchange { auto, unnamed: self.unnamed.take(), ..Exchange::default() };
     }
 
+    /// No auto-prepare for this client (it has a search_path of its own).
+    pub fn no_auto_prepare(&mut self) {
+        if let Some(auto) = self.auto.as_mut() {
+            auto.off = true;
+        }
+    }
+
     /// Whether the unnamed statement is the registry's (auto-prepare is on for this client).
     fn maps_unnamed(&self) -> bool {
         self.auto.as_ref().is_some_and(|a| !a.off)
@@ -420,6 +431,10 @@ impl Exchange {
                 return;
             }
             self.skip_to_sync = false;
+        }
+        if self.realign && self.is_releasable() {
+            self.realign = false;
+            self.align_settings(st.client_settings, st.server_settings, to_server);
         }
         let body = &message[HEADER_LEN..];
         let forwarded = match tag {
@@ -490,7 +505,11 @@ impl Exchange {
                 self.unnamed = None;
                 self.pending_change = follow_change(body, self.tracker.status());
                 if let Ok(sql) = frontend::decode_query(body) {
-                    self.watch_session_state(sql, self.pending_change.is_some());
+                    let followed = self.pending_change.is_some();
+                    self.watch_session_state(sql, followed);
+                    if st.negotiation.is_some() {
+                        st.server_settings.forget_output_settings_named_in(sql, followed);
+                    }
                 }
                 self.rewrite_query(body, st, to_server) || self.pass_request(message, to_server, Request::Query)
             }
@@ -540,7 +559,7 @@ impl Exchange {
         // Settings-dependent types only when the reported settings are the
         // ones this portal will run with (see `negotiate`).
         let settings = if self.settings_settled() {
-            negotiate::server_text_settings(negotiation.server_params, st.server_settings)
+            negotiate::server_text_settings(negotiation.server_params, negotiation.output_defaults, st.server_settings)
         } else {
             Default::default()
         };
@@ -550,19 +569,29 @@ impl Exchange {
         Some(planned)
     }
 
-    /// No request that may change a setting is in flight: no earlier Sync
-    /// group, simple query or function call is unanswered, and the client
-    /// has sent no Execute in its current group.
+    /// No request that may change a setting unseen is in flight: no
+    /// earlier Sync group, simple query or function call of the client's is
+    /// unanswered, and the client has sent no Execute in its current group.
+    /// pglane's own alignment query does not count: the server connection's
+    /// settings are already recorded as what it sets, and if it fails the
+    /// session ends before any row reaches the client.
     fn settings_settled(&self) -> bool {
         self.negotiator.group_is_clean()
-            && !self.due.iter().any(|d| matches!(d, Due::Server { request: Request::Sync { .. } | Request::Query | Request::FunctionCall, .. }))
+            && !self.due.iter().any(|d| {
+                matches!(d, Due::Server { request: Request::Sync { .. } | Request::FunctionCall, .. } | Due::Server { request: Request::Query, forward: true })
+            })
     }
 
-    /// The next DataRows belong to a negotiated portal: the relay must hand
-    /// them over whole instead of streaming them.
+    /// The next DataRows belong to a negotiated portal, or to pglane's own
+    /// query that aligns settings (`set_config` returns a row) and must not
+    /// reach the client: the relay must hand them over whole instead of
+    /// streaming them.
     pub fn rows_need_whole(&self) -> bool {
         let next_server_reply = self.due.iter().find(|d| matches!(d, Due::Server { .. }));
-        matches!(next_server_reply, Some(Due::Server { request: Request::Execute { plan: Some(_) }, .. }))
+        matches!(
+            next_server_reply,
+            Some(Due::Server { request: Request::Execute { plan: Some(_) }, .. } | Due::Server { request: Request::Query, forward: false })
+        )
     }
 
     /// Why the relay must end, if a negotiated DataRow could not be transcoded.
@@ -601,6 +630,9 @@ impl Exchange {
         if let Ok((_, rest)) = &parsed {
             let sql = names::parse_query(rest);
             self.watch_session_state(sql, false);
+            if st.negotiation.is_some() {
+                st.server_settings.forget_output_settings_named_in(sql, false);
+            }
             if let Some(auto) = self.auto.as_mut() {
                 auto.notice_search_path(sql);
             }
@@ -812,7 +844,7 @@ impl Exchange {
             frontend::query(to_server, &sql);
             self.tracker.client_sent(frontend::QUERY);
             self.due.push_back(Due::Server { request: Request::Query, forward: false });
-            *server = client.clone();
+            server.take_values_of(client);
         }
     }
 
@@ -825,6 +857,14 @@ impl Exchange {
             // The reply to align_settings: nothing of it reaches the client.
             match tag {
                 backend::PARAMETER_STATUS => self.reported(body, st, false),
+                backend::ERROR_RESPONSE => {
+                    // Values a server accepted before: the connection is not
+                    // what pglane recorded (its SETs were rolled back), and
+                    // the client's requests behind it must not run as if.
+                    let error = backend::decode_error_fields(body).map(|e| e.message).unwrap_or_default();
+                    tracing::error!("aligning a server connection's settings failed: {error}; ending the session");
+                    self.failure = Some(NegotiateError::Settings(error));
+                }
                 backend::READY_FOR_QUERY => {
                     self.due.pop_front();
                 }
@@ -932,6 +972,13 @@ impl Exchange {
                     st.server.clear();
                     st.client.clear();
                 }
+                if tag == backend::COMMAND_COMPLETE && body == b"DISCARD ALL\0" {
+                    // And its settings went back to the server's defaults;
+                    // the client's, as on PostgreSQL, to its startup values.
+                    st.server_settings.apply(&Change::ResetAll);
+                    st.client_settings.apply(&Change::ResetAll);
+                    self.realign = !st.client_settings.same_values(st.server_settings);
+                }
                 if let Some(auto) = self.auto.as_mut().filter(|_| tag == backend::COMMAND_COMPLETE && changes_schema(body)) {
                     st.registry.schema_changed();
                     auto.ddl_pending = true;
@@ -963,6 +1010,7 @@ impl Exchange {
                     if body == b"I" {
                         st.client_settings.apply(&change);
                         st.server_settings.apply(&change);
+                        self.realign = !st.client_settings.same_values(st.server_settings);
                     }
                 }
             }
@@ -1107,6 +1155,7 @@ impl Exchange {
     pub fn from_server_stream(&mut self, tag: u8, bytes: &[u8], to_client: &mut BytesMut) {
         self.answer_local(to_client);
         self.tracker.server_sent(tag, &[]);
+        debug_assert!(!matches!(self.due.front(), Some(Due::Server { request: Request::Query, forward: false })), "rows_need_whole");
         to_client.extend_from_slice(bytes);
     }
 }
@@ -1210,6 +1259,62 @@ mod tests {
         ex.from_client(frontend::QUERY, &q, &mut sides.st(), &mut to_server, &mut to_client);
         assert!(to_client.is_empty());
         messages(to_server)
+    }
+
+    /// Server messages handed over whole (as the relay does while
+    /// `rows_need_whole` says so); returns what the client got.
+    fn reply_whole(ex: &mut Exchange, sides: &mut Sides, replies: &[(u8, &[u8])]) -> Vec<(u8, Vec<u8>)> {
+        let mut to_client = BytesMut::new();
+        for (tag, body) in replies {
+            ex.from_server(*tag, &whole(*tag, body), &mut sides.st(), &mut to_client);
+        }
+        messages(to_client)
+    }
+
+    fn query_text(message: &(u8, Vec<u8>)) -> String {
+        assert_eq!(message.0, frontend::QUERY);
+        frontend::decode_query(&message.1).unwrap().to_owned()
+    }
+
+    #[test]
+    fn startup_settings_align_hidden_and_reset_realigns_before_the_next_message() {
+        let mut sides = Sides::new();
+        sides.client_settings = Settings::from_startup_values(&[("search_path".into(), "app, public".into())]);
+        let mut ex = Exchange::default();
+        let mut to_server = BytesMut::new();
+        ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+        let sent = messages(to_server);
+        assert_eq!(query_text(&sent[0]), "SELECT pg_catalog.set_config('search_path', 'app, public', false);");
+        assert!(ex.rows_need_whole(), "set_config's row must not stream to the client");
+        let row_description = [0u8, 1, b's', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25, 255, 255, 255, 255, 255, 255, 0, 0];
+        let got = reply_whole(&mut ex, &mut sides, &[(b'T', &row_description), (b'D', b"\0\x01\0\0\0\x03app"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        assert!(got.is_empty(), "{got:?}");
+        assert!(!ex.rows_need_whole());
+
+        // RESET goes back to the startup value: the server's default there,
+        // so pglane sets it again ahead of the client's next message.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "RESET search_path")), "Q");
+        assert_eq!(tags(&reply_whole(&mut ex, &mut sides, &[(b'C', b"RESET\0"), (b'Z', b"I")])), "CZ");
+        assert_eq!(sides.client_settings.get("search_path"), Some(&Value::Startup("app, public".into())));
+        let sent = query(&mut ex, &mut sides, "select 1");
+        assert_eq!(tags(&sent), "QQ");
+        assert!(query_text(&sent[0]).contains("set_config('search_path'"));
+        assert_eq!(query_text(&sent[1]), "select 1");
+        assert!(sides.server_settings.same_values(&sides.client_settings));
+    }
+
+    #[test]
+    fn a_failed_alignment_ends_the_session() {
+        let mut sides = Sides::new();
+        sides.client_settings.set("TimeZone", Value::Reported("Mars/Olympus".into()));
+        let mut ex = Exchange::default();
+        let mut to_server = BytesMut::new();
+        ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+        let mut error = BytesMut::new();
+        backend::error_response(&mut error, &ErrorFields::error("22023", "invalid value for parameter \"TimeZone\""));
+        let got = reply_whole(&mut ex, &mut sides, &[(b'E', &error[HEADER_LEN..])]);
+        assert!(got.is_empty());
+        assert!(matches!(ex.take_failure(), Some(NegotiateError::Settings(m)) if m.contains("TimeZone")));
     }
 
     /// The server's replies, whole; returns what the client got.

@@ -107,6 +107,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         exchange: Exchange::new(auto_prepare),
         lease_started: Instant::now(),
         settings: settings::Settings::default(),
+        startup_applied: false,
     };
     match session.run(&params).await {
         Ok(()) => info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client closed the connection"),
@@ -299,6 +300,8 @@ struct Session {
     lease_started: Instant,
     /// Session settings this client changed (carried to each server it gets).
     settings: settings::Settings,
+    /// A server accepted this client's startup settings.
+    startup_applied: bool,
 }
 
 /// What the client did while it held no server connection.
@@ -342,6 +345,18 @@ impl Session {
                     }
                 },
             };
+            if !self.startup_applied && self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
+                if let Err(refused) = self.apply_startup_settings(server).await {
+                    match lease.take() {
+                        // Refused: the connection is as it was, and reusable.
+                        Some(server) if refused.is_some() => self.give_back(server).await,
+                        _ => {} // dropping the lease closes it
+                    }
+                    return Err(refused.unwrap_or_else(|| {
+                        SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
+                    }));
+                }
+            }
             let release_when_idle = self.mode == PoolMode::Transaction;
             let waker_id = self.waker_id();
             let server = &mut **server;
@@ -361,6 +376,7 @@ impl Session {
                     server_settings: &mut server.settings,
                     negotiation: self.config.binary_negotiation.then_some(exchange::Negotiation {
                         server_params: &server.params,
+                        output_defaults: &server.output_defaults,
                         max_row: self.config.max_message_size,
                     }),
                 },
@@ -440,18 +456,22 @@ impl Session {
     }
 
     /// AuthenticationOk was sent by `auth`; now ParameterStatus, BackendKeyData
-    /// and the first ReadyForQuery.
+    /// and the first ReadyForQuery. The settings of the startup packet become
+    /// the client's own, carried to every server connection it gets
+    /// (`settings`); a packet pglane cannot carry is refused.
     async fn greet(&mut self, startup: &StartupParams, server_params: &[(String, String)], process_id: i32) -> Result<(), SessionError> {
-        // Reported settings the client asked for at startup are its own from
-        // the start, carried to every server connection it gets.
-        for name in settings::REPORTED {
-            if let Some(value) = startup.get(name) {
-                self.settings.set(name, settings::Value::Reported(value.to_owned()));
-            }
+        let asked = settings::from_startup(startup).map_err(|e| SessionError::Refused(ErrorFields::fatal("42601", e.to_string())))?;
+        self.settings = settings::Settings::from_startup_values(&asked);
+        // Nothing of the client's own to check with a server first.
+        self.startup_applied = self.settings.is_empty();
+        if self.settings.get("search_path").is_some() {
+            // Shared statements are prepared under the default search_path.
+            self.exchange.no_auto_prepare();
         }
         let mut out = BytesMut::new();
         for (name, value) in server_params {
-            let value = match (name.as_str(), startup.get(name)) {
+            let asked = asked.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+            let value = match (name.as_str(), asked) {
                 (_, Some(asked)) if settings::is_carried(name) => asked,
                 ("application_name", None) => "",
                 _ => value.as_str(),
@@ -462,6 +482,39 @@ impl Session {
         backend::ready_for_query(&mut out, TransactionStatus::Idle);
         self.client.write_all(&out).await?;
         Ok(())
+    }
+
+    /// Before the client's first transaction: makes `server`'s settings the
+    /// client's startup ones and waits for the server's word, so that a
+    /// value the server refuses (as it would have at login) ends this
+    /// client's session with the server's error, before any of its queries
+    /// ran, and leaves the server connection as it was (the SETs ran in one
+    /// implicit transaction). Later alignments send values the server
+    /// already accepted. `Err(None)`: the server connection broke.
+    async fn apply_startup_settings(&mut self, server: &mut crate::server::ServerConn) -> Result<(), Option<SessionError>> {
+        let Some(sql) = self.settings.sql_to_apply_over(&server.settings) else {
+            self.startup_applied = true;
+            return Ok(());
+        };
+        match with_timeout(CLEANUP_TIMEOUT, server.run_checked(&sql)).await {
+            Some(Ok(Ok(()))) => {
+                server.settings.take_values_of(&self.settings);
+                self.startup_applied = true;
+                Ok(())
+            }
+            Some(Ok(Err(refused))) => {
+                info!(code = %refused.code, "a startup setting was refused by the server: {}", refused.message);
+                Err(Some(SessionError::Refused(ErrorFields { severity: "FATAL".into(), ..refused })))
+            }
+            Some(Err(e)) => {
+                warn!("closing a server connection: applying startup settings failed: {e}");
+                Err(None)
+            }
+            None => {
+                warn!("closing a server connection: applying startup settings timed out");
+                Err(None)
+            }
+        }
     }
 
     /// Borrows a server connection (waiting while the database is paused),

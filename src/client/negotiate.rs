@@ -19,23 +19,28 @@
 //!
 //! - the column is one the client asked text for and its type is on
 //!   [`negotiable`]'s list: bool, int2/4/8, oid, numeric, uuid, inet, cidr
-//!   (text independent of any setting), and date, time, timetz, timestamp,
+//!   (text independent of any setting), date, time, timetz, timestamp,
 //!   timestamptz, interval (text depends on DateStyle, TimeZone,
-//!   IntervalStyle, integer_datetimes, all reported by ParameterStatus);
+//!   IntervalStyle, integer_datetimes, all reported by ParameterStatus),
+//!   and float4, float8 (text depends on extra_float_digits, which is not
+//!   reported: known only where pglane learned the server connection's value
+//!   right after login and then set it itself, from a client's startup
+//!   packet, or followed an exact SET; SQL that names the setting, or any
+//!   `set_config`, makes it unknown again, see `settings`);
 //! - the settings those last types depend on are *settled*: the server
-//!   connection's reported values are the ones that will apply when the
+//!   connection's known values are the ones that will apply when the
 //!   portal runs. PostgreSQL 15 reports a changed setting only at
 //!   ReadyForQuery, so a setting changed earlier in the same Sync group (or
 //!   in a group still in flight) would be invisible here; the exchange says
 //!   a Bind is settled only when no earlier group is in flight and the
 //!   client has sent no Execute since its last Sync. Unsettled, only the
 //!   setting-free types are negotiated;
-//! - every column of the row has a bounded size (the list above plus float4
-//!   and float8, which stay text because extra_float_digits is not reported
-//!   and can change unseen), and the largest row those types allow fits the
-//!   whole-message limit: the relay must read a negotiated portal's DataRows
-//!   whole (they are otherwise streamed), so rows with text, bytea, json or
-//!   array columns are never negotiated;
+//! - every column of the row has a bounded size (the list above), and the
+//!   largest row those types allow fits the whole-message limit: the relay
+//!   must read a negotiated portal's DataRows whole (they are otherwise
+//!   streamed), so rows with text, bytea, json or array columns are never
+//!   negotiated (bytea's text would be transcodable, with bytea_output
+//!   known the same way, but its values are unbounded);
 //! - the Bind's result-format codes are well formed for the column count
 //!   (otherwise the server refuses the Bind itself, as it would directly).
 //!
@@ -60,13 +65,19 @@ use crate::protocol::{frontend, ProtocolError};
 pub struct Negotiation<'a> {
     /// ParameterStatus values the server connection reported at login.
     pub server_params: &'a [(String, String)],
+    /// Its extra_float_digits and bytea_output right after login, if
+    /// pglane asked (`ServerConn::output_defaults`).
+    pub output_defaults: &'a [(String, String)],
     /// Largest DataRow pglane may hold whole (max_message_size).
     pub max_row: usize,
 }
 
-/// A negotiated portal's DataRow could not be turned into the client's text.
+/// A negotiated portal's DataRow could not be turned into the client's
+/// text, or the settings it depends on are not what pglane recorded.
 #[derive(Debug, Error)]
 pub enum NegotiateError {
+    #[error("pglane's query aligning the server connection's settings failed: {0}")]
+    Settings(String),
     #[error("DataRow of a negotiated portal: {0}")]
     Protocol(#[from] ProtocolError),
     #[error("DataRow has {actual} columns, its portal {expected}")]
@@ -111,7 +122,8 @@ fn wire_bound(type_oid: u32) -> Option<usize> {
 
 /// Whether pglane may ask for `type_oid` in binary on a client's behalf:
 /// bounded in size, transcoded exactly, and with text that depends on no
-/// setting or only on settings the server reports.
+/// setting or only on settings pglane knows (reported ones, and
+/// extra_float_digits where known: `transcoder_for` says when).
 pub fn negotiable(type_oid: u32) -> bool {
     matches!(
         type_oid,
@@ -130,6 +142,8 @@ pub fn negotiable(type_oid: u32) -> bool {
             | oid::TIMESTAMP
             | oid::TIMESTAMPTZ
             | oid::INTERVAL
+            | oid::FLOAT4
+            | oid::FLOAT8
     )
 }
 
@@ -228,15 +242,20 @@ pub fn plan_bind<'r>(description: &[u8], rest: &'r [u8], settings: &TextSettings
 }
 
 /// The settings the server connection's values are printed with: what it
-/// reported at login, then what it reported since (`server`). Settings it
-/// never reports (extra_float_digits, bytea_output) stay unknown.
-pub fn server_text_settings(login: &[(String, String)], server: &Settings) -> TextSettings {
+/// reported at login and the unreported output settings it had then
+/// (`output_defaults`, empty if pglane did not ask), then what clients
+/// changed since (`server`): reported values, and the output settings
+/// pglane set or followed exactly (unknown ones stay unknown).
+pub fn server_text_settings(login: &[(String, String)], output_defaults: &[(String, String)], server: &Settings) -> TextSettings {
     let mut settings = TextSettings::default();
-    for (name, value) in login {
+    for (name, value) in login.iter().chain(output_defaults) {
         settings.apply(name, value);
     }
     for (name, value) in server.reported() {
         settings.apply(name, value);
+    }
+    for (name, value) in server.output() {
+        settings.apply(name, value.unwrap_or(""));
     }
     settings
 }
@@ -407,6 +426,12 @@ mod tests {
         berlin.apply("TimeZone", "Europe/Berlin");
         assert_eq!(Plan::new(&[oid::TIMESTAMPTZ], &[], &berlin, 1 << 20), None);
         assert!(Plan::new(&[oid::TIMESTAMPTZ], &[], &settings(), 1 << 20).is_some());
+        // Floats only with extra_float_digits known.
+        assert_eq!(Plan::new(&[oid::FLOAT8, oid::FLOAT4], &[], &settings(), 1 << 20), None);
+        let mut efd = settings();
+        efd.apply("extra_float_digits", "-15");
+        let plan = Plan::new(&[oid::FLOAT8, oid::FLOAT4], &[], &efd, 1 << 20).expect("efd known");
+        assert_eq!(plan.server_formats(), &[1, 1]);
     }
 
     #[test]
@@ -499,15 +524,27 @@ mod tests {
     }
 
     #[test]
-    fn server_settings_are_login_values_then_reports() {
+    fn server_settings_are_login_values_then_changes() {
+        use super::super::settings::Value;
         let login = vec![("DateStyle".to_owned(), "ISO, MDY".to_owned()), ("TimeZone".to_owned(), "Europe/Berlin".to_owned())];
         let mut server = Settings::default();
-        assert_eq!(server_text_settings(&login, &server).time_zone, None);
-        server.set("TimeZone", super::super::settings::Value::Reported("Etc/UTC".into()));
-        server.set("extra_float_digits", super::super::settings::Value::Sql("3".into()));
-        let s = server_text_settings(&login, &server);
+        assert_eq!(server_text_settings(&login, &[], &server).time_zone, None);
+        assert_eq!(server_text_settings(&login, &[], &server).extra_float_digits, None, "not asked: unknown");
+        let defaults = vec![("extra_float_digits".to_owned(), "1".to_owned()), ("bytea_output".to_owned(), "hex".to_owned())];
+        assert_eq!(server_text_settings(&login, &defaults, &server).extra_float_digits, Some(1));
+        server.set("TimeZone", Value::Reported("Etc/UTC".into()));
+        server.set("extra_float_digits", Value::Sql("3".into()));
+        let s = server_text_settings(&login, &defaults, &server);
         assert!(s.time_zone.is_some());
-        assert_eq!(s.extra_float_digits, None, "never taken from SQL");
+        assert_eq!(s.extra_float_digits, Some(3), "a followed SET");
+        server.set("extra_float_digits", Value::Startup("-15".into()));
+        assert_eq!(server_text_settings(&login, &defaults, &server).extra_float_digits, Some(-15), "a startup value pglane set");
+        server.set("extra_float_digits", Value::Sql("2.6".into()));
+        assert_eq!(server_text_settings(&login, &defaults, &server).extra_float_digits, None, "PostgreSQL rounds, pglane does not guess");
+        server.set("extra_float_digits", Value::Unknown);
+        server.set("bytea_output", Value::Unknown);
+        let s = server_text_settings(&login, &defaults, &server);
+        assert_eq!((s.extra_float_digits, s.bytea_output), (None, None));
     }
 
     #[test]
@@ -599,7 +636,7 @@ mod exchange_tests {
                 server: &mut self.server,
                 client_settings: &mut self.client_settings,
                 server_settings: &mut self.server_settings,
-                negotiation: Some(Negotiation { server_params: &self.login, max_row: 1 << 20 }),
+                negotiation: Some(Negotiation { server_params: &self.login, output_defaults: &[], max_row: 1 << 20 }),
             };
             (&mut self.exchange, st)
         }

@@ -52,7 +52,7 @@ impl TextSettings {
         } else if is("integer_datetimes") {
             self.integer_datetimes = parse_bool(value);
         } else if is("extra_float_digits") {
-            self.extra_float_digits = value.trim().parse().ok().filter(|digits| (-15..=3).contains(digits));
+            self.extra_float_digits = parse_decimal(value).filter(|digits| (-15..=3).contains(digits));
         } else if is("bytea_output") {
             self.bytea_output = ByteaOutput::parse(value);
         } else {
@@ -71,6 +71,17 @@ impl TextSettings {
             _ => false,
         }
     }
+}
+
+/// An integer setting's value as PostgreSQL's `parse_int` reads it, when
+/// that is certain: an optional sign and decimal digits without a leading
+/// zero (`strtol` with base 0 reads `010` as octal and `0x10` as hex, and
+/// `2.5` is rounded).
+fn parse_decimal(value: &str) -> Option<i32> {
+    let value = value.trim_matches(|c: char| c.is_ascii_whitespace());
+    let digits = value.strip_prefix(['-', '+']).unwrap_or(value);
+    let decimal = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && (digits == "0" || !digits.starts_with('0'));
+    decimal.then(|| value.parse().ok()).flatten()
 }
 
 fn parse_bool(value: &str) -> Option<bool> {
@@ -413,6 +424,10 @@ mod tests {
         assert_eq!(s.extra_float_digits, Some(-15));
         assert!(s.apply("extra_float_digits", "4"));
         assert_eq!(s.extra_float_digits, None);
+        for (text, digits) in [(" 3 ", Some(3)), ("+2", Some(2)), ("0", Some(0)), ("-0", Some(0)), ("-010", None), ("03", None), ("0x3", None), ("2.5", None), ("", None), ("-", None)] {
+            s.apply("extra_float_digits", text);
+            assert_eq!(s.extra_float_digits, digits, "{text:?}");
+        }
         assert!(s.apply("BYTEA_OUTPUT", "escape"));
         assert_eq!(s.bytea_output, Some(ByteaOutput::Escape));
         assert!(s.apply("integer_datetimes", "on"));

@@ -75,6 +75,9 @@ pub struct ServerTarget {
     /// Highest SCRAM iteration count pglane computes for this server
     /// (server_scram_max_iterations).
     pub scram_max_iterations: u32,
+    /// Ask each new connection for its values of the unreported output
+    /// settings (binary_negotiation needs them).
+    pub learn_output_settings: bool,
 }
 
 /// Which backend a server connection is: where, which process, since when.
@@ -104,6 +107,11 @@ pub struct ServerConn {
     pub generation: u64,
     /// Session settings clients changed on it (see `client::settings`).
     pub settings: crate::client::settings::Settings,
+    /// The values of the unreported output settings (extra_float_digits,
+    /// bytea_output) right after login, as the server said when asked
+    /// (`learn_output_settings`); empty when not asked. What a client changes
+    /// is in `settings`.
+    pub output_defaults: Vec<(String, String)>,
 }
 
 impl ServerConn {
@@ -120,7 +128,7 @@ impl ServerConn {
             },
             tls => open(target, tls.as_ref()).await,
         };
-        opened.map(|(stream, (process_id, secret_key, params))| ServerConn {
+        let mut conn = opened.map(|(stream, (process_id, secret_key, params))| ServerConn {
             cancel_key: Rc::new(CancelKey {
                 address: target.address.clone(),
                 process_id,
@@ -135,23 +143,77 @@ impl ServerConn {
             statements: ServerStatements::new(target.max_prepared_statements),
             generation,
             settings: Default::default(),
-        })
+            output_defaults: Vec::new(),
+        })?;
+        if target.learn_output_settings {
+            let sql = format!(
+                "SELECT name, setting FROM pg_catalog.pg_settings WHERE name IN ({})",
+                crate::client::settings::OUTPUT.map(|n| format!("'{n}'")).join(", ")
+            );
+            let learn = conn.query_pairs(&sql);
+            conn.output_defaults = match crate::runtime::with_timeout(target.connect_timeout, learn).await {
+                Some(Ok(Ok(pairs))) => pairs,
+                Some(Ok(Err(e))) => {
+                    debug!(server = %target.address, "cannot read the output settings ({}): binary floats stay off", e.message);
+                    Vec::new()
+                }
+                Some(Err(e)) => return Err(e),
+                None => {
+                    return Err(ServerError::Connect {
+                        addr: target.address.clone(),
+                        source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out reading settings after login"),
+                    })
+                }
+            };
+        }
+        Ok(conn)
+    }
+
+    /// Runs `sql`, a simple query whose rows have two text columns, and
+    /// returns them, or the server's error. Ok only if the server ends up idle.
+    pub async fn query_pairs(&mut self, sql: &str) -> Result<Result<Vec<(String, String)>, ErrorFields>, ServerError> {
+        let mut pairs = Vec::new();
+        let outcome = self
+            .run_with(sql, |m| {
+                if m.tag == backend::DATA_ROW {
+                    let row = backend::decode_data_row(&m.body)?;
+                    let mut values = row.iter().map(|v| v.map(|v| String::from_utf8_lossy(v).into_owned()));
+                    if let (Some(Some(a)), Some(Some(b))) = (values.next(), values.next()) {
+                        pairs.push((a, b));
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(outcome.map(|()| pairs))
     }
 
     /// Runs `sql` as a simple query and waits for ReadyForQuery, discarding
-    /// its results. Ok only if the server ends up idle (not in a transaction).
-    pub async fn run_to_idle(&mut self, sql: &str) -> Result<(), ServerError> {
+    /// its results; the first ErrorResponse, if any, is the inner error.
+    /// Ok only if the server ends up idle (not in a transaction).
+    pub async fn run_checked(&mut self, sql: &str) -> Result<Result<(), ErrorFields>, ServerError> {
+        self.run_with(sql, |_| Ok(())).await
+    }
+
+    /// `run_checked`, with each message but ErrorResponse and
+    /// ReadyForQuery handed to `each`.
+    async fn run_with(
+        &mut self,
+        sql: &str,
+        mut each: impl FnMut(&crate::protocol::frame::Message) -> Result<(), crate::protocol::ProtocolError>,
+    ) -> Result<Result<(), ErrorFields>, ServerError> {
         let mut out = BytesMut::new();
         frontend::query(&mut out, sql);
         self.stream.write_all(&out).await?;
         let mut buf = BytesMut::new();
+        let mut error = None;
         loop {
             let m = read_message(&mut self.stream, &mut buf, MAX_LOGIN_MESSAGE).await?;
             match m.tag {
                 backend::READY_FOR_QUERY => {
                     return match backend::decode_ready_for_query(&m.body)? {
-                        TransactionStatus::Idle if buf.is_empty() => Ok(()),
-                        _ => Err(ServerError::Unexpected { tag: m.tag, during: "reset" }),
+                        TransactionStatus::Idle if buf.is_empty() => Ok(error.map_or(Ok(()), Err)),
+                        _ => Err(ServerError::Unexpected { tag: m.tag, during: "a query of pglane's own" }),
                     };
                 }
                 backend::ERROR_RESPONSE => {
@@ -159,13 +221,20 @@ impl ServerConn {
                     if e.severity == "FATAL" || e.severity == "PANIC" {
                         return Err(ServerError::Refused(e));
                     }
+                    error.get_or_insert(e);
                 }
                 backend::COPY_IN_RESPONSE | backend::COPY_BOTH_RESPONSE => {
-                    return Err(ServerError::Unexpected { tag: m.tag, during: "reset" });
+                    return Err(ServerError::Unexpected { tag: m.tag, during: "a query of pglane's own" });
                 }
-                _ => {}
+                _ => each(&m)?,
             }
         }
+    }
+
+    /// Runs `sql` as a simple query and waits for ReadyForQuery, discarding
+    /// its results. Ok only if the server ends up idle (not in a transaction).
+    pub async fn run_to_idle(&mut self, sql: &str) -> Result<(), ServerError> {
+        self.run_checked(sql).await.map(|_| ())
     }
 
     /// Parses and describes each `(text, parameter types)` as the unnamed

@@ -1,6 +1,8 @@
 //! A raw wire-protocol client for tests that need exact control over the
 //! messages sent (pipelines, reused statement names, malformed input).
 //! It logs in with trust auth and speaks through pglane's own encoders.
+// Each test crate that includes it uses a different part of it.
+#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -20,15 +22,34 @@ impl RawClient {
     /// Connects and logs in (the server must trust this user), reading up to
     /// the first ReadyForQuery.
     pub fn login(port: u16, user: &str, database: &str) -> RawClient {
+        Self::login_with(port, &[("user", user), ("database", database)])
+    }
+
+    /// Like [`RawClient::login`], with these startup parameters.
+    pub fn login_with(port: u16, params: &[(&str, &str)]) -> RawClient {
+        let (client, login) = Self::start(port, params);
+        assert!(login.iter().all(|m| m.tag != backend::ERROR_RESPONSE), "login failed: {login:?}");
+        client
+    }
+
+    /// Sends a StartupMessage with `params` and reads the server's answer
+    /// up to the first ReadyForQuery or ErrorResponse, whatever it is.
+    pub fn start(port: u16, params: &[(&str, &str)]) -> (RawClient, Vec<Message>) {
         let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut client = RawClient { stream, buf: BytesMut::new() };
         let mut out = BytesMut::new();
-        startup::encode_startup(&mut out, &[("user", user), ("database", database)]);
+        startup::encode_startup(&mut out, params);
         client.send(&out);
-        let login = client.until_ready();
-        assert!(login.iter().all(|m| m.tag != backend::ERROR_RESPONSE), "login failed: {login:?}");
-        client
+        let mut login = Vec::new();
+        loop {
+            let m = client.recv();
+            let done = m.tag == backend::READY_FOR_QUERY || m.tag == backend::ERROR_RESPONSE;
+            login.push(m);
+            if done {
+                return (client, login);
+            }
+        }
     }
 
     pub fn send(&mut self, bytes: &[u8]) {

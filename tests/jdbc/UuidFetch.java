@@ -3,11 +3,13 @@ import java.sql.*;
 import java.util.*;
 
 /**
- * Fetches every row of `select u from t1` (uuid) as text with a named
- * server-prepared statement (prepareThreshold=1, binaryTransfer=false: the
- * client asks for text, as pgjdbc always does with prepareThreshold=0), in
- * fetchSize batches inside a transaction.
- * Usage: UuidFetch URL USER PASSWORD RUNS. Prints, per run:
+ * Fetches every row of `select u from t1` (uuid) as text, in fetchSize
+ * batches inside a transaction, with binaryTransfer=false (the client asks
+ * for text, as pgjdbc always does with prepareThreshold=0) and
+ * prepareThreshold THRESHOLD (default 1: a named server-prepared statement
+ * from the first execution; 0: an unnamed statement parsed again at every
+ * execution, the usual setting behind a transaction pooler).
+ * Usage: UuidFetch URL USER PASSWORD RUNS [THRESHOLD]. Prints, per run:
  * "run N rows R checksum C ms T server_cpu_ticks K", where C is FNV-1a over
  * every value's text and K the utime+stime (1/100 s) of the server backend,
  * read from /proc (the backend must be on this machine, and the only one a
@@ -24,7 +26,7 @@ public class UuidFetch {
         Properties props = new Properties();
         props.setProperty("user", args[1]);
         props.setProperty("password", args[2]);
-        props.setProperty("prepareThreshold", "1");
+        props.setProperty("prepareThreshold", args.length > 4 ? args[4] : "1");
         props.setProperty("binaryTransfer", "false");
         int runs = Integer.parseInt(args[3]);
         try (Connection c = DriverManager.getConnection(args[0], props)) {

@@ -43,7 +43,10 @@ pub fn pgbouncer_setting(key: &str) -> &'static str {
         "pkt_buf" | "sbuf_loopcnt" | "listen_backlog" | "tcp_defer_accept" | "tcp_socket_buffer" | "tcp_keepalive"
         | "tcp_keepcnt" | "tcp_keepidle" | "tcp_keepintvl" | "tcp_user_timeout" => NET_TUNING,
         "suspend_timeout" => "pglane has no online restart",
-        "server_round_robin" | "track_extra_parameters" | "ignore_startup_parameters" | "application_name_add_host"
+        "ignore_startup_parameters" | "track_extra_parameters" => {
+            "pglane carries every startup parameter (and the -c switches of options) to each server connection a client gets: none needs ignoring or tracking"
+        }
+        "server_round_robin" | "application_name_add_host"
         | "server_check_delay" | "server_check_query" | "server_fast_close" | "server_login_retry"
         | "pool_idle_timeout" | "query_wait_notify" | "login_notify_message" | "cancel_wait_timeout"
         | "transaction_timeout" => NOT_YET,

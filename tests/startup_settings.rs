@@ -1,0 +1,225 @@
+//! Settings in a client's startup packet, as parameters (`search_path=...`,
+//! as pgjdbc's currentSchema sends it) or in `options` (`-c name=value`, as
+//! libpq and tokio-postgres send it), through pglane in transaction mode:
+//! every server connection the client gets has them, no other client ever
+//! sees them, RESET goes back to them, and a value the server refuses ends
+//! that client's session with the server's error while the pool carries on.
+
+mod common;
+#[path = "common/raw.rs"]
+#[allow(dead_code)]
+mod raw;
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use common::{connect, postgres, Pglane};
+use pglane::protocol::{backend, frontend};
+use raw::{first_column, RawClient};
+
+const DB: &str = "startup_db";
+
+fn start(mode: &str) -> Pglane {
+    let pg = postgres();
+    static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    READY.get_or_init(|| {
+        pg.psql(&format!("drop database if exists {DB}"));
+        pg.psql(&format!("create database {DB}"));
+        pg.psql_db(
+            DB,
+            "create schema app_schema; create table app_schema.marker (v text); insert into app_schema.marker values ('app');
+             create table public.marker (v text); insert into public.marker values ('public');
+             grant usage on schema app_schema to public; grant select on all tables in schema app_schema, public to public;",
+        );
+    });
+    Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"{mode}\"\nauth_type = \"trust\"\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{DB}\"\npool_size = 2\n[users.postgres]\npassword = \"secret\"\n",
+            pg.port
+        ),
+        &["--cores", "1"],
+    )
+}
+
+async fn connect_with_options(port: u16, db: &str, options: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::Config::new()
+        .host("127.0.0.1")
+        .port(port)
+        .user("postgres")
+        .password("secret")
+        .dbname(db)
+        .options(options)
+        .connect_timeout(Duration::from_secs(10))
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connect with options");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+async fn show(c: &tokio_postgres::Client, setting: &str) -> String {
+    c.query_one(&format!("show {setting}"), &[]).await.unwrap().get(0)
+}
+
+async fn backend_pid(c: &tokio_postgres::Client) -> i32 {
+    c.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0)
+}
+
+/// tokio-postgres sends `options`; pglane used to drop it.
+#[tokio::test]
+async fn options_follow_their_client_across_server_connections_and_nowhere_else() {
+    let lane = start("transaction");
+    let options = r"-c search_path=app_schema,public -c statement_timeout=7s --lock-timeout=3s -c application_name=with\ space";
+    let direct = connect_with_options(postgres().port, DB, options).await;
+    let a = connect_with_options(lane.port, "app", options).await;
+    let b = connect(lane.port, "postgres", "secret", "app").await;
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    let mut servers_seen = std::collections::HashSet::new();
+    for _ in 0..4 {
+        // a's last server connection is held by another client in a
+        // transaction, so a runs on the other one: a is seen on both.
+        let last = backend_pid(&a).await;
+        servers_seen.insert(last);
+        b.batch_execute("begin").await.unwrap();
+        let holder = if backend_pid(&b).await == last {
+            &b
+        } else {
+            c.batch_execute("begin").await.unwrap();
+            assert_eq!(backend_pid(&c).await, last, "two server connections, b holds one, c must get the other");
+            b.batch_execute("commit").await.unwrap();
+            &c
+        };
+        assert_ne!(backend_pid(&a).await, last);
+        servers_seen.insert(backend_pid(&a).await);
+        for setting in ["search_path", "statement_timeout", "lock_timeout", "application_name"] {
+            assert_eq!(show(&a, setting).await, show(&direct, setting).await, "{setting}");
+        }
+        assert_eq!(show(&a, "lock_timeout").await, "3s");
+        let v: String = a.query_one("select v from marker", &[]).await.unwrap().get(0);
+        assert_eq!(v, "app");
+        let simple = a.simple_query("select v from marker").await.unwrap();
+        assert!(matches!(&simple[1], tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("app")));
+        holder.batch_execute("commit").await.unwrap();
+        for other in [&b, &c] {
+            assert_eq!(show(other, "search_path").await, "\"$user\", public");
+            assert_eq!(show(other, "statement_timeout").await, "0");
+            assert_eq!(show(other, "lock_timeout").await, "0");
+            let v: String = other.query_one("select v from marker", &[]).await.unwrap().get(0);
+            assert_eq!(v, "public");
+        }
+    }
+    assert_eq!(servers_seen.len(), 2, "a should have run on both server connections");
+
+    // RESET goes back to the startup value, as it does on PostgreSQL, and a
+    // SET in between is carried as any other.
+    a.simple_query("SET search_path = public").await.unwrap();
+    assert_eq!(show(&a, "search_path").await, "public");
+    a.simple_query("RESET search_path").await.unwrap();
+    for _ in 0..3 {
+        b.batch_execute("begin; select 1").await.unwrap();
+        assert_eq!(show(&a, "search_path").await, "app_schema,public");
+        b.batch_execute("commit").await.unwrap();
+        assert_eq!(show(&a, "search_path").await, "app_schema,public");
+    }
+}
+
+/// A parameter of the startup packet itself (pgjdbc's currentSchema and
+/// extra_float_digits), in session mode as well: the pool's connections
+/// are shared between sessions too.
+#[test]
+fn startup_parameters_are_carried_in_both_modes() {
+    for mode in ["transaction", "session"] {
+        let lane = start(mode);
+        let params = [("user", "postgres"), ("database", "app"), ("search_path", "app_schema, public"), ("extra_float_digits", "-4")];
+        let mut a = RawClient::login_with(lane.port, &params);
+        let mut b = RawClient::login(lane.port, "postgres", "app");
+        for _ in 0..2 {
+            let mut out = BytesMut::new();
+            frontend::query(&mut out, "select v || ' ' || current_setting('extra_float_digits') || ' ' || 0.1::float8 / 3 from marker");
+            a.send(&out);
+            assert_eq!(first_column(&a.until_ready()), ["app -4 0.033333333333"], "{mode}");
+            b.send(&out);
+            assert_eq!(first_column(&b.until_ready()), ["public 1 0.03333333333333333"], "{mode}");
+        }
+        // RESET inside the same session (no new server connection in
+        // session mode) still goes back to the startup value.
+        let mut out = BytesMut::new();
+        frontend::query(&mut out, "RESET extra_float_digits");
+        a.send(&out);
+        a.until_ready();
+        let mut out = BytesMut::new();
+        frontend::query(&mut out, "show extra_float_digits");
+        a.send(&out);
+        assert_eq!(first_column(&a.until_ready()), ["-4"], "{mode}");
+        // DISCARD ALL too, as PostgreSQL does.
+        let mut direct = RawClient::login_with(postgres().port, &[("user", "trustuser"), ("database", DB), params[2], params[3]]);
+        for client in [&mut direct, &mut a] {
+            for sql in ["SET extra_float_digits = 2", "SET search_path = public", "DISCARD ALL"] {
+                let mut out = BytesMut::new();
+                frontend::query(&mut out, sql);
+                client.send(&out);
+                client.until_ready();
+            }
+        }
+        let mut out = BytesMut::new();
+        frontend::query(&mut out, "select current_setting('extra_float_digits') || ' ' || current_setting('search_path') || ' ' || v from marker");
+        direct.send(&out);
+        a.send(&out);
+        assert_eq!(first_column(&a.until_ready()), first_column(&direct.until_ready()), "{mode}");
+    }
+}
+
+/// A value the server refuses: PostgreSQL would refuse the login; pglane
+/// (which applies startup settings on the client's first transaction)
+/// ends that client's session with the server's error before anything of
+/// it runs, and the pool goes on serving others.
+#[test]
+fn a_refused_startup_value_ends_that_session_only() {
+    let lane = start("transaction");
+    let direct_params = [("user", "trustuser"), ("database", DB), ("statement_timeout", "soon")];
+    let (_, direct) = RawClient::start(postgres().port, &direct_params);
+    let direct_error = direct.iter().find(|m| m.tag == backend::ERROR_RESPONSE).map(|m| backend::decode_error_fields(&m.body).unwrap());
+    let direct_error = direct_error.expect("PostgreSQL refuses the value");
+
+    for _ in 0..3 {
+        let mut bad = RawClient::login_with(lane.port, &[("user", "postgres"), ("database", "app"), ("statement_timeout", "soon")]);
+        let mut out = BytesMut::new();
+        frontend::query(&mut out, "create table must_not_exist (a int)");
+        bad.send(&out);
+        let m = bad.recv();
+        assert_eq!(m.tag, backend::ERROR_RESPONSE);
+        let e = backend::decode_error_fields(&m.body).unwrap();
+        assert_eq!((e.severity.as_str(), e.code.as_str(), e.message.as_str()), ("FATAL", direct_error.code.as_str(), direct_error.message.as_str()));
+        let mut good = RawClient::login_with(lane.port, &[("user", "postgres"), ("database", "app"), ("search_path", "app_schema")]);
+        let mut out = BytesMut::new();
+        frontend::query(&mut out, "select v from marker");
+        good.send(&out);
+        assert_eq!(first_column(&good.until_ready()), ["app"]);
+    }
+    assert_eq!(postgres().psql_db(DB, "select count(*) from pg_tables where tablename = 'must_not_exist'"), "0");
+    assert!(lane.log().contains("refused by the server"), "{}", lane.log());
+
+    // Switches of `options` pglane cannot carry are refused at login.
+    let (_, login) = RawClient::start(lane.port, &[("user", "postgres"), ("database", "app"), ("options", "-B 100")]);
+    let e = login.iter().find(|m| m.tag == backend::ERROR_RESPONSE).map(|m| backend::decode_error_fields(&m.body).unwrap());
+    let e = e.expect("refused");
+    assert_eq!((e.severity.as_str(), e.code.as_str()), ("FATAL", "42601"), "{}", e.message);
+}
+
+/// The same setting in `options` and as a parameter of the packet: the
+/// value PostgreSQL keeps is the one pglane carries.
+#[test]
+fn a_setting_given_twice_resolves_as_on_postgresql() {
+    let lane = start("transaction");
+    let both = |user, db| [("user", user), ("database", db), ("options", "-c extra_float_digits=0"), ("extra_float_digits", "2")];
+    let mut direct = RawClient::login_with(postgres().port, &both("trustuser", DB));
+    let mut through = RawClient::login_with(lane.port, &both("postgres", "app"));
+    let mut out = BytesMut::new();
+    frontend::query(&mut out, "show extra_float_digits");
+    direct.send(&out);
+    through.send(&out);
+    let expected = first_column(&direct.until_ready());
+    assert_eq!(first_column(&through.until_ready()), expected);
+}
