@@ -330,3 +330,58 @@ fn discard_all_drops_only_that_clients_statements() {
         assert_eq!(tags(&a.until_ready()), "1Z");
     }
 }
+
+/// Schema-per-tenant: the same statement text names a different table, with
+/// a different result type, under each client's search_path. Clients must
+/// not share a server statement then, or PostgreSQL re-plans it under the
+/// other search_path and says "cached plan must not change result type".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_with_different_search_paths_do_not_share_statements() {
+    own_database("prep_tenants");
+    let pg = postgres();
+    for sql in [
+        "create schema tenant_a",
+        "create schema tenant_b",
+        "create table tenant_a.t (x int4)",
+        "create table tenant_b.t (x text)",
+        "insert into tenant_a.t values (7)",
+        "insert into tenant_b.t values ('seven')",
+    ] {
+        pg.psql_db("prep_tenants", sql);
+    }
+    // One server connection: both clients' statements land on it.
+    let lane = pglane(1, 1, "prep_tenants", "");
+    let tenant = |schema: &'static str| {
+        let port = lane.port;
+        async move {
+            let mut config = tokio_postgres::Config::new();
+            config.host("127.0.0.1").port(port).user("postgres").password("secret").dbname("app");
+            config.options(&format!("-c search_path={schema}"));
+            let (client, conn) = config.connect(tokio_postgres::NoTls).await.expect("connects");
+            tokio::spawn(conn);
+            client
+        }
+    };
+    let a = tenant("tenant_a").await;
+    let b = tenant("tenant_b").await;
+    let on_a = a.prepare("select x from t").await.unwrap();
+    let on_b = b.prepare("select x from t").await.unwrap();
+    for _ in 0..3 {
+        let x: i32 = a.query_one(&on_a, &[]).await.unwrap().get(0);
+        assert_eq!(x, 7);
+        let x: String = b.query_one(&on_b, &[]).await.unwrap().get(0);
+        assert_eq!(x, "seven");
+    }
+    // The same search_path still shares one server statement.
+    let a2 = tenant("tenant_a").await;
+    let again = a2.prepare("select x from t").await.unwrap();
+    let x: i32 = a2.query_one(&again, &[]).await.unwrap().get(0);
+    assert_eq!(x, 7);
+    // On the one server connection: one statement per search_path, not per client.
+    let prepared: i64 = a2
+        .query_one("select count(*) from pg_prepared_statements where statement = 'select x from t'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(prepared, 2);
+}

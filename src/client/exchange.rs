@@ -651,7 +651,7 @@ impl Exchange {
             self.raise(ErrorFields::error("42P05", format!("prepared statement \"{name}\" already exists")));
             return false;
         }
-        let statement = st.registry.register(rest);
+        let statement = st.registry.register_under(st.client_settings.search_path_key().as_deref(), rest);
         if let Err(limit) = st.client.insert(name, statement.clone()) {
             self.raise(ErrorFields::error(
                 "53400",
@@ -684,7 +684,7 @@ impl Exchange {
     /// (or this connection has it), forwarded under its server name if not.
     fn parse_unnamed(&mut self, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
         st.registry.count(|c| c.unnamed_mapped += 1);
-        let statement = st.registry.register(rest);
+        let statement = st.registry.register_under(st.client_settings.search_path_key().as_deref(), rest);
         self.unnamed = Some(statement.clone());
         if statement.validated.get() || st.server.has(statement.id) {
             st.registry.count(|c| c.parses_answered += 1);

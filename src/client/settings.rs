@@ -134,6 +134,18 @@ impl Settings {
         self.values.get(name)
     }
 
+    /// A client's own search_path, as it gave it (`None`: the server's
+    /// default), for keeping its prepared statements apart from those of
+    /// clients on another one. Two spellings of one path are two keys,
+    /// which costs a Parse, never a wrong result.
+    pub fn search_path_key(&self) -> Option<String> {
+        self.values.get("search_path").map(|value| match value {
+            Value::Reported(v) | Value::Startup(v) => format!("v{v}"),
+            Value::Sql(v) => format!("s{v}"),
+            Value::Unknown => "?".to_owned(),
+        })
+    }
+
     pub fn remove(&mut self, name: &str) {
         self.values.remove(name);
     }

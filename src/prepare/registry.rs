@@ -19,6 +19,9 @@ pub struct Statement {
     /// makes two statements the same, and what pglane sends to prepare it on
     /// another server connection.
     pub key: Bytes,
+    /// Its key in the registry: `key`, prefixed with the search_path it was
+    /// registered under, if any (see [`Registry::register_under`]).
+    map_key: Bytes,
     /// A server has accepted this Parse, so later Parses of it can be answered
     /// without asking one.
     pub validated: Cell<bool>,
@@ -110,24 +113,58 @@ impl Registry {
         }
     }
 
-    /// The statement for this Parse body, registered if new.
+    /// The statement for this Parse body, registered if new, for clients on
+    /// the server's default search_path.
     pub fn register(&self, key: &[u8]) -> Rc<Statement> {
-        if let Some(s) = self.by_key.borrow().get(key) {
+        self.register_under(None, key)
+    }
+
+    /// The statement for this Parse body under a client's own search_path
+    /// (`None`: the server's default), registered if new.
+    ///
+    /// The same text is a different statement under another search_path
+    /// (schema-per-tenant: `select x from t` is another table, maybe with
+    /// another result type), so clients share a server statement only when
+    /// both match. Sharing it anyway would make PostgreSQL re-plan it under
+    /// the other search_path on each switch, or refuse with "cached plan
+    /// must not change result type".
+    pub fn register_under(&self, search_path: Option<&str>, body: &[u8]) -> Rc<Statement> {
+        let map_key = Self::map_key(search_path, body);
+        if let Some(s) = self.by_key.borrow().get(map_key.as_ref()) {
             return s.clone();
         }
         self.trim();
         let id = self.next_id.get();
         self.next_id.set(id + 1);
-        let key = Bytes::copy_from_slice(key);
+        let map_key = Bytes::copy_from_slice(&map_key);
         let statement = Rc::new(Statement {
             id,
             server_name: format!("pglane_{}_{}", self.shard, id).into(),
-            key: key.clone(),
+            key: map_key.slice(map_key.len() - body.len()..),
+            map_key: map_key.clone(),
             validated: Cell::new(false),
             description: RefCell::new(None),
         });
-        self.by_key.borrow_mut().insert(key, statement.clone());
+        self.by_key.borrow_mut().insert(map_key, statement.clone());
         statement
+    }
+
+    /// The registry's key: the Parse body itself on the default search_path,
+    /// else NUL, the search_path, NUL, the body. A Parse body starts with
+    /// its query text, a C string, so it never starts with NUL, and no
+    /// setting value contains one: the two kinds of key never collide.
+    fn map_key<'a>(search_path: Option<&str>, body: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        match search_path {
+            None => std::borrow::Cow::Borrowed(body),
+            Some(path) => {
+                let mut key = Vec::with_capacity(path.len() + body.len() + 2);
+                key.push(0);
+                key.extend_from_slice(path.as_bytes());
+                key.push(0);
+                key.extend_from_slice(body);
+                std::borrow::Cow::Owned(key)
+            }
+        }
     }
 
     /// Forgets a statement whose Parse failed, unless a client still holds it.
@@ -141,8 +178,8 @@ impl Registry {
     /// key since (it was retired, and its text registered again).
     fn remove_if_current(&self, statement: &Rc<Statement>) {
         let mut map = self.by_key.borrow_mut();
-        if map.get(&statement.key).is_some_and(|s| Rc::ptr_eq(s, statement)) {
-            map.remove(&statement.key);
+        if map.get(&statement.map_key).is_some_and(|s| Rc::ptr_eq(s, statement)) {
+            map.remove(&statement.map_key);
         }
     }
 
@@ -338,6 +375,24 @@ mod tests {
         assert_ne!(a.id, c.id);
         assert_eq!(&*a.server_name, format!("pglane_3_{}", a.id));
         assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn the_same_text_under_another_search_path_is_another_statement() {
+        let r = Registry::new(0, 100);
+        let default = r.register(b"select x from t\0\0\0");
+        let a = r.register_under(Some("tenant_a"), b"select x from t\0\0\0");
+        let b = r.register_under(Some("tenant_b"), b"select x from t\0\0\0");
+        assert_ne!(default.id, a.id);
+        assert_ne!(a.id, b.id);
+        assert!(Rc::ptr_eq(&a, &r.register_under(Some("tenant_a"), b"select x from t\0\0\0")));
+        assert!(Rc::ptr_eq(&default, &r.register_under(None, b"select x from t\0\0\0")));
+        // Each is prepared with the client's own Parse body.
+        assert_eq!(&b.key[..], b"select x from t\0\0\0");
+        // Retiring one leaves the others.
+        r.retire(&a);
+        assert!(!Rc::ptr_eq(&a, &r.register_under(Some("tenant_a"), b"select x from t\0\0\0")));
+        assert!(Rc::ptr_eq(&b, &r.register_under(Some("tenant_b"), b"select x from t\0\0\0")));
     }
 
     #[test]
