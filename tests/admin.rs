@@ -147,6 +147,50 @@ async fn kill_closes_the_databases_clients() {
     c.simple_query("select 1").await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_refuses_new_clients_and_enable_admits_them_again() {
+    let lane = start(2, 2, "");
+    let connected = connect(lane.port, "postgres", "secret", "app").await;
+    admin(lane.port, "postgres", "secret", "DISABLE app").unwrap();
+    let databases = admin(lane.port, "postgres", "secret", "SHOW DATABASES").unwrap();
+    assert_eq!(column(&databases, "disabled", |r| r[0] == "app"), vec!["1"]);
+    // On every shard: several attempts land on both.
+    for _ in 0..4 {
+        let Err(e) = try_connect(lane.port, "postgres", "secret", "app").await else { panic!("a new client got in") };
+        let db = e.as_db_error().expect("a server error");
+        assert_eq!((db.code().code(), db.message()), ("08P01", "database does not allow connections: app"));
+    }
+    // Clients already in are not touched.
+    connected.simple_query("select 1").await.unwrap();
+    assert!(admin(lane.port, "postgres", "secret", "DISABLE nowhere").unwrap_err().contains("no such database: nowhere"));
+    admin(lane.port, "postgres", "secret", "ENABLE app").unwrap();
+    for _ in 0..4 {
+        connect(lane.port, "postgres", "secret", "app").await.simple_query("select 1").await.unwrap();
+    }
+    let databases = admin(lane.port, "postgres", "secret", "SHOW DATABASES").unwrap();
+    assert_eq!(column(&databases, "disabled", |r| r[0] == "app"), vec!["0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_close_returns_once_the_replaced_connections_are_gone() {
+    let lane = start(1, 2, "");
+    let port = lane.port;
+    let holder = connect(port, "postgres", "secret", "app").await;
+    holder.simple_query("begin; select 1").await.unwrap();
+    admin(port, "postgres", "secret", "RECONNECT app").unwrap();
+    // The connection lent to the open transaction is the one left over.
+    let wait = tokio::task::spawn_blocking(move || admin(port, "postgres", "secret", "WAIT_CLOSE app"));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!wait.is_finished(), "WAIT_CLOSE returned while an old connection was still lent");
+    // New transactions meanwhile get new connections.
+    connect(port, "postgres", "secret", "app").await.simple_query("select 1").await.unwrap();
+    holder.simple_query("commit").await.unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(30), wait).await.expect("WAIT_CLOSE returned").unwrap();
+    assert!(done.is_ok(), "{done:?}");
+    // Nothing left to wait for: it returns at once.
+    admin(port, "postgres", "secret", "WAIT_CLOSE").unwrap();
+}
+
 #[tokio::test]
 async fn reconnect_replaces_server_connections() {
     let lane = start(1, 1, "");

@@ -8,6 +8,12 @@ pub enum AdminCommand {
     Resume(Option<String>),
     Kill(String),
     Reconnect(Option<String>),
+    /// New clients of the database are refused until ENABLE.
+    Disable(String),
+    Enable(String),
+    /// Waits until no server connection opened before the last RECONNECT
+    /// (or RELOAD that changed the server) is left.
+    WaitClose(Option<String>),
     Reload,
     Shutdown,
 }
@@ -70,6 +76,10 @@ pub fn parse(sql: &str) -> Result<AdminCommand, String> {
         ["KILL", _] => AdminCommand::Kill(unquote(words[1])),
         ["RECONNECT"] => AdminCommand::Reconnect(None),
         ["RECONNECT", _] => AdminCommand::Reconnect(database(1)),
+        ["DISABLE", _] => AdminCommand::Disable(unquote(words[1])),
+        ["ENABLE", _] => AdminCommand::Enable(unquote(words[1])),
+        ["WAIT_CLOSE"] => AdminCommand::WaitClose(None),
+        ["WAIT_CLOSE", _] => AdminCommand::WaitClose(database(1)),
         ["RELOAD"] => AdminCommand::Reload,
         ["SHUTDOWN"] => AdminCommand::Shutdown,
         _ => return Err(invalid()),
@@ -95,6 +105,10 @@ mod tests {
         assert_eq!(parse("kill app"), Ok(AdminCommand::Kill("app".into())));
         assert_eq!(parse("RECONNECT"), Ok(AdminCommand::Reconnect(None)));
         assert_eq!(parse("reload;"), Ok(AdminCommand::Reload));
+        assert_eq!(parse("disable app"), Ok(AdminCommand::Disable("app".into())));
+        assert_eq!(parse("ENABLE \"app\""), Ok(AdminCommand::Enable("app".into())));
+        assert_eq!(parse("wait_close"), Ok(AdminCommand::WaitClose(None)));
+        assert_eq!(parse("WAIT_CLOSE app;"), Ok(AdminCommand::WaitClose(Some("app".into()))));
         assert_eq!(parse("shutdown"), Ok(AdminCommand::Shutdown));
     }
 
@@ -103,6 +117,7 @@ mod tests {
         assert_eq!(parse("select 1"), Err("invalid command 'select 1', use SHOW HELP;".into()));
         assert!(parse("SHOW FOO").is_err());
         assert!(parse("KILL").is_err());
+        assert!(parse("DISABLE").is_err());
         assert!(parse("").is_err());
         assert!(parse("SHOW POOLS EXTRA").is_err());
     }

@@ -175,6 +175,20 @@ async fn execute(shard: &Shard, command: AdminCommand) -> Result<Option<Table>, 
             check_database(&config, db.as_deref())?;
             control(Control::Reconnect(db)).await
         }
+        AdminCommand::Disable(db) => {
+            check_database(&config, Some(&db))?;
+            info!("admin: DISABLE {db}");
+            control(Control::Disable(db)).await
+        }
+        AdminCommand::Enable(db) => {
+            check_database(&config, Some(&db))?;
+            info!("admin: ENABLE {db}");
+            control(Control::Enable(db)).await
+        }
+        AdminCommand::WaitClose(db) => {
+            check_database(&config, db.as_deref())?;
+            control(Control::WaitClose(db)).await
+        }
         AdminCommand::Reload => {
             let warnings = shard.shared.reload()?;
             warnings.iter().for_each(|w| tracing::warn!("{w}"));
@@ -206,6 +220,9 @@ fn help_table() -> Table {
         "RESUME [<db>]",
         "KILL <db>",
         "RECONNECT [<db>]",
+        "WAIT_CLOSE [<db>]",
+        "DISABLE <db>",
+        "ENABLE <db>",
         "RELOAD",
         "SHUTDOWN",
     ] {

@@ -199,9 +199,10 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
         let mine = all.iter().filter(|p| &p.database == name);
         let current: usize = mine.clone().map(|p| p.open).sum();
         let paused = mine.clone().any(|p| p.paused);
+        let disabled = snapshots.iter().any(|s| s.disabled.contains(name));
         t.push(vec![
             s(name), s(&db.host), s(db.port), s(db.dbname.as_deref().unwrap_or(name)), db.user.clone(), s(db.pool_size), s(0),
-            s(0), db.pool_mode.map(mode_name).map(str::to_owned), s(0), s(current), s(i32::from(paused)), s(0),
+            s(0), db.pool_mode.map(mode_name).map(str::to_owned), s(0), s(current), s(i32::from(paused)), s(i32::from(disabled)),
         ]);
     }
     t
@@ -343,7 +344,7 @@ mod tests {
     }
 
     fn shard(id: usize, pools: Vec<PoolSnapshot>) -> ShardSnapshot {
-        ShardSnapshot { shard: id, pools, clients: vec![], servers: vec![], prepare: Default::default(), statements: 0 }
+        ShardSnapshot { shard: id, pools, clients: vec![], servers: vec![], prepare: Default::default(), statements: 0, disabled: vec![] }
     }
 
     #[test]

@@ -72,6 +72,11 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     };
     let user = params.user().unwrap_or_default().to_owned();
     let database = params.database().unwrap_or_default().to_owned();
+    if matches!(target, Target::Pool(_)) && shard.is_disabled(&database) {
+        // DISABLE in the admin console; PgBouncer's words.
+        send_error(&mut stream, &ErrorFields::fatal("08P01", format!("database does not allow connections: {database}"))).await;
+        return;
+    }
     let info = ClientInfo {
         user: user.clone(),
         database: database.clone(),

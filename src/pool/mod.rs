@@ -85,6 +85,40 @@ pub struct IdleServer {
     pub tls: Option<String>,
 }
 
+/// How many of a pool's server connections are open, by the generation they
+/// were opened in. Each connection carries a [`CensusToken`] that counts it
+/// until it is dropped, however it closes, so WAIT_CLOSE can tell when the
+/// connections a RECONNECT replaced are all gone.
+#[derive(Default)]
+struct Census {
+    by_generation: RefCell<std::collections::BTreeMap<u64, usize>>,
+}
+
+/// Counts one server connection in its pool's [`Census`] while it lives.
+pub struct CensusToken {
+    census: Rc<Census>,
+    generation: u64,
+}
+
+impl CensusToken {
+    fn enlist(census: &Rc<Census>, generation: u64) -> CensusToken {
+        *census.by_generation.borrow_mut().entry(generation).or_default() += 1;
+        CensusToken { census: census.clone(), generation }
+    }
+}
+
+impl Drop for CensusToken {
+    fn drop(&mut self) {
+        let mut counts = self.census.by_generation.borrow_mut();
+        if let Some(n) = counts.get_mut(&self.generation) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.generation);
+            }
+        }
+    }
+}
+
 pub struct Pool {
     target: RefCell<ServerTarget>,
     max_size: Cell<usize>,
@@ -100,6 +134,7 @@ pub struct Pool {
     stats: Cell<PoolStats>,
     /// The prepared statements shared by this pool's clients (see `prepare`).
     pub registry: crate::prepare::Registry,
+    census: Rc<Census>,
 }
 
 /// What a waiting client is handed.
@@ -129,7 +164,14 @@ impl Pool {
             server_params: RefCell::new(None),
             stats: Cell::new(PoolStats::default()),
             registry,
+            census: Rc::default(),
         })
+    }
+
+    /// Server connections still open that were opened before the last
+    /// RECONNECT (they close as they come back).
+    pub fn stale_open(&self) -> usize {
+        self.census.by_generation.borrow().range(..self.generation.get()).map(|(_, n)| n).sum()
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -328,7 +370,8 @@ impl Pool {
         // Boxed: connecting (TLS included) is a large future, and checkout is
         // part of every client task's state.
         match Box::pin(ServerConn::connect(&target, self.generation.get())).await {
-            Ok(conn) => {
+            Ok(mut conn) => {
+                conn.census = Some(CensusToken::enlist(&self.census, conn.generation));
                 self.bump(|s| s.connects += 1);
                 if self.server_params.borrow().is_none() {
                     *self.server_params.borrow_mut() = Some(Rc::new(conn.params.clone()));

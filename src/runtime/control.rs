@@ -1,5 +1,6 @@
 //! Admin commands as each shard carries them out on its own pools and
-//! clients: PAUSE, RESUME, KILL, RECONNECT, and applying a reloaded config.
+//! clients: PAUSE, RESUME, KILL, RECONNECT, DISABLE, ENABLE, and applying a
+//! reloaded config.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -12,11 +13,13 @@ use tracing::info;
 use super::{Control, Shard};
 use crate::pool::Pool;
 
-/// Which databases are paused, and the clients waiting for a RESUME.
+/// Which databases are paused, and the clients waiting for a RESUME; which
+/// are disabled (new clients refused).
 #[derive(Default)]
 pub(super) struct PauseState {
     all: Cell<bool>,
     databases: RefCell<HashSet<String>>,
+    disabled: RefCell<HashSet<String>>,
     waiters: RefCell<HashMap<u64, Waker>>,
     next_waiter: Cell<u64>,
 }
@@ -37,6 +40,16 @@ impl Shard {
     /// Is `database` paused on this shard?
     pub fn is_paused(&self, database: &str) -> bool {
         self.pause.is_paused(database)
+    }
+
+    /// Is `database` disabled (DISABLE) on this shard?
+    pub fn is_disabled(&self, database: &str) -> bool {
+        self.pause.disabled.borrow().contains(database)
+    }
+
+    /// The databases disabled on this shard.
+    pub fn disabled_databases(&self) -> Vec<String> {
+        self.pause.disabled.borrow().iter().cloned().collect()
     }
 
     /// Waits while `database` is paused.
@@ -101,6 +114,17 @@ impl Shard {
                 self.pools_of(Some(&database)).iter().for_each(|p| p.reconnect());
             }
             Control::Reconnect(database) => self.pools_of(database.as_deref()).iter().for_each(|p| p.reconnect()),
+            Control::Disable(database) => {
+                self.pause.disabled.borrow_mut().insert(database);
+            }
+            Control::Enable(database) => {
+                self.pause.disabled.borrow_mut().remove(&database);
+            }
+            Control::WaitClose(database) => {
+                while self.pools_of(database.as_deref()).iter().any(|p| p.stale_open() > 0) {
+                    glommio::timer::sleep(Duration::from_millis(20)).await;
+                }
+            }
             Control::Reload => self.apply_config(),
         }
     }

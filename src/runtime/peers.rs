@@ -45,6 +45,12 @@ pub enum Control {
     Kill(String),
     /// Close server connections as they become idle; new ones replace them.
     Reconnect(Option<String>),
+    /// Refuse (or again admit) new clients of the database.
+    Disable(String),
+    Enable(String),
+    /// Returns once no server connection of the database (all: None) opened
+    /// before its pool's last RECONNECT is left.
+    WaitClose(Option<String>),
     /// Apply the config now in `Shared::config`.
     Reload,
 }

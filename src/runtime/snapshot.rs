@@ -16,6 +16,8 @@ pub struct ShardSnapshot {
     pub servers: Vec<ServerSnapshot>,
     pub prepare: PrepareStats,
     pub statements: usize,
+    /// Databases DISABLEd on this shard.
+    pub disabled: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -112,6 +114,6 @@ impl Shard {
             });
         }
         let (prepare, statements) = self.prepare_totals();
-        ShardSnapshot { shard: self.id, pools, clients, servers, prepare, statements }
+        ShardSnapshot { shard: self.id, pools, clients, servers, prepare, statements, disabled: self.disabled_databases() }
     }
 }

@@ -107,6 +107,8 @@ pub struct ServerConn {
     pub generation: u64,
     /// Session settings clients changed on it (see `client::settings`).
     pub settings: crate::client::settings::Settings,
+    /// Counts it among its pool's open connections while it lives.
+    pub census: Option<crate::pool::CensusToken>,
     /// The values of the unreported output settings (extra_float_digits,
     /// bytea_output) right after login, as the server said when asked
     /// (`learn_output_settings`); empty when not asked. What a client changes
@@ -143,6 +145,7 @@ impl ServerConn {
             statements: ServerStatements::new(target.max_prepared_statements),
             generation,
             settings: Default::default(),
+            census: None,
             output_defaults: Vec::new(),
         })?;
         if target.learn_output_settings {
