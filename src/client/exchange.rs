@@ -61,7 +61,7 @@ pub use super::negotiate::Negotiation;
 use super::pinning::{self, SessionFeature};
 use super::settings::{self, Change, Settings, Value};
 use super::tracker::Tracker;
-use crate::prepare::auto::{Job, Lookup};
+use crate::prepare::auto::{Job, Lookup, PassThrough};
 use crate::prepare::lexer::{LexOptions, Lexed};
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
 use crate::protocol::backend::{self, ErrorFields};
@@ -204,21 +204,26 @@ impl AutoPrepare {
         }
     }
 
-    /// The validated statement to run the simple query `sql` as, if any. A
-    /// miss queues the shape for validation (per the policy).
-    fn statement_for(&mut self, sql: &str, ready: bool, settings: &Settings, registry: &Registry) -> Option<Rc<Statement>> {
-        if self.notice_search_path(sql) || !ready {
-            return None;
+    /// The validated statement to run the simple query `sql` as, or why it
+    /// passes through. A miss queues the shape for validation (per the policy).
+    fn statement_for(&mut self, sql: &str, ready: Ready, settings: &Settings, registry: &Registry) -> Result<Rc<Statement>, PassThrough> {
+        if self.notice_search_path(sql) {
+            return Err(PassThrough::SearchPath);
+        }
+        match ready {
+            Ready::Yes => {}
+            Ready::NotSynced => return Err(PassThrough::NotSynced),
+            Ready::Failed => return Err(PassThrough::FailedTransaction),
         }
         let options = lex_options(settings)?;
         self.options = options;
-        self.lexed.lex(sql, options).ok()?;
+        self.lexed.lex(sql, options).map_err(PassThrough::Lexer)?;
         self.rewritten.clear();
         self.lexed.write_rewritten(sql, &mut self.rewritten);
         let (hash, types, rewritten) = (self.lexed.shape_hash(), self.lexed.param_types(), &self.rewritten);
         match registry.shapes.lookup(hash, rewritten, types, Instant::now) {
-            Lookup::Rewrite(statement) => Some(statement),
-            Lookup::PassThrough => None,
+            Lookup::Rewrite(statement) => Ok(statement),
+            Lookup::PassThrough(why) => Err(why),
             Lookup::Miss => {
                 let job = |epoch| Job {
                     hash,
@@ -228,8 +233,7 @@ impl AutoPrepare {
                     options,
                     epoch,
                 };
-                registry.shapes.note(job, hash, rewritten, types, self.after);
-                None
+                Err(registry.shapes.note(job, hash, rewritten, types, self.after))
             }
         }
     }
@@ -326,23 +330,34 @@ fn bound_parameter(context: &[u8]) -> Option<usize> {
     std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
 }
 
-/// How this client's queries are lexed, or None if they must not be: a
+/// Whether a simple query may run as a prepared statement where the client's
+/// stream is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ready {
+    Yes,
+    /// The client's extended-protocol messages are not yet Synced.
+    NotSynced,
+    /// In a failed transaction block.
+    Failed,
+}
+
+/// How this client's queries are lexed, or why they must not be: a
 /// client encoding in which a multibyte character can hide a quote or
 /// backslash, or a search_path of its own.
-fn lex_options(settings: &Settings) -> Option<LexOptions> {
+fn lex_options(settings: &Settings) -> Result<LexOptions, PassThrough> {
     const UNSAFE_ENCODINGS: [&str; 7] = ["SJIS", "SHIFT_JIS_2004", "BIG5", "GBK", "UHC", "GB18030", "JOHAB"];
     let value = |name| match settings.get(name) {
         Some(Value::Reported(v) | Value::Sql(v)) => Some(v.as_str()),
         None => None,
     };
     if settings.get("search_path").is_some() {
-        return None;
+        return Err(PassThrough::SearchPath);
     }
     if value("client_encoding").is_some_and(|e| UNSAFE_ENCODINGS.iter().any(|u| u.eq_ignore_ascii_case(e.trim_matches('\'')))) {
-        return None;
+        return Err(PassThrough::Encoding);
     }
     let off = value("standard_conforming_strings").is_some_and(|v| v.trim_matches('\'').eq_ignore_ascii_case("off"));
-    Some(LexOptions { standard_conforming_strings: !off })
+    Ok(LexOptions { standard_conforming_strings: !off })
 }
 
 /// Whether `sql` names search_path anywhere (SET, set_config, a function).
@@ -707,10 +722,23 @@ impl Exchange {
     fn rewrite_query(&mut self, body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
         let Some(auto) = self.auto.as_mut() else { return false };
         let Ok(sql) = frontend::decode_query(body) else { return false };
-        let ready = self.tracker.is_synced() && self.tracker.status() != backend::TransactionStatus::Failed;
-        let Some(statement) = auto.statement_for(sql, ready, st.client_settings, st.registry) else {
-            st.registry.count(|c| c.pass_throughs += 1);
-            return false;
+        let started = Instant::now();
+        let ready = match (self.tracker.is_synced(), self.tracker.status()) {
+            (false, _) => Ready::NotSynced,
+            (true, backend::TransactionStatus::Failed) => Ready::Failed,
+            (true, _) => Ready::Yes,
+        };
+        let statement = match auto.statement_for(sql, ready, st.client_settings, st.registry) {
+            Ok(statement) => statement,
+            Err(why) => {
+                let spent = started.elapsed().as_nanos() as u64;
+                st.registry.count(|c| {
+                    c.pass_throughs += 1;
+                    c.pass_through_reasons.count(why);
+                    c.pass_through_ns += spent;
+                });
+                return false;
+            }
         };
         self.ensure_prepared(&statement, st, to_server);
         let Some(auto) = self.auto.as_mut() else { return false };
@@ -719,7 +747,11 @@ impl Exchange {
         frontend::execute(to_server, "", 0);
         frontend::sync(to_server);
         auto.running(sql, self.tracker.status() == backend::TransactionStatus::Idle);
-        st.registry.count(|c| c.rewrites += 1);
+        let spent = started.elapsed().as_nanos() as u64;
+        st.registry.count(|c| {
+            c.rewrites += 1;
+            c.rewrite_ns += spent;
+        });
         self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement) }, forward: false });
         self.expect(Request::QueryDescribe);
         self.expect(Request::Execute { plan: None });
@@ -1163,7 +1195,7 @@ mod tests {
                 epoch,
             };
             if matches!(self.registry.shapes.lookup(hash, &rewritten, types, Instant::now), Lookup::Miss) {
-                assert!(self.registry.shapes.note(job, hash, &rewritten, types, 1));
+                assert_eq!(self.registry.shapes.note(job, hash, &rewritten, types, 1), PassThrough::Validating);
             }
             let waker = std::task::Waker::noop();
             let queued = loop {

@@ -2,8 +2,10 @@
 //! as a simple query, whether it runs as a prepared statement.
 //!
 //! This module owns the shape cache (bounded; the least recently used shape
-//! goes first) and the queue of shapes waiting to be validated on a side
-//! server connection. A shape is keyed by the lexer's shape hash, and the
+//! goes first), the queue of shapes waiting to be validated on a side
+//! server connection (bounded too, in jobs and bytes: past it, a new shape's
+//! queries pass through and it is queued by a later one), and the reasons a
+//! query passes through ([`PassThrough`]). A shape is keyed by the lexer's shape hash, and the
 //! rewritten text and declared parameter types are compared on every hit, so
 //! a hash collision can only cost a cache entry, never run another statement.
 //!
@@ -18,9 +20,158 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use super::lexer::LexOptions;
+use super::lexer::{LexOptions, Unsupported};
 use super::registry::Statement;
 use super::shape::Reason;
+
+/// Jobs a pool's validation queue holds at most: one new shape is parsed at
+/// a time, so a flood of new shapes would otherwise queue without bound.
+pub const MAX_QUEUED_JOBS: usize = 64;
+
+/// Bytes of query text (original and rewritten) the queue holds at most.
+pub const MAX_QUEUED_BYTES: usize = 4 << 20;
+
+/// A query longer than this is never checked: its parse would take long,
+/// for a statement that is rarely run twice.
+pub const MAX_CHECKED_LEN: usize = 1 << 20;
+
+/// Why a simple query passed through unchanged while auto-prepare was on:
+/// one counter each ([`PassThrough::index`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PassThrough {
+    /// The client mentioned search_path (its names may resolve differently).
+    SearchPath,
+    /// Its client encoding can hide a quote or backslash in a multibyte character.
+    Encoding,
+    /// Extended-protocol messages of the client's are not yet Synced.
+    NotSynced,
+    /// In a failed transaction block.
+    FailedTransaction,
+    /// The lexer does not take the text.
+    Lexer(Unsupported),
+    /// A new shape, seen fewer times than the policy's `after`.
+    Policy,
+    /// Its shape is queued or being validated.
+    Validating,
+    /// A new shape not queued: the validation queue is full.
+    QueueFull,
+    /// A new shape not queued: the query is longer than [`MAX_CHECKED_LEN`].
+    TooLong,
+    /// Its shape could not be checked lately (no server connection free, the
+    /// original failed to prepare, a literal the parser spells differently):
+    /// it is tried again later.
+    RetryLater,
+    /// Its shape was found not rewritable.
+    Refused(Reason),
+}
+
+impl PassThrough {
+    /// The reasons that are neither the lexer's nor the validator's.
+    const OWN: [PassThrough; 9] = [
+        PassThrough::SearchPath,
+        PassThrough::Encoding,
+        PassThrough::NotSynced,
+        PassThrough::FailedTransaction,
+        PassThrough::Policy,
+        PassThrough::Validating,
+        PassThrough::QueueFull,
+        PassThrough::TooLong,
+        PassThrough::RetryLater,
+    ];
+
+    /// How many reasons there are.
+    pub const COUNT: usize = Self::OWN.len() + Unsupported::ALL.len() + Reason::ALL.len();
+
+    /// Every reason, in [`PassThrough::index`] order.
+    pub fn all() -> impl Iterator<Item = PassThrough> {
+        Self::OWN
+            .into_iter()
+            .chain(Unsupported::ALL.into_iter().map(PassThrough::Lexer))
+            .chain(Reason::ALL.into_iter().map(PassThrough::Refused))
+    }
+
+    /// A dense index below [`PassThrough::COUNT`], for a counter array.
+    pub fn index(self) -> usize {
+        let own = Self::OWN.len();
+        match self {
+            PassThrough::Lexer(u) => own + Unsupported::ALL.iter().position(|&x| x == u).unwrap_or(0),
+            PassThrough::Refused(r) => {
+                own + Unsupported::ALL.len() + Reason::ALL.iter().position(|&x| x == r).unwrap_or(0)
+            }
+            own_reason => Self::OWN.iter().position(|&x| x == own_reason).unwrap_or(0),
+        }
+    }
+
+    /// A stable label for stats and metrics: the lexer's reasons start with
+    /// `lexer_`, the validator's with `refused_`.
+    pub fn label(self) -> String {
+        match self {
+            PassThrough::SearchPath => "search_path".into(),
+            PassThrough::Encoding => "client_encoding".into(),
+            PassThrough::NotSynced => "not_synced".into(),
+            PassThrough::FailedTransaction => "failed_transaction".into(),
+            PassThrough::Lexer(u) => format!("lexer_{}", u.as_str()),
+            PassThrough::Policy => "policy".into(),
+            PassThrough::Validating => "validating".into(),
+            PassThrough::QueueFull => "queue_full".into(),
+            PassThrough::TooLong => "too_long".into(),
+            PassThrough::RetryLater => "retry_later".into(),
+            PassThrough::Refused(r) => format!("refused_{}", r.as_str()),
+        }
+    }
+
+    /// What it means, for people.
+    pub fn description(self) -> String {
+        match self {
+            PassThrough::SearchPath => "the client mentioned search_path".into(),
+            PassThrough::Encoding => "a client encoding the lexer cannot read safely".into(),
+            PassThrough::NotSynced => "sent before the client's extended-protocol messages were synced".into(),
+            PassThrough::FailedTransaction => "in a failed transaction block".into(),
+            PassThrough::Lexer(u) => format!("lexer: {u}"),
+            PassThrough::Policy => "a new shape, not yet run auto_prepare_after times".into(),
+            PassThrough::Validating => "its shape is queued for validation or being validated".into(),
+            PassThrough::QueueFull => "a new shape, not queued: the validation queue is full".into(),
+            PassThrough::TooLong => "a new shape, not queued: the query is too long to check".into(),
+            PassThrough::RetryLater => "its shape could not be checked lately; it is tried again later".into(),
+            PassThrough::Refused(r) => format!("refused: {r}"),
+        }
+    }
+}
+
+/// Queries passed through, per [`PassThrough`] reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassThroughCounts([u64; PassThrough::COUNT]);
+
+impl Default for PassThroughCounts {
+    fn default() -> Self {
+        PassThroughCounts([0; PassThrough::COUNT])
+    }
+}
+
+impl PassThroughCounts {
+    pub fn count(&mut self, reason: PassThrough) {
+        self.0[reason.index()] += 1;
+    }
+
+    pub fn get(&self, reason: PassThrough) -> u64 {
+        self.0[reason.index()]
+    }
+
+    pub fn add(&mut self, other: &PassThroughCounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a += b;
+        }
+    }
+
+    /// Every reason with its count.
+    pub fn iter(&self) -> impl Iterator<Item = (PassThrough, u64)> + '_ {
+        PassThrough::all().map(|reason| (reason, self.get(reason)))
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
 
 /// What is known of a shape.
 #[derive(Debug, Clone)]
@@ -42,7 +193,7 @@ pub enum Decision {
 #[derive(Debug)]
 pub enum Lookup {
     Rewrite(Rc<Statement>),
-    PassThrough,
+    PassThrough(PassThrough),
     /// Unknown, or due for another try: pass it through, and queue it if
     /// [`Shapes::note`] says so.
     Miss,
@@ -60,6 +211,13 @@ pub struct Job {
     pub options: LexOptions,
     /// The cache generation it was queued in; stale after DDL.
     pub epoch: u64,
+}
+
+impl Job {
+    /// The bytes it holds, counted against [`MAX_QUEUED_BYTES`].
+    fn bytes(&self) -> usize {
+        self.sql.len() + self.original.len()
+    }
 }
 
 #[derive(Debug)]
@@ -82,6 +240,10 @@ pub struct Shapes {
     capacity: usize,
     clock: Cell<u64>,
     queue: RefCell<VecDeque<Job>>,
+    /// The bytes of the queued jobs.
+    queued_bytes: Cell<usize>,
+    /// Shapes whose parser check runs now, off the shard thread.
+    parsing: Cell<u64>,
     /// The validator waiting for a job.
     waker: RefCell<Option<Waker>>,
     /// A validator task runs for this pool.
@@ -99,6 +261,8 @@ impl Shapes {
             capacity: capacity.max(1),
             clock: Cell::new(0),
             queue: RefCell::default(),
+            queued_bytes: Cell::new(0),
+            parsing: Cell::new(0),
             waker: RefCell::default(),
             validator: Cell::new(false),
             epoch: Cell::new(0),
@@ -116,16 +280,18 @@ impl Shapes {
         entry.used = clock;
         match &entry.decision {
             Decision::Rewrite(statement) => Lookup::Rewrite(statement.clone()),
-            Decision::PassThrough(_) | Decision::Pending => Lookup::PassThrough,
-            Decision::RetryAfter(at) if now() < *at => Lookup::PassThrough,
+            Decision::PassThrough(reason) => Lookup::PassThrough(PassThrough::Refused(*reason)),
+            Decision::Pending => Lookup::PassThrough(PassThrough::Validating),
+            Decision::RetryAfter(at) if now() < *at => Lookup::PassThrough(PassThrough::RetryLater),
             Decision::RetryAfter(_) | Decision::Seen(_) => Lookup::Miss,
         }
     }
 
     /// A query of a shape [`Shapes::lookup`] missed ran as it was: counts it,
     /// and queues the shape for validation once it has been seen `after`
-    /// times. Returns whether it was queued.
-    pub fn note(&self, job: impl FnOnce(u64) -> Job, hash: u64, sql: &str, param_types: &[u32], after: u32) -> bool {
+    /// times, if the queue has room. Returns why the query passed through:
+    /// [`PassThrough::Validating`] if the shape was queued.
+    pub fn note(&self, job: impl FnOnce(u64) -> Job, hash: u64, sql: &str, param_types: &[u32], after: u32) -> PassThrough {
         let clock = self.tick();
         let seen = {
             let mut map = self.by_hash.borrow_mut();
@@ -140,16 +306,29 @@ impl Shapes {
                 None => 1,
             }
         };
-        let decision = if seen >= after { Decision::Pending } else { Decision::Seen(seen) };
-        let queued = matches!(decision, Decision::Pending);
-        self.put(hash, sql, param_types, decision, clock);
-        if queued {
-            self.queue.borrow_mut().push_back(job(self.epoch.get()));
-            if let Some(waker) = self.waker.borrow_mut().take() {
-                waker.wake();
-            }
+        if seen < after {
+            self.put(hash, sql, param_types, Decision::Seen(seen), clock);
+            return PassThrough::Policy;
         }
-        queued
+        // (The rewritten text is about as long as the original.)
+        if sql.len() > MAX_CHECKED_LEN {
+            // Remembered as seen: the next query of the shape is looked at again.
+            self.put(hash, sql, param_types, Decision::Seen(seen), clock);
+            return PassThrough::TooLong;
+        }
+        let job = job(self.epoch.get());
+        let bytes = self.queued_bytes.get() + job.bytes();
+        if self.queue.borrow().len() >= MAX_QUEUED_JOBS || bytes > MAX_QUEUED_BYTES {
+            self.put(hash, sql, param_types, Decision::Seen(seen), clock);
+            return PassThrough::QueueFull;
+        }
+        self.put(hash, sql, param_types, Decision::Pending, clock);
+        self.queued_bytes.set(bytes);
+        self.queue.borrow_mut().push_back(job);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+        PassThrough::Validating
     }
 
     /// Installs the validator's verdict for `job`'s shape, unless the cache
@@ -179,6 +358,7 @@ impl Shapes {
     pub fn clear(&self) -> Vec<Rc<Statement>> {
         self.epoch.set(self.epoch.get() + 1);
         self.queue.borrow_mut().clear();
+        self.queued_bytes.set(0);
         self.len.set(0);
         let map = std::mem::take(&mut *self.by_hash.borrow_mut());
         map.into_values()
@@ -193,7 +373,10 @@ impl Shapes {
     /// The next job, for the validator (which is woken when one arrives).
     pub fn poll_job(&self, cx: &mut Context<'_>) -> Poll<Job> {
         match self.queue.borrow_mut().pop_front() {
-            Some(job) => Poll::Ready(job),
+            Some(job) => {
+                self.queued_bytes.set(self.queued_bytes.get().saturating_sub(job.bytes()));
+                Poll::Ready(job)
+            }
             None => {
                 *self.waker.borrow_mut() = Some(cx.waker().clone());
                 Poll::Pending
@@ -204,6 +387,29 @@ impl Shapes {
     /// True once: the caller starts this pool's validator.
     pub fn claim_validator(&self) -> bool {
         !self.validator.replace(true)
+    }
+
+    /// Shapes queued for validation now.
+    pub fn queued(&self) -> usize {
+        self.queue.borrow().len()
+    }
+
+    /// Counts a parser check that runs off the shard thread until the
+    /// returned guard is dropped.
+    pub fn parsing(&self) -> impl Drop + '_ {
+        struct Parsing<'a>(&'a Cell<u64>);
+        impl Drop for Parsing<'_> {
+            fn drop(&mut self) {
+                self.0.set(self.0.get() - 1);
+            }
+        }
+        self.parsing.set(self.parsing.get() + 1);
+        Parsing(&self.parsing)
+    }
+
+    /// Parser checks running now.
+    pub fn parses_in_flight(&self) -> u64 {
+        self.parsing.get()
     }
 
     /// Shapes cached.
@@ -295,8 +501,8 @@ mod tests {
         let shapes = Shapes::new(10);
         let registry = Registry::new(0, 10);
         assert!(matches!(lookup(&shapes, 7, "select $1"), Lookup::Miss));
-        assert!(shapes.note(job(7, "select $1"), 7, "select $1", &[23], 1));
-        assert!(matches!(lookup(&shapes, 7, "select $1"), Lookup::PassThrough));
+        assert_eq!(shapes.note(job(7, "select $1"), 7, "select $1", &[23], 1), PassThrough::Validating);
+        assert!(matches!(lookup(&shapes, 7, "select $1"), Lookup::PassThrough(PassThrough::Validating)));
         let queued = take(&shapes).expect("queued");
         assert!(take(&shapes).is_none(), "queued once");
         let statement = registry.register(b"select $1\0\0\x01\0\0\0\x17");
@@ -313,10 +519,10 @@ mod tests {
     #[test]
     fn the_policy_can_wait_for_several_executions() {
         let shapes = Shapes::new(10);
-        assert!(!shapes.note(job(1, "a"), 1, "a", &[23], 3));
+        assert_eq!(shapes.note(job(1, "a"), 1, "a", &[23], 3), PassThrough::Policy);
         assert!(matches!(lookup(&shapes, 1, "a"), Lookup::Miss));
-        assert!(!shapes.note(job(1, "a"), 1, "a", &[23], 3));
-        assert!(shapes.note(job(1, "a"), 1, "a", &[23], 3));
+        assert_eq!(shapes.note(job(1, "a"), 1, "a", &[23], 3), PassThrough::Policy);
+        assert_eq!(shapes.note(job(1, "a"), 1, "a", &[23], 3), PassThrough::Validating);
         assert!(take(&shapes).is_some());
     }
 
@@ -344,9 +550,82 @@ mod tests {
         let queued = take(&shapes).expect("queued");
         let later = Instant::now() + std::time::Duration::from_secs(60);
         shapes.decide(&queued, Decision::RetryAfter(later));
-        assert!(matches!(lookup(&shapes, 1, "a"), Lookup::PassThrough));
+        assert!(matches!(lookup(&shapes, 1, "a"), Lookup::PassThrough(PassThrough::RetryLater)));
         assert!(matches!(shapes.lookup(1, "a", &[23], || later), Lookup::Miss));
-        assert!(shapes.note(job(1, "a"), 1, "a", &[23], 1));
+        assert_eq!(shapes.note(job(1, "a"), 1, "a", &[23], 1), PassThrough::Validating);
+    }
+
+    #[test]
+    fn a_refused_shape_passes_through_with_its_reason() {
+        let shapes = Shapes::new(10);
+        shapes.note(job(1, "a"), 1, "a", &[23], 1);
+        let queued = take(&shapes).expect("queued");
+        assert!(shapes.decide(&queued, Decision::PassThrough(Reason::Utility)));
+        assert!(matches!(lookup(&shapes, 1, "a"), Lookup::PassThrough(PassThrough::Refused(Reason::Utility))));
+    }
+
+    #[test]
+    fn the_queue_is_bounded_and_a_shape_left_out_is_queued_by_a_later_query() {
+        let shapes = Shapes::new(1000);
+        let texts: Vec<String> = (0..=MAX_QUEUED_JOBS).map(|i| format!("select {i}")).collect();
+        for (i, text) in texts.iter().enumerate() {
+            let want = if i < MAX_QUEUED_JOBS { PassThrough::Validating } else { PassThrough::QueueFull };
+            assert_eq!(shapes.note(job(i as u64, text), i as u64, text, &[23], 1), want, "{text}");
+        }
+        assert_eq!(shapes.queued(), MAX_QUEUED_JOBS);
+        let last = texts.last().expect("texts");
+        let hash = MAX_QUEUED_JOBS as u64;
+        // Left out: not pending, so its next query tries again.
+        assert!(matches!(lookup(&shapes, hash, last), Lookup::Miss));
+        assert_eq!(shapes.note(job(hash, last), hash, last, &[23], 1), PassThrough::QueueFull);
+        take(&shapes).expect("a job");
+        assert_eq!(shapes.note(job(hash, last), hash, last, &[23], 1), PassThrough::Validating);
+        assert!(matches!(lookup(&shapes, hash, last), Lookup::PassThrough(PassThrough::Validating)));
+    }
+
+    #[test]
+    fn the_queue_is_bounded_in_bytes() {
+        let shapes = Shapes::new(1000);
+        let big = "x".repeat(MAX_CHECKED_LEN / 4);
+        let big_job = |hash: u64, sql: &str| {
+            let sql: Box<str> = sql.into();
+            move |epoch| Job {
+                hash,
+                sql: sql.clone(),
+                param_types: Box::new([23]),
+                original: sql,
+                options: LexOptions::default(),
+                epoch,
+            }
+        };
+        // Each job holds its text twice (as original and as statement).
+        let fits = MAX_QUEUED_BYTES / (2 * (big.len() + 1));
+        assert!(fits < MAX_QUEUED_JOBS);
+        for i in 0..fits {
+            let text = format!("{big}{i}");
+            assert_eq!(shapes.note(big_job(i as u64, &text), i as u64, &text, &[23], 1), PassThrough::Validating);
+        }
+        let text = format!("{big}x");
+        assert_eq!(shapes.note(big_job(99, &text), 99, &text, &[23], 1), PassThrough::QueueFull);
+        take(&shapes).expect("a job");
+        assert_eq!(shapes.note(big_job(99, &text), 99, &text, &[23], 1), PassThrough::Validating);
+        // Too long to check at all.
+        let huge = "y".repeat(MAX_CHECKED_LEN + 1);
+        assert_eq!(shapes.note(big_job(100, &huge), 100, &huge, &[23], 1), PassThrough::TooLong);
+        shapes.clear();
+        assert_eq!(shapes.queued(), 0);
+        assert_eq!(shapes.note(big_job(101, &big), 101, &big, &[23], 1), PassThrough::Validating);
+    }
+
+    #[test]
+    fn pass_through_reasons_have_dense_indexes_and_distinct_labels() {
+        let all: Vec<PassThrough> = PassThrough::all().collect();
+        assert_eq!(all.len(), PassThrough::COUNT);
+        for (i, reason) in all.iter().enumerate() {
+            assert_eq!(reason.index(), i, "{reason:?}");
+        }
+        let labels: std::collections::HashSet<String> = all.iter().map(|r| r.label()).collect();
+        assert_eq!(labels.len(), PassThrough::COUNT);
     }
 
     #[test]
