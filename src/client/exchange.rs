@@ -1321,6 +1321,20 @@ mod tests {
         assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "PBDES", "inside a transaction block is fine");
         reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C57014\0Mcanceled\0\0"), (b'Z', b"E")]);
         assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q");
+        let reasons = sides.registry.stats().pass_through_reasons;
+        assert_eq!(reasons.get(PassThrough::FailedTransaction), 1);
+        reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C25P02\0Maborted\0\0"), (b'Z', b"E")]);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "ROLLBACK")), "Q");
+        reply(&mut ex, &mut sides, &[(b'C', b"ROLLBACK\0"), (b'Z', b"I")]);
+        // A Parse the client has not Synced yet: the query waits its turn as it is.
+        let mut parse = BytesMut::new();
+        frontend::parse(&mut parse, "", "SELECT 2", &[]);
+        let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+        ex.from_client(frontend::PARSE, &parse, &mut sides.st(), &mut to_server, &mut to_client);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q");
+        let reasons = sides.registry.stats().pass_through_reasons;
+        assert_eq!(reasons.get(PassThrough::NotSynced), 1);
+        assert_eq!(reasons.total(), sides.registry.stats().pass_throughs);
     }
 
     #[test]
