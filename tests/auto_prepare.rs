@@ -699,3 +699,94 @@ fn a_big_new_shape_is_parsed_off_the_shard_while_queries_flow() {
     let stats = wait_for_validations(lane.port);
     assert_eq!(stats["parses_in_flight"], 0, "{stats:?}");
 }
+
+#[test]
+fn spellings_of_one_statement_share_it_and_answer_as_directly() {
+    let db = "autoprep_spellings";
+    own_database(db);
+    let pg = postgres();
+    pg.psql_db(
+        db,
+        &format!(
+            "CREATE TABLE sp (id int PRIMARY KEY, \"Name\" text, val numeric); \
+             INSERT INTO sp VALUES (1, 'one', 1.5), (2, 'two', 2.5), (3, 'three', 3.5); ALTER TABLE sp OWNER TO {USER}"
+        ),
+    );
+    let lane = pglane(2, db);
+    let mut client = RawClient::login(lane.port, USER, "app");
+    let mut direct = RawClient::login(pg.port, USER, db);
+    let run = |c: &mut RawClient, sql: &str| {
+        run_ok(c, "BEGIN");
+        let reply = query(c, sql);
+        run_ok(c, "ROLLBACK");
+        reply
+    };
+    // Each first text is validated; the others differ in whitespace,
+    // comments, the case of unquoted words and a trailing `;`, and in
+    // their literals' values.
+    let families: &[(&str, &[&str])] = &[
+        (
+            "SELECT id, \"Name\" AS n, val * 2 FROM sp WHERE id = 1",
+            &["select ID, \"Name\" as N, VAL*2 from SP where ID=2", "SELECT id,\n  \"Name\" AS n, /* c */ val * 2 FROM sp -- c\n WHERE id = 3;"],
+        ),
+        ("SELECT count(*) AS Total, sum(val) FROM sp WHERE val > 1.5", &["select COUNT(*) as total, SUM(VAL) from sp where VAL > 2.5"]),
+        ("SELECT 'x' || id AS Label FROM sp ORDER BY 1 LIMIT 2", &["SELECT 'y'||ID as LABEL from sp order by 1 limit 1"]),
+        ("INSERT INTO sp VALUES (10, 'a', 1) RETURNING id AS Inserted, val::TEXT", &["insert into SP values (11,'b',2) returning ID as inserted, VAL::text"]),
+        ("UPDATE sp SET val = val + 1 WHERE id = 1 RETURNING val, \"Name\"", &["Update SP Set VAL = VAL + 7 Where ID = 2 Returning VAL, \"Name\""]),
+        ("SELECT 1/0 AS Boom FROM sp WHERE id = 1", &["select 1/0 as boom from sp where id = 1"]),
+        ("INSERT INTO sp VALUES (1, 'dup', 0)", &["insert into sp values (1, 'again', 0)"]),
+    ];
+    for (first, _) in families {
+        run(&mut client, first);
+    }
+    wait_for_validations(lane.port);
+    let before = prepared_stats(lane.port);
+    let mut failures = String::new();
+    let mut respelled = 0;
+    for (first, others) in families {
+        for sql in std::iter::once(first).chain(others.iter()) {
+            let rewrites = prepared_stats(lane.port)["rewrites"];
+            let through = run(&mut client, sql);
+            let want = run(&mut direct, sql);
+            if prepared_stats(lane.port)["rewrites"] != rewrites + 1 {
+                let _ = writeln!(failures, "\n{sql}: not rewritten");
+            }
+            if want.iter().map(comparable).ne(through.iter().map(comparable)) {
+                let _ = writeln!(failures, "\n{sql}\n  direct {}\n  pglane {}", describe(&want), describe(&through));
+            }
+            respelled += usize::from(sql != first);
+        }
+    }
+    assert!(failures.is_empty(), "{failures}");
+    let after = prepared_stats(lane.port);
+    assert_eq!(after["validations"], before["validations"], "no spelling was validated again: {after:?}");
+    assert_eq!(after["respellings"] - before["respellings"], respelled as u64, "{after:?}");
+    // One server statement per family.
+    let statements = run_ok(&mut client, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'pglane%'");
+    assert!(first_column(&statements)[0].parse::<usize>().unwrap() <= families.len(), "{statements:?}");
+}
+
+#[test]
+fn an_error_position_points_into_the_clients_spelling() {
+    let db = "autoprep_respelled_position";
+    own_database(db);
+    let pg = postgres();
+    pg.psql_db(db, &format!("CREATE TABLE p (a int); INSERT INTO p VALUES (42); ALTER TABLE p OWNER TO {USER}"));
+    let lane = pglane(1, db);
+    let mut client = RawClient::login(lane.port, USER, "app");
+    let first = "SELECT 'é-x' || a, a + 1 FROM p WHERE a = 42";
+    run_ok(&mut client, first);
+    wait_for_validations(lane.port);
+    assert_eq!(first_column(&run_ok(&mut client, first)), ["é-x42"]);
+    // The column goes away behind pglane's back: the statement prepared
+    // from the first text fails, at a position in that text.
+    pg.psql_db(db, "ALTER TABLE p RENAME COLUMN a TO z");
+    let other = "select  /* é */ 'é-x'||A,\n A + 7 from P where A = 1";
+    let rewrites = prepared_stats(lane.port)["rewrites"];
+    let through = query(&mut client, other);
+    assert_eq!(prepared_stats(lane.port)["rewrites"], rewrites + 1, "this one ran as the first text's statement");
+    let mut direct = RawClient::login(pg.port, USER, db);
+    let want = query(&mut direct, other);
+    assert_eq!(error_code(&want).as_deref(), Some("42703"));
+    assert_eq!(through.iter().map(comparable).collect::<Vec<_>>(), want.iter().map(comparable).collect::<Vec<_>>());
+}

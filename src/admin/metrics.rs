@@ -115,6 +115,7 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family("pglane_auto_prepare_pass_through_microseconds_total", "counter", "Time spent lexing and looking up the queries passed through.", per_shard(&|s| s.prepare.pass_through_ns / 1000));
     family("pglane_auto_prepare_shapes_queued", "gauge", "Query shapes waiting for validation.", per_shard(&|s| s.prepare.shapes_queued));
     family("pglane_auto_prepare_parses_in_flight", "gauge", "Query shapes being parsed off the shard thread.", per_shard(&|s| s.prepare.parses_in_flight));
+    family("pglane_auto_prepare_respellings_total", "counter", "Spellings of a query shape that took another spelling's verdict.", per_shard(&|s| s.prepare.respellings));
     family("pglane_auto_prepare_validations_total", "counter", "Query shapes checked on a side connection.", per_shard(&|s| s.prepare.validations));
     family("pglane_auto_prepare_validation_failures_total", "counter", "Query shapes found not rewritable.", per_shard(&|s| s.prepare.validation_failures));
     family("pglane_auto_prepare_reruns_total", "counter", "Rewritten queries with a stale plan run again as plain queries.", per_shard(&|s| s.prepare.reruns));

@@ -61,8 +61,8 @@ pub use super::negotiate::Negotiation;
 use super::pinning::{self, SessionFeature};
 use super::settings::{self, Change, Settings, Value};
 use super::tracker::Tracker;
-use crate::prepare::auto::{Job, Lookup, PassThrough};
-use crate::prepare::lexer::{LexOptions, Lexed};
+use crate::prepare::auto::{Job, Lookup, PassThrough, Spelling};
+use crate::prepare::lexer::{self, LexOptions, Lexed};
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
@@ -161,6 +161,9 @@ pub struct Exchange {
 struct Running {
     sql: String,
     options: LexOptions,
+    /// Its statement was prepared from this other spelling (error
+    /// positions point into it).
+    spelling: Option<Rc<Spelling>>,
     /// It started outside a transaction block: if its Bind finds the plan
     /// stale (DDL pglane did not see), nothing has run and the client has
     /// seen nothing, so it can run again as the plain query.
@@ -180,6 +183,8 @@ struct AutoPrepare {
     /// The rewritten text of the query being looked up, and how it was lexed.
     rewritten: String,
     options: LexOptions,
+    /// The query's statement was prepared from this other spelling.
+    spelling: Option<Rc<Spelling>>,
     /// The rewritten queries still running, oldest first (to map error
     /// positions back, or run again), and spare buffers for the next ones.
     running: VecDeque<Running>,
@@ -197,6 +202,7 @@ impl AutoPrepare {
             lexed: Lexed::new(),
             rewritten: String::new(),
             options: LexOptions::default(),
+            spelling: None,
             running: VecDeque::new(),
             spare: Vec::new(),
             off: false,
@@ -221,8 +227,19 @@ impl AutoPrepare {
         self.rewritten.clear();
         self.lexed.write_rewritten(sql, &mut self.rewritten);
         let (hash, types, rewritten) = (self.lexed.shape_hash(), self.lexed.param_types(), &self.rewritten);
-        match registry.shapes.lookup(hash, rewritten, types, Instant::now) {
-            Lookup::Rewrite(statement) => Ok(statement),
+        let mut lookup = registry.shapes.lookup(hash, rewritten, types, Instant::now);
+        if matches!(lookup, Lookup::Miss) {
+            let same = |first: &Spelling| lexer::same_statement(&first.sql, first.options, sql, options);
+            if let Some(respelled) = registry.shapes.respelled(hash, rewritten, types, same) {
+                registry.count(|c| c.respellings += 1);
+                lookup = respelled;
+            }
+        }
+        match lookup {
+            Lookup::Rewrite(statement, spelling) => {
+                self.spelling = spelling;
+                Ok(statement)
+            }
             Lookup::PassThrough(why) => Err(why),
             Lookup::Miss => {
                 let job = |epoch| Job {
@@ -250,7 +267,8 @@ impl AutoPrepare {
         let mut text = self.spare.pop().unwrap_or_default();
         text.clear();
         text.push_str(sql);
-        self.running.push_back(Running { sql: text, options: self.options, may_rerun, stale: None });
+        let spelling = self.spelling.take();
+        self.running.push_back(Running { sql: text, options: self.options, spelling, may_rerun, stale: None });
     }
 
     /// The oldest rewritten query got its ReadyForQuery.
@@ -265,10 +283,14 @@ impl AutoPrepare {
     /// [`original_error_fields`]), or unchanged if nothing in it points at
     /// the rewritten text.
     fn write_error(&mut self, body: &[u8], to_client: &mut BytesMut) {
-        let mapped = self.running.front().and_then(|Running { sql, options, .. }| {
+        let mapped = self.running.front().and_then(|Running { sql, options, spelling, .. }| {
             let fields = backend::error_field_list(body).ok()?;
             self.lexed.lex(sql, *options).ok()?;
-            original_error_fields(&fields, &self.lexed, sql)
+            let position = |p| match spelling {
+                None => Some(self.lexed.original_position(sql, p)),
+                Some(first) => lexer::respelled_position(&first.sql, first.options, sql, *options, p),
+            };
+            original_error_fields(&fields, &self.lexed, sql, position)
         });
         match mapped {
             Some(mapped) => {
@@ -286,13 +308,19 @@ impl AutoPrepare {
 /// server reports with the context `unnamed portal parameter $n = '...'`
 /// and no position, gets the position of the literal that became `$n`
 /// instead, as the original's error has. None when nothing changes.
-fn original_error_fields(fields: &[(u8, &[u8])], lexed: &Lexed, sql: &str) -> Option<Vec<(u8, Vec<u8>)>> {
+/// `position` maps a position in the statement's text to `sql`.
+fn original_error_fields(
+    fields: &[(u8, &[u8])],
+    lexed: &Lexed,
+    sql: &str,
+    position: impl Fn(usize) -> Option<usize>,
+) -> Option<Vec<(u8, Vec<u8>)>> {
     let mut changed = false;
     let mapped = fields
         .iter()
         .map(|&(code, value)| {
             let position = match code {
-                b'P' => std::str::from_utf8(value).ok().and_then(|p| p.parse().ok()).map(|p| lexed.original_position(sql, p)),
+                b'P' => std::str::from_utf8(value).ok().and_then(|p| p.parse().ok()).and_then(&position),
                 b'W' => bound_parameter(value)
                     .and_then(|n| lexed.slots().get(n.checked_sub(1)?))
                     .and_then(|slot| sql.get(..slot.start as usize))
@@ -1284,12 +1312,16 @@ mod tests {
 
         // The server connection has it now: no second Parse.
         assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT name FROM t WHERE id = 7 AND note = ''")), "BDES");
-        // The same shape in other words is another statement.
-        assert_eq!(tags(&query(&mut ex, &mut sides, "select NAME from t where id = 7 and note = ''")), "Q");
+        // The same statement spelled otherwise runs as the same statement, ...
+        assert_eq!(tags(&query(&mut ex, &mut sides, "select NAME from t\nwhere id = 7 and note = '' ;")), "BDES");
+        assert_eq!(sides.registry.stats().respellings, 1);
+        // ... but a quoted identifier is not the unquoted word.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT \"name\" FROM t WHERE id = 7 AND note = ''")), "Q");
         let got = reply(&mut ex, &mut sides, &[(b'2', b""), (b'n', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
         assert_eq!(tags(&got), "CZ", "NoData is not the client's");
+        reply(&mut ex, &mut sides, &[(b'2', b""), (b'n', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
         reply(&mut ex, &mut sides, &[(b'C', b"SELECT 0\0"), (b'Z', b"I")]);
-        assert_eq!(sides.registry.stats().rewrites, 2);
+        assert_eq!(sides.registry.stats().rewrites, 3);
     }
 
     #[test]
@@ -1368,7 +1400,7 @@ mod tests {
         let mut lexed = Lexed::new();
         lexed.lex(sql, LexOptions::default()).unwrap();
         assert_eq!(lexed.rewritten(sql), "SELECT $1, $2 + x FROM t");
-        let fields = |list: &[(u8, &[u8])]| original_error_fields(list, &lexed, sql);
+        let fields = |list: &[(u8, &[u8])]| original_error_fields(list, &lexed, sql, |p| Some(lexed.original_position(sql, p)));
         // `x` is at 17 in the rewrite and at 18 in the original (`'éé'` is 4 characters, `$1` 2, `1` 1 and `$2` 2).
         assert_eq!(fields(&[(b'M', b"m"), (b'P', b"17")]), Some(vec![(b'M', b"m".to_vec()), (b'P', b"18".to_vec())]));
         assert_eq!(fields(&[(b'W', b"unnamed portal parameter $2 = '...'")]), Some(vec![(b'P', b"14".to_vec())]));

@@ -9,6 +9,15 @@
 //! rewritten text and declared parameter types are compared on every hit, so
 //! a hash collision can only cost a cache entry, never run another statement.
 //!
+//! Texts that differ only in whitespace, comments and the case of unquoted
+//! words have one shape hash; each such spelling gets its own entry (its
+//! rewritten text is compared on every hit), and a spelling of a shape that
+//! already has a verdict takes that verdict with no validation of its own
+//! ([`Shapes::respelled`]), once the lexer found the two token for token the
+//! same statement. A rewritten spelling then runs the statement prepared
+//! from the first text: the server's error positions point into that text,
+//! and the exchange maps them back through the spelling kept here.
+//!
 //! It is plain shard-local state: it never blocks, never locks and does no
 //! I/O. The exchange looks shapes up and queues new ones; the validator
 //! (`client::autoprep`) takes jobs from the queue and installs its verdicts.
@@ -189,10 +198,20 @@ pub enum Decision {
     RetryAfter(Instant),
 }
 
+/// The query a shape's verdict was reached on: other spellings are compared
+/// with it, and a rewritten one maps error positions through it.
+#[derive(Debug)]
+pub struct Spelling {
+    pub sql: Box<str>,
+    pub options: LexOptions,
+}
+
 /// What the exchange does with a query of this shape.
 #[derive(Debug)]
 pub enum Lookup {
-    Rewrite(Rc<Statement>),
+    /// Run it as this statement; with the spelling the statement was
+    /// prepared from when that is not this query's.
+    Rewrite(Rc<Statement>, Option<Rc<Spelling>>),
     PassThrough(PassThrough),
     /// Unknown, or due for another try: pass it through, and queue it if
     /// [`Shapes::note`] says so.
@@ -226,6 +245,10 @@ struct Entry {
     param_types: Box<[u32]>,
     decision: Decision,
     used: u64,
+    /// The query the verdict was reached on (once there is one).
+    spelling: Option<Rc<Spelling>>,
+    /// The verdict is another spelling's ([`Shapes::respelled`]).
+    respelled: bool,
 }
 
 impl Entry {
@@ -279,7 +302,9 @@ impl Shapes {
         };
         entry.used = clock;
         match &entry.decision {
-            Decision::Rewrite(statement) => Lookup::Rewrite(statement.clone()),
+            Decision::Rewrite(statement) => {
+                Lookup::Rewrite(statement.clone(), if entry.respelled { entry.spelling.clone() } else { None })
+            }
             Decision::PassThrough(reason) => Lookup::PassThrough(PassThrough::Refused(*reason)),
             Decision::Pending => Lookup::PassThrough(PassThrough::Validating),
             Decision::RetryAfter(at) if now() < *at => Lookup::PassThrough(PassThrough::RetryLater),
@@ -340,11 +365,41 @@ impl Shapes {
         let mut map = self.by_hash.borrow_mut();
         match map.get_mut(&job.hash).and_then(|v| v.iter_mut().find(|e| e.is(&job.sql, &job.param_types))) {
             Some(entry) if matches!(entry.decision, Decision::Pending) => {
+                if matches!(decision, Decision::Rewrite(_) | Decision::PassThrough(_)) {
+                    entry.spelling = Some(Rc::new(Spelling { sql: job.original.clone(), options: job.options }));
+                }
                 entry.decision = decision;
                 true
             }
             _ => false,
         }
+    }
+
+    /// A query [`Shapes::lookup`] missed may be another spelling of a shape
+    /// with a verdict (the same hash and parameter types): if `same` finds
+    /// it the same statement as the query that verdict was reached on, this
+    /// spelling is cached with that verdict, and its lookup is returned.
+    pub fn respelled(&self, hash: u64, sql: &str, param_types: &[u32], mut same: impl FnMut(&Spelling) -> bool) -> Option<Lookup> {
+        let candidates: Vec<(Rc<Spelling>, Decision)> = {
+            let map = self.by_hash.borrow();
+            map.get(&hash)?
+                .iter()
+                .filter(|e| !e.respelled && &*e.param_types == param_types)
+                .filter_map(|e| Some((e.spelling.clone()?, e.decision.clone())))
+                .collect()
+        };
+        let (spelling, decision) = candidates.into_iter().find(|(spelling, _)| same(spelling))?;
+        let clock = self.tick();
+        self.put(hash, sql, param_types, decision, clock);
+        let mut map = self.by_hash.borrow_mut();
+        let entry = map.get_mut(&hash).and_then(|v| v.iter_mut().find(|e| e.is(sql, param_types)))?;
+        entry.spelling = Some(spelling.clone());
+        entry.respelled = true;
+        Some(match &entry.decision {
+            Decision::Rewrite(statement) => Lookup::Rewrite(statement.clone(), Some(spelling)),
+            Decision::PassThrough(reason) => Lookup::PassThrough(PassThrough::Refused(*reason)),
+            _ => Lookup::Miss,
+        })
     }
 
     /// The verdict for a shape, if it is cached (for tests and the admin console).
@@ -437,7 +492,8 @@ impl Shapes {
             evict_oldest(&mut map);
             self.len.set(self.len.get() - 1);
         }
-        let entry = Entry { sql: sql.into(), param_types: param_types.into(), decision, used: clock };
+        let entry =
+            Entry { sql: sql.into(), param_types: param_types.into(), decision, used: clock, spelling: None, respelled: false };
         map.entry(hash).or_default().push(entry);
         self.len.set(self.len.get() + 1);
     }
@@ -508,7 +564,7 @@ mod tests {
         let statement = registry.register(b"select $1\0\0\x01\0\0\0\x17");
         assert!(shapes.decide(&queued, Decision::Rewrite(statement.clone())));
         match lookup(&shapes, 7, "select $1") {
-            Lookup::Rewrite(s) => assert!(Rc::ptr_eq(&s, &statement)),
+            Lookup::Rewrite(s, None) => assert!(Rc::ptr_eq(&s, &statement)),
             other => panic!("{other:?}"),
         }
         // The same hash with another text or other types is another shape.
@@ -553,6 +609,44 @@ mod tests {
         assert!(matches!(lookup(&shapes, 1, "a"), Lookup::PassThrough(PassThrough::RetryLater)));
         assert!(matches!(shapes.lookup(1, "a", &[23], || later), Lookup::Miss));
         assert_eq!(shapes.note(job(1, "a"), 1, "a", &[23], 1), PassThrough::Validating);
+    }
+
+    #[test]
+    fn another_spelling_takes_a_verdict_once_found_the_same_statement() {
+        let shapes = Shapes::new(10);
+        let registry = Registry::new(0, 10);
+        shapes.note(job(7, "select $1"), 7, "select $1", &[23], 1);
+        assert!(shapes.respelled(7, "SELECT $1", &[23], |_| true).is_none(), "no verdict yet");
+        let queued = take(&shapes).expect("queued");
+        let statement = registry.register(b"select $1\0\0\x01\0\0\0\x17");
+        assert!(shapes.decide(&queued, Decision::Rewrite(statement.clone())));
+        assert!(shapes.respelled(7, "SELECT $1", &[23], |_| false).is_none(), "not the same statement");
+        assert!(shapes.respelled(7, "SELECT $1", &[20], |_| panic!("other types")).is_none());
+        let mut compared = Vec::new();
+        match shapes.respelled(7, "SELECT $1", &[23], |first| {
+            compared.push(first.sql.to_string());
+            true
+        }) {
+            Some(Lookup::Rewrite(s, Some(first))) => {
+                assert!(Rc::ptr_eq(&s, &statement));
+                assert_eq!(&*first.sql, "select 1");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(compared, ["select 1"], "compared with the query the verdict was reached on");
+        // Cached: a hit from now on, which names the first spelling.
+        assert!(matches!(lookup(&shapes, 7, "SELECT $1"), Lookup::Rewrite(_, Some(_))));
+        assert!(matches!(lookup(&shapes, 7, "select $1"), Lookup::Rewrite(_, None)));
+        assert_eq!(shapes.len(), 2);
+        // A refusal is taken the same way.
+        shapes.note(job(8, "show $1"), 8, "show $1", &[23], 1);
+        let queued = take(&shapes).expect("queued");
+        assert!(shapes.decide(&queued, Decision::PassThrough(Reason::Utility)));
+        assert!(matches!(
+            shapes.respelled(8, "SHOW $1", &[23], |_| true),
+            Some(Lookup::PassThrough(PassThrough::Refused(Reason::Utility)))
+        ));
+        assert!(shapes.clear().iter().all(|s| Rc::ptr_eq(s, &statement)), "one statement, however many spellings");
     }
 
     #[test]

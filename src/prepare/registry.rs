@@ -58,6 +58,9 @@ pub struct PrepareStats {
     /// (gauges, filled in by `Registry::stats`).
     pub shapes_queued: u64,
     pub parses_in_flight: u64,
+    /// Spellings of a shape (other whitespace, comments, case of unquoted
+    /// words) that took the verdict of one validated before.
+    pub respellings: u64,
     /// Shapes validated on a side connection, and those found not to be rewritable.
     pub validations: u64,
     pub validation_failures: u64,
@@ -92,6 +95,7 @@ impl PrepareStats {
         self.pass_through_ns += o.pass_through_ns;
         self.shapes_queued += o.shapes_queued;
         self.parses_in_flight += o.parses_in_flight;
+        self.respellings += o.respellings;
         self.validations += o.validations;
         self.validation_failures += o.validation_failures;
         self.unnamed_mapped += o.unnamed_mapped;
