@@ -345,7 +345,6 @@ pub struct Lexed {
     frames: Vec<Frame>,
     /// The tokens, when [`Lexed::lex_tokens`] records them.
     tokens: Vec<Token>,
-    record: bool,
 }
 
 impl Default for Lexed {
@@ -372,30 +371,32 @@ impl Lexed {
             kept: Vec::new(),
             frames: Vec::new(),
             tokens: Vec::new(),
-            record: false,
         }
     }
 
     /// Lexes one query. On `Err` the output is empty and the query must pass
     /// through unchanged.
     pub fn lex(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
-        self.clear();
-        if u32::try_from(sql.len()).is_err() {
-            return Err(Unsupported::TooLong);
-        }
-        let result = Scanner::new(sql.as_bytes(), options, self).run();
-        if result.is_err() {
-            self.clear();
-        }
-        result
+        self.lex_recording::<false>(sql, options)
     }
 
     /// [`Lexed::lex`], recording the tokens ([`Lexed::tokens`]) as well: for
     /// the cold path only.
     pub fn lex_tokens(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
-        self.record = true;
-        let result = self.lex(sql, options);
-        self.record = false;
+        self.lex_recording::<true>(sql, options)
+    }
+
+    /// One scanner per `RECORD`, so that [`Lexed::lex`] has no trace of
+    /// the recording.
+    fn lex_recording<const RECORD: bool>(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
+        self.clear();
+        if u32::try_from(sql.len()).is_err() {
+            return Err(Unsupported::TooLong);
+        }
+        let result = Scanner::<RECORD>::new(sql.as_bytes(), options, self).run();
+        if result.is_err() {
+            self.clear();
+        }
         result
     }
 
@@ -552,11 +553,13 @@ fn decimal_width(mut n: usize) -> usize {
 // ---------------------------------------------------------------------------
 
 /// `ident_start`: `[A-Za-z\200-\377_]`.
+#[inline]
 fn is_ident_start(c: u8) -> bool {
     c.is_ascii_alphabetic() || c == b'_' || c >= 0x80
 }
 
 /// `ident_cont`: `[A-Za-z\200-\377_0-9\$]`.
+#[inline]
 fn is_ident_cont(c: u8) -> bool {
     IDENT_CONT[usize::from(c)]
 }
@@ -574,11 +577,13 @@ static IDENT_CONT: [bool; 256] = {
 };
 
 /// `dolq_cont`: an identifier character but `$`.
+#[inline]
 fn is_dollar_tag_cont(c: u8) -> bool {
     is_ident_start(c) || c.is_ascii_digit()
 }
 
 /// `op_chars`: `[\~\!\@\#\^\&\|\`\?\+\-\*\/\%\<\>\=]`.
+#[inline]
 fn is_op_char(c: u8) -> bool {
     matches!(
         c,
@@ -602,6 +607,7 @@ fn is_op_char(c: u8) -> bool {
 }
 
 /// `space`: `[ \t\n\r\f]` (PostgreSQL 15 does not take `\v`).
+#[inline]
 fn is_space(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0c)
 }
@@ -610,6 +616,7 @@ fn is_space(c: u8) -> bool {
 /// operator characters), per scan.l's `{operator}` rule: it stops before a
 /// `/*` or `--`, and drops trailing `+`/`-` unless it holds one of
 /// ``~!@#^&|`?%`` (so `=-` is `=` then `-`).
+#[inline]
 fn operator_len(run: &[u8]) -> usize {
     let comment = run.windows(2).position(|w| w == b"/*" || w == b"--");
     let mut len = comment.unwrap_or(run.len());
@@ -662,6 +669,7 @@ macro_rules! keywords {
         }
 
         impl Kw {
+            #[inline]
             fn lookup(word: &[u8]) -> Kw {
                 match pack_lowercase(word) {
                     $(packed::$kw => Kw::$kw,)*
@@ -745,6 +753,7 @@ const fn pack(word: &[u8]) -> u128 {
 
 /// [`pack`] of a word ASCII-lowercased, read with overlapping loads rather
 /// than a byte loop; 0 (no keyword) if longer than 16 bytes.
+#[inline]
 fn pack_lowercase(word: &[u8]) -> u128 {
     let len = word.len();
     let packed = match len {
@@ -773,6 +782,7 @@ impl Kw {
     /// Keywords after which an expression starts: a literal there is a value
     /// (and may become a slot), a `-` there is a unary minus. After any other
     /// word a literal is kept (`date '…'`) and a `-` subtracts.
+    #[inline]
     fn starts_expression(self) -> bool {
         matches!(
             self,
@@ -808,6 +818,7 @@ impl Kw {
     }
 
     /// Keywords that end an ORDER BY / GROUP BY list at their level.
+    #[inline]
     fn ends_list(self) -> bool {
         matches!(
             self,
@@ -836,6 +847,7 @@ impl Kw {
 
     /// Words that continue a type name after its first word
     /// (`double precision`, `timestamp with time zone`, `interval day to second`).
+    #[inline]
     fn continues_type_name(self) -> bool {
         matches!(
             self,
@@ -881,6 +893,7 @@ enum Prev {
 
 impl Prev {
     /// Whether a `-` here is a unary minus.
+    #[inline]
     fn before_operand(self) -> bool {
         matches!(self, Prev::Keyword(_) | Prev::Operator | Prev::Open | Prev::Comma)
     }
@@ -937,12 +950,14 @@ const TAG_OPERATOR: u64 = 3;
 const TAG_SLOT: u64 = 4;
 const TAG_KEPT: u64 = 5;
 
+#[inline]
 fn folded_multiply(a: u64, b: u64) -> u64 {
     let full = u128::from(a) * u128::from(b);
     (full as u64) ^ ((full >> 64) as u64)
 }
 
 /// ASCII-lowercases the eight bytes of a word at once.
+#[inline]
 fn lowercase_word(w: u64) -> u64 {
     const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
     const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -958,6 +973,7 @@ fn lowercase_word(w: u64) -> u64 {
 /// copying them into a buffer. Given the length (hashed before it), the word
 /// determines the bytes: two overlapping 4-byte reads, or the first, middle
 /// and last byte (as in wyhash).
+#[inline]
 fn load_short(bytes: &[u8]) -> u64 {
     let len = bytes.len();
     if len >= 4 {
@@ -973,15 +989,18 @@ impl ShapeHasher {
     const K0: u64 = 0x9e37_79b9_7f4a_7c15;
     const K1: u64 = 0xd6e8_feb8_6659_fd93;
 
+    #[inline]
     fn new(seed: u64) -> ShapeHasher {
         ShapeHasher { state: seed ^ Self::K0, key: (seed.rotate_left(32) ^ Self::K1) | 1 }
     }
 
+    #[inline]
     fn mix(&mut self, word: u64) {
         self.state = folded_multiply(self.state ^ word, self.key);
     }
 
     /// A token: its tag and length, then its bytes eight at a time.
+    #[inline]
     fn token(&mut self, tag: u64, bytes: &[u8], fold_case: bool) {
         let fold = |word: u64| if fold_case { lowercase_word(word) } else { word };
         self.mix(tag | (bytes.len() as u64) << 8);
@@ -995,12 +1014,14 @@ impl ShapeHasher {
         }
     }
 
+    #[inline]
     fn finish(&self, slots: usize) -> u64 {
         folded_multiply(self.state ^ slots as u64, Self::K1 ^ self.key)
     }
 }
 
-struct Scanner<'a> {
+/// `RECORD`: push every token to [`Lexed::tokens`].
+struct Scanner<'a, const RECORD: bool> {
     sql: &'a [u8],
     pos: usize,
     options: LexOptions,
@@ -1016,8 +1037,8 @@ struct Scanner<'a> {
 
 type Lex<T = ()> = Result<T, Unsupported>;
 
-impl<'a> Scanner<'a> {
-    fn new(sql: &'a [u8], options: LexOptions, out: &'a mut Lexed) -> Scanner<'a> {
+impl<'a, const RECORD: bool> Scanner<'a, RECORD> {
+    fn new(sql: &'a [u8], options: LexOptions, out: &'a mut Lexed) -> Scanner<'a, RECORD> {
         let hash = ShapeHasher::new(out.seed);
         out.frames.push(Frame::ROOT);
         Scanner {
@@ -1139,18 +1160,11 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// Hashes the token `start..end` (words case-folded), and records it
-    /// if [`Lexed::lex_tokens`] asked.
-    fn token(&mut self, tag: u64, start: usize, end: usize) {
-        let word = tag == TAG_WORD;
-        self.hash.token(tag, &self.sql[start..end], word);
-        if self.out.record {
-            let class = match tag {
-                TAG_WORD => TokenClass::Word,
-                TAG_QUOTED => TokenClass::Quoted,
-                TAG_KEPT => TokenClass::Kept,
-                _ => TokenClass::Operator,
-            };
+    /// Records the token `start..end` if [`Lexed::lex_tokens`] asked
+    /// (nothing at all in [`Lexed::lex`]'s scanner).
+    #[inline(always)]
+    fn record(&mut self, class: TokenClass, start: usize, end: usize) {
+        if RECORD {
             self.out.tokens.push(Token { start: start as u32, end: end as u32, class });
         }
     }
@@ -1158,7 +1172,8 @@ impl<'a> Scanner<'a> {
     // -- punctuation --------------------------------------------------------
 
     fn punctuation(&mut self, prev: Prev) {
-        self.token(TAG_OPERATOR, self.pos, self.pos + 1);
+        self.hash.token(TAG_OPERATOR, &self.sql[self.pos..self.pos + 1], false);
+        self.record(TokenClass::Operator, self.pos, self.pos + 1);
         self.pos += 1;
         self.prev = prev;
         self.prev_kw = Kw::None;
@@ -1225,14 +1240,16 @@ impl<'a> Scanner<'a> {
     fn colon(&mut self) -> Lex {
         match self.at(self.pos + 1) {
             Some(b':') => {
-                self.token(TAG_OPERATOR, self.pos, self.pos + 2);
+                self.hash.token(TAG_OPERATOR, b"::", false);
+                self.record(TokenClass::Operator, self.pos, self.pos + 2);
                 self.pos += 2;
                 self.prev = Prev::Cast;
                 self.prev_kw = Kw::None;
                 self.type_name = TypeName::ExpectWord;
             }
             Some(b'=') => {
-                self.token(TAG_OPERATOR, self.pos, self.pos + 2);
+                self.hash.token(TAG_OPERATOR, b":=", false);
+                self.record(TokenClass::Operator, self.pos, self.pos + 2);
                 self.pos += 2;
                 self.prev = Prev::Operator;
                 self.prev_kw = Kw::None;
@@ -1256,7 +1273,8 @@ impl<'a> Scanner<'a> {
         if len == 1 && self.sql[start] == b'-' && self.prev.before_operand() && self.negative_number(start)? {
             return Ok(());
         }
-        self.token(TAG_OPERATOR, start, start + len);
+        self.hash.token(TAG_OPERATOR, &self.sql[start..start + len], false);
+        self.record(TokenClass::Operator, start, start + len);
         self.pos = start + len;
         self.prev = Prev::Operator;
         self.prev_kw = Kw::None;
@@ -1284,9 +1302,11 @@ impl<'a> Scanner<'a> {
         if len > MAX_NAME_LEN {
             return Err(Unsupported::LongName);
         }
-        self.token(TAG_WORD, start, start + len);
+        let word = &self.sql[start..start + len];
+        self.hash.token(TAG_WORD, word, true);
+        self.record(TokenClass::Word, start, start + len);
         self.pos = start + len;
-        self.after_word(Kw::lookup(&self.sql[start..start + len]));
+        self.after_word(Kw::lookup(word));
         Ok(())
     }
 
@@ -1308,7 +1328,8 @@ impl<'a> Scanner<'a> {
         if name_len > MAX_NAME_LEN {
             return Err(Unsupported::LongName);
         }
-        self.token(TAG_QUOTED, start, p);
+        self.hash.token(TAG_QUOTED, &self.sql[start..p], false);
+        self.record(TokenClass::Quoted, start, p);
         self.pos = p;
         self.after_word(Kw::None);
         Ok(())
@@ -1587,7 +1608,8 @@ impl<'a> Scanner<'a> {
                     return Err(Unsupported::TimeDependentLiteral);
                 }
                 self.out.values.truncate(value_start);
-                self.token(TAG_KEPT, start, end);
+                self.hash.token(TAG_KEPT, &self.sql[start..end], false);
+                self.record(TokenClass::Kept, start, end);
                 self.out.kept.push(Kept { start: start as u32, end: end as u32, why });
             }
             None => {
@@ -1596,9 +1618,7 @@ impl<'a> Scanner<'a> {
                 }
                 let param_type = kind.param_type();
                 self.hash.mix(TAG_SLOT | u64::from(param_type) << 8);
-                if self.out.record {
-                    self.out.tokens.push(Token { start: start as u32, end: end as u32, class: TokenClass::Slot(param_type) });
-                }
+                self.record(TokenClass::Slot(param_type), start, end);
                 self.out.slots.push(Slot {
                     start: start as u32,
                     end: end as u32,
