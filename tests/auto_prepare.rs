@@ -486,6 +486,10 @@ fn pgbench_simple_and_extended_run_rewritten_with_no_failures() {
     };
     pgbench(pg.port, &["-i", "-q", "-s", "1", db]);
     let lane = pglane(4, db);
+    // The shapes are validated first: under pgbench's load the parser's
+    // thread, which yields to the shard's, may take a while to get to them.
+    pgbench(lane.port, &["-n", "-S", "-M", "simple", "-c", "2", "-t", "10", "app"]);
+    wait_for_validations(lane.port);
     for mode in ["simple", "extended"] {
         let before = prepared_stats(lane.port);
         let out = pgbench(lane.port, &["-n", "-S", "-M", mode, "-c", "8", "-j", "2", "-T", "3", "app"]);
@@ -497,8 +501,7 @@ fn pgbench_simple_and_extended_run_rewritten_with_no_failures() {
             .unwrap_or_else(|| panic!("{out}"));
         let after = prepared_stats(lane.port);
         let (column, least) = match mode {
-            // All but the queries sent before the shape's validation.
-            "simple" => ("rewrites", processed * 95 / 100),
+            "simple" => ("rewrites", processed),
             _ => ("unnamed_mapped", processed),
         };
         assert!(after[column] - before[column] >= least, "{mode}: {processed} transactions, {after:?}");
@@ -609,10 +612,15 @@ fn pass_throughs_are_counted_by_reason_and_rewrites_are_timed() {
     assert_eq!(reasons_of(&mut other, "SELECT current_setting('search_path')"), one("search_path"));
     assert_eq!(reasons_of(&mut other, "SELECT 1 AS a ORDER BY 1"), one("search_path"));
 
+    // One query in 16 is timed, a client's first included.
+    let mut timed = RawClient::login(lane.port, USER, "app");
+    for _ in 0..20 {
+        run_ok(&mut timed, "SELECT 1 AS a ORDER BY 1");
+    }
     let stats = prepared_stats(lane.port);
     let counted: u64 = pass_throughs(lane.port).values().sum();
     assert_eq!(counted, stats["pass_throughs"], "the reasons add up: {stats:?}");
-    assert!(stats["rewrites"] >= 1 && stats["avg_rewrite_ns"] > 0, "{stats:?}");
+    assert!(stats["rewrites"] >= 20 && stats["avg_rewrite_ns"] > 0, "{stats:?}");
     assert!(stats["avg_pass_through_ns"] > 0, "{stats:?}");
 }
 

@@ -111,8 +111,10 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
         })
         .collect();
     family("pglane_auto_prepare_pass_throughs_by_reason_total", "counter", "Simple queries passed through unchanged with auto-prepare on, by reason.", reasons);
-    family("pglane_auto_prepare_rewrite_microseconds_total", "counter", "Time spent lexing, looking up and rewriting the queries run as a prepared statement.", per_shard(&|s| s.prepare.rewrite_ns / 1000));
-    family("pglane_auto_prepare_pass_through_microseconds_total", "counter", "Time spent lexing and looking up the queries passed through.", per_shard(&|s| s.prepare.pass_through_ns / 1000));
+    family("pglane_auto_prepare_rewrite_timed_nanoseconds_total", "counter", "Time spent lexing, looking up and rewriting the timed queries run as a prepared statement (one query in 16 is timed).", per_shard(&|s| s.prepare.rewrite_ns));
+    family("pglane_auto_prepare_rewrites_timed_total", "counter", "Rewritten queries timed.", per_shard(&|s| s.prepare.rewrites_timed));
+    family("pglane_auto_prepare_pass_through_timed_nanoseconds_total", "counter", "Time spent lexing and looking up the timed queries passed through.", per_shard(&|s| s.prepare.pass_through_ns));
+    family("pglane_auto_prepare_pass_throughs_timed_total", "counter", "Passed-through queries timed.", per_shard(&|s| s.prepare.pass_through_timed));
     family("pglane_auto_prepare_shapes_queued", "gauge", "Query shapes waiting for validation.", per_shard(&|s| s.prepare.shapes_queued));
     family("pglane_auto_prepare_parses_in_flight", "gauge", "Query shapes being parsed off the shard thread.", per_shard(&|s| s.prepare.parses_in_flight));
     family("pglane_auto_prepare_respellings_total", "counter", "Spellings of a query shape that took another spelling's verdict.", per_shard(&|s| s.prepare.respellings));
@@ -149,7 +151,7 @@ mod tests {
         let text = render(&[shard], 0);
         assert!(text.contains("pglane_auto_prepare_pass_throughs_by_reason_total{shard=\"2\",reason=\"queue_full\"} 1\n"), "{text}");
         assert!(text.contains("pglane_auto_prepare_pass_throughs_by_reason_total{shard=\"2\",reason=\"lexer_multiple_statements\"} 0\n"));
-        assert!(text.contains("pglane_auto_prepare_rewrite_microseconds_total{shard=\"2\"} 5\n"));
+        assert!(text.contains("pglane_auto_prepare_rewrite_timed_nanoseconds_total{shard=\"2\"} 5500\n"));
     }
 
     #[test]

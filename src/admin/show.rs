@@ -306,8 +306,8 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
         ("shapes", INT4), ("rewrites", NUMERIC), ("pass_throughs", NUMERIC), ("validations", NUMERIC),
         ("validation_failures", NUMERIC), ("unnamed_mapped", NUMERIC), ("reruns", NUMERIC),
         ("portals_negotiated", NUMERIC), ("values_transcoded", NUMERIC), ("transcode_bytes_saved", NUMERIC),
-        ("shapes_queued", INT4), ("parses_in_flight", INT4), ("rewrite_time_us", NUMERIC),
-        ("avg_rewrite_ns", NUMERIC), ("pass_through_time_us", NUMERIC), ("avg_pass_through_ns", NUMERIC),
+        ("shapes_queued", INT4), ("parses_in_flight", INT4), ("avg_rewrite_ns", NUMERIC),
+        ("avg_pass_through_ns", NUMERIC),
         ("respellings", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
@@ -319,8 +319,8 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
             s(p.describes_answered), s(p.evictions), s(p.shapes), s(p.rewrites), s(p.pass_throughs),
             s(p.validations), s(p.validation_failures), s(p.unnamed_mapped), s(p.reruns),
             s(p.portals_negotiated), s(p.values_transcoded), s(p.transcode_bytes_saved),
-            s(p.shapes_queued), s(p.parses_in_flight), s(p.rewrite_ns / 1000), s(average(p.rewrite_ns, p.rewrites)),
-            s(p.pass_through_ns / 1000), s(average(p.pass_through_ns, p.pass_throughs)), s(p.respellings),
+            s(p.shapes_queued), s(p.parses_in_flight), s(average(p.rewrite_ns, p.rewrites_timed)),
+            s(average(p.pass_through_ns, p.pass_through_timed)), s(p.respellings),
         ]);
     }
     t

@@ -669,7 +669,7 @@ macro_rules! keywords {
         }
 
         impl Kw {
-            #[inline]
+            #[inline(always)]
             fn lookup(word: &[u8]) -> Kw {
                 match pack_lowercase(word) {
                     $(packed::$kw => Kw::$kw,)*

@@ -49,11 +49,15 @@ pub struct PrepareStats {
     pub pass_throughs: u64,
     /// The same, by reason (they add up to `pass_throughs`).
     pub pass_through_reasons: PassThroughCounts,
-    /// Nanoseconds pglane spent on the simple queries it rewrote (lexing,
-    /// the shape lookup, building Parse/Bind/Execute), and on those it
-    /// passed through (lexing, the lookup, queueing a new shape).
+    /// Nanoseconds pglane spent on the timed simple queries it rewrote
+    /// (lexing, the shape lookup, building Parse/Bind/Execute), and on the
+    /// timed ones it passed through (lexing, the lookup, queueing a new
+    /// shape); one query in 16 is timed, so the averages are
+    /// `rewrite_ns / rewrites_timed` and `pass_through_ns / pass_through_timed`.
     pub rewrite_ns: u64,
+    pub rewrites_timed: u64,
     pub pass_through_ns: u64,
+    pub pass_through_timed: u64,
     /// Shapes queued for validation now, and whose parser check runs now
     /// (gauges, filled in by `Registry::stats`).
     pub shapes_queued: u64,
@@ -92,7 +96,9 @@ impl PrepareStats {
         self.pass_throughs += o.pass_throughs;
         self.pass_through_reasons.add(&o.pass_through_reasons);
         self.rewrite_ns += o.rewrite_ns;
+        self.rewrites_timed += o.rewrites_timed;
         self.pass_through_ns += o.pass_through_ns;
+        self.pass_through_timed += o.pass_through_timed;
         self.shapes_queued += o.shapes_queued;
         self.parses_in_flight += o.parses_in_flight;
         self.respellings += o.respellings;
