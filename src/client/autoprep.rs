@@ -84,9 +84,11 @@ async fn validate(pool: &Rc<Pool>, job: &Job) -> Decision {
     let rewrite = match checked {
         Some(Ok(rewrite)) => rewrite,
         Some(Err(reason)) => return failed(pool, reason),
+        // Not retried: it would panic again.
         None => {
-            tracing::warn!(sql = &*job.original, "the parser panicked on a query; its shape passes through");
-            return failed(pool, Reason::Syntax);
+            tracing::warn!(sql = &*job.sql, "the parser panicked on a query; its shape passes through");
+            pool.registry.count(|c| c.validation_failures += 1);
+            return Decision::PassThrough(Reason::Syntax);
         }
     };
     let Some(mut lease) = side_connection(pool).await else {
