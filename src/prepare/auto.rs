@@ -1,8 +1,8 @@
 //! Auto-prepare decisions of one pool: for each query shape its clients sent
 //! as a simple query, whether it runs as a prepared statement.
 //!
-//! This module owns the shape cache (bounded; the least recently used shape
-//! goes first), the queue of shapes waiting to be validated on a side
+//! This module owns the shape cache (bounded; when full, its least recently
+//! used eighth goes, so a flood of new shapes scans it once per eighth), the queue of shapes waiting to be validated on a side
 //! server connection (bounded too, in jobs and bytes: past it, a new shape's
 //! queries pass through and it is queued by a later one), and the reasons a
 //! query passes through ([`PassThrough`]). A shape is keyed by the lexer's shape hash, and the
@@ -489,8 +489,8 @@ impl Shapes {
             return;
         }
         if self.len.get() >= self.capacity {
-            evict_oldest(&mut map);
-            self.len.set(self.len.get() - 1);
+            let evicted = evict_oldest(&mut map, (self.capacity / EVICT_FRACTION).max(1));
+            self.len.set(self.len.get() - evicted);
         }
         let entry =
             Entry { sql: sql.into(), param_types: param_types.into(), decision, used: clock, spelling: None, respelled: false };
@@ -499,20 +499,28 @@ impl Shapes {
     }
 }
 
-/// Removes the least recently used entry (the miss path only: a scan).
-fn evict_oldest(map: &mut HashMap<u64, Vec<Entry>>) {
-    let oldest = map
-        .iter()
-        .flat_map(|(hash, v)| v.iter().enumerate().map(move |(i, e)| (e.used, *hash, i)))
-        .min_by_key(|(used, _, _)| *used);
-    if let Some((_, hash, i)) = oldest {
-        if let Some(v) = map.get_mut(&hash) {
-            v.swap_remove(i);
-            if v.is_empty() {
-                map.remove(&hash);
-            }
-        }
+/// A full cache drops this fraction of its shapes at once, so that a flood
+/// of new shapes costs one scan of the cache per `capacity / EVICT_FRACTION`
+/// new shapes, not one per shape.
+const EVICT_FRACTION: usize = 8;
+
+/// Removes the `count` least recently used entries (the miss path only: a
+/// scan); returns how many it removed. Every entry's `used` tick is its own.
+fn evict_oldest(map: &mut HashMap<u64, Vec<Entry>>, count: usize) -> usize {
+    let mut ticks: Vec<u64> = map.values().flatten().map(|e| e.used).collect();
+    if ticks.is_empty() || count == 0 {
+        return 0;
     }
+    let nth = count.min(ticks.len()) - 1;
+    let (_, &mut newest_evicted, _) = ticks.select_nth_unstable(nth);
+    let mut evicted = 0;
+    map.retain(|_, v| {
+        let before = v.len();
+        v.retain(|e| e.used > newest_evicted);
+        evicted += before - v.len();
+        !v.is_empty()
+    });
+    evicted
 }
 
 impl Drop for Shapes {
@@ -720,6 +728,22 @@ mod tests {
         }
         let labels: std::collections::HashSet<String> = all.iter().map(|r| r.label()).collect();
         assert_eq!(labels.len(), PassThrough::COUNT);
+    }
+
+    #[test]
+    fn a_full_cache_drops_its_oldest_eighth_at_once() {
+        let shapes = Shapes::new(16);
+        let texts: Vec<String> = (0..17).map(|i| format!("s{i}")).collect();
+        for (i, t) in texts.iter().enumerate().take(16) {
+            shapes.note(job(i as u64, t), i as u64, t, &[23], 5);
+        }
+        // s0 is used again: s1 and s2 are the oldest now.
+        lookup(&shapes, 0, "s0");
+        shapes.note(job(16, &texts[16]), 16, &texts[16], &[23], 5);
+        assert_eq!(shapes.len(), 15);
+        for (i, t) in texts.iter().enumerate() {
+            assert_eq!(shapes.decision(i as u64, t, &[23]).is_some(), !matches!(i, 1 | 2), "{t}");
+        }
     }
 
     #[test]
