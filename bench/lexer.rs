@@ -1,13 +1,16 @@
 //! Criterion benchmarks of auto-prepare's hot path and, for scale, its miss
 //! path and the full parse PgDog paid per query (seed 001).
 //!
-//! `cargo bench --bench lexer`; figures in bench/RESULTS.md.
+//! `cargo bench --bench lexer`; figures in bench/RESULTS.md. The lexer and
+//! hit groups run twice: in wall-clock time, and as `cpu/…` in the thread's
+//! CPU time, which other processes on a shared machine do not inflate.
 
 use std::collections::HashMap;
 use std::hint::black_box;
 
 use bytes::BytesMut;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pglane::prepare::lexer::{LexOptions, Lexed};
 use pglane::prepare::shape;
 use pglane::protocol::frontend;
@@ -31,7 +34,11 @@ fn queries() -> [(&'static str, &'static str); 2] {
 
 /// Lexing alone: shape hash, slots, values.
 fn lex(c: &mut Criterion) {
-    let mut group = c.benchmark_group("lex");
+    lex_in(c, "lex");
+}
+
+fn lex_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {
+    let mut group = c.benchmark_group(group_name);
     for (name, sql) in queries() {
         let mut lexed = Lexed::new();
         lexed.lex(sql, LexOptions::default()).expect("lexes");
@@ -47,7 +54,11 @@ fn lex(c: &mut Criterion) {
 
 /// What a hit costs the relay: lex, find the shape, encode Bind + Execute.
 fn hot_path(c: &mut Criterion) {
-    let mut group = c.benchmark_group("hit");
+    hot_path_in(c, "hit");
+}
+
+fn hot_path_in<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {
+    let mut group = c.benchmark_group(group_name);
     for (name, sql) in queries() {
         let mut lexed = Lexed::new();
         lexed.lex(sql, LexOptions::default()).expect("lexes");
@@ -92,5 +103,70 @@ fn miss_path(c: &mut Criterion) {
     group.finish();
 }
 
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), in ns: time
+/// the thread was not running (another process had the core) is not counted.
+struct ThreadCpuTime;
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = u64;
+    type Value = u64;
+
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, started: u64) -> u64 {
+        thread_cpu_ns().saturating_sub(started)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, value: &u64) -> f64 {
+        *value as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &Nanoseconds
+    }
+}
+
+/// Formats CPU nanoseconds as criterion formats wall-clock ones.
+struct Nanoseconds;
+
+impl ValueFormatter for Nanoseconds {
+    fn scale_values(&self, ns: f64, values: &mut [f64]) -> &'static str {
+        let (factor, unit) = if ns < 1e3 { (1.0, "ns") } else if ns < 1e6 { (1e-3, "µs") } else { (1e-6, "ms") };
+        values.iter_mut().for_each(|v| *v *= factor);
+        unit
+    }
+    fn scale_throughputs(&self, _typical: f64, _throughput: &Throughput, _values: &mut [f64]) -> &'static str {
+        "(n/a)"
+    }
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+fn cpu_lex(c: &mut Criterion<ThreadCpuTime>) {
+    lex_in(c, "cpu/lex");
+}
+
+fn cpu_hot_path(c: &mut Criterion<ThreadCpuTime>) {
+    hot_path_in(c, "cpu/hit");
+}
+
 criterion_group!(benches, lex, hot_path, miss_path);
-criterion_main!(benches);
+criterion_group! {
+    name = cpu;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = cpu_lex, cpu_hot_path
+}
+criterion_main!(benches, cpu);

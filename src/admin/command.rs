@@ -35,6 +35,8 @@ pub enum Show {
     Shards,
     /// pglane's own: statement registry counters per shard.
     Prepared,
+    /// pglane's own: auto-prepare's pass-throughs per shard and reason.
+    PassThroughs,
 }
 
 impl AdminCommand {
@@ -67,6 +69,7 @@ pub fn parse(sql: &str) -> Result<AdminCommand, String> {
             "LISTS" => Show::Lists,
             "SHARDS" => Show::Shards,
             "PREPARED" => Show::Prepared,
+            "PASS_THROUGHS" => Show::PassThroughs,
             _ => return Err(invalid()),
         }),
         ["PAUSE"] => AdminCommand::Pause(None),
@@ -98,6 +101,7 @@ mod tests {
     fn commands_in_any_case_with_or_without_semicolon() {
         assert_eq!(parse("show pools;"), Ok(AdminCommand::Show(Show::Pools)));
         assert_eq!(parse("  SHOW   stats_totals "), Ok(AdminCommand::Show(Show::StatsTotals)));
+        assert_eq!(parse("show pass_throughs"), Ok(AdminCommand::Show(Show::PassThroughs)));
         assert_eq!(parse("pause app"), Ok(AdminCommand::Pause(Some("app".into()))));
         assert_eq!(parse("PAUSE"), Ok(AdminCommand::Pause(None)));
         assert_eq!(parse("resume \"My DB\""), Err("invalid command 'resume \"My DB\"', use SHOW HELP;".into()));

@@ -101,6 +101,23 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family("pglane_auto_prepare_shapes", "gauge", "Query shapes in the auto-prepare cache.", per_shard(&|s| s.prepare.shapes));
     family("pglane_auto_prepare_rewrites_total", "counter", "Simple queries run as a prepared statement.", per_shard(&|s| s.prepare.rewrites));
     family("pglane_auto_prepare_pass_throughs_total", "counter", "Simple queries passed through unchanged with auto-prepare on.", per_shard(&|s| s.prepare.pass_throughs));
+    let reasons = snapshots
+        .iter()
+        .flat_map(|s| {
+            s.prepare
+                .pass_through_reasons
+                .iter()
+                .map(move |(reason, n)| (format!("{{shard=\"{}\",reason=\"{}\"}}", s.shard, reason.label()), n))
+        })
+        .collect();
+    family("pglane_auto_prepare_pass_throughs_by_reason_total", "counter", "Simple queries passed through unchanged with auto-prepare on, by reason.", reasons);
+    family("pglane_auto_prepare_rewrite_timed_nanoseconds_total", "counter", "Time spent lexing, looking up and rewriting the timed queries run as a prepared statement (one query in 16 is timed).", per_shard(&|s| s.prepare.rewrite_ns));
+    family("pglane_auto_prepare_rewrites_timed_total", "counter", "Rewritten queries timed.", per_shard(&|s| s.prepare.rewrites_timed));
+    family("pglane_auto_prepare_pass_through_timed_nanoseconds_total", "counter", "Time spent lexing and looking up the timed queries passed through.", per_shard(&|s| s.prepare.pass_through_ns));
+    family("pglane_auto_prepare_pass_throughs_timed_total", "counter", "Passed-through queries timed.", per_shard(&|s| s.prepare.pass_through_timed));
+    family("pglane_auto_prepare_shapes_queued", "gauge", "Query shapes waiting for validation.", per_shard(&|s| s.prepare.shapes_queued));
+    family("pglane_auto_prepare_parses_in_flight", "gauge", "Query shapes being parsed off the shard thread.", per_shard(&|s| s.prepare.parses_in_flight));
+    family("pglane_auto_prepare_respellings_total", "counter", "Spellings of a query shape that took another spelling's verdict.", per_shard(&|s| s.prepare.respellings));
     family("pglane_auto_prepare_validations_total", "counter", "Query shapes checked on a side connection.", per_shard(&|s| s.prepare.validations));
     family("pglane_auto_prepare_validation_failures_total", "counter", "Query shapes found not rewritable.", per_shard(&|s| s.prepare.validation_failures));
     family("pglane_auto_prepare_reruns_total", "counter", "Rewritten queries with a stale plan run again as plain queries.", per_shard(&|s| s.prepare.reruns));
@@ -123,6 +140,18 @@ mod tests {
         let text = render(&[], 3);
         assert!(text.contains("# TYPE pglane_clients gauge\npglane_clients 3\n"));
         assert!(text.contains("# TYPE pglane_pool_transactions_total counter\n"));
+    }
+
+    #[test]
+    fn pass_throughs_are_labelled_by_reason() {
+        use crate::prepare::auto::PassThrough;
+        let mut shard = ShardSnapshot { shard: 2, pools: vec![], clients: vec![], servers: vec![], prepare: Default::default(), statements: 0, disabled: vec![] };
+        shard.prepare.pass_through_reasons.count(PassThrough::QueueFull);
+        shard.prepare.rewrite_ns = 5_500;
+        let text = render(&[shard], 0);
+        assert!(text.contains("pglane_auto_prepare_pass_throughs_by_reason_total{shard=\"2\",reason=\"queue_full\"} 1\n"), "{text}");
+        assert!(text.contains("pglane_auto_prepare_pass_throughs_by_reason_total{shard=\"2\",reason=\"lexer_multiple_statements\"} 0\n"));
+        assert!(text.contains("pglane_auto_prepare_rewrite_timed_nanoseconds_total{shard=\"2\"} 5500\n"));
     }
 
     #[test]

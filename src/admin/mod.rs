@@ -154,6 +154,7 @@ async fn execute(shard: &Shard, command: AdminCommand) -> Result<Option<Table>, 
                 Show::Lists => show::lists_table(&snaps, &config),
                 Show::Shards => show::shards_table(&snaps),
                 Show::Prepared => show::prepared_table(&snaps),
+                Show::PassThroughs => show::pass_throughs_table(&snaps),
             }))
         }
         AdminCommand::Pause(db) => {
@@ -215,7 +216,7 @@ fn help_table() -> Table {
     for line in [
         "SHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION|LISTS",
         "SHOW STATS|STATS_TOTALS",
-        "SHOW SHARDS|PREPARED (pglane)",
+        "SHOW SHARDS|PREPARED|PASS_THROUGHS (pglane)",
         "PAUSE [<db>]",
         "RESUME [<db>]",
         "KILL <db>",

@@ -307,6 +307,9 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
         ("shapes", INT4), ("rewrites", NUMERIC), ("pass_throughs", NUMERIC), ("validations", NUMERIC),
         ("validation_failures", NUMERIC), ("unnamed_mapped", NUMERIC), ("reruns", NUMERIC),
         ("portals_negotiated", NUMERIC), ("values_transcoded", NUMERIC), ("transcode_bytes_saved", NUMERIC),
+        ("shapes_queued", INT4), ("parses_in_flight", INT4), ("avg_rewrite_ns", NUMERIC),
+        ("avg_pass_through_ns", NUMERIC),
+        ("respellings", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -317,7 +320,29 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
             s(p.describes_answered), s(p.evictions), s(p.shapes), s(p.rewrites), s(p.pass_throughs),
             s(p.validations), s(p.validation_failures), s(p.unnamed_mapped), s(p.reruns),
             s(p.portals_negotiated), s(p.values_transcoded), s(p.transcode_bytes_saved),
+            s(p.shapes_queued), s(p.parses_in_flight), s(average(p.rewrite_ns, p.rewrites_timed)),
+            s(average(p.pass_through_ns, p.pass_through_timed)), s(p.respellings),
         ]);
+    }
+    t
+}
+
+/// `total / count`, 0 when nothing was counted.
+fn average(total: u64, count: u64) -> u64 {
+    total.checked_div(count).unwrap_or(0)
+}
+
+/// SHOW PASS_THROUGHS: why simple queries ran unchanged with auto-prepare
+/// on, one row per shard and reason (every reason, so the rows are the same
+/// from one call to the next), like SHOW LISTS' name/value rows.
+pub fn pass_throughs_table(snapshots: &[ShardSnapshot]) -> Table {
+    let mut t = Table::new(&[("shard", INT4), ("reason", TEXT), ("queries", NUMERIC), ("description", TEXT)]);
+    let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
+    sorted.sort_by_key(|s| s.shard);
+    for sh in sorted {
+        for (reason, queries) in sh.prepare.pass_through_reasons.iter() {
+            t.push(vec![s(sh.shard), Some(reason.label()), s(queries), Some(reason.description())]);
+        }
     }
     t
 }
@@ -367,6 +392,22 @@ mod tests {
         assert_eq!(stats_table(&[], Duration::from_secs(1)).columns.len(), 15);
         assert_eq!(clients_table(&[], "127.0.0.1:6432").columns.len(), 18);
         assert_eq!(servers_table(&[]).columns[17], ("application_name", TEXT));
+    }
+
+    #[test]
+    fn pass_throughs_are_listed_by_reason_for_every_shard() {
+        use crate::prepare::auto::PassThrough;
+        use crate::prepare::shape::Reason;
+        let mut one = shard(1, vec![]);
+        one.prepare.pass_through_reasons.count(PassThrough::Refused(Reason::Utility));
+        one.prepare.pass_through_reasons.count(PassThrough::Refused(Reason::Utility));
+        let t = pass_throughs_table(&[one, shard(0, vec![])]);
+        assert_eq!(t.rows.len(), 2 * PassThrough::COUNT);
+        assert_eq!(t.rows[0][0].as_deref(), Some("0"), "shards in order");
+        let row = t.rows.iter().find(|r| r[0].as_deref() == Some("1") && r[1].as_deref() == Some("refused_utility")).unwrap();
+        assert_eq!(row[2].as_deref(), Some("2"));
+        assert_eq!(average(10, 0), 0);
+        assert_eq!(average(10, 4), 2);
     }
 
     #[test]

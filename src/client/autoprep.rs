@@ -2,8 +2,11 @@
 //! server connection, never on a client's, and installs the verdict.
 //!
 //! One task per pool, started by a session of the pool when auto-prepare is
-//! on. It takes jobs from the pool's shape queue (`prepare::auto`), runs the
-//! parser checks (`prepare::shape::validate`), then borrows an idle server
+//! on. It takes jobs from the pool's shape queue (`prepare::auto`), one at a
+//! time, runs the parser checks (`prepare::shape::validate`: pg_query, 0.1 ms
+//! to tens of ms for a big query) off the shard thread
+//! ([`crate::runtime::off_shard`]) so that the shard's clients are served
+//! meanwhile, then borrows an idle server
 //! connection of the pool (never one a client holds), Parses and Describes
 //! the original and the rewritten text there (Parse runs nothing), and gives
 //! it back. A saturated pool hands connections from client to client without
@@ -73,9 +76,20 @@ async fn run(pool: Weak<Pool>) {
 /// The verdict for one shape.
 async fn validate(pool: &Rc<Pool>, job: &Job) -> Decision {
     pool.registry.count(|c| c.validations += 1);
-    let rewrite = match parser_verdict(job) {
-        Ok(rewrite) => rewrite,
-        Err(reason) => return failed(pool, reason),
+    let checked = {
+        let _parsing = pool.registry.shapes.parsing();
+        let owned = job.clone();
+        crate::runtime::off_shard(move || parser_verdict(&owned)).await
+    };
+    let rewrite = match checked {
+        Some(Ok(rewrite)) => rewrite,
+        Some(Err(reason)) => return failed(pool, reason),
+        // Not retried: it would panic again.
+        None => {
+            tracing::warn!(sql = &*job.sql, "the parser panicked on a query; its shape passes through");
+            pool.registry.count(|c| c.validation_failures += 1);
+            return Decision::PassThrough(Reason::Syntax);
+        }
     };
     let Some(mut lease) = side_connection(pool).await else {
         return Decision::RetryAfter(Instant::now() + RETRY_AFTER);

@@ -61,8 +61,8 @@ pub use super::negotiate::Negotiation;
 use super::pinning::{self, SessionFeature};
 use super::settings::{self, Change, Settings, Value};
 use super::tracker::Tracker;
-use crate::prepare::auto::{Job, Lookup};
-use crate::prepare::lexer::{LexOptions, Lexed};
+use crate::prepare::auto::{Job, Lookup, PassThrough, Spelling};
+use crate::prepare::lexer::{self, LexOptions, Lexed};
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
@@ -160,11 +160,18 @@ pub struct Exchange {
     realign: bool,
 }
 
+/// One simple query in this many is timed for the rewrite-time stats (a
+/// client's first one included).
+const TIMING_SAMPLE: u32 = 16;
+
 /// A rewritten simple query the server has not finished.
 #[derive(Debug)]
 struct Running {
     sql: String,
     options: LexOptions,
+    /// Its statement was prepared from this other spelling (error
+    /// positions point into it).
+    spelling: Option<Rc<Spelling>>,
     /// It started outside a transaction block: if its Bind finds the plan
     /// stale (DDL pglane did not see), nothing has run and the client has
     /// seen nothing, so it can run again as the plain query.
@@ -184,10 +191,14 @@ struct AutoPrepare {
     /// The rewritten text of the query being looked up, and how it was lexed.
     rewritten: String,
     options: LexOptions,
+    /// The query's statement was prepared from this other spelling.
+    spelling: Option<Rc<Spelling>>,
     /// The rewritten queries still running, oldest first (to map error
     /// positions back, or run again), and spare buffers for the next ones.
     running: VecDeque<Running>,
     spare: Vec<String>,
+    /// Simple queries looked at; every [`TIMING_SAMPLE`]th is timed.
+    looked_at: u32,
     /// The client mentioned search_path: no more auto-prepare for it.
     off: bool,
     /// DDL ran since the last ReadyForQuery 'I'.
@@ -201,28 +212,46 @@ impl AutoPrepare {
             lexed: Lexed::new(),
             rewritten: String::new(),
             options: LexOptions::default(),
+            spelling: None,
             running: VecDeque::new(),
             spare: Vec::new(),
+            looked_at: 0,
             off: false,
             ddl_pending: false,
         }
     }
 
-    /// The validated statement to run the simple query `sql` as, if any. A
-    /// miss queues the shape for validation (per the policy).
-    fn statement_for(&mut self, sql: &str, ready: bool, settings: &Settings, registry: &Registry) -> Option<Rc<Statement>> {
-        if self.notice_search_path(sql) || !ready {
-            return None;
+    /// The validated statement to run the simple query `sql` as, or why it
+    /// passes through. A miss queues the shape for validation (per the policy).
+    fn statement_for(&mut self, sql: &str, ready: Ready, settings: &Settings, registry: &Registry) -> Result<Rc<Statement>, PassThrough> {
+        if self.notice_search_path(sql) {
+            return Err(PassThrough::SearchPath);
+        }
+        match ready {
+            Ready::Yes => {}
+            Ready::NotSynced => return Err(PassThrough::NotSynced),
+            Ready::Failed => return Err(PassThrough::FailedTransaction),
         }
         let options = lex_options(settings)?;
         self.options = options;
-        self.lexed.lex(sql, options).ok()?;
+        self.lexed.lex(sql, options).map_err(PassThrough::Lexer)?;
         self.rewritten.clear();
         self.lexed.write_rewritten(sql, &mut self.rewritten);
         let (hash, types, rewritten) = (self.lexed.shape_hash(), self.lexed.param_types(), &self.rewritten);
-        match registry.shapes.lookup(hash, rewritten, types, Instant::now) {
-            Lookup::Rewrite(statement) => Some(statement),
-            Lookup::PassThrough => None,
+        let mut lookup = registry.shapes.lookup(hash, rewritten, types, Instant::now);
+        if matches!(lookup, Lookup::Miss) {
+            let same = |first: &Spelling| lexer::same_statement(&first.sql, first.options, sql, options);
+            if let Some(respelled) = registry.shapes.respelled(hash, rewritten, types, same) {
+                registry.count(|c| c.respellings += 1);
+                lookup = respelled;
+            }
+        }
+        match lookup {
+            Lookup::Rewrite(statement, spelling) => {
+                self.spelling = spelling;
+                Ok(statement)
+            }
+            Lookup::PassThrough(why) => Err(why),
             Lookup::Miss => {
                 let job = |epoch| Job {
                     hash,
@@ -232,8 +261,7 @@ impl AutoPrepare {
                     options,
                     epoch,
                 };
-                registry.shapes.note(job, hash, rewritten, types, self.after);
-                None
+                Err(registry.shapes.note(job, hash, rewritten, types, self.after))
             }
         }
     }
@@ -250,7 +278,8 @@ impl AutoPrepare {
         let mut text = self.spare.pop().unwrap_or_default();
         text.clear();
         text.push_str(sql);
-        self.running.push_back(Running { sql: text, options: self.options, may_rerun, stale: None });
+        let spelling = self.spelling.take();
+        self.running.push_back(Running { sql: text, options: self.options, spelling, may_rerun, stale: None });
     }
 
     /// The oldest rewritten query got its ReadyForQuery.
@@ -265,10 +294,14 @@ impl AutoPrepare {
     /// [`original_error_fields`]), or unchanged if nothing in it points at
     /// the rewritten text.
     fn write_error(&mut self, body: &[u8], to_client: &mut BytesMut) {
-        let mapped = self.running.front().and_then(|Running { sql, options, .. }| {
+        let mapped = self.running.front().and_then(|Running { sql, options, spelling, .. }| {
             let fields = backend::error_field_list(body).ok()?;
             self.lexed.lex(sql, *options).ok()?;
-            original_error_fields(&fields, &self.lexed, sql)
+            let position = |p| match spelling {
+                None => Some(self.lexed.original_position(sql, p)),
+                Some(first) => lexer::respelled_position(&first.sql, first.options, sql, *options, p),
+            };
+            original_error_fields(&fields, &self.lexed, sql, position)
         });
         match mapped {
             Some(mapped) => {
@@ -286,13 +319,19 @@ impl AutoPrepare {
 /// server reports with the context `unnamed portal parameter $n = '...'`
 /// and no position, gets the position of the literal that became `$n`
 /// instead, as the original's error has. None when nothing changes.
-fn original_error_fields(fields: &[(u8, &[u8])], lexed: &Lexed, sql: &str) -> Option<Vec<(u8, Vec<u8>)>> {
+/// `position` maps a position in the statement's text to `sql`.
+fn original_error_fields(
+    fields: &[(u8, &[u8])],
+    lexed: &Lexed,
+    sql: &str,
+    position: impl Fn(usize) -> Option<usize>,
+) -> Option<Vec<(u8, Vec<u8>)>> {
     let mut changed = false;
     let mapped = fields
         .iter()
         .map(|&(code, value)| {
             let position = match code {
-                b'P' => std::str::from_utf8(value).ok().and_then(|p| p.parse().ok()).map(|p| lexed.original_position(sql, p)),
+                b'P' => std::str::from_utf8(value).ok().and_then(|p| p.parse().ok()).and_then(&position),
                 b'W' => bound_parameter(value)
                     .and_then(|n| lexed.slots().get(n.checked_sub(1)?))
                     .and_then(|slot| sql.get(..slot.start as usize))
@@ -330,23 +369,34 @@ fn bound_parameter(context: &[u8]) -> Option<usize> {
     std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
 }
 
-/// How this client's queries are lexed, or None if they must not be: a
+/// Whether a simple query may run as a prepared statement where the client's
+/// stream is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ready {
+    Yes,
+    /// The client's extended-protocol messages are not yet Synced.
+    NotSynced,
+    /// In a failed transaction block.
+    Failed,
+}
+
+/// How this client's queries are lexed, or why they must not be: a
 /// client encoding in which a multibyte character can hide a quote or
 /// backslash, or a search_path of its own.
-fn lex_options(settings: &Settings) -> Option<LexOptions> {
+fn lex_options(settings: &Settings) -> Result<LexOptions, PassThrough> {
     const UNSAFE_ENCODINGS: [&str; 7] = ["SJIS", "SHIFT_JIS_2004", "BIG5", "GBK", "UHC", "GB18030", "JOHAB"];
     let value = |name| match settings.get(name) {
         Some(Value::Reported(v) | Value::Sql(v) | Value::Startup(v)) => Some(v.as_str()),
         Some(Value::Unknown) | None => None,
     };
     if settings.get("search_path").is_some() {
-        return None;
+        return Err(PassThrough::SearchPath);
     }
     if value("client_encoding").is_some_and(|e| UNSAFE_ENCODINGS.iter().any(|u| u.eq_ignore_ascii_case(e.trim_matches('\'')))) {
-        return None;
+        return Err(PassThrough::Encoding);
     }
     let off = value("standard_conforming_strings").is_some_and(|v| v.trim_matches('\'').eq_ignore_ascii_case("off"));
-    Some(LexOptions { standard_conforming_strings: !off })
+    Ok(LexOptions { standard_conforming_strings: !off })
 }
 
 /// Whether `sql` names search_path anywhere (SET, set_config, a function).
@@ -739,10 +789,29 @@ impl Exchange {
     fn rewrite_query(&mut self, body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
         let Some(auto) = self.auto.as_mut() else { return false };
         let Ok(sql) = frontend::decode_query(body) else { return false };
-        let ready = self.tracker.is_synced() && self.tracker.status() != backend::TransactionStatus::Failed;
-        let Some(statement) = auto.statement_for(sql, ready, st.client_settings, st.registry) else {
-            st.registry.count(|c| c.pass_throughs += 1);
-            return false;
+        // One query in TIMING_SAMPLE is timed: two clock reads would cost
+        // this path more than the counters they feed are worth.
+        auto.looked_at = auto.looked_at.wrapping_add(1);
+        let started = (auto.looked_at % TIMING_SAMPLE == 1).then(Instant::now);
+        let ready = match (self.tracker.is_synced(), self.tracker.status()) {
+            (false, _) => Ready::NotSynced,
+            (true, backend::TransactionStatus::Failed) => Ready::Failed,
+            (true, _) => Ready::Yes,
+        };
+        let statement = match auto.statement_for(sql, ready, st.client_settings, st.registry) {
+            Ok(statement) => statement,
+            Err(why) => {
+                let spent = started.map(|t| t.elapsed().as_nanos() as u64);
+                st.registry.count(|c| {
+                    c.pass_throughs += 1;
+                    c.pass_through_reasons.count(why);
+                    if let Some(ns) = spent {
+                        c.pass_through_timed += 1;
+                        c.pass_through_ns += ns;
+                    }
+                });
+                return false;
+            }
         };
         self.ensure_prepared(&statement, st, to_server);
         let Some(auto) = self.auto.as_mut() else { return false };
@@ -751,7 +820,14 @@ impl Exchange {
         frontend::execute(to_server, "", 0);
         frontend::sync(to_server);
         auto.running(sql, self.tracker.status() == backend::TransactionStatus::Idle);
-        st.registry.count(|c| c.rewrites += 1);
+        let spent = started.map(|t| t.elapsed().as_nanos() as u64);
+        st.registry.count(|c| {
+            c.rewrites += 1;
+            if let Some(ns) = spent {
+                c.rewrites_timed += 1;
+                c.rewrite_ns += ns;
+            }
+        });
         self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement) }, forward: false });
         self.expect(Request::QueryDescribe);
         self.expect(Request::Execute { plan: None });
@@ -1212,7 +1288,7 @@ mod tests {
                 epoch,
             };
             if matches!(self.registry.shapes.lookup(hash, &rewritten, types, Instant::now), Lookup::Miss) {
-                assert!(self.registry.shapes.note(job, hash, &rewritten, types, 1));
+                assert_eq!(self.registry.shapes.note(job, hash, &rewritten, types, 1), PassThrough::Validating);
             }
             let waker = std::task::Waker::noop();
             let queued = loop {
@@ -1357,12 +1433,16 @@ mod tests {
 
         // The server connection has it now: no second Parse.
         assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT name FROM t WHERE id = 7 AND note = ''")), "BDES");
-        // The same shape in other words is another statement.
-        assert_eq!(tags(&query(&mut ex, &mut sides, "select NAME from t where id = 7 and note = ''")), "Q");
+        // The same statement spelled otherwise runs as the same statement, ...
+        assert_eq!(tags(&query(&mut ex, &mut sides, "select NAME from t\nwhere id = 7 and note = '' ;")), "BDES");
+        assert_eq!(sides.registry.stats().respellings, 1);
+        // ... but a quoted identifier is not the unquoted word.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT \"name\" FROM t WHERE id = 7 AND note = ''")), "Q");
         let got = reply(&mut ex, &mut sides, &[(b'2', b""), (b'n', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
         assert_eq!(tags(&got), "CZ", "NoData is not the client's");
+        reply(&mut ex, &mut sides, &[(b'2', b""), (b'n', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
         reply(&mut ex, &mut sides, &[(b'C', b"SELECT 0\0"), (b'Z', b"I")]);
-        assert_eq!(sides.registry.stats().rewrites, 2);
+        assert_eq!(sides.registry.stats().rewrites, 3);
     }
 
     #[test]
@@ -1394,6 +1474,20 @@ mod tests {
         assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "PBDES", "inside a transaction block is fine");
         reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C57014\0Mcanceled\0\0"), (b'Z', b"E")]);
         assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q");
+        let reasons = sides.registry.stats().pass_through_reasons;
+        assert_eq!(reasons.get(PassThrough::FailedTransaction), 1);
+        reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C25P02\0Maborted\0\0"), (b'Z', b"E")]);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "ROLLBACK")), "Q");
+        reply(&mut ex, &mut sides, &[(b'C', b"ROLLBACK\0"), (b'Z', b"I")]);
+        // A Parse the client has not Synced yet: the query waits its turn as it is.
+        let mut parse = BytesMut::new();
+        frontend::parse(&mut parse, "", "SELECT 2", &[]);
+        let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+        ex.from_client(frontend::PARSE, &parse, &mut sides.st(), &mut to_server, &mut to_client);
+        assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q");
+        let reasons = sides.registry.stats().pass_through_reasons;
+        assert_eq!(reasons.get(PassThrough::NotSynced), 1);
+        assert_eq!(reasons.total(), sides.registry.stats().pass_throughs);
     }
 
     #[test]
@@ -1427,7 +1521,7 @@ mod tests {
         let mut lexed = Lexed::new();
         lexed.lex(sql, LexOptions::default()).unwrap();
         assert_eq!(lexed.rewritten(sql), "SELECT $1, $2 + x FROM t");
-        let fields = |list: &[(u8, &[u8])]| original_error_fields(list, &lexed, sql);
+        let fields = |list: &[(u8, &[u8])]| original_error_fields(list, &lexed, sql, |p| Some(lexed.original_position(sql, p)));
         // `x` is at 17 in the rewrite and at 18 in the original (`'éé'` is 4 characters, `$1` 2, `1` 1 and `$2` 2).
         assert_eq!(fields(&[(b'M', b"m"), (b'P', b"17")]), Some(vec![(b'M', b"m".to_vec()), (b'P', b"18".to_vec())]));
         assert_eq!(fields(&[(b'W', b"unnamed portal parameter $2 = '...'")]), Some(vec![(b'P', b"14".to_vec())]));

@@ -152,6 +152,91 @@ impl Kept {
     }
 }
 
+/// A token of the statement as its shape sees it, recorded only by
+/// [`Lexed::lex_tokens`] (the cold path: a second spelling of a shape, and
+/// error positions in it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Token {
+    pub start: u32,
+    pub end: u32,
+    pub class: TokenClass,
+}
+
+/// What a [`Token`] is, as far as comparing two spellings goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenClass {
+    /// An unquoted identifier or keyword: PostgreSQL folds its ASCII letters
+    /// to lower case (and only those: in a UTF-8 database nothing else).
+    Word,
+    /// These three byte for byte: a quoted identifier, an operator or
+    /// punctuation, a literal kept in the text.
+    Quoted,
+    Operator,
+    Kept,
+    /// A literal that becomes a parameter of this type.
+    Slot(u32),
+}
+
+/// Whether two texts, with the tokens [`Lexed::lex_tokens`] recorded for
+/// them, are the same statement to PostgreSQL up to their slots' values:
+/// the same tokens in the same order, unquoted words equal but for ASCII
+/// case, everything else byte for byte, slots of the same parameter types.
+/// Whitespace, comments and a trailing `;` are not tokens.
+pub fn same_tokens(a_sql: &str, a: &[Token], b_sql: &str, b: &[Token]) -> bool {
+    fn text<'s>(sql: &'s str, t: &Token) -> Option<&'s [u8]> {
+        sql.as_bytes().get(t.start as usize..t.end as usize)
+    }
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.class == y.class
+                && match x.class {
+                    TokenClass::Slot(_) => true,
+                    TokenClass::Word => text(a_sql, x).zip(text(b_sql, y)).is_some_and(|(p, q)| p.eq_ignore_ascii_case(q)),
+                    TokenClass::Quoted | TokenClass::Operator | TokenClass::Kept => {
+                        text(a_sql, x).is_some_and(|p| text(b_sql, y) == Some(p))
+                    }
+                }
+        })
+}
+
+/// Maps a character position (1-based, as PostgreSQL counts) in `from_sql`
+/// to the same place in `to_sql`, two spellings whose tokens are the same
+/// ([`same_tokens`]): the same character of the same token, or, between
+/// tokens, the start of the next one.
+pub fn same_place(from_sql: &str, from: &[Token], to_sql: &str, to: &[Token], position: usize) -> Option<usize> {
+    let byte = from_sql.char_indices().nth(position.checked_sub(1)?).map_or(from_sql.len(), |(i, _)| i);
+    let k = from.iter().position(|t| byte < t.end as usize)?;
+    let token = from[k];
+    let target = to.get(k)?;
+    let offset = from_sql.get(token.start as usize..byte.max(token.start as usize))?.chars().count();
+    let start = to_sql.get(..target.start as usize)?.chars().count();
+    let width = to_sql.get(target.start as usize..target.end as usize)?.chars().count();
+    Some(start + offset.min(width.saturating_sub(1)) + 1)
+}
+
+/// Whether the queries `a` and `b` (each lexed with its session's options)
+/// are the same statement up to their slots' values ([`same_tokens`]); false
+/// if either is not lexed. The cold path: it lexes both.
+pub fn same_statement(a: &str, a_options: LexOptions, b: &str, b_options: LexOptions) -> bool {
+    let (mut x, mut y) = (Lexed::new(), Lexed::new());
+    x.lex_tokens(a, a_options).is_ok()
+        && y.lex_tokens(b, b_options).is_ok()
+        && same_tokens(a, x.tokens(), b, y.tokens())
+}
+
+/// An error position (1-based, in characters) in the statement rewritten
+/// from query `from`, as a position in `to`, another spelling of the same
+/// statement ([`same_statement`]); None if they are not.
+pub fn respelled_position(from: &str, from_options: LexOptions, to: &str, to_options: LexOptions, position: usize) -> Option<usize> {
+    let (mut x, mut y) = (Lexed::new(), Lexed::new());
+    x.lex_tokens(from, from_options).ok()?;
+    y.lex_tokens(to, to_options).ok()?;
+    if !same_tokens(from, x.tokens(), to, y.tokens()) {
+        return None;
+    }
+    same_place(from, x.tokens(), to, y.tokens(), x.original_position(from, position))
+}
+
 /// Why a query is not lexed: it then passes through unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Unsupported {
@@ -258,6 +343,8 @@ pub struct Lexed {
     kept: Vec<Kept>,
     /// Scratch: the open parentheses and brackets.
     frames: Vec<Frame>,
+    /// The tokens, when [`Lexed::lex_tokens`] records them.
+    tokens: Vec<Token>,
 }
 
 impl Default for Lexed {
@@ -283,25 +370,44 @@ impl Lexed {
             values: Vec::new(),
             kept: Vec::new(),
             frames: Vec::new(),
+            tokens: Vec::new(),
         }
     }
 
     /// Lexes one query. On `Err` the output is empty and the query must pass
     /// through unchanged.
     pub fn lex(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
+        self.lex_recording::<false>(sql, options)
+    }
+
+    /// [`Lexed::lex`], recording the tokens ([`Lexed::tokens`]) as well: for
+    /// the cold path only.
+    pub fn lex_tokens(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
+        self.lex_recording::<true>(sql, options)
+    }
+
+    /// One scanner per `RECORD`, so that [`Lexed::lex`] has no trace of
+    /// the recording.
+    fn lex_recording<const RECORD: bool>(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
         self.clear();
         if u32::try_from(sql.len()).is_err() {
             return Err(Unsupported::TooLong);
         }
-        let result = Scanner::new(sql.as_bytes(), options, self).run();
+        let result = Scanner::<RECORD>::new(sql.as_bytes(), options, self).run();
         if result.is_err() {
             self.clear();
         }
         result
     }
 
+    /// The tokens of the last [`Lexed::lex_tokens`], in text order.
+    pub fn tokens(&self) -> &[Token] {
+        &self.tokens
+    }
+
     fn clear(&mut self) {
         self.shape_hash = 0;
+        self.tokens.clear();
         self.slots.clear();
         self.param_types.clear();
         self.values.clear();
@@ -447,11 +553,13 @@ fn decimal_width(mut n: usize) -> usize {
 // ---------------------------------------------------------------------------
 
 /// `ident_start`: `[A-Za-z\200-\377_]`.
+#[inline]
 fn is_ident_start(c: u8) -> bool {
     c.is_ascii_alphabetic() || c == b'_' || c >= 0x80
 }
 
 /// `ident_cont`: `[A-Za-z\200-\377_0-9\$]`.
+#[inline]
 fn is_ident_cont(c: u8) -> bool {
     IDENT_CONT[usize::from(c)]
 }
@@ -469,11 +577,13 @@ static IDENT_CONT: [bool; 256] = {
 };
 
 /// `dolq_cont`: an identifier character but `$`.
+#[inline]
 fn is_dollar_tag_cont(c: u8) -> bool {
     is_ident_start(c) || c.is_ascii_digit()
 }
 
 /// `op_chars`: `[\~\!\@\#\^\&\|\`\?\+\-\*\/\%\<\>\=]`.
+#[inline]
 fn is_op_char(c: u8) -> bool {
     matches!(
         c,
@@ -497,6 +607,7 @@ fn is_op_char(c: u8) -> bool {
 }
 
 /// `space`: `[ \t\n\r\f]` (PostgreSQL 15 does not take `\v`).
+#[inline]
 fn is_space(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0c)
 }
@@ -505,6 +616,7 @@ fn is_space(c: u8) -> bool {
 /// operator characters), per scan.l's `{operator}` rule: it stops before a
 /// `/*` or `--`, and drops trailing `+`/`-` unless it holds one of
 /// ``~!@#^&|`?%`` (so `=-` is `=` then `-`).
+#[inline]
 fn operator_len(run: &[u8]) -> usize {
     let comment = run.windows(2).position(|w| w == b"/*" || w == b"--");
     let mut len = comment.unwrap_or(run.len());
@@ -557,6 +669,7 @@ macro_rules! keywords {
         }
 
         impl Kw {
+            #[inline(always)]
             fn lookup(word: &[u8]) -> Kw {
                 match pack_lowercase(word) {
                     $(packed::$kw => Kw::$kw,)*
@@ -640,6 +753,7 @@ const fn pack(word: &[u8]) -> u128 {
 
 /// [`pack`] of a word ASCII-lowercased, read with overlapping loads rather
 /// than a byte loop; 0 (no keyword) if longer than 16 bytes.
+#[inline]
 fn pack_lowercase(word: &[u8]) -> u128 {
     let len = word.len();
     let packed = match len {
@@ -668,6 +782,7 @@ impl Kw {
     /// Keywords after which an expression starts: a literal there is a value
     /// (and may become a slot), a `-` there is a unary minus. After any other
     /// word a literal is kept (`date '…'`) and a `-` subtracts.
+    #[inline]
     fn starts_expression(self) -> bool {
         matches!(
             self,
@@ -703,6 +818,7 @@ impl Kw {
     }
 
     /// Keywords that end an ORDER BY / GROUP BY list at their level.
+    #[inline]
     fn ends_list(self) -> bool {
         matches!(
             self,
@@ -731,6 +847,7 @@ impl Kw {
 
     /// Words that continue a type name after its first word
     /// (`double precision`, `timestamp with time zone`, `interval day to second`).
+    #[inline]
     fn continues_type_name(self) -> bool {
         matches!(
             self,
@@ -776,6 +893,7 @@ enum Prev {
 
 impl Prev {
     /// Whether a `-` here is a unary minus.
+    #[inline]
     fn before_operand(self) -> bool {
         matches!(self, Prev::Keyword(_) | Prev::Operator | Prev::Open | Prev::Comma)
     }
@@ -832,12 +950,14 @@ const TAG_OPERATOR: u64 = 3;
 const TAG_SLOT: u64 = 4;
 const TAG_KEPT: u64 = 5;
 
+#[inline]
 fn folded_multiply(a: u64, b: u64) -> u64 {
     let full = u128::from(a) * u128::from(b);
     (full as u64) ^ ((full >> 64) as u64)
 }
 
 /// ASCII-lowercases the eight bytes of a word at once.
+#[inline]
 fn lowercase_word(w: u64) -> u64 {
     const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
     const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -853,6 +973,7 @@ fn lowercase_word(w: u64) -> u64 {
 /// copying them into a buffer. Given the length (hashed before it), the word
 /// determines the bytes: two overlapping 4-byte reads, or the first, middle
 /// and last byte (as in wyhash).
+#[inline]
 fn load_short(bytes: &[u8]) -> u64 {
     let len = bytes.len();
     if len >= 4 {
@@ -868,15 +989,18 @@ impl ShapeHasher {
     const K0: u64 = 0x9e37_79b9_7f4a_7c15;
     const K1: u64 = 0xd6e8_feb8_6659_fd93;
 
+    #[inline]
     fn new(seed: u64) -> ShapeHasher {
         ShapeHasher { state: seed ^ Self::K0, key: (seed.rotate_left(32) ^ Self::K1) | 1 }
     }
 
+    #[inline]
     fn mix(&mut self, word: u64) {
         self.state = folded_multiply(self.state ^ word, self.key);
     }
 
     /// A token: its tag and length, then its bytes eight at a time.
+    #[inline]
     fn token(&mut self, tag: u64, bytes: &[u8], fold_case: bool) {
         let fold = |word: u64| if fold_case { lowercase_word(word) } else { word };
         self.mix(tag | (bytes.len() as u64) << 8);
@@ -890,12 +1014,14 @@ impl ShapeHasher {
         }
     }
 
+    #[inline]
     fn finish(&self, slots: usize) -> u64 {
         folded_multiply(self.state ^ slots as u64, Self::K1 ^ self.key)
     }
 }
 
-struct Scanner<'a> {
+/// `RECORD`: push every token to [`Lexed::tokens`].
+struct Scanner<'a, const RECORD: bool> {
     sql: &'a [u8],
     pos: usize,
     options: LexOptions,
@@ -911,8 +1037,8 @@ struct Scanner<'a> {
 
 type Lex<T = ()> = Result<T, Unsupported>;
 
-impl<'a> Scanner<'a> {
-    fn new(sql: &'a [u8], options: LexOptions, out: &'a mut Lexed) -> Scanner<'a> {
+impl<'a, const RECORD: bool> Scanner<'a, RECORD> {
+    fn new(sql: &'a [u8], options: LexOptions, out: &'a mut Lexed) -> Scanner<'a, RECORD> {
         let hash = ShapeHasher::new(out.seed);
         out.frames.push(Frame::ROOT);
         Scanner {
@@ -1034,10 +1160,20 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// Records the token `start..end` if [`Lexed::lex_tokens`] asked
+    /// (nothing at all in [`Lexed::lex`]'s scanner).
+    #[inline(always)]
+    fn record(&mut self, class: TokenClass, start: usize, end: usize) {
+        if RECORD {
+            self.out.tokens.push(Token { start: start as u32, end: end as u32, class });
+        }
+    }
+
     // -- punctuation --------------------------------------------------------
 
     fn punctuation(&mut self, prev: Prev) {
         self.hash.token(TAG_OPERATOR, &self.sql[self.pos..self.pos + 1], false);
+        self.record(TokenClass::Operator, self.pos, self.pos + 1);
         self.pos += 1;
         self.prev = prev;
         self.prev_kw = Kw::None;
@@ -1105,6 +1241,7 @@ impl<'a> Scanner<'a> {
         match self.at(self.pos + 1) {
             Some(b':') => {
                 self.hash.token(TAG_OPERATOR, b"::", false);
+                self.record(TokenClass::Operator, self.pos, self.pos + 2);
                 self.pos += 2;
                 self.prev = Prev::Cast;
                 self.prev_kw = Kw::None;
@@ -1112,6 +1249,7 @@ impl<'a> Scanner<'a> {
             }
             Some(b'=') => {
                 self.hash.token(TAG_OPERATOR, b":=", false);
+                self.record(TokenClass::Operator, self.pos, self.pos + 2);
                 self.pos += 2;
                 self.prev = Prev::Operator;
                 self.prev_kw = Kw::None;
@@ -1136,6 +1274,7 @@ impl<'a> Scanner<'a> {
             return Ok(());
         }
         self.hash.token(TAG_OPERATOR, &self.sql[start..start + len], false);
+        self.record(TokenClass::Operator, start, start + len);
         self.pos = start + len;
         self.prev = Prev::Operator;
         self.prev_kw = Kw::None;
@@ -1165,6 +1304,7 @@ impl<'a> Scanner<'a> {
         }
         let word = &self.sql[start..start + len];
         self.hash.token(TAG_WORD, word, true);
+        self.record(TokenClass::Word, start, start + len);
         self.pos = start + len;
         self.after_word(Kw::lookup(word));
         Ok(())
@@ -1189,6 +1329,7 @@ impl<'a> Scanner<'a> {
             return Err(Unsupported::LongName);
         }
         self.hash.token(TAG_QUOTED, &self.sql[start..p], false);
+        self.record(TokenClass::Quoted, start, p);
         self.pos = p;
         self.after_word(Kw::None);
         Ok(())
@@ -1468,6 +1609,7 @@ impl<'a> Scanner<'a> {
                 }
                 self.out.values.truncate(value_start);
                 self.hash.token(TAG_KEPT, &self.sql[start..end], false);
+                self.record(TokenClass::Kept, start, end);
                 self.out.kept.push(Kept { start: start as u32, end: end as u32, why });
             }
             None => {
@@ -1476,6 +1618,7 @@ impl<'a> Scanner<'a> {
                 }
                 let param_type = kind.param_type();
                 self.hash.mix(TAG_SLOT | u64::from(param_type) << 8);
+                self.record(TokenClass::Slot(param_type), start, end);
                 self.out.slots.push(Slot {
                     start: start as u32,
                     end: end as u32,
@@ -2189,6 +2332,99 @@ mod tests {
         assert_eq!(lowercase_word(high).to_le_bytes(), [0xc3, 0x89, b'a', 0xc1, b'z', 0xda, b'_', b'0']);
     }
 
+    fn tokens_of(sql: &str) -> (Lexed, Vec<Token>) {
+        let mut lexed = Lexed::new();
+        lexed.lex_tokens(sql, LexOptions::default()).unwrap_or_else(|e| panic!("{sql:?} did not lex: {e}"));
+        let tokens = lexed.tokens().to_vec();
+        (lexed, tokens)
+    }
+
+    fn same(a: &str, b: &str) -> bool {
+        let ((la, ta), (lb, tb)) = (tokens_of(a), tokens_of(b));
+        let same = same_tokens(a, &ta, b, &tb);
+        if same {
+            assert_eq!(la.shape_hash(), lb.shape_hash(), "{a:?} / {b:?}");
+            assert_eq!(la.param_types(), lb.param_types());
+        }
+        same
+    }
+
+    #[test]
+    fn tokens_are_recorded_only_when_asked_and_do_not_change_the_hash() {
+        let sql = "SELECT \"A\", b::int FROM t WHERE c = 'x' ORDER BY 1;";
+        let plain = lexed(sql);
+        assert!(plain.tokens().is_empty());
+        let (recorded, tokens) = tokens_of(sql);
+        assert_eq!(recorded.shape_hash(), plain.shape_hash());
+        let texts: Vec<(&str, TokenClass)> = tokens.iter().map(|t| (&sql[t.start as usize..t.end as usize], t.class)).collect();
+        use TokenClass::*;
+        assert_eq!(
+            texts,
+            [
+                ("SELECT", Word), ("\"A\"", Quoted), (",", Operator), ("b", Word), ("::", Operator), ("int", Word),
+                ("FROM", Word), ("t", Word), ("WHERE", Word), ("c", Word), ("=", Operator), ("'x'", Slot(oid::UNKNOWN)),
+                ("ORDER", Word), ("BY", Word), ("1", Kept),
+            ]
+        );
+    }
+
+    #[test]
+    fn spellings_of_one_statement() {
+        assert!(same("SELECT a FROM t WHERE b = 1", "select A\n  from T -- where\n WHERE B=2;"));
+        assert!(same("SELECT a, -5, x::INT FROM t", "SELECT/* */a ,- 7,x :: int from t"));
+        assert!(same("SELECT 'a'\n'b' AS Label", "select 'c' as LABEL"));
+        assert!(same("SELECT date '2024-01-01' ORDER BY 1", "SELECT DATE '2024-01-01' order by 1"));
+    }
+
+    #[test]
+    fn what_keeps_spellings_apart() {
+        // Quoted identifiers keep their case, and are not the unquoted word.
+        assert!(!same("SELECT \"A\" FROM t", "SELECT \"a\" FROM t"));
+        assert!(!same("SELECT \"a\" FROM t", "SELECT a FROM t"));
+        // Kept literals are the statement's text.
+        assert!(!same("SELECT date '2024-01-01'", "SELECT date '2024-01-02'"));
+        assert!(!same("SELECT 1 ORDER BY 1", "SELECT 1 ORDER BY 01"));
+        // Another parameter type, another operator spelling, another token.
+        assert!(!same("SELECT 1", "SELECT 1.0"));
+        assert!(!same("SELECT 1 <> 2", "SELECT 1 != 2"));
+        assert!(!same("SELECT 1 AS a", "SELECT 1 a"));
+        // Only ASCII letters fold (PostgreSQL leaves others alone in UTF-8).
+        assert!(same("SELECT 1 AS Éa", "SELECT 1 AS Éa"));
+        assert!(!same("SELECT 1 AS Éa", "SELECT 1 AS éa"));
+    }
+
+    #[test]
+    fn a_position_maps_to_the_same_place_in_another_spelling() {
+        let a = "SELECT a, bc FROM t";
+        let b = "select\n  A ,  -- x\n BC from t";
+        let ((_, ta), (_, tb)) = (tokens_of(a), tokens_of(b));
+        let place = |p: usize| same_place(a, &ta, b, &tb, p);
+        assert_eq!(place(11), Some(b.find("BC").unwrap() + 1), "the start of bc");
+        assert_eq!(place(12), Some(b.find("BC").unwrap() + 2), "its second character");
+        assert_eq!(place(10), Some(b.find("BC").unwrap() + 1), "between tokens: the next one");
+        assert_eq!(place(1), Some(1));
+        assert_eq!(place(100), None, "past the last token");
+        // Characters, not bytes.
+        let a = "SELECT 'é', x";
+        let b = "SELECT 'é' ,  x";
+        let ((_, ta), (_, tb)) = (tokens_of(a), tokens_of(b));
+        assert_eq!(same_place(a, &ta, b, &tb, 13), Some(15));
+    }
+
+    #[test]
+    fn a_position_in_one_spellings_rewrite_maps_into_another_spelling() {
+        let from = "SELECT 'é', 42 + x FROM t";
+        let to = "select 'é', 7 +  X\nfrom T";
+        // "SELECT $1, $2 + x FROM t": x is at 17.
+        let x = to[..to.find('X').unwrap()].chars().count() + 1;
+        assert_eq!(respelled_position(from, LexOptions::default(), to, LexOptions::default(), 17), Some(x));
+        // At $2: the literal in the other spelling.
+        assert_eq!(respelled_position(from, LexOptions::default(), to, LexOptions::default(), 12), Some(13));
+        assert_eq!(respelled_position(from, LexOptions::default(), "SELECT 1", LexOptions::default(), 1), None);
+        assert!(same_statement(from, LexOptions::default(), to, LexOptions::default()));
+        assert!(!same_statement(from, LexOptions::default(), "SELECT 1; SELECT 2", LexOptions::default()));
+    }
+
     /// Pieces that exercise every branch of the lexer when glued at random.
     fn sqlish() -> impl Strategy<Value = String> {
         let piece = prop::sample::select(vec![
@@ -2221,6 +2457,35 @@ mod tests {
             let mut lexed = Lexed::new();
             if lexed.lex(&sql, LexOptions::default()).is_ok() {
                 check_invariants(&sql, &lexed);
+            }
+        }
+
+        /// Any text the lexer takes, spelled again with other whitespace,
+        /// comments and case of its unquoted words, is the same statement.
+        #[test]
+        fn respellings_are_the_same_statement(
+            sql in sqlish(),
+            cases in prop::collection::vec(any::<bool>(), 64),
+            gaps in prop::collection::vec(prop::sample::select(vec![" ", "\n", "\t ", " /* c */ ", " -- c\n"]), 64),
+        ) {
+            let mut lexed = Lexed::new();
+            if lexed.lex_tokens(&sql, LexOptions::default()).is_ok() {
+                let tokens = lexed.tokens().to_vec();
+                let mut again = String::new();
+                for (i, t) in tokens.iter().enumerate() {
+                    let text = &sql[t.start as usize..t.end as usize];
+                    match t.class {
+                        TokenClass::Word if cases[i % 64] => again.push_str(&text.to_ascii_uppercase()),
+                        TokenClass::Word => again.push_str(&text.to_ascii_lowercase()),
+                        _ => again.push_str(text),
+                    }
+                    again.push_str(gaps[i % 64]);
+                }
+                let mut other = Lexed::new();
+                prop_assert!(other.lex_tokens(&again, LexOptions::default()).is_ok(), "{:?} -> {:?}", sql, again);
+                prop_assert!(same_tokens(&sql, &tokens, &again, other.tokens()), "{:?} -> {:?}", sql, again);
+                prop_assert_eq!(lexed.shape_hash(), other.shape_hash());
+                prop_assert_eq!(lexed.param_types(), other.param_types());
             }
         }
 

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use super::auto::Shapes;
+use super::auto::{PassThroughCounts, Shapes};
 
 /// One distinct statement of the shard.
 #[derive(Debug)]
@@ -50,6 +50,24 @@ pub struct PrepareStats {
     /// Simple queries passed through unchanged while auto-prepare is on
     /// (not lexed, not preparable, or not validated yet).
     pub pass_throughs: u64,
+    /// The same, by reason (they add up to `pass_throughs`).
+    pub pass_through_reasons: PassThroughCounts,
+    /// Nanoseconds pglane spent on the timed simple queries it rewrote
+    /// (lexing, the shape lookup, building Parse/Bind/Execute), and on the
+    /// timed ones it passed through (lexing, the lookup, queueing a new
+    /// shape); one query in 16 is timed, so the averages are
+    /// `rewrite_ns / rewrites_timed` and `pass_through_ns / pass_through_timed`.
+    pub rewrite_ns: u64,
+    pub rewrites_timed: u64,
+    pub pass_through_ns: u64,
+    pub pass_through_timed: u64,
+    /// Shapes queued for validation now, and whose parser check runs now
+    /// (gauges, filled in by `Registry::stats`).
+    pub shapes_queued: u64,
+    pub parses_in_flight: u64,
+    /// Spellings of a shape (other whitespace, comments, case of unquoted
+    /// words) that took the verdict of one validated before.
+    pub respellings: u64,
     /// Shapes validated on a side connection, and those found not to be rewritable.
     pub validations: u64,
     pub validation_failures: u64,
@@ -79,6 +97,14 @@ impl PrepareStats {
         self.shapes += o.shapes;
         self.rewrites += o.rewrites;
         self.pass_throughs += o.pass_throughs;
+        self.pass_through_reasons.add(&o.pass_through_reasons);
+        self.rewrite_ns += o.rewrite_ns;
+        self.rewrites_timed += o.rewrites_timed;
+        self.pass_through_ns += o.pass_through_ns;
+        self.pass_through_timed += o.pass_through_timed;
+        self.shapes_queued += o.shapes_queued;
+        self.parses_in_flight += o.parses_in_flight;
+        self.respellings += o.respellings;
         self.validations += o.validations;
         self.validation_failures += o.validation_failures;
         self.unnamed_mapped += o.unnamed_mapped;
@@ -96,7 +122,7 @@ pub struct Registry {
     next_id: Cell<u64>,
     /// Above this many statements, those no client refers to are dropped.
     capacity: usize,
-    stats: Cell<PrepareStats>,
+    stats: RefCell<PrepareStats>,
     /// Auto-prepare's shape decisions for this pool.
     pub shapes: Shapes,
 }
@@ -108,7 +134,7 @@ impl Registry {
             by_key: RefCell::default(),
             next_id: Cell::new(1),
             capacity: capacity.max(1),
-            stats: Cell::default(),
+            stats: RefCell::default(),
             shapes: Shapes::new(capacity),
         }
     }
@@ -208,7 +234,12 @@ impl Registry {
     }
 
     pub fn stats(&self) -> PrepareStats {
-        PrepareStats { shapes: self.shapes.len() as u64, ..self.stats.get() }
+        PrepareStats {
+            shapes: self.shapes.len() as u64,
+            shapes_queued: self.shapes.queued() as u64,
+            parses_in_flight: self.shapes.parses_in_flight(),
+            ..*self.stats.borrow()
+        }
     }
 
     /// The schema may have changed (DDL, a stale plan): every shape is
@@ -224,10 +255,10 @@ impl Registry {
         }
     }
 
+    /// Changes the counters in place (the struct is too big to copy in and
+    /// out of a `Cell` on every query).
     pub fn count(&self, f: impl FnOnce(&mut PrepareStats)) {
-        let mut s = self.stats.get();
-        f(&mut s);
-        self.stats.set(s);
+        f(&mut self.stats.borrow_mut());
     }
 }
 

@@ -57,6 +57,45 @@ pub async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> O
     .await
 }
 
+/// The nice value of a shard's blocking thread: when the shard's own thread
+/// and a long computation compete for the core, the shard gets most of it.
+const BLOCKING_NICE: libc::c_int = 10;
+
+/// Runs `f` on the shard's blocking thread and waits for it without
+/// stalling the shard's other tasks: for CPU-heavy work of a miss path
+/// (pg_query parses a new query shape), never for the query path, since each
+/// call crosses threads (glommio's queue to its blocking pool, whose one
+/// thread is pinned to the shard's core). The thread runs at a lower
+/// priority ([`BLOCKING_NICE`]). `None` if `f` panicked.
+pub async fn off_shard<F, R>(f: F) -> Option<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    glommio::executor()
+        .spawn_blocking(move || {
+            lower_priority_once();
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()
+        })
+        .await
+}
+
+/// Lowers the calling thread's priority to [`BLOCKING_NICE`], once per thread.
+fn lower_priority_once() {
+    thread_local! {
+        static LOWERED: Cell<bool> = const { Cell::new(false) };
+    }
+    if !LOWERED.with(|lowered| lowered.replace(true)) {
+        // SAFETY: plain syscalls on the calling thread. On Linux a thread id
+        // as PRIO_PROCESS's `who` changes that thread only; an unprivileged
+        // thread may raise its own nice value. Failing leaves it as it was.
+        unsafe {
+            let tid = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BLOCKING_NICE);
+        }
+    }
+}
+
 /// Where the config came from, so RELOAD and SIGHUP can read it again.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigSource {
@@ -800,6 +839,42 @@ mod tests {
         let calm = Arc::new(Shared::new(config(), ConfigSource::default()));
         drop(PanicGuard { shared: calm.clone(), shard: 0 });
         assert!(!calm.is_shutting_down(), "a shard that stops normally changes nothing");
+    }
+
+    #[test]
+    fn off_shard_work_runs_on_another_thread_while_the_shard_goes_on() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::Instant;
+        let cpu = cpu_plan(None, None).unwrap()[0];
+        let shard = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .spawn(|| async move {
+                let shard_thread = std::thread::current().id();
+                let started = Arc::new(AtomicBool::new(false));
+                let gate = Arc::new(AtomicBool::new(false));
+                let (s, g) = (started.clone(), gate.clone());
+                // The work waits for the shard to open a gate, which the
+                // shard can only do if it is not the one running the work.
+                let work = glommio::spawn_local(off_shard(move || {
+                    s.store(true, Ordering::Release);
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while !g.load(Ordering::Acquire) && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    (std::thread::current().id(), g.load(Ordering::Acquire))
+                }));
+                while !started.load(Ordering::Acquire) {
+                    glommio::timer::sleep(Duration::from_millis(1)).await;
+                }
+                gate.store(true, Ordering::Release);
+                let (thread, opened) = work.await.expect("no panic");
+                assert_ne!(thread, shard_thread, "off the shard thread");
+                assert!(opened, "the shard ran on while the work was pending");
+                // A panic comes back as None, and the thread serves the next call.
+                assert_eq!(off_shard(|| -> u32 { panic!("a test panic") }).await, None);
+                assert_eq!(off_shard(|| 7).await, Some(7));
+            })
+            .unwrap();
+        shard.join().unwrap();
     }
 
     #[test]
