@@ -491,6 +491,11 @@ impl Exchange {
                 self.pending_change = follow_change(body, self.tracker.status());
                 if let Ok(sql) = frontend::decode_query(body) {
                     self.watch_session_state(sql, self.pending_change.is_some());
+                    if self.pending_change.is_none() && self.tracker.status() == backend::TransactionStatus::Idle && pinning::resets_all(sql) {
+                        // RESET ALL among other statements (asyncpg's pool reset):
+                        // not pinning, and followed once the whole query succeeds.
+                        self.pending_change = Some(Change::ResetAll);
+                    }
                 }
                 self.rewrite_query(body, st, to_server) || self.pass_request(message, to_server, Request::Query)
             }
