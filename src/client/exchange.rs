@@ -107,6 +107,10 @@ enum Request {
     /// `rewritten`: the Sync ending a rewritten simple query.
     Sync { rewritten: bool },
     Query,
+    /// An empty query in place of the client's `DEALLOCATE name`: its
+    /// EmptyQueryResponse becomes the client's CommandComplete. `execute`:
+    /// the Execute of a portal of it, else a simple query.
+    Deallocate { execute: bool },
     FunctionCall,
 }
 
@@ -140,6 +144,10 @@ pub struct Exchange {
     /// This client Parsed the unnamed statement on the server connection it
     /// holds (what another client left there is not its to use).
     unnamed_parsed: bool,
+    /// The server's unnamed statement is an empty query standing for the
+    /// client's `DEALLOCATE name`, and this portal (if any) was bound from it.
+    deallocate_unnamed: bool,
+    deallocate_portal: Option<String>,
     /// The client used session state that cannot follow it to another
     /// server connection: it keeps this one until it leaves (see [`pinning`]).
     pub pinned: Option<SessionFeature>,
@@ -422,6 +430,9 @@ impl Exchange {
             self.skip_to_sync = false;
         }
         let body = &message[HEADER_LEN..];
+        if tag == frontend::BIND {
+            self.note_bind(body);
+        }
         let forwarded = match tag {
             frontend::PARSE => self.parse(message, body, st, to_server),
             frontend::BIND => match names::split_bind(body) {
@@ -479,15 +490,24 @@ impl Exchange {
                     true
                 }
             },
-            frontend::EXECUTE => {
-                let plan = frontend::decode_execute(body).ok().and_then(|(portal, _)| self.negotiator.plan(portal));
-                self.pass_request(message, to_server, Request::Execute { plan })
-            }
+            frontend::EXECUTE => match frontend::decode_execute(body) {
+                Ok((portal, _)) if self.deallocate_portal.as_deref() == Some(portal) => {
+                    self.pass_request(message, to_server, Request::Deallocate { execute: true })
+                }
+                decoded => {
+                    let plan = decoded.ok().and_then(|(portal, _)| self.negotiator.plan(portal));
+                    self.pass_request(message, to_server, Request::Execute { plan })
+                }
+            },
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
             frontend::QUERY => {
-                // A simple query replaces the unnamed statement.
+                // A simple query replaces the unnamed statement and portal.
                 self.unnamed_parsed = false;
                 self.unnamed = None;
+                self.deallocate_unnamed = false;
+                if self.deallocate_portal.as_deref() == Some("") {
+                    self.deallocate_portal = None;
+                }
                 self.pending_change = follow_change(body, self.tracker.status());
                 if let Ok(sql) = frontend::decode_query(body) {
                     self.watch_session_state(sql, self.pending_change.is_some());
@@ -497,7 +517,7 @@ impl Exchange {
                         self.pending_change = Some(Change::ResetAll);
                     }
                 }
-                self.rewrite_query(body, st, to_server) || self.pass_request(message, to_server, Request::Query)
+                self.deallocate(body, st, to_server) || self.rewrite_query(body, st, to_server) || self.pass_request(message, to_server, Request::Query)
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
             frontend::COPY_DONE | frontend::COPY_FAIL => {
@@ -560,7 +580,7 @@ impl Exchange {
     /// has sent no Execute in its current group.
     fn settings_settled(&self) -> bool {
         self.negotiator.group_is_clean()
-            && !self.due.iter().any(|d| matches!(d, Due::Server { request: Request::Sync { .. } | Request::Query | Request::FunctionCall, .. }))
+            && !self.due.iter().any(|d| matches!(d, Due::Server { request: Request::Sync { .. } | Request::Query | Request::Deallocate { .. } | Request::FunctionCall, .. }))
     }
 
     /// The next DataRows belong to a negotiated portal: the relay must hand
@@ -608,6 +628,11 @@ impl Exchange {
             self.watch_session_state(sql, false);
             if let Some(auto) = self.auto.as_mut() {
                 auto.notice_search_path(sql);
+            }
+        }
+        if let Ok(("", rest)) = parsed {
+            if self.deallocate_parsed(rest, st, to_server) {
+                return true;
             }
         }
         let (name, rest) = match parsed {
@@ -703,6 +728,58 @@ impl Exchange {
                 frontend::describe(to_server, Target::Statement, &s.server_name);
                 self.expect(Request::Describe { cache: Some(s), portal: None });
                 true
+            }
+        }
+    }
+
+    /// `DEALLOCATE name` of a statement the client prepared (psycopg sends
+    /// it for statements it evicts): the server knows it under the shard's
+    /// shared name, which other clients may use, so only the client's name
+    /// goes. An empty query stands in for it, so that the ReadyForQuery
+    /// carries the server's transaction status. In a failed transaction it
+    /// passes through and fails as it would on the server. Returns false,
+    /// having sent nothing, if the query must pass through.
+    fn deallocate(&mut self, body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let Ok(sql) = frontend::decode_query(body) else { return false };
+        if self.tracker.status() == backend::TransactionStatus::Failed {
+            return false;
+        }
+        let Some(name) = super::deallocate::deallocated_name(sql) else { return false };
+        if st.client.remove(&name).is_none() {
+            return false;
+        }
+        frontend::query(to_server, "");
+        self.expect(Request::Deallocate { execute: false });
+        true
+    }
+
+    /// The same for `DEALLOCATE name` Parsed as the unnamed statement (as
+    /// psycopg sends it): an empty unnamed statement instead, whose portal's
+    /// Execute answers as the DEALLOCATE.
+    fn deallocate_parsed(&mut self, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        self.deallocate_unnamed = false;
+        if self.tracker.status() == backend::TransactionStatus::Failed {
+            return false;
+        }
+        let Some(name) = super::deallocate::deallocated_name(names::parse_query(rest)) else { return false };
+        if st.client.remove(&name).is_none() {
+            return false;
+        }
+        frontend::parse(to_server, "", "", &[]);
+        self.expect(Request::Parse { undo: None });
+        self.unnamed = None;
+        self.unnamed_parsed = true;
+        self.deallocate_unnamed = true;
+        true
+    }
+
+    /// Follows which portal holds an empty statement standing for a DEALLOCATE.
+    fn note_bind(&mut self, body: &[u8]) {
+        if let Ok((portal, statement, _)) = names::split_bind(body) {
+            if statement.is_empty() && self.deallocate_unnamed {
+                self.deallocate_portal = Some(portal.to_owned());
+            } else if self.deallocate_portal.as_deref() == Some(portal) {
+                self.deallocate_portal = None;
             }
         }
     }
@@ -928,6 +1005,13 @@ impl Exchange {
                 }
                 }
             }
+            backend::EMPTY_QUERY_RESPONSE if matches!(self.due.front(), Some(Due::Server { request: Request::Deallocate { .. }, .. })) => {
+                forward = false;
+                backend::command_complete(to_client, "DEALLOCATE");
+                if let Some(Due::Server { request: Request::Deallocate { execute: true }, .. }) = self.due.front() {
+                    self.due.pop_front();
+                }
+            }
             backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
                 if matches!(self.due.front(), Some(Due::Server { request: Request::Execute { .. }, .. })) {
                     self.due.pop_front();
@@ -951,7 +1035,7 @@ impl Exchange {
                             }
                             break;
                         }
-                        Due::Server { request: Request::Query | Request::FunctionCall, .. } => break,
+                        Due::Server { request: Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall, .. } => break,
                         _ => {}
                     }
                 }
@@ -1040,7 +1124,7 @@ impl Exchange {
     fn answers_rewritten_query(&self) -> bool {
         let end = self.due.iter().find_map(|d| match d {
             Due::Server { request: Request::Sync { rewritten }, .. } => Some(*rewritten),
-            Due::Server { request: Request::Query | Request::FunctionCall, .. } => Some(false),
+            Due::Server { request: Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall, .. } => Some(false),
             _ => None,
         });
         end == Some(true)
@@ -1057,7 +1141,7 @@ impl Exchange {
     /// goes on to its ReadyForQuery), the server now skips everything up to
     /// Sync, so what pglane recorded for those requests is undone.
     fn server_error(&mut self, body: &[u8], st: &mut Statements<'_>) {
-        if matches!(self.due.front(), Some(Due::Server { request: Request::Query | Request::Sync { .. }, .. }) | None) {
+        if matches!(self.due.front(), Some(Due::Server { request: Request::Query | Request::Deallocate { execute: false } | Request::Sync { .. }, .. }) | None) {
             return;
         }
         let stale_plan = backend::decode_error_fields(body).is_ok_and(|e| e.code == "0A000");
@@ -1448,5 +1532,69 @@ mod tests {
         let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
         assert_eq!(tags(&got), "2DCZ", "the injected Parse's ParseComplete is not the client's");
         assert_eq!(sides.registry.stats().unnamed_mapped, 2);
+    }
+
+    /// Sends the client's messages; returns what went to the server and what
+    /// the client got at once.
+    fn send(ex: &mut Exchange, sides: &mut Sides, mut messages_in: BytesMut) -> (Vec<(u8, Vec<u8>)>, Vec<(u8, Vec<u8>)>) {
+        let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+        while let Some(m) = split_message(&mut messages_in, 1 << 20).unwrap() {
+            ex.from_client(m.tag, &whole(m.tag, &m.body), &mut sides.st(), &mut to_server, &mut to_client);
+        }
+        (messages(to_server), messages(to_client))
+    }
+
+    /// psycopg's `DEALLOCATE _pg3_N`, as a simple query and as an unnamed
+    /// statement, must not reach the server (which knows the statement by
+    /// pglane's shared name, so it failed with 26000): only the client's
+    /// name goes, and the client sees the DEALLOCATE's own replies.
+    #[test]
+    fn sql_deallocate_of_a_clients_statement_drops_only_its_name() {
+        for extended in [false, true] {
+            let mut sides = Sides::new();
+            let mut ex = Exchange::new(None);
+            let mut p = BytesMut::new();
+            frontend::parse(&mut p, "_pg3_0", "SELECT $1::int", &[]);
+            frontend::sync(&mut p);
+            let (sent, _) = send(&mut ex, &mut sides, p);
+            assert_eq!(tags(&sent), "PS");
+            assert_eq!(tags(&reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")])), "1Z");
+            assert!(sides.client.get("_pg3_0").is_some());
+
+            let mut d = BytesMut::new();
+            if extended {
+                frontend::parse(&mut d, "", "DEALLOCATE _pg3_0", &[]);
+                frontend::bind(&mut d, "", "", &[], std::iter::empty(), &[]);
+                frontend::describe(&mut d, Target::Portal, "");
+                frontend::execute(&mut d, "", 0);
+                frontend::sync(&mut d);
+            } else {
+                frontend::query(&mut d, "DEALLOCATE _pg3_0");
+            }
+            let (sent, answered) = send(&mut ex, &mut sides, d);
+            assert!(answered.is_empty());
+            assert!(sides.client.get("_pg3_0").is_none(), "the client's name is gone");
+            let got = if extended {
+                assert_eq!(tags(&sent), "PBDES");
+                assert_eq!(names::parse_query(names::split_parse(&sent[0].1).unwrap().1), "", "an empty statement instead");
+                reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'n', b""), (b'I', b""), (b'Z', b"T")])
+            } else {
+                assert_eq!(tags(&sent), "Q");
+                assert_eq!(sent[0].1, b"\0", "an empty query instead");
+                reply(&mut ex, &mut sides, &[(b'I', b""), (b'Z', b"T")])
+            };
+            let expected = if extended { "12nCZ" } else { "CZ" };
+            assert_eq!(tags(&got), expected, "extended: {extended}");
+            let complete = got.iter().find(|(t, _)| *t == b'C').unwrap();
+            assert_eq!(complete.1, b"DEALLOCATE\0");
+            assert_eq!(got.last().unwrap().1, b"T", "the server's transaction status");
+            assert!(ex.is_quiet());
+
+            // A name the client does not have passes through, to fail as on a direct connection.
+            let mut d = BytesMut::new();
+            frontend::query(&mut d, "DEALLOCATE _pg3_0");
+            let (sent, _) = send(&mut ex, &mut sides, d);
+            assert_eq!(sent[0].1, b"DEALLOCATE _pg3_0\0");
+        }
     }
 }
