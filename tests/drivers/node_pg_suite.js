@@ -76,6 +76,27 @@ async function singleClient() {
   } catch (e) {
     check('unique', [e.code, e.constraint], ['23505', 'npg_accounts_pkey']);
   }
+  // a named statement whose Parse fails, tried again, then a good one
+  for (let k = 0; k < 2; k++) {
+    try {
+      await c.query({ name: 'broken', text: 'selec 1', values: [] });
+      throw new Error('syntax error did not fail');
+    } catch (e) {
+      check(`named_parse_error_${k}`, e.code, '42601');
+    }
+  }
+  check('named_after_parse_error', (await c.query({ name: 'fine', text: 'select $1::int * 3 as x', values: [7] })).rows, [{ x: 21 }]);
+  // many named statements on one connection
+  let sum = 0;
+  for (let k = 0; k < 60; k++) {
+    const r = await c.query({ name: `many_${k}`, text: `select $1::int + ${k} as v`, values: [k] });
+    sum += r.rows[0].v;
+  }
+  for (let k = 0; k < 60; k += 10) {
+    const r = await c.query({ name: `many_${k}`, text: `select $1::int + ${k} as v`, values: [1] });
+    sum += r.rows[0].v;
+  }
+  check('named_many', sum, 2 * 1770 + 6 + 150);
   const types = await c.query("select '2024-01-02T03:04:05Z'::timestamptz as ts, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid as u, '{\"a\":1}'::jsonb as j, array[1,2]::int[] as arr, 12345678901::int8 as big, $1::bytea as b",
     [Buffer.from([1, 2, 255])]);
   const row = types.rows[0];

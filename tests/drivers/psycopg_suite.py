@@ -282,6 +282,21 @@ def errors_then_rollback(mover):
                 c.commit()
             finally:
                 mover.release()
+        # statements first prepared inside a pipeline that fails: the one
+        # after the error was skipped by the server and must prepare again
+        for k in range(3):
+            try:
+                with c.pipeline():
+                    c.execute("select %s::int + 100", (k,))
+                    c.execute("select 1 / %s::int", (0,))
+                    c.execute("select %s::int + 200", (k,))
+                raise Mismatch("pipeline with a division by zero did not fail")
+            except errors.DivisionByZero:
+                pass
+            c.rollback()
+            check(f"errors_pipeline_prepare_{k}", [c.execute("select %s::int + 100", (k,)).fetchone(),
+                                                   c.execute("select %s::int + 200", (k,)).fetchone()], [(k + 100,), (k + 200,)])
+            c.commit()
         c.autocommit = True
         try:
             c.execute("select * from pg3_no_such_table")
