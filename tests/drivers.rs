@@ -294,28 +294,30 @@ fn node_postgres_with_auto_prepare_and_binary_negotiation() {
     assert!(stats.get("portals_negotiated").is_some_and(|&n| n > 0), "{stats:?}");
 }
 
-/// Known bug, not fixed yet: DDL changes the result type of a statement that
-/// a client prepared and described (asyncpg caches the RowDescription and
-/// asks for binary). On a direct connection every backend holding the
-/// statement answers the next Bind with 0A000 "cached plan must not change
-/// result type", and asyncpg prepares it again. Through pglane the client's
-/// statement is prepared lazily on whichever server connection it gets; on
-/// one that did not have it yet, that Parse simply succeeds with the new
-/// result type, the Bind asks binary for the column asyncpg still believes
-/// is int4, and asyncpg fails decoding a text value ("insufficient data in
-/// buffer"), or, for same-size types, would read a wrong value.
+/// DDL changes the result type of a statement two asyncpg connections
+/// prepared and described (asyncpg caches the RowDescription and asks for
+/// binary). On a direct connection each backend holding the statement
+/// answers the next Bind with 0A000 "cached plan must not change result
+/// type" (routine RevalidateCachedQuery), and asyncpg prepares it again.
+/// Through pglane the client's statement was prepared lazily on whichever
+/// server connection it got; on one that did not have it yet, that Parse
+/// simply succeeded with the new type, the Bind asked binary for a column
+/// asyncpg still believed int4, and asyncpg failed to decode the text
+/// ("insufficient data in buffer"; same-size types would decode wrongly).
 #[test]
-#[ignore = "known bug: a lazily re-prepared statement may silently change its result type after DDL"]
 fn asyncpg_ddl_changing_a_cached_result_type() {
-    fresh_database("drivers_asyncpg_ddl");
-    let pg = postgres();
-    let step = |port: u16, db: &str| {
-        let mut cmd = asyncpg_command(port, db);
-        cmd.arg("ddl");
-        cmd
-    };
-    let direct = run_suite("the ddl step against PostgreSQL directly", step(pg.port, "drivers_asyncpg_ddl"));
-    let lane = start_pglane("drivers_asyncpg_ddl", Features::Plain);
-    let through = run_suite("the ddl step through pglane", step(lane.port, "app"));
-    assert_eq!(direct["results"], through["results"]);
+    for (db, features) in [("drivers_asyncpg_ddl", Features::Plain), ("drivers_asyncpg_ddl_auto", Features::AutoPrepareAndNegotiation)] {
+        fresh_database(db);
+        let pg = postgres();
+        let step = |port: u16, db: &str| {
+            let mut cmd = asyncpg_command(port, db);
+            cmd.arg("ddl");
+            cmd
+        };
+        let direct = run_suite("the ddl step against PostgreSQL directly", step(pg.port, db));
+        let lane = start_pglane(db, features);
+        let through = run_suite("the ddl step through pglane", step(lane.port, "app"));
+        assert_eq!(direct["results"], through["results"]);
+        assert!(direct["results"].as_object().is_some_and(|r| r.len() == 8), "{direct}");
+    }
 }

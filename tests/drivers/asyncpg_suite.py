@@ -30,7 +30,8 @@ import asyncpg
 
 DSN = sys.argv[1]
 RESULTS = {}
-# Steps run only when named: "ddl" fails through pglane (see tests/drivers.rs).
+# Steps run only when named (tests/drivers.rs runs "ddl" on its own, on a
+# fresh database).
 OPT_IN = {"ddl"}
 
 
