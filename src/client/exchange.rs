@@ -102,11 +102,23 @@ enum Request {
     QueryDescribe,
     /// `evicted` names a statement pglane closed to make room.
     Close { evicted: Option<Rc<str>> },
+    /// pglane's Describe of a statement it just prepared on this server
+    /// connection for a client's Bind, while clients hold its cached
+    /// description `expected`: the result type must be the same.
+    CheckResult { statement: Rc<Statement>, expected: Bytes },
+    /// An Execute of no portal, sent to make the server fail (and skip to
+    /// Sync) where a changed result type fails on a direct connection; its
+    /// error reaches the client as 0A000.
+    StaleResult,
     /// `plan`: the portal was negotiated, its DataRows are transcoded.
     Execute { plan: Option<Rc<Plan>> },
     /// `rewritten`: the Sync ending a rewritten simple query.
     Sync { rewritten: bool },
     Query,
+    /// An empty query in place of the client's `DEALLOCATE name`: its
+    /// EmptyQueryResponse becomes the client's CommandComplete. `execute`:
+    /// the Execute of a portal of it, else a simple query.
+    Deallocate { execute: bool },
     FunctionCall,
 }
 
@@ -140,6 +152,16 @@ pub struct Exchange {
     /// This client Parsed the unnamed statement on the server connection it
     /// holds (what another client left there is not its to use).
     unnamed_parsed: bool,
+    /// The server's unnamed statement is an empty query standing for the
+    /// client's `DEALLOCATE name`, and this portal (if any) was bound from it.
+    deallocate_unnamed: bool,
+    deallocate_portal: Option<String>,
+    /// The client's messages wait here while a [`Request::CheckResult`] is
+    /// unanswered (`holding`); `hold_from` is where they start in this
+    /// call's `to_server`.
+    held: BytesMut,
+    holding: bool,
+    hold_from: Option<usize>,
     /// The client used session state that cannot follow it to another
     /// server connection: it keeps this one until it leaves (see [`pinning`]).
     pub pinned: Option<SessionFeature>,
@@ -406,6 +428,55 @@ fn mentions_search_path(sql: &str) -> bool {
 
 /// A command tag of a statement that may change what a prepared statement
 /// means: CREATE, ALTER or DROP of anything.
+/// Does a statement Describe's answer (`tag`, `body`: RowDescription or
+/// NoData) show the result columns of `expected` (a cached
+/// ParameterDescription followed by a RowDescription or NoData, whole):
+/// same names, types and type modifiers, as PostgreSQL compares a cached
+/// plan's result? Undecodable answers count as the same.
+fn same_result(expected: &[u8], tag: u8, body: &[u8]) -> bool {
+    let Some(len) = expected.get(1..HEADER_LEN).and_then(|b| <[u8; 4]>::try_from(b).ok()) else { return true };
+    let Ok(len) = usize::try_from(i32::from_be_bytes(len)) else { return true };
+    let Some(old) = expected.get(1 + len..) else { return true };
+    let (Some(&old_tag), Some(old_body)) = (old.first(), old.get(HEADER_LEN..)) else { return true };
+    if old_tag != tag {
+        return false;
+    }
+    if tag != backend::ROW_DESCRIPTION {
+        return true;
+    }
+    match (backend::decode_row_description(old_body), backend::decode_row_description(body)) {
+        (Ok(old), Ok(new)) => {
+            old.len() == new.len()
+                && old.iter().zip(&new).all(|(a, b)| a.name == b.name && a.type_oid == b.type_oid && a.type_modifier == b.type_modifier)
+        }
+        _ => true,
+    }
+}
+
+/// PostgreSQL's error for a prepared statement whose result type changed,
+/// with its routine: asyncpg and pgjdbc prepare the statement again when
+/// they see `RevalidateCachedQuery`.
+fn stale_result_error(to_client: &mut BytesMut) {
+    use bytes::BufMut;
+    let mut body = Vec::with_capacity(96);
+    for (field, value) in [
+        (b'S', "ERROR"),
+        (b'V', "ERROR"),
+        (b'C', "0A000"),
+        (b'M', "cached plan must not change result type"),
+        (b'F', "plancache.c"),
+        (b'R', "RevalidateCachedQuery"),
+    ] {
+        body.push(field);
+        body.extend_from_slice(value.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    to_client.put_u8(backend::ERROR_RESPONSE);
+    to_client.put_i32(body.len() as i32 + 4);
+    to_client.extend_from_slice(&body);
+}
+
 fn changes_schema(tag: &[u8]) -> bool {
     [&b"CREATE "[..], b"ALTER ", b"DROP "].iter().any(|verb| tag.starts_with(verb))
 }
@@ -476,6 +547,20 @@ impl Exchange {
     /// Writes what the server must get to `to_server`, and any answers due
     /// right away to `to_client`.
     pub fn from_client(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut, to_client: &mut BytesMut) {
+        if self.holding {
+            let mut later = BytesMut::new();
+            self.from_client_now(tag, message, st, &mut later, to_client);
+            self.held.extend_from_slice(&later);
+            return;
+        }
+        self.from_client_now(tag, message, st, to_server, to_client);
+        if let Some(at) = self.hold_from.take() {
+            let later = to_server.split_off(at);
+            self.held.extend_from_slice(&later);
+        }
+    }
+
+    fn from_client_now(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut, to_client: &mut BytesMut) {
         if self.skip_to_sync {
             if tag != frontend::SYNC {
                 return;
@@ -487,6 +572,9 @@ impl Exchange {
             self.align_settings(st.client_settings, st.server_settings, to_server);
         }
         let body = &message[HEADER_LEN..];
+        if tag == frontend::BIND {
+            self.note_bind(body);
+        }
         let forwarded = match tag {
             frontend::PARSE => self.parse(message, body, st, to_server),
             frontend::BIND => match names::split_bind(body) {
@@ -544,15 +632,24 @@ impl Exchange {
                     true
                 }
             },
-            frontend::EXECUTE => {
-                let plan = frontend::decode_execute(body).ok().and_then(|(portal, _)| self.negotiator.plan(portal));
-                self.pass_request(message, to_server, Request::Execute { plan })
-            }
+            frontend::EXECUTE => match frontend::decode_execute(body) {
+                Ok((portal, _)) if self.deallocate_portal.as_deref() == Some(portal) => {
+                    self.pass_request(message, to_server, Request::Deallocate { execute: true })
+                }
+                decoded => {
+                    let plan = decoded.ok().and_then(|(portal, _)| self.negotiator.plan(portal));
+                    self.pass_request(message, to_server, Request::Execute { plan })
+                }
+            },
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
             frontend::QUERY => {
-                // A simple query replaces the unnamed statement.
+                // A simple query replaces the unnamed statement and portal.
                 self.unnamed_parsed = false;
                 self.unnamed = None;
+                self.deallocate_unnamed = false;
+                if self.deallocate_portal.as_deref() == Some("") {
+                    self.deallocate_portal = None;
+                }
                 self.pending_change = follow_change(body, self.tracker.status());
                 if let Ok(sql) = frontend::decode_query(body) {
                     let followed = self.pending_change.is_some();
@@ -560,8 +657,13 @@ impl Exchange {
                     if st.negotiation.is_some() {
                         st.server_settings.forget_output_settings_named_in(sql, followed);
                     }
+                    if self.pending_change.is_none() && self.tracker.status() == backend::TransactionStatus::Idle && pinning::resets_all(sql) {
+                        // RESET ALL among other statements (asyncpg's pool reset):
+                        // not pinning, and followed once the whole query succeeds.
+                        self.pending_change = Some(Change::ResetAll);
+                    }
                 }
-                self.rewrite_query(body, st, to_server) || self.pass_request(message, to_server, Request::Query)
+                self.deallocate(body, st, to_server) || self.rewrite_query(body, st, to_server) || self.pass_request(message, to_server, Request::Query)
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
             frontend::COPY_DONE | frontend::COPY_FAIL => {
@@ -628,7 +730,11 @@ impl Exchange {
     fn settings_settled(&self) -> bool {
         self.negotiator.group_is_clean()
             && !self.due.iter().any(|d| {
-                matches!(d, Due::Server { request: Request::Sync { .. } | Request::FunctionCall, .. } | Due::Server { request: Request::Query, forward: true })
+                matches!(
+                    d,
+                    Due::Server { request: Request::Sync { .. } | Request::FunctionCall | Request::Deallocate { .. }, .. }
+                        | Due::Server { request: Request::Query, forward: true }
+                )
             })
     }
 
@@ -653,14 +759,14 @@ impl Exchange {
     pub fn from_client_stream(&mut self, tag: u8, bytes: &[u8], to_server: &mut BytesMut) {
         if !self.skip_to_sync {
             self.tracker.client_sent(tag);
-            to_server.extend_from_slice(bytes);
+            if self.holding { &mut self.held } else { to_server }.extend_from_slice(bytes);
         }
     }
 
     /// More bytes of the streamed client message.
     pub fn from_client_stream_more(&mut self, bytes: &[u8], to_server: &mut BytesMut) {
         if !self.skip_to_sync {
-            to_server.extend_from_slice(bytes);
+            if self.holding { &mut self.held } else { to_server }.extend_from_slice(bytes);
         }
     }
 
@@ -685,6 +791,11 @@ impl Exchange {
             }
             if let Some(auto) = self.auto.as_mut() {
                 auto.notice_search_path(sql);
+            }
+        }
+        if let Ok(("", rest)) = parsed {
+            if self.deallocate_parsed(rest, st, to_server) {
+                return true;
             }
         }
         let (name, rest) = match parsed {
@@ -753,7 +864,11 @@ impl Exchange {
     /// Bind of a statement the registry knows, renamed; with binary format
     /// negotiation, asking binary for the columns it can turn back into text.
     fn bind(&mut self, s: &Rc<Statement>, portal: &str, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let lazily = !st.server.has(s.id);
         self.ensure_prepared(s, st, to_server);
+        if lazily {
+            self.check_result(s, to_server);
+        }
         self.learn_description(s, st, to_server);
         let plan = self.negotiate_bind(s, portal, rest, st);
         match &plan {
@@ -780,6 +895,58 @@ impl Exchange {
                 frontend::describe(to_server, Target::Statement, &s.server_name);
                 self.expect(Request::Describe { cache: Some(s), portal: None });
                 true
+            }
+        }
+    }
+
+    /// `DEALLOCATE name` of a statement the client prepared (psycopg sends
+    /// it for statements it evicts): the server knows it under the shard's
+    /// shared name, which other clients may use, so only the client's name
+    /// goes. An empty query stands in for it, so that the ReadyForQuery
+    /// carries the server's transaction status. In a failed transaction it
+    /// passes through and fails as it would on the server. Returns false,
+    /// having sent nothing, if the query must pass through.
+    fn deallocate(&mut self, body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let Ok(sql) = frontend::decode_query(body) else { return false };
+        if self.tracker.status() == backend::TransactionStatus::Failed {
+            return false;
+        }
+        let Some(name) = super::deallocate::deallocated_name(sql) else { return false };
+        if st.client.remove(&name).is_none() {
+            return false;
+        }
+        frontend::query(to_server, "");
+        self.expect(Request::Deallocate { execute: false });
+        true
+    }
+
+    /// The same for `DEALLOCATE name` Parsed as the unnamed statement (as
+    /// psycopg sends it): an empty unnamed statement instead, whose portal's
+    /// Execute answers as the DEALLOCATE.
+    fn deallocate_parsed(&mut self, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        self.deallocate_unnamed = false;
+        if self.tracker.status() == backend::TransactionStatus::Failed {
+            return false;
+        }
+        let Some(name) = super::deallocate::deallocated_name(names::parse_query(rest)) else { return false };
+        if st.client.remove(&name).is_none() {
+            return false;
+        }
+        frontend::parse(to_server, "", "", &[]);
+        self.expect(Request::Parse { undo: None });
+        self.unnamed = None;
+        self.unnamed_parsed = true;
+        self.deallocate_unnamed = true;
+        true
+    }
+
+    /// Follows which portal holds an empty statement standing for a DEALLOCATE.
+    fn note_bind(&mut self, body: &[u8]) {
+        if let Ok((portal, statement, _)) = names::split_bind(body) {
+            if statement.is_empty() && self.deallocate_unnamed {
+                self.deallocate_portal = Some(portal.to_owned());
+            } else if self.deallocate_portal.as_deref() == Some(portal) {
+                self.deallocate_portal = None;
             }
         }
     }
@@ -833,6 +1000,40 @@ impl Exchange {
         self.expect(Request::Execute { plan: None });
         self.expect(Request::Sync { rewritten: true });
         true
+    }
+
+    /// `s` was just prepared on this server connection for a Bind, and
+    /// clients may have its description (asyncpg and pgjdbc decode results
+    /// by it). On a direct connection a result type changed by DDL fails
+    /// the Bind (0A000); here the fresh Parse would succeed with the new
+    /// type. So pglane describes it and holds the client's messages until
+    /// the answer shows the same result columns (one round trip, once per
+    /// statement and server connection).
+    fn check_result(&mut self, s: &Rc<Statement>, to_server: &mut BytesMut) {
+        let Some(expected) = s.described.borrow().clone() else { return };
+        if self.holding || self.hold_from.is_some() {
+            return;
+        }
+        frontend::describe(to_server, Target::Statement, &s.server_name);
+        frontend::flush(to_server);
+        self.due.push_back(Due::Server { request: Request::CheckResult { statement: s.clone(), expected }, forward: false });
+        self.hold_from = Some(to_server.len());
+        self.holding = true;
+    }
+
+    /// The answer to [`Exchange::check_result`]. A changed result: the
+    /// statement is retired (preparing its text again gives a fresh one)
+    /// and the server is made to fail ahead of the held Bind, so the client
+    /// gets 0A000 and the server skips to Sync, as on a direct connection.
+    fn result_checked(&mut self, s: &Rc<Statement>, expected: &[u8], tag: u8, body: &[u8], st: &mut Statements<'_>) {
+        if same_result(expected, tag, body) {
+            return;
+        }
+        tracing::debug!(statement = %s.server_name, "the result type of a prepared statement changed");
+        st.registry.retire(s);
+        st.server.mark_stale(s.id);
+        frontend::execute(&mut self.for_server, "pglane: result type changed", 0);
+        self.due.push_front(Due::Server { request: Request::StaleResult, forward: true });
     }
 
     /// Makes sure this server connection has `s` before a Bind or Describe uses it.
@@ -954,6 +1155,10 @@ impl Exchange {
             backend::PARAMETER_STATUS => self.reported(body, st, true),
             backend::ERROR_RESPONSE => {
                 self.pending_change = None;
+                if let Some(Due::Server { request: Request::StaleResult, .. }) = self.due.front() {
+                    forward = false;
+                    stale_result_error(to_client);
+                }
                 if self.answers_rewritten_query() {
                     let at_bind = matches!(self.due.front(), Some(Due::Server { request: Request::Bind { .. }, .. }));
                     if let Some(auto) = self.auto.as_mut() {
@@ -1012,7 +1217,12 @@ impl Exchange {
                 }
             }
             backend::ROW_DESCRIPTION | backend::NO_DATA => {
-                if let Some(Due::Server { request: Request::QueryDescribe, .. }) = self.due.front() {
+                if let Some(Due::Server { request: Request::CheckResult { .. }, .. }) = self.due.front() {
+                    forward = false;
+                    if let Some(Due::Server { request: Request::CheckResult { statement, expected }, .. }) = self.due.pop_front() {
+                        self.result_checked(&statement, &expected, tag, body, st);
+                    }
+                } else if let Some(Due::Server { request: Request::QueryDescribe, .. }) = self.due.front() {
                     forward = tag == backend::ROW_DESCRIPTION;
                     self.due.pop_front();
                 } else {
@@ -1032,11 +1242,20 @@ impl Exchange {
                         if !self.describing.is_empty() {
                             let mut description = std::mem::take(&mut self.describing);
                             description.extend_from_slice(message);
-                            *s.description.borrow_mut() = Some(description.freeze());
+                            let description = description.freeze();
+                            *s.described.borrow_mut() = Some(description.clone());
+                            *s.description.borrow_mut() = Some(description);
                         }
                     }
                     self.due.pop_front();
                 }
+                }
+            }
+            backend::EMPTY_QUERY_RESPONSE if matches!(self.due.front(), Some(Due::Server { request: Request::Deallocate { .. }, .. })) => {
+                forward = false;
+                backend::command_complete(to_client, "DEALLOCATE");
+                if let Some(Due::Server { request: Request::Deallocate { execute: true }, .. }) = self.due.front() {
+                    self.due.pop_front();
                 }
             }
             backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
@@ -1069,7 +1288,7 @@ impl Exchange {
                             }
                             break;
                         }
-                        Due::Server { request: Request::Query | Request::FunctionCall, .. } => break,
+                        Due::Server { request: Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall, .. } => break,
                         _ => {}
                     }
                 }
@@ -1096,13 +1315,19 @@ impl Exchange {
             to_client.extend_from_slice(message);
         }
         self.tracker.server_sent(tag, body);
+        if self.holding && !self.due.iter().any(|d| matches!(d, Due::Server { request: Request::CheckResult { .. }, .. })) {
+            // Checked (or skipped after an error): the client's messages go on.
+            self.holding = false;
+            let held = std::mem::take(&mut self.held);
+            self.for_server.extend_from_slice(&held);
+        }
         self.answer_local(to_client);
         forward
     }
 
     /// The Describe being answered is one pglane sent for itself.
     fn describe_is_pglanes(&self) -> bool {
-        matches!(self.due.front(), Some(Due::Server { request: Request::Describe { .. }, forward: false }))
+        matches!(self.due.front(), Some(Due::Server { request: Request::Describe { .. } | Request::CheckResult { .. }, forward: false }))
     }
 
     /// A ParameterStatus: the server connection now has this value, and so
@@ -1159,7 +1384,7 @@ impl Exchange {
     fn answers_rewritten_query(&self) -> bool {
         let end = self.due.iter().find_map(|d| match d {
             Due::Server { request: Request::Sync { rewritten }, .. } => Some(*rewritten),
-            Due::Server { request: Request::Query | Request::FunctionCall, .. } => Some(false),
+            Due::Server { request: Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall, .. } => Some(false),
             _ => None,
         });
         end == Some(true)
@@ -1176,7 +1401,7 @@ impl Exchange {
     /// goes on to its ReadyForQuery), the server now skips everything up to
     /// Sync, so what pglane recorded for those requests is undone.
     fn server_error(&mut self, body: &[u8], st: &mut Statements<'_>) {
-        if matches!(self.due.front(), Some(Due::Server { request: Request::Query | Request::Sync { .. }, .. }) | None) {
+        if matches!(self.due.front(), Some(Due::Server { request: Request::Query | Request::Deallocate { execute: false } | Request::Sync { .. }, .. }) | None) {
             return;
         }
         let stale_plan = backend::decode_error_fields(body).is_ok_and(|e| e.code == "0A000");
@@ -1642,5 +1867,145 @@ mod tests {
         let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
         assert_eq!(tags(&got), "2DCZ", "the injected Parse's ParseComplete is not the client's");
         assert_eq!(sides.registry.stats().unnamed_mapped, 2);
+    }
+
+    /// Sends the client's messages; returns what went to the server and what
+    /// the client got at once.
+    fn send(ex: &mut Exchange, sides: &mut Sides, mut messages_in: BytesMut) -> (Vec<(u8, Vec<u8>)>, Vec<(u8, Vec<u8>)>) {
+        let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+        while let Some(m) = split_message(&mut messages_in, 1 << 20).unwrap() {
+            ex.from_client(m.tag, &whole(m.tag, &m.body), &mut sides.st(), &mut to_server, &mut to_client);
+        }
+        (messages(to_server), messages(to_client))
+    }
+
+    /// psycopg's `DEALLOCATE _pg3_N`, as a simple query and as an unnamed
+    /// statement, must not reach the server (which knows the statement by
+    /// pglane's shared name, so it failed with 26000): only the client's
+    /// name goes, and the client sees the DEALLOCATE's own replies.
+    #[test]
+    fn sql_deallocate_of_a_clients_statement_drops_only_its_name() {
+        for extended in [false, true] {
+            let mut sides = Sides::new();
+            let mut ex = Exchange::new(None);
+            let mut p = BytesMut::new();
+            frontend::parse(&mut p, "_pg3_0", "SELECT $1::int", &[]);
+            frontend::sync(&mut p);
+            let (sent, _) = send(&mut ex, &mut sides, p);
+            assert_eq!(tags(&sent), "PS");
+            assert_eq!(tags(&reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")])), "1Z");
+            assert!(sides.client.get("_pg3_0").is_some());
+
+            let mut d = BytesMut::new();
+            if extended {
+                frontend::parse(&mut d, "", "DEALLOCATE _pg3_0", &[]);
+                frontend::bind(&mut d, "", "", &[], std::iter::empty(), &[]);
+                frontend::describe(&mut d, Target::Portal, "");
+                frontend::execute(&mut d, "", 0);
+                frontend::sync(&mut d);
+            } else {
+                frontend::query(&mut d, "DEALLOCATE _pg3_0");
+            }
+            let (sent, answered) = send(&mut ex, &mut sides, d);
+            assert!(answered.is_empty());
+            assert!(sides.client.get("_pg3_0").is_none(), "the client's name is gone");
+            let got = if extended {
+                assert_eq!(tags(&sent), "PBDES");
+                assert_eq!(names::parse_query(names::split_parse(&sent[0].1).unwrap().1), "", "an empty statement instead");
+                reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'n', b""), (b'I', b""), (b'Z', b"T")])
+            } else {
+                assert_eq!(tags(&sent), "Q");
+                assert_eq!(sent[0].1, b"\0", "an empty query instead");
+                reply(&mut ex, &mut sides, &[(b'I', b""), (b'Z', b"T")])
+            };
+            let expected = if extended { "12nCZ" } else { "CZ" };
+            assert_eq!(tags(&got), expected, "extended: {extended}");
+            let complete = got.iter().find(|(t, _)| *t == b'C').unwrap();
+            assert_eq!(complete.1, b"DEALLOCATE\0");
+            assert_eq!(got.last().unwrap().1, b"T", "the server's transaction status");
+            assert!(ex.is_quiet());
+
+            // A name the client does not have passes through, to fail as on a direct connection.
+            let mut d = BytesMut::new();
+            frontend::query(&mut d, "DEALLOCATE _pg3_0");
+            let (sent, _) = send(&mut ex, &mut sides, d);
+            assert_eq!(sent[0].1, b"DEALLOCATE _pg3_0\0");
+        }
+    }
+
+    fn row_description_body(type_oid: u32) -> Vec<u8> {
+        let mut rd = BytesMut::new();
+        let field = backend::FieldDescription {
+            name: "v".into(),
+            table_oid: 16384,
+            column: 2,
+            type_oid,
+            type_size: -1,
+            type_modifier: -1,
+            format: 0,
+        };
+        backend::row_description(&mut rd, &[field]);
+        rd[HEADER_LEN..].to_vec()
+    }
+
+    /// A client's described statement, prepared lazily on another server
+    /// connection after DDL changed its result type (int4 → text), must fail
+    /// as PostgreSQL's cached plan does (0A000, RevalidateCachedQuery, which
+    /// makes asyncpg and pgjdbc prepare it again), not run with a result the
+    /// client decodes by the old description. The client's Bind waits for
+    /// pglane's Describe; with an unchanged result it then goes on as sent.
+    #[test]
+    fn a_lazily_prepared_statement_must_keep_its_result_type() {
+        for changed in [true, false] {
+            let mut sides = Sides::new();
+            let mut ex = Exchange::new(None);
+            let mut p = BytesMut::new();
+            frontend::parse(&mut p, "s1", "SELECT v FROM t WHERE id = $1", &[23]);
+            frontend::describe(&mut p, Target::Statement, "s1");
+            frontend::sync(&mut p);
+            let (sent, _) = send(&mut ex, &mut sides, p);
+            assert_eq!(tags(&sent), "PDS");
+            let int4 = row_description_body(23);
+            let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b't', b"\0\x01\0\0\0\x17"), (b'T', &int4), (b'Z', b"I")]);
+            assert_eq!(tags(&got), "1tTZ");
+
+            // Another server connection, after DDL.
+            ex.reset();
+            sides.server = ServerStatements::new(100);
+            let mut b = BytesMut::new();
+            frontend::bind(&mut b, "", "s1", &[], [Some(&b"1"[..])].into_iter(), &[1]);
+            frontend::execute(&mut b, "", 0);
+            frontend::sync(&mut b);
+            let (sent, answered) = send(&mut ex, &mut sides, b);
+            assert!(answered.is_empty());
+            assert_eq!(tags(&sent), "PDH", "Parse, pglane's Describe and Flush; the Bind waits");
+            let new_type = row_description_body(if changed { 25 } else { 23 });
+            let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b't', b"\0\x01\0\0\0\x17"), (b'T', &new_type)]);
+            let mut then = BytesMut::new();
+            ex.take_for_server(&mut then);
+            let then = messages(then);
+            assert!(got.is_empty());
+            if changed {
+                assert_eq!(tags(&then), "EBES", "a failing Execute ahead of the held messages");
+                let got = reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C34000\0Mportal does not exist\0\0"), (b'Z', b"I")]);
+                assert_eq!(tags(&got), "EZ");
+                let e = backend::decode_error_fields(&got[0].1).unwrap();
+                assert_eq!((e.code.as_str(), e.message.as_str()), ("0A000", "cached plan must not change result type"), "not the server's own error");
+                assert!(got[0].1.windows(22).any(|w| w == b"RRevalidateCachedQuery"));
+                assert!(ex.is_quiet());
+                // Preparing the text again gives a fresh statement.
+                let mut p = BytesMut::new();
+                frontend::parse(&mut p, "s2", "SELECT v FROM t WHERE id = $1", &[23]);
+                let (sent, _) = send(&mut ex, &mut sides, p);
+                assert_eq!(tags(&sent), "CP", "the stale server statement is closed");
+                let (closed, parsed) = (names::split_target(&sent[0].1).unwrap().1, names::split_parse(&sent[1].1).unwrap().0);
+                assert_ne!(closed, parsed);
+            } else {
+                assert_eq!(tags(&then), "BES", "the held messages, unchanged");
+                let got = reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+                assert_eq!(tags(&got), "2CZ");
+                assert!(ex.is_quiet());
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@
 mod auth;
 pub(crate) mod auth_query;
 mod autoprep;
+pub mod deallocate;
 pub mod exchange;
 pub mod negotiate;
 mod inbox;

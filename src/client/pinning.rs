@@ -20,7 +20,11 @@
 //! - `SET`/`RESET` of session state that pglane does not carry (the caller
 //!   says which setting names it carries), incl. `SET ROLE` and
 //!   `SET SESSION AUTHORIZATION`; `SET LOCAL`, `SET TRANSACTION` and
-//!   `SET CONSTRAINTS` end with the transaction and do not pin.
+//!   `SET CONSTRAINTS` end with the transaction and do not pin. `RESET ALL`
+//!   does not pin either, wherever it appears: it leaves no state behind
+//!   (asyncpg's pool sends it, after `CLOSE ALL; UNLISTEN *;`, each time a
+//!   connection goes back to its pool; pinning there would hold a server
+//!   connection per pooled client). See [`resets_all`].
 //!
 //! The scan is over words outside string literals, quoted identifiers and
 //! comments, so it is an over-approximation on purpose: a column named
@@ -92,7 +96,8 @@ pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<Sess
             || (index == 1 && first_is("set") && !is("session"))
             || (index == 2 && first_is("set") && second.eq_ignore_ascii_case("session"));
         let ends_with_transaction = is("local") || is("transaction") || is("constraints");
-        if names_setting && !ends_with_transaction && !carried(word) {
+        let reset_all = index == 1 && first_is("reset") && is("all");
+        if names_setting && !ends_with_transaction && !reset_all && !carried(word) {
             return Some(SessionFeature::UnfollowedSet);
         }
         let starts_with = |prefix: &str| word.len() >= prefix.len() && word[..prefix.len()].eq_ignore_ascii_case(prefix);
@@ -109,6 +114,25 @@ pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<Sess
         index += 1;
     }
     None
+}
+
+/// Does one of the statements of `sql` begin `RESET ALL`? (The caller
+/// resets the client's followed settings once the query succeeds.)
+pub fn resets_all(sql: &str) -> bool {
+    let mut previous: Option<&str> = None;
+    for item in Words::new(sql) {
+        match item {
+            Item::Semicolon => previous = None,
+            Item::Word(word) => {
+                if previous.is_some_and(|p| p.eq_ignore_ascii_case("reset")) && word.eq_ignore_ascii_case("all") {
+                    return true;
+                }
+                // Only a statement's first word may be RESET.
+                previous = if previous.is_none() { Some(word) } else { Some("") };
+            }
+        }
+    }
+    false
 }
 
 enum Item<'a> {
@@ -230,6 +254,8 @@ mod tests {
             "set constraints all deferred",
             "prepare transaction 'tx1'",
             "unlisten *",
+            "RESET ALL",
+            "SELECT pg_advisory_unlock_all();\nCLOSE ALL;\nUNLISTEN *;\nRESET ALL;",
             "insert into t values (';listen')",
             "",
         ] {
@@ -239,6 +265,17 @@ mod tests {
         assert_eq!(pins("SET TimeZone = 'UTC'"), None);
         assert_eq!(pins("set session timezone to 'UTC'; select 1"), None);
         assert_eq!(pins("set session work_mem to '1MB'"), Some(UnfollowedSet));
+    }
+
+    #[test]
+    fn reset_all_anywhere_is_seen() {
+        assert!(resets_all("RESET ALL"));
+        assert!(resets_all("SELECT pg_advisory_unlock_all();\nCLOSE ALL;\nUNLISTEN *;\nRESET ALL;"));
+        assert!(resets_all("reset /* c */ all"));
+        assert!(!resets_all("select 'reset all'"));
+        assert!(!resets_all("select reset all"));
+        assert!(!resets_all("reset work_mem"));
+        assert!(!resets_all("RESET"));
     }
 
     #[test]

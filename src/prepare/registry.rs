@@ -28,6 +28,10 @@ pub struct Statement {
     /// A server's answer to Describe of this statement (ParameterDescription
     /// and RowDescription or NoData, as sent), to answer later Describes with.
     pub description: RefCell<Option<Bytes>>,
+    /// The last such answer clients were given, kept when the statement is
+    /// retired: what its result columns must still be when it is prepared
+    /// on another server connection.
+    pub described: RefCell<Option<Bytes>>,
 }
 
 /// Counters of the registry, for the admin console and metrics.
@@ -170,6 +174,7 @@ impl Registry {
             map_key: map_key.clone(),
             validated: Cell::new(false),
             description: RefCell::new(None),
+            described: RefCell::new(None),
         });
         self.by_key.borrow_mut().insert(map_key, statement.clone());
         statement
