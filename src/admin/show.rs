@@ -306,6 +306,7 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
         ("shapes", INT4), ("rewrites", NUMERIC), ("pass_throughs", NUMERIC), ("validations", NUMERIC),
         ("validation_failures", NUMERIC), ("unnamed_mapped", NUMERIC), ("reruns", NUMERIC),
         ("portals_negotiated", NUMERIC), ("values_transcoded", NUMERIC), ("transcode_bytes_saved", NUMERIC),
+        ("big_rows", NUMERIC), ("big_row_statements", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -316,6 +317,7 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
             s(p.describes_answered), s(p.evictions), s(p.shapes), s(p.rewrites), s(p.pass_throughs),
             s(p.validations), s(p.validation_failures), s(p.unnamed_mapped), s(p.reruns),
             s(p.portals_negotiated), s(p.values_transcoded), s(p.transcode_bytes_saved),
+            s(p.big_rows), s(p.big_row_statements),
         ]);
     }
     t

@@ -103,7 +103,8 @@ enum Request {
     /// `evicted` names a statement pglane closed to make room.
     Close { evicted: Option<Rc<str>> },
     /// `plan`: the portal was negotiated, its DataRows are transcoded.
-    Execute { plan: Option<Rc<Plan>> },
+    /// `rows_of`: the statement whose row record its rows update.
+    Execute { plan: Option<Rc<Plan>>, rows_of: Option<Rc<Statement>> },
     /// `rewritten`: the Sync ending a rewritten simple query.
     Sync { rewritten: bool },
     Query,
@@ -451,7 +452,7 @@ impl Exchange {
                 Ok((_, "", _)) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
                 bind => {
                     if let Ok((portal, _, _)) = bind {
-                        self.negotiator.bound(portal, None);
+                        self.negotiator.bound(portal, None, None);
                     }
                     self.pass_request(message, to_server, Request::Bind { statement: None })
                 }
@@ -495,8 +496,8 @@ impl Exchange {
                 }
             },
             frontend::EXECUTE => {
-                let plan = frontend::decode_execute(body).ok().and_then(|(portal, _)| self.negotiator.plan(portal));
-                self.pass_request(message, to_server, Request::Execute { plan })
+                let portal = frontend::decode_execute(body).map(|(portal, _)| self.negotiator.portal(portal)).unwrap_or_default();
+                self.pass_request(message, to_server, Request::Execute { plan: portal.plan, rows_of: portal.rows_of })
             }
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
             frontend::QUERY => {
@@ -552,7 +553,14 @@ impl Exchange {
 
     /// The plan for a Bind of `s` as `portal`, and the Bind's parameter part,
     /// if negotiation is on and finds columns to ask binary for.
-    fn negotiate_bind<'r>(&self, s: &Statement, portal: &str, rest: &'r [u8], st: &Statements<'_>) -> Option<(Plan, &'r [u8])> {
+    fn negotiate_bind<'r>(
+        &self,
+        s: &Statement,
+        portal: &str,
+        rest: &'r [u8],
+        small_rows: bool,
+        st: &Statements<'_>,
+    ) -> Option<(Plan, &'r [u8])> {
         let negotiation = st.negotiation?;
         let description = s.description.borrow();
         let description = description.as_deref()?;
@@ -563,7 +571,7 @@ impl Exchange {
         } else {
             Default::default()
         };
-        let planned = negotiate::plan_bind(description, rest, &settings, negotiation.max_row)?;
+        let planned = negotiate::plan_bind(description, rest, &settings, negotiation.max_row, small_rows)?;
         tracing::trace!(portal, statement = %s.server_name, columns = planned.0.transcoded_columns(), "negotiated binary results");
         st.registry.count(|c| c.portals_negotiated += 1);
         Some(planned)
@@ -590,7 +598,7 @@ impl Exchange {
         let next_server_reply = self.due.iter().find(|d| matches!(d, Due::Server { .. }));
         matches!(
             next_server_reply,
-            Some(Due::Server { request: Request::Execute { plan: Some(_) }, .. } | Due::Server { request: Request::Query, forward: false })
+            Some(Due::Server { request: Request::Execute { plan: Some(_), .. }, .. } | Due::Server { request: Request::Query, forward: false })
         )
     }
 
@@ -705,12 +713,20 @@ impl Exchange {
     fn bind(&mut self, s: &Rc<Statement>, portal: &str, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
         self.ensure_prepared(s, st, to_server);
         self.learn_description(s, st, to_server);
-        let plan = self.negotiate_bind(s, portal, rest, st);
+        let record = s.rows.get();
+        let plan = self.negotiate_bind(s, portal, rest, negotiate::small_rows(record), st);
         match &plan {
             Some((plan, params)) => names::put_bind_with_result_formats(to_server, portal, &s.server_name, params, plan.server_formats()),
             None => names::put_bind(to_server, portal, &s.server_name, rest),
         }
-        self.negotiator.bound(portal, plan.map(|(plan, _)| plan));
+        // Rows to watch: an un-negotiated portal's while the statement's
+        // record is being made, a negotiated one's while it relies on it.
+        let watch = match &plan {
+            Some((plan, _)) => plan.unbounded(),
+            None => negotiate::still_watching(record),
+        };
+        let rows_of = (st.negotiation.is_some() && watch).then(|| s.clone());
+        self.negotiator.bound(portal, plan.map(|(plan, _)| plan), rows_of);
         self.expect(Request::Bind { statement: Some(s.clone()) });
         true
     }
@@ -754,7 +770,7 @@ impl Exchange {
         st.registry.count(|c| c.rewrites += 1);
         self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement) }, forward: false });
         self.expect(Request::QueryDescribe);
-        self.expect(Request::Execute { plan: None });
+        self.expect(Request::Execute { plan: None, rows_of: None });
         self.expect(Request::Sync { rewritten: true });
         true
     }
@@ -905,6 +921,7 @@ impl Exchange {
                 }
             }
             backend::PORTAL_SUSPENDED => {
+                self.rows_ended();
                 self.pop_server_reply();
             }
             backend::CLOSE_COMPLETE => {
@@ -920,7 +937,8 @@ impl Exchange {
                 }
             }
             backend::DATA_ROW => {
-                if let Some(Due::Server { request: Request::Execute { plan: Some(plan) }, .. }) = self.due.front() {
+                self.rows_seen(body.len(), st.registry);
+                if let Some(Due::Server { request: Request::Execute { plan: Some(plan), .. }, .. }) = self.due.front() {
                     let plan = plan.clone();
                     forward = false;
                     match negotiate::transcode_row(body, &plan, to_client) {
@@ -965,6 +983,7 @@ impl Exchange {
             }
             backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
                 if matches!(self.due.front(), Some(Due::Server { request: Request::Execute { .. }, .. })) {
+                    self.rows_ended();
                     self.due.pop_front();
                 }
                 if tag == backend::COMMAND_COMPLETE && matches!(body, b"DISCARD ALL\0" | b"DEALLOCATE ALL\0") {
@@ -1022,6 +1041,32 @@ impl Exchange {
         self.tracker.server_sent(tag, body);
         self.answer_local(to_client);
         forward
+    }
+
+    /// A DataRow of `len` body bytes came for the Execute being answered:
+    /// its statement's row record is updated, if it is watched. A row over
+    /// the cap marks the statement for good (and counts).
+    fn rows_seen(&self, len: usize, registry: &Registry) {
+        let Some(Due::Server { request: Request::Execute { plan, rows_of: Some(s) }, .. }) = self.due.front() else { return };
+        let before = s.rows.get();
+        let after = negotiate::row_seen(before, len);
+        s.rows.set(after);
+        let big = len > negotiate::SMALL_ROW_CAP;
+        if big && plan.is_some() {
+            registry.count(|c| c.big_rows += 1);
+        }
+        if after.too_big && !before.too_big {
+            tracing::debug!(statement = %s.server_name, row = len, "a row over the small-row cap: unbounded columns stay text from now on");
+            registry.count(|c| c.big_row_statements += 1);
+        }
+    }
+
+    /// The Execute being answered is done (or suspended): one more
+    /// execution whose rows were all seen, for an un-negotiated portal.
+    fn rows_ended(&self) {
+        if let Some(Due::Server { request: Request::Execute { plan: None, rows_of: Some(s) }, .. }) = self.due.front() {
+            s.rows.set(negotiate::execution_seen(s.rows.get()));
+        }
     }
 
     /// The Describe being answered is one pglane sent for itself.
@@ -1152,8 +1197,11 @@ impl Exchange {
     }
 
     /// The first bytes of a streamed server message (DataRow, CopyData).
-    pub fn from_server_stream(&mut self, tag: u8, bytes: &[u8], to_client: &mut BytesMut) {
+    pub fn from_server_stream(&mut self, tag: u8, bytes: &[u8], registry: &Registry, to_client: &mut BytesMut) {
         self.answer_local(to_client);
+        if tag == backend::DATA_ROW {
+            self.rows_seen(negotiate::largest_data_row(bytes), registry);
+        }
         self.tracker.server_sent(tag, &[]);
         debug_assert!(!matches!(self.due.front(), Some(Due::Server { request: Request::Query, forward: false })), "rows_need_whole");
         to_client.extend_from_slice(bytes);
@@ -1322,7 +1370,7 @@ mod tests {
         let mut to_client = BytesMut::new();
         for (tag, body) in replies {
             if *tag == backend::DATA_ROW {
-                ex.from_server_stream(*tag, &whole(*tag, body), &mut to_client);
+                ex.from_server_stream(*tag, &whole(*tag, body), &sides.registry, &mut to_client);
             } else {
                 ex.from_server(*tag, &whole(*tag, body), &mut sides.st(), &mut to_client);
             }
