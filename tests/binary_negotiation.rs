@@ -78,6 +78,27 @@ grant select on floats to public;
 create table t1 (u uuid);
 insert into t1 select gen_random_uuid() from generate_series(1, 100000);
 grant select on t1 to public;
+create table blobs (id int4 primary key, u uuid, b bytea, t text, vc varchar(20), j json, jb jsonb,
+    ia int4[], ta text[], na numeric[], tsa timestamp[], ba bytea[], ua uuid[]);
+insert into blobs values
+ (1, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '', 'héllo wörld ✓ 日本語', 'naïve café',
+  '{"a": [1, 2.5e10, {"b": null}], "c": "\u00e9\ud83d\ude00", "n": -0.0E+2}',
+  '{"a": [1, 2.5e10, -1.0E-5, {"b": null}], "c": "\u00e9\ud83d\ude00\n\"", "d": 1e40, "e": {"zz": 1, "a": [true, false, 1.50]}}',
+  '{1,NULL,3,-2147483648}', '{"a b","",NULL,"NULL","null","q\"x","back\\slash","é{",plain,"x,y","}"}',
+  '{1.50,NaN,-0.001,Infinity,-Infinity,NULL}', '{"2024-02-29 12:34:56.5",infinity,NULL,"0001-01-01 00:00:00 BC"}',
+  '{"\\x00ff",NULL,"\\x"}', '{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11,NULL}'),
+ (2, null, null, null, null, null, null, null, null, null, null, null, null),
+ (3, '00000000-0000-0000-0000-000000000000', (select decode(string_agg(lpad(to_hex(g), 2, '0'), ''), 'hex') from generate_series(0, 255) g),
+  '', '', '[]', '{}', '{}', '{}', '{}', '{}', '{}', '{}'),
+ (4, 'ffffffff-ffff-ffff-ffff-ffffffffffff', '\x5c27225c5c', 'quote'' and \ backslash', 'trailing  ',
+  '"str"', '123.456e-7', '[0:1]={1,2}', '[2:3]={x,y}', '{{1.5,2},{3,4}}', '[-1:-1]={"2000-01-01 00:00:00"}',
+  '[0:0]={"\\x01"}', '{}'),
+ (5, '123e4567-e89b-12d3-a456-426614174000', decode(substr(repeat(md5('near the cap'), 7600), 1, 240000), 'hex'),
+  null, null, null, null, null, null, null, null, null, null);
+grant select on blobs to public;
+create table grow (id int4 primary key, u uuid, b bytea);
+insert into grow select g, gen_random_uuid(), decode(md5(g::text), 'hex') from generate_series(1, 20) g;
+grant select on grow to public;
 "#;
 
 const QUERY: &str = "select * from types order by id";
@@ -186,21 +207,24 @@ fn data_rows(replies: &[(u8, Vec<u8>)]) -> usize {
     replies.iter().filter(|(tag, _)| *tag == b'D').count()
 }
 
+/// The DateStyle / IntervalStyle / TimeZone combinations the tests run under.
+const STYLES: [&str; 6] = [
+    "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'",
+    "SET TimeZone = 'Etc/GMT-14'; SET DateStyle = 'German, DMY'; SET IntervalStyle = 'postgres_verbose'",
+    "SET TIME ZONE INTERVAL '-03:30' HOUR TO MINUTE; SET DateStyle = 'SQL, DMY'; SET IntervalStyle = 'sql_standard'",
+    "SET TimeZone = 'Etc/GMT+5'; SET DateStyle = 'Postgres, MDY'; SET IntervalStyle = 'iso_8601'",
+    "SET TIME ZONE 2; SET DateStyle = 'SQL, MDY'; SET IntervalStyle = 'postgres'",
+    // A zone with history: timestamptz stays text, the rest is negotiated.
+    "SET TimeZone = 'Europe/Berlin'; SET DateStyle = 'ISO, DMY'; SET IntervalStyle = 'postgres'",
+];
+
 /// Under each DateStyle / IntervalStyle / TimeZone combination, text,
 /// per-column and binary result formats: the same bytes as PostgreSQL's.
 #[test]
 fn rows_are_byte_identical_under_every_style_and_zone() {
     let lane = pglane(true);
     let (mut direct, mut through) = clients(&lane);
-    let settings = [
-        "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'",
-        "SET TimeZone = 'Etc/GMT-14'; SET DateStyle = 'German, DMY'; SET IntervalStyle = 'postgres_verbose'",
-        "SET TIME ZONE INTERVAL '-03:30' HOUR TO MINUTE; SET DateStyle = 'SQL, DMY'; SET IntervalStyle = 'sql_standard'",
-        "SET TimeZone = 'Etc/GMT+5'; SET DateStyle = 'Postgres, MDY'; SET IntervalStyle = 'iso_8601'",
-        "SET TIME ZONE 2; SET DateStyle = 'SQL, MDY'; SET IntervalStyle = 'postgres'",
-        // A zone with history: timestamptz stays text, the rest is negotiated.
-        "SET TimeZone = 'Europe/Berlin'; SET DateStyle = 'ISO, DMY'; SET IntervalStyle = 'postgres'",
-    ];
+    let settings = STYLES;
     let mixed: Vec<i16> = (0..COLUMNS as i16).map(|i| i % 2).collect();
     let mut rows = 0;
     for (i, set) in settings.iter().enumerate() {
@@ -223,6 +247,102 @@ fn rows_are_byte_identical_under_every_style_and_zone() {
     }
     assert_eq!(rows, settings.len() * 2008);
     assert!(prepared_stat(&lane, "portals_negotiated") >= 3 * settings.len() as i64);
+}
+
+const BLOBS: &str = "select * from blobs order by id";
+const BLOB_COLUMNS: usize = 13;
+
+/// Non-NULL values of the columns negotiated in `BLOBS` once its rows have
+/// shown small: id, uuid, bytea and the arrays of negotiable types (text,
+/// varchar, json, jsonb and text[] stay text).
+fn blob_values() -> i64 {
+    let sql = "select count(id) + count(u) + count(b) + count(ia) + count(na) + count(tsa) + count(ba) + count(ua) from blobs";
+    postgres().psql_db(DB, sql).parse().unwrap()
+}
+
+/// Columns of unbounded size: bytea (empty, NULL, every byte value, a value
+/// whose text row is near the small-row cap), non-ASCII text, json and
+/// jsonb (nested, unicode escapes, exponents), arrays (NULL elements,
+/// quoting, empty, bounds other than 1, two dimensions). The statement is
+/// watched over its first executions, un-negotiated; from then on
+/// negotiated under every style and zone and under both bytea_output
+/// values, byte-identical to PostgreSQL's text in every result format.
+#[test]
+fn unbounded_columns_are_byte_identical_once_rows_have_shown_small() {
+    let lane = pglane(true);
+    let (mut direct, mut through) = clients(&lane);
+    let values = blob_values();
+    let transcoded = || prepared_stat(&lane, "values_transcoded");
+    same_replies(&mut direct, &mut through, &prepare("w", BLOBS), "prepare");
+    for round in 0..3 {
+        let before = transcoded();
+        same_replies(&mut direct, &mut through, &run("w", &[]), &format!("watched run {round}"));
+        assert_eq!(transcoded() - before, 0, "run {round}: rows not shown small yet, nothing negotiated");
+    }
+    let mixed: Vec<i16> = (0..BLOB_COLUMNS as i16).map(|i| i % 2).collect();
+    let mut settings: Vec<&str> = STYLES.to_vec();
+    settings.extend(["SET bytea_output = 'escape'", "SET DateStyle = 'German, DMY'", "SET bytea_output = 'hex'"]);
+    for (i, set) in settings.iter().enumerate() {
+        same_replies(&mut direct, &mut through, &simple(set), set);
+        let name = format!("b{i}");
+        same_replies(&mut direct, &mut through, &prepare(&name, BLOBS), "Parse + Describe");
+        let before = transcoded();
+        let replies = same_replies(&mut direct, &mut through, &run(&name, &[]), &format!("all text under {set}"));
+        assert_eq!(data_rows(&replies), 5);
+        assert_eq!(transcoded() - before, values, "values transcoded under {set}");
+        same_replies(&mut direct, &mut through, &run(&name, &[0]), &format!("one text code under {set}"));
+        same_replies(&mut direct, &mut through, &run(&name, &mixed), &format!("per-column formats under {set}"));
+        same_replies(&mut direct, &mut through, &run(&name, &[1]), &format!("all binary under {set}"));
+    }
+    assert_eq!(prepared_stat(&lane, "big_rows"), 0);
+    assert_eq!(prepared_stat(&lane, "big_row_statements"), 0);
+}
+
+/// A statement whose rows grow: negotiated once it has shown small rows,
+/// still with a row just under the cap; a row over the cap still comes out
+/// exactly, and marks the statement, which is never negotiated again, even
+/// when its rows are small again. A statement that shows a big row while
+/// watched is never negotiated at all.
+#[test]
+fn a_statement_whose_rows_grow_past_the_cap_is_negotiated_no_more() {
+    let lane = pglane(true);
+    let pg = postgres();
+    let (mut direct, mut through) = clients(&lane);
+    let transcoded = || prepared_stat(&lane, "values_transcoded");
+    let query = "select id, u, b from grow order by id";
+    same_replies(&mut direct, &mut through, &prepare("g", query), "prepare");
+    let mut round = |what: &str| {
+        let before = transcoded();
+        let replies = same_replies(&mut direct, &mut through, &run("g", &[]), what);
+        assert_eq!(data_rows(&replies), 20, "{what}");
+        transcoded() - before
+    };
+    for i in 0..3 {
+        assert_eq!(round(&format!("watched {i}")), 0);
+    }
+    assert_eq!(round("shown small"), 60, "20 ids, 20 uuids and 20 byteas");
+    // 250 KiB of binary: under the cap (its text, twice that, is not).
+    pg.psql_db(DB, "update grow set b = decode(repeat('5c', 250 * 1024), 'hex') where id = 7");
+    assert_eq!(round("a row near the cap"), 60);
+    assert_eq!((prepared_stat(&lane, "big_rows"), prepared_stat(&lane, "big_row_statements")), (0, 0));
+    pg.psql_db(DB, "update grow set b = decode(repeat('00ff', 150 * 1024), 'hex') where id = 7");
+    assert_eq!(round("a row over the cap"), 60, "this run was negotiated: transcoded whole");
+    assert_eq!((prepared_stat(&lane, "big_rows"), prepared_stat(&lane, "big_row_statements")), (1, 1));
+    assert_eq!(round("after the big row"), 0);
+    pg.psql_db(DB, "update grow set b = '\\x01' where id = 7");
+    for i in 0..4 {
+        assert_eq!(round(&format!("small again {i}")), 0, "never again");
+    }
+    // A big row while watched: never negotiated, and not a negotiated big row.
+    pg.psql_db(DB, "update grow set b = decode(repeat('ab', 200 * 1024), 'hex') where id = 3");
+    same_replies(&mut direct, &mut through, &prepare("h", "select u, b, id from grow order by id"), "prepare");
+    for i in 0..5 {
+        let before = transcoded();
+        same_replies(&mut direct, &mut through, &run("h", &[]), &format!("big while watched {i}"));
+        assert_eq!(transcoded() - before, 0);
+    }
+    assert_eq!((prepared_stat(&lane, "big_rows"), prepared_stat(&lane, "big_row_statements")), (1, 2));
+    pg.psql_db(DB, "update grow set b = decode(md5(id::text), 'hex') where id in (3, 7)");
 }
 
 /// A SET executed earlier in the same Sync group is not reported until

@@ -83,6 +83,8 @@ pub enum NegotiateError {
     Protocol(#[from] ProtocolError),
     #[error("DataRow has {actual} columns, its portal {expected}")]
     Columns { expected: usize, actual: usize },
+    #[error("a negotiated portal's row is too large for a DataRow once turned into text")]
+    TooLarge,
     #[error("column {column} of a negotiated portal: {source}")]
     Transcode { column: usize, source: TranscodeError },
 }
@@ -394,7 +396,12 @@ pub fn transcode_row(body: &[u8], plan: &Plan, out: &mut BytesMut) -> Result<Row
             }
         }
     }
-    let len = (out.len() - start - 1) as i32;
+    // A binary bytea of over 1 GiB / 2 has hex text no message can carry
+    // (PostgreSQL itself fails to print it, past its 1 GiB allocation limit).
+    let Ok(len) = i32::try_from(out.len() - start - 1) else {
+        out.truncate(start);
+        return Err(NegotiateError::TooLarge);
+    };
     out[start + 1..start + HEADER_LEN].copy_from_slice(&len.to_be_bytes());
     Ok(stats)
 }
