@@ -35,12 +35,28 @@
 //!   a Bind is settled only when no earlier group is in flight and the
 //!   client has sent no Execute since its last Sync. Unsettled, only the
 //!   setting-free types are negotiated;
-//! - every column of the row has a bounded size (the list above), and the
-//!   largest row those types allow fits the whole-message limit: the relay
-//!   must read a negotiated portal's DataRows whole (they are otherwise
-//!   streamed), so rows with text, bytea, json or array columns are never
-//!   negotiated (bytea's text would be transcodable, with bytea_output
-//!   known the same way, but its values are unbounded);
+//! - the row can be read whole: the relay must read a negotiated portal's
+//!   DataRows whole to transcode them (they are otherwise streamed). Either
+//!   every column has a bounded size (the list above) and the largest row
+//!   those types allow fits the whole-message limit (`max_row`), or the
+//!   statement has shown small rows ([`small_rows`]): its registry
+//!   `Statement` keeps a [`RowRecord`], made while its first
+//!   [`SMALL_ROWS_AFTER`] executions run un-negotiated (the relay hands the
+//!   exchange each run of streamed DataRows, and [`largest_data_row`] reads
+//!   their headers), and it counts only if no row went over
+//!   [`SMALL_ROW_CAP`]. For such a statement these unbounded types are
+//!   negotiated too: bytea (hex or escape, bytea_output being known like
+//!   extra_float_digits) and arrays of any negotiable type (`array_out`'s
+//!   text: any bounds and dimensions). Text, varchar, bpchar, name, json,
+//!   jsonb and their arrays stay text: binary would save nothing (it is the
+//!   same text, made by the same server code; jsonb adds a version byte)
+//!   and would tie them to the encodings; they no longer keep the rest of
+//!   the row from being negotiated. Correctness does not rest on the
+//!   record: a negotiated row of any size is read whole (the server inbox
+//!   takes messages up to `i32::MAX`) and transcoded exactly; a row over the
+//!   cap, negotiated or watched, marks the statement `too_big` for good, so
+//!   memory stays bounded in practice (stats `big_rows`,
+//!   `big_row_statements`);
 //! - the Bind's result-format codes are well formed for the column count
 //!   (otherwise the server refuses the Bind itself, as it would directly).
 //!
@@ -396,8 +412,8 @@ pub fn transcode_row(body: &[u8], plan: &Plan, out: &mut BytesMut) -> Result<Row
             }
         }
     }
-    // A binary bytea of over 1 GiB / 2 has hex text no message can carry
-    // (PostgreSQL itself fails to print it, past its 1 GiB allocation limit).
+    // Text over 2 GiB fits no message (PostgreSQL itself fails to print a
+    // value whose text is over its 1 GiB allocation limit, a bytea over 512 MiB).
     let Ok(len) = i32::try_from(out.len() - start - 1) else {
         out.truncate(start);
         return Err(NegotiateError::TooLarge);
