@@ -738,3 +738,99 @@ fn bench_uuid_fetch_prepare_threshold_0() {
         println!("raw {name}: {:?}", samples[i]);
     }
 }
+
+/// The measurement behind bench/RESULTS.md's bytea figure: a named
+/// statement fetching PGLANE_BYTEA_ROWS (10,000) rows of an int4 and a
+/// PGLANE_BYTEA_SIZE-byte (8,192) random bytea as text, over one raw
+/// protocol client each: PostgreSQL directly, pglane relaying
+/// (binary_negotiation off) and pglane negotiating (after 4 warm-up runs,
+/// in which it watches the statement's first 3 executions), in
+/// PGLANE_BYTEA_ROUNDS (5) interleaved rounds of 2 runs. Per run: wall
+/// time, the backend's CPU (utime+stime, from /proc, via pg_backend_pid)
+/// and bytes from the server (pglane's server_bytes_received; direct = the
+/// relaying pglane's, byte for byte). Every run's replies are checked equal
+/// to PostgreSQL's.
+#[test]
+#[ignore = "a benchmark: see bench/RESULTS.md"]
+fn bench_bytea_fetch() {
+    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (rows, size, rounds) = (env("PGLANE_BYTEA_ROWS", 10_000), env("PGLANE_BYTEA_SIZE", 8192), env("PGLANE_BYTEA_ROUNDS", 5));
+    database();
+    let pg = postgres();
+    pg.psql_db(
+        DB,
+        &format!(
+            "drop table if exists bytea_bench; create table bytea_bench (id int4, b bytea); alter table bytea_bench alter b set storage external;
+             insert into bytea_bench select g, (select decode(string_agg(md5(random()::text || g || i), ''), 'hex') from generate_series(1, {size} / 16) i) from generate_series(1, {rows}) g;
+             grant select on bytea_bench to public"
+        ),
+    );
+    pg.psql_db(DB, "vacuum analyze bytea_bench");
+    let query = "select id, b from bytea_bench order by id";
+    let lanes = [pglane_with_pool(false, 1), pglane_with_pool(true, 1)];
+    let names = ["direct", "pglane relaying", "pglane negotiating"];
+    let mut targets: Vec<(RawClient, Option<&Pglane>)> = vec![(RawClient::login(pg.port, "trustuser", DB), None)];
+    for lane in &lanes {
+        targets.push((RawClient::login(lane.port, "postgres", "app"), Some(lane)));
+    }
+    let mut pids = Vec::new();
+    for (client, _) in targets.iter_mut() {
+        client.send(&simple("select pg_backend_pid()"));
+        pids.push(raw::first_column(&client.until_ready())[0].parse::<u32>().unwrap());
+        client.send(&prepare("q", query));
+        client.until_ready();
+    }
+    let fetch = |client: &mut RawClient| -> Vec<(u8, Vec<u8>)> {
+        client.send(&run("q", &[]));
+        client.until_ready().into_iter().map(|m| (m.tag, m.body.to_vec())).collect()
+    };
+    let expected = fetch(&mut targets[0].0);
+    for (client, _) in targets.iter_mut().skip(1) {
+        for _ in 0..4 {
+            assert!(fetch(client) == expected, "warm-up");
+        }
+    }
+    let transcoded = prepared_stat(&lanes[1], "values_transcoded");
+    // Per target: (wall ms, server CPU ticks, bytes from server) per run.
+    let mut samples: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); targets.len()];
+    for round in 0..rounds as usize {
+        for k in 0..targets.len() {
+            let i = (round + k) % targets.len();
+            for _ in 0..2 {
+                let (client, lane) = &mut targets[i];
+                let bytes = lane.map(|l| admin_stat(l, "SHOW STATS_TOTALS", "server_bytes_received"));
+                let cpu = cpu_ticks(pids[i]);
+                let start = std::time::Instant::now();
+                let got = fetch(client);
+                let wall = start.elapsed().as_secs_f64() * 1000.0;
+                let cpu = (cpu_ticks(pids[i]) - cpu) as f64;
+                assert!(got == expected, "{}: replies differ from PostgreSQL's", names[i]);
+                let bytes = match (lane, bytes) {
+                    (Some(l), Some(b)) => (admin_stat(l, "SHOW STATS_TOTALS", "server_bytes_received") - b) as f64,
+                    _ => f64::NAN,
+                };
+                samples[i].push((wall, cpu, bytes));
+            }
+        }
+    }
+    assert!(prepared_stat(&lanes[1], "values_transcoded") - transcoded >= (rounds as i64 * 2) * 2 * rows as i64);
+    assert_eq!(prepared_stat(&lanes[1], "big_rows"), 0);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let column = |i: usize, f: fn(&(f64, f64, f64)) -> f64| median(samples[i].iter().map(f).collect());
+    let direct = (column(0, |s| s.0), column(0, |s| s.1), column(1, |s| s.2));
+    println!("rows {rows}, bytea size {size}, {rounds} rounds x 2 runs");
+    println!("| target | wall ms per run | server CPU s per run | bytes from server per run | server CPU vs direct | bytes vs direct |");
+    println!("|---|---|---|---|---|---|");
+    for (i, name) in names.iter().enumerate() {
+        let (wall, cpu) = (column(i, |s| s.0), column(i, |s| s.1));
+        let bytes = if i == 0 { direct.2 } else { column(i, |s| s.2) };
+        println!("| {name} | {wall:.0} | {:.2} | {bytes:.0} | {:.2}x | {:.3}x |", cpu / 100.0, cpu / direct.1, bytes / direct.2);
+    }
+    for (i, name) in names.iter().enumerate() {
+        println!("raw {name}: {:?}", samples[i]);
+    }
+    pg.psql_db(DB, "drop table bytea_bench");
+}
