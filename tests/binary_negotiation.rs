@@ -253,10 +253,10 @@ const BLOBS: &str = "select * from blobs order by id";
 const BLOB_COLUMNS: usize = 13;
 
 /// Non-NULL values of the columns negotiated in `BLOBS` once its rows have
-/// shown small: id, uuid, bytea and the arrays of negotiable types (text,
-/// varchar, json, jsonb and text[] stay text).
+/// shown small: id, uuid, bytea and the arrays (text, varchar, json and
+/// jsonb stay text).
 fn blob_values() -> i64 {
-    let sql = "select count(id) + count(u) + count(b) + count(ia) + count(na) + count(tsa) + count(ba) + count(ua) from blobs";
+    let sql = "select count(id) + count(u) + count(b) + count(ia) + count(ta) + count(na) + count(tsa) + count(ba) + count(ua) from blobs";
     postgres().psql_db(DB, sql).parse().unwrap()
 }
 
@@ -833,4 +833,58 @@ fn bench_bytea_fetch() {
         println!("raw {name}: {:?}", samples[i]);
     }
     pg.psql_db(DB, "drop table bytea_bench");
+}
+
+/// Which unbounded types are worth asking binary for: PostgreSQL's own CPU
+/// (backend utime+stime) and bytes sent for the same fetch with text and
+/// with binary results, directly (no pglane), per column type, in
+/// PGLANE_FORMAT_ROUNDS (5) interleaved rounds. Behind negotiate.rs's
+/// choice to negotiate bytea and arrays but not text-likes or jsonb.
+#[test]
+#[ignore = "a benchmark: see bench/RESULTS.md"]
+fn bench_server_text_vs_binary_by_type() {
+    let rounds = std::env::var("PGLANE_FORMAT_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    database();
+    let pg = postgres();
+    let cases = [
+        ("text, 1,000,000 x 30 bytes", "select md5(g::text) || 'abcd' from generate_series(1, 1000000) g"),
+        ("text, 10,000 x 8 KiB", "select repeat(md5(g::text), 256) from generate_series(1, 10000) g"),
+        ("jsonb, 200,000 small documents", "select jsonb_build_object('id', g, 'name', md5(g::text), 'tags', jsonb_build_array(1, 2.5e3, 'x'), 'n', null) from generate_series(1, 200000) g"),
+        ("int4[], 200,000 x 20 elements", "select array_agg(g * 1000 + i) from generate_series(1, 200000) g, generate_series(1, 20) i group by g"),
+        ("text[], 200,000 x 10 words", "select array_agg(md5((g * 100 + i)::text)) from generate_series(1, 200000) g, generate_series(1, 10) i group by g"),
+        ("jsonb[], 100,000 x 3 documents", "select array_agg(jsonb_build_object('k', md5((g * 10 + i)::text), 'n', i)) from generate_series(1, 100000) g, generate_series(1, 3) i group by g"),
+        ("bytea, 10,000 x 8 KiB", "select decode(repeat(md5(g::text), 512), 'hex') from generate_series(1, 10000) g"),
+    ];
+    println!("| column | server CPU s, text | server CPU s, binary | binary vs text | bytes, text | bytes, binary |");
+    println!("|---|---|---|---|---|---|");
+    for (i, (name, select)) in cases.iter().enumerate() {
+        let table = format!("fmt_{i}");
+        pg.psql_db(DB, &format!("drop table if exists {table}; create table {table} as {select}; grant select on {table} to public"));
+        pg.psql_db(DB, &format!("vacuum analyze {table}"));
+        let mut client = RawClient::login(pg.port, "trustuser", DB);
+        client.send(&simple("select pg_backend_pid()"));
+        let pid: u32 = raw::first_column(&client.until_ready())[0].parse().unwrap();
+        client.send(&prepare("q", &format!("select * from {table}")));
+        client.until_ready();
+        // Per format: (CPU ticks, bytes received) per run.
+        let mut samples: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            for k in 0..2 {
+                let format = (round + k) % 2;
+                let cpu = cpu_ticks(pid);
+                client.send(&run("q", &[format as i16]));
+                let bytes: usize = client.until_ready().iter().map(|m| m.body.len() + 5).sum();
+                samples[format].push(((cpu_ticks(pid) - cpu) as f64, bytes as f64));
+            }
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        };
+        let cpu = |f: usize| median(samples[f].iter().map(|s| s.0).collect());
+        let bytes = |f: usize| median(samples[f].iter().map(|s| s.1).collect());
+        println!("| {name} | {:.2} | {:.2} | {:.2}x | {:.0} | {:.0} |", cpu(0) / 100.0, cpu(1) / 100.0, cpu(1) / cpu(0), bytes(0), bytes(1));
+        println!("raw {name}: {:?}", samples);
+        pg.psql_db(DB, &format!("drop table {table}"));
+    }
 }
