@@ -838,7 +838,8 @@ fn bench_bytea_fetch() {
 /// Which unbounded types are worth asking binary for: PostgreSQL's own CPU
 /// (backend utime+stime) and bytes sent for the same fetch with text and
 /// with binary results, directly (no pglane), per column type, in
-/// PGLANE_FORMAT_ROUNDS (5) interleaved rounds. Behind negotiate.rs's
+/// PGLANE_FORMAT_ROUNDS (5) interleaved rounds (PGLANE_FORMAT_CASES: only
+/// the cases whose name starts so). Behind negotiate.rs's
 /// choice to negotiate bytea and arrays but not text-likes or jsonb.
 #[test]
 #[ignore = "a benchmark: see bench/RESULTS.md"]
@@ -857,7 +858,8 @@ fn bench_server_text_vs_binary_by_type() {
     ];
     println!("| column | server CPU s, text | server CPU s, binary | binary vs text | bytes, text | bytes, binary |");
     println!("|---|---|---|---|---|---|");
-    for (i, (name, select)) in cases.iter().enumerate() {
+    let only = std::env::var("PGLANE_FORMAT_CASES").unwrap_or_default();
+    for (i, (name, select)) in cases.iter().enumerate().filter(|(_, (name, _))| name.starts_with(only.as_str())) {
         let table = format!("fmt_{i}");
         pg.psql_db(DB, &format!("drop table if exists {table}; create table {table} as {select}; grant select on {table} to public"));
         pg.psql_db(DB, &format!("vacuum analyze {table}"));
