@@ -921,7 +921,6 @@ impl Exchange {
                 }
             }
             backend::PORTAL_SUSPENDED => {
-                self.rows_ended();
                 self.pop_server_reply();
             }
             backend::CLOSE_COMPLETE => {
@@ -1061,8 +1060,9 @@ impl Exchange {
         }
     }
 
-    /// The Execute being answered is done (or suspended): one more
-    /// execution whose rows were all seen, for an un-negotiated portal.
+    /// The Execute being answered ran its portal to completion: one more
+    /// execution whose rows were all seen, for an un-negotiated portal (a
+    /// portal read in batches counts once, at its last).
     fn rows_ended(&self) {
         if let Some(Due::Server { request: Request::Execute { plan: None, rows_of: Some(s) }, .. }) = self.due.front() {
             s.rows.set(negotiate::execution_seen(s.rows.get()));

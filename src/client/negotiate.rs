@@ -1036,4 +1036,37 @@ mod exchange_tests {
         feed(&mut f, rows(&[(UUID_TEXT, b"\\x01")]), false);
         assert_eq!(f.registry.stats().big_rows, 1);
     }
+
+    #[test]
+    fn a_portal_read_in_batches_is_one_execution_and_every_batch_is_watched() {
+        let mut f = Fixture::new();
+        let mut parse = BytesMut::new();
+        frontend::parse(&mut parse, "S_1", "select u, b from t", &[]);
+        frontend::describe(&mut parse, crate::protocol::frontend::Target::Statement, "S_1");
+        frontend::sync(&mut parse);
+        f.client(parse);
+        let mut reply = BytesMut::new();
+        backend::parse_complete(&mut reply);
+        backend::parameter_description(&mut reply, &[]);
+        let field = |name: &str, type_oid| FieldDescription { name: name.into(), table_oid: 0, column: 0, type_oid, type_size: -1, type_modifier: -1, format: 0 };
+        backend::row_description(&mut reply, &[field("u", oid::UUID), field("b", oid::BYTEA)]);
+        backend::ready_for_query(&mut reply, TransactionStatus::Idle);
+        feed(&mut f, reply, false);
+        let mut batches = BytesMut::new();
+        frontend::bind(&mut batches, "c", "S_1", &[], std::iter::empty(), &[]);
+        frontend::execute(&mut batches, "c", 1);
+        frontend::execute(&mut batches, "c", 1);
+        frontend::sync(&mut batches);
+        f.client(batches);
+        let mut reply = BytesMut::new();
+        backend::bind_complete(&mut reply);
+        backend::data_row(&mut reply, &[Some(UUID_TEXT), Some(b"\\x01")]);
+        crate::protocol::put_message(&mut reply, backend::PORTAL_SUSPENDED, |_| {});
+        backend::data_row(&mut reply, &[Some(UUID_TEXT), Some(&[b'a'; 500])]);
+        backend::command_complete(&mut reply, "SELECT 2");
+        backend::ready_for_query(&mut reply, TransactionStatus::Idle);
+        assert_eq!(tags(&feed(&mut f, reply, false)), "2DsDCZ");
+        let record = f.client.get("S_1").expect("S_1").rows.get();
+        assert_eq!((record.executions, record.largest_row), (1, 2 + 4 + 36 + 4 + 500));
+    }
 }
