@@ -936,7 +936,7 @@ impl Exchange {
                 }
             }
             backend::DATA_ROW => {
-                self.rows_seen(body.len(), st.registry);
+                self.rows_seen(|| body.len(), st.registry);
                 if let Some(Due::Server { request: Request::Execute { plan: Some(plan), .. }, .. }) = self.due.front() {
                     let plan = plan.clone();
                     forward = false;
@@ -1042,11 +1042,13 @@ impl Exchange {
         forward
     }
 
-    /// A DataRow of `len` body bytes came for the Execute being answered:
-    /// its statement's row record is updated, if it is watched. A row over
-    /// the cap marks the statement for good (and counts).
-    fn rows_seen(&self, len: usize, registry: &Registry) {
+    /// DataRows came for the Execute being answered, the largest of `len()`
+    /// body bytes: if its statement is watched, its row record is updated
+    /// (`len` is not called otherwise). A row over the cap marks the
+    /// statement for good, and counts.
+    fn rows_seen(&self, len: impl FnOnce() -> usize, registry: &Registry) {
         let Some(Due::Server { request: Request::Execute { plan, rows_of: Some(s) }, .. }) = self.due.front() else { return };
+        let len = len();
         let before = s.rows.get();
         let after = negotiate::row_seen(before, len);
         s.rows.set(after);
@@ -1200,7 +1202,7 @@ impl Exchange {
     pub fn from_server_stream(&mut self, tag: u8, bytes: &[u8], registry: &Registry, to_client: &mut BytesMut) {
         self.answer_local(to_client);
         if tag == backend::DATA_ROW {
-            self.rows_seen(negotiate::largest_data_row(bytes), registry);
+            self.rows_seen(|| negotiate::largest_data_row(bytes), registry);
         }
         self.tracker.server_sent(tag, &[]);
         debug_assert!(!matches!(self.due.front(), Some(Due::Server { request: Request::Query, forward: false })), "rows_need_whole");
