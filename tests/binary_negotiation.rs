@@ -890,3 +890,24 @@ fn bench_server_text_vs_binary_by_type() {
         pg.psql_db(DB, &format!("drop table {table}"));
     }
 }
+
+/// text[] is negotiated only while client and server encodings are equal
+/// (`array_out` decides its quoting before the server converts): a LATIN1
+/// client gets its other columns negotiated, text[] as the server sent it.
+#[test]
+fn text_arrays_stay_text_when_the_encodings_differ() {
+    let lane = pglane(true);
+    let pg = postgres();
+    let latin1 = |user, db| [("user", user), ("database", db), ("client_encoding", "LATIN1")];
+    let mut direct = RawClient::login_with(pg.port, &latin1("trustuser", DB));
+    let mut through = RawClient::login_with(lane.port, &latin1("postgres", "app"));
+    let query = "select id, u, ta, ia from blobs where id in (2, 3, 4) order by id";
+    same_replies(&mut direct, &mut through, &prepare("l", query), "prepare");
+    for round in 0..3 {
+        same_replies(&mut direct, &mut through, &run("l", &[]), &format!("watched {round}"));
+    }
+    let before = prepared_stat(&lane, "values_transcoded");
+    same_replies(&mut direct, &mut through, &run("l", &[]), "negotiated");
+    // ids 2, 3, 4; uuids of 3 and 4; int4[] of 3 and 4; not text[].
+    assert_eq!(prepared_stat(&lane, "values_transcoded") - before, 7);
+}

@@ -1057,7 +1057,7 @@ impl Exchange {
             registry.count(|c| c.big_rows += 1);
         }
         if after.too_big && !before.too_big {
-            tracing::debug!(statement = %s.server_name, row = len, "a row over the small-row cap: unbounded columns stay text from now on");
+            tracing::debug!(statement = %s.server_name, row = len, "a row over the small-row cap: the statement is not negotiated again");
             registry.count(|c| c.big_row_statements += 1);
         }
     }
