@@ -78,6 +78,27 @@ grant select on floats to public;
 create table t1 (u uuid);
 insert into t1 select gen_random_uuid() from generate_series(1, 100000);
 grant select on t1 to public;
+create table blobs (id int4 primary key, u uuid, b bytea, t text, vc varchar(20), j json, jb jsonb,
+    ia int4[], ta text[], na numeric[], tsa timestamp[], ba bytea[], ua uuid[]);
+insert into blobs values
+ (1, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '', 'héllo wörld ✓ 日本語', 'naïve café',
+  '{"a": [1, 2.5e10, {"b": null}], "c": "\u00e9\ud83d\ude00", "n": -0.0E+2}',
+  '{"a": [1, 2.5e10, -1.0E-5, {"b": null}], "c": "\u00e9\ud83d\ude00\n\"", "d": 1e40, "e": {"zz": 1, "a": [true, false, 1.50]}}',
+  '{1,NULL,3,-2147483648}', '{"a b","",NULL,"NULL","null","q\"x","back\\slash","é{",plain,"x,y","}"}',
+  '{1.50,NaN,-0.001,Infinity,-Infinity,NULL}', '{"2024-02-29 12:34:56.5",infinity,NULL,"0001-01-01 00:00:00 BC"}',
+  '{"\\x00ff",NULL,"\\x"}', '{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11,NULL}'),
+ (2, null, null, null, null, null, null, null, null, null, null, null, null),
+ (3, '00000000-0000-0000-0000-000000000000', (select decode(string_agg(lpad(to_hex(g), 2, '0'), ''), 'hex') from generate_series(0, 255) g),
+  '', '', '[]', '{}', '{}', '{}', '{}', '{}', '{}', '{}'),
+ (4, 'ffffffff-ffff-ffff-ffff-ffffffffffff', '\x5c27225c5c', 'quote'' and \ backslash', 'trailing  ',
+  '"str"', '123.456e-7', '[0:1]={1,2}', '[2:3]={x,y}', '{{1.5,2},{3,4}}', '[-1:-1]={"2000-01-01 00:00:00"}',
+  '[0:0]={"\\x01"}', '{}'),
+ (5, '123e4567-e89b-12d3-a456-426614174000', decode(substr(repeat(md5('near the cap'), 7600), 1, 240000), 'hex'),
+  null, null, null, null, null, null, null, null, null, null);
+grant select on blobs to public;
+create table grow (id int4 primary key, u uuid, b bytea);
+insert into grow select g, gen_random_uuid(), decode(md5(g::text), 'hex') from generate_series(1, 20) g;
+grant select on grow to public;
 "#;
 
 const QUERY: &str = "select * from types order by id";
@@ -186,21 +207,24 @@ fn data_rows(replies: &[(u8, Vec<u8>)]) -> usize {
     replies.iter().filter(|(tag, _)| *tag == b'D').count()
 }
 
+/// The DateStyle / IntervalStyle / TimeZone combinations the tests run under.
+const STYLES: [&str; 6] = [
+    "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'",
+    "SET TimeZone = 'Etc/GMT-14'; SET DateStyle = 'German, DMY'; SET IntervalStyle = 'postgres_verbose'",
+    "SET TIME ZONE INTERVAL '-03:30' HOUR TO MINUTE; SET DateStyle = 'SQL, DMY'; SET IntervalStyle = 'sql_standard'",
+    "SET TimeZone = 'Etc/GMT+5'; SET DateStyle = 'Postgres, MDY'; SET IntervalStyle = 'iso_8601'",
+    "SET TIME ZONE 2; SET DateStyle = 'SQL, MDY'; SET IntervalStyle = 'postgres'",
+    // A zone with history: timestamptz stays text, the rest is negotiated.
+    "SET TimeZone = 'Europe/Berlin'; SET DateStyle = 'ISO, DMY'; SET IntervalStyle = 'postgres'",
+];
+
 /// Under each DateStyle / IntervalStyle / TimeZone combination, text,
 /// per-column and binary result formats: the same bytes as PostgreSQL's.
 #[test]
 fn rows_are_byte_identical_under_every_style_and_zone() {
     let lane = pglane(true);
     let (mut direct, mut through) = clients(&lane);
-    let settings = [
-        "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET IntervalStyle = 'postgres'",
-        "SET TimeZone = 'Etc/GMT-14'; SET DateStyle = 'German, DMY'; SET IntervalStyle = 'postgres_verbose'",
-        "SET TIME ZONE INTERVAL '-03:30' HOUR TO MINUTE; SET DateStyle = 'SQL, DMY'; SET IntervalStyle = 'sql_standard'",
-        "SET TimeZone = 'Etc/GMT+5'; SET DateStyle = 'Postgres, MDY'; SET IntervalStyle = 'iso_8601'",
-        "SET TIME ZONE 2; SET DateStyle = 'SQL, MDY'; SET IntervalStyle = 'postgres'",
-        // A zone with history: timestamptz stays text, the rest is negotiated.
-        "SET TimeZone = 'Europe/Berlin'; SET DateStyle = 'ISO, DMY'; SET IntervalStyle = 'postgres'",
-    ];
+    let settings = STYLES;
     let mixed: Vec<i16> = (0..COLUMNS as i16).map(|i| i % 2).collect();
     let mut rows = 0;
     for (i, set) in settings.iter().enumerate() {
@@ -223,6 +247,102 @@ fn rows_are_byte_identical_under_every_style_and_zone() {
     }
     assert_eq!(rows, settings.len() * 2008);
     assert!(prepared_stat(&lane, "portals_negotiated") >= 3 * settings.len() as i64);
+}
+
+const BLOBS: &str = "select * from blobs order by id";
+const BLOB_COLUMNS: usize = 13;
+
+/// Non-NULL values of the columns negotiated in `BLOBS` once its rows have
+/// shown small: id, uuid, bytea and the arrays (text, varchar, json and
+/// jsonb stay text).
+fn blob_values() -> i64 {
+    let sql = "select count(id) + count(u) + count(b) + count(ia) + count(ta) + count(na) + count(tsa) + count(ba) + count(ua) from blobs";
+    postgres().psql_db(DB, sql).parse().unwrap()
+}
+
+/// Columns of unbounded size: bytea (empty, NULL, every byte value, a value
+/// whose text row is near the small-row cap), non-ASCII text, json and
+/// jsonb (nested, unicode escapes, exponents), arrays (NULL elements,
+/// quoting, empty, bounds other than 1, two dimensions). The statement is
+/// watched over its first executions, un-negotiated; from then on
+/// negotiated under every style and zone and under both bytea_output
+/// values, byte-identical to PostgreSQL's text in every result format.
+#[test]
+fn unbounded_columns_are_byte_identical_once_rows_have_shown_small() {
+    let lane = pglane(true);
+    let (mut direct, mut through) = clients(&lane);
+    let values = blob_values();
+    let transcoded = || prepared_stat(&lane, "values_transcoded");
+    same_replies(&mut direct, &mut through, &prepare("w", BLOBS), "prepare");
+    for round in 0..3 {
+        let before = transcoded();
+        same_replies(&mut direct, &mut through, &run("w", &[]), &format!("watched run {round}"));
+        assert_eq!(transcoded() - before, 0, "run {round}: rows not shown small yet, nothing negotiated");
+    }
+    let mixed: Vec<i16> = (0..BLOB_COLUMNS as i16).map(|i| i % 2).collect();
+    let mut settings: Vec<&str> = STYLES.to_vec();
+    settings.extend(["SET bytea_output = 'escape'", "SET DateStyle = 'German, DMY'", "SET bytea_output = 'hex'"]);
+    for (i, set) in settings.iter().enumerate() {
+        same_replies(&mut direct, &mut through, &simple(set), set);
+        let name = format!("b{i}");
+        same_replies(&mut direct, &mut through, &prepare(&name, BLOBS), "Parse + Describe");
+        let before = transcoded();
+        let replies = same_replies(&mut direct, &mut through, &run(&name, &[]), &format!("all text under {set}"));
+        assert_eq!(data_rows(&replies), 5);
+        assert_eq!(transcoded() - before, values, "values transcoded under {set}");
+        same_replies(&mut direct, &mut through, &run(&name, &[0]), &format!("one text code under {set}"));
+        same_replies(&mut direct, &mut through, &run(&name, &mixed), &format!("per-column formats under {set}"));
+        same_replies(&mut direct, &mut through, &run(&name, &[1]), &format!("all binary under {set}"));
+    }
+    assert_eq!(prepared_stat(&lane, "big_rows"), 0);
+    assert_eq!(prepared_stat(&lane, "big_row_statements"), 0);
+}
+
+/// A statement whose rows grow: negotiated once it has shown small rows,
+/// still with a row just under the cap; a row over the cap still comes out
+/// exactly, and marks the statement, which is never negotiated again, even
+/// when its rows are small again. A statement that shows a big row while
+/// watched is never negotiated at all.
+#[test]
+fn a_statement_whose_rows_grow_past_the_cap_is_negotiated_no_more() {
+    let lane = pglane(true);
+    let pg = postgres();
+    let (mut direct, mut through) = clients(&lane);
+    let transcoded = || prepared_stat(&lane, "values_transcoded");
+    let query = "select id, u, b from grow order by id";
+    same_replies(&mut direct, &mut through, &prepare("g", query), "prepare");
+    let mut round = |what: &str| {
+        let before = transcoded();
+        let replies = same_replies(&mut direct, &mut through, &run("g", &[]), what);
+        assert_eq!(data_rows(&replies), 20, "{what}");
+        transcoded() - before
+    };
+    for i in 0..3 {
+        assert_eq!(round(&format!("watched {i}")), 0);
+    }
+    assert_eq!(round("shown small"), 60, "20 ids, 20 uuids and 20 byteas");
+    // 250 KiB of binary: under the cap (its text, twice that, is not).
+    pg.psql_db(DB, "update grow set b = decode(repeat('5c', 250 * 1024), 'hex') where id = 7");
+    assert_eq!(round("a row near the cap"), 60);
+    assert_eq!((prepared_stat(&lane, "big_rows"), prepared_stat(&lane, "big_row_statements")), (0, 0));
+    pg.psql_db(DB, "update grow set b = decode(repeat('00ff', 150 * 1024), 'hex') where id = 7");
+    assert_eq!(round("a row over the cap"), 60, "this run was negotiated: transcoded whole");
+    assert_eq!((prepared_stat(&lane, "big_rows"), prepared_stat(&lane, "big_row_statements")), (1, 1));
+    assert_eq!(round("after the big row"), 0);
+    pg.psql_db(DB, "update grow set b = '\\x01' where id = 7");
+    for i in 0..4 {
+        assert_eq!(round(&format!("small again {i}")), 0, "never again");
+    }
+    // A big row while watched: never negotiated, and not a negotiated big row.
+    pg.psql_db(DB, "update grow set b = decode(repeat('ab', 200 * 1024), 'hex') where id = 3");
+    same_replies(&mut direct, &mut through, &prepare("h", "select u, b, id from grow order by id"), "prepare");
+    for i in 0..5 {
+        let before = transcoded();
+        same_replies(&mut direct, &mut through, &run("h", &[]), &format!("big while watched {i}"));
+        assert_eq!(transcoded() - before, 0);
+    }
+    assert_eq!((prepared_stat(&lane, "big_rows"), prepared_stat(&lane, "big_row_statements")), (1, 2));
+    pg.psql_db(DB, "update grow set b = decode(md5(id::text), 'hex') where id in (3, 7)");
 }
 
 /// A SET executed earlier in the same Sync group is not reported until
@@ -617,4 +737,177 @@ fn bench_uuid_fetch_prepare_threshold_0() {
     for (i, (name, _)) in targets.iter().enumerate() {
         println!("raw {name}: {:?}", samples[i]);
     }
+}
+
+/// The measurement behind bench/RESULTS.md's bytea figure: a named
+/// statement fetching PGLANE_BYTEA_ROWS (10,000) rows of an int4 and a
+/// PGLANE_BYTEA_SIZE-byte (8,192) random bytea as text, over one raw
+/// protocol client each: PostgreSQL directly, pglane relaying
+/// (binary_negotiation off) and pglane negotiating (after 4 warm-up runs,
+/// in which it watches the statement's first 3 executions), in
+/// PGLANE_BYTEA_ROUNDS (5) interleaved rounds of 2 runs. Per run: wall
+/// time, the backend's CPU (utime+stime, from /proc, via pg_backend_pid)
+/// and bytes from the server (pglane's server_bytes_received; direct = the
+/// relaying pglane's, byte for byte). Every run's replies are checked equal
+/// to PostgreSQL's.
+#[test]
+#[ignore = "a benchmark: see bench/RESULTS.md"]
+fn bench_bytea_fetch() {
+    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (rows, size, rounds) = (env("PGLANE_BYTEA_ROWS", 10_000), env("PGLANE_BYTEA_SIZE", 8192), env("PGLANE_BYTEA_ROUNDS", 5));
+    database();
+    let pg = postgres();
+    pg.psql_db(
+        DB,
+        &format!(
+            "drop table if exists bytea_bench; create table bytea_bench (id int4, b bytea); alter table bytea_bench alter b set storage external;
+             insert into bytea_bench select g, (select decode(string_agg(md5(random()::text || g || i), ''), 'hex') from generate_series(1, {size} / 16) i) from generate_series(1, {rows}) g;
+             grant select on bytea_bench to public"
+        ),
+    );
+    pg.psql_db(DB, "vacuum analyze bytea_bench");
+    let query = "select id, b from bytea_bench order by id";
+    let lanes = [pglane_with_pool(false, 1), pglane_with_pool(true, 1)];
+    let names = ["direct", "pglane relaying", "pglane negotiating"];
+    let mut targets: Vec<(RawClient, Option<&Pglane>)> = vec![(RawClient::login(pg.port, "trustuser", DB), None)];
+    for lane in &lanes {
+        targets.push((RawClient::login(lane.port, "postgres", "app"), Some(lane)));
+    }
+    let mut pids = Vec::new();
+    for (client, _) in targets.iter_mut() {
+        client.send(&simple("select pg_backend_pid()"));
+        pids.push(raw::first_column(&client.until_ready())[0].parse::<u32>().unwrap());
+        client.send(&prepare("q", query));
+        client.until_ready();
+    }
+    let fetch = |client: &mut RawClient| -> Vec<(u8, Vec<u8>)> {
+        client.send(&run("q", &[]));
+        client.until_ready().into_iter().map(|m| (m.tag, m.body.to_vec())).collect()
+    };
+    let expected = fetch(&mut targets[0].0);
+    for (client, _) in targets.iter_mut().skip(1) {
+        for _ in 0..4 {
+            assert!(fetch(client) == expected, "warm-up");
+        }
+    }
+    let transcoded = prepared_stat(&lanes[1], "values_transcoded");
+    // Per target: (wall ms, server CPU ticks, bytes from server) per run.
+    let mut samples: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); targets.len()];
+    for round in 0..rounds as usize {
+        for k in 0..targets.len() {
+            let i = (round + k) % targets.len();
+            for _ in 0..2 {
+                let (client, lane) = &mut targets[i];
+                let bytes = lane.map(|l| admin_stat(l, "SHOW STATS_TOTALS", "server_bytes_received"));
+                let cpu = cpu_ticks(pids[i]);
+                let start = std::time::Instant::now();
+                let got = fetch(client);
+                let wall = start.elapsed().as_secs_f64() * 1000.0;
+                let cpu = (cpu_ticks(pids[i]) - cpu) as f64;
+                assert!(got == expected, "{}: replies differ from PostgreSQL's", names[i]);
+                let bytes = match (lane, bytes) {
+                    (Some(l), Some(b)) => (admin_stat(l, "SHOW STATS_TOTALS", "server_bytes_received") - b) as f64,
+                    _ => f64::NAN,
+                };
+                samples[i].push((wall, cpu, bytes));
+            }
+        }
+    }
+    assert!(prepared_stat(&lanes[1], "values_transcoded") - transcoded >= (rounds as i64 * 2) * 2 * rows as i64);
+    assert_eq!(prepared_stat(&lanes[1], "big_rows"), 0);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let column = |i: usize, f: fn(&(f64, f64, f64)) -> f64| median(samples[i].iter().map(f).collect());
+    let direct = (column(0, |s| s.0), column(0, |s| s.1), column(1, |s| s.2));
+    println!("rows {rows}, bytea size {size}, {rounds} rounds x 2 runs");
+    println!("| target | wall ms per run | server CPU s per run | bytes from server per run | server CPU vs direct | bytes vs direct |");
+    println!("|---|---|---|---|---|---|");
+    for (i, name) in names.iter().enumerate() {
+        let (wall, cpu) = (column(i, |s| s.0), column(i, |s| s.1));
+        let bytes = if i == 0 { direct.2 } else { column(i, |s| s.2) };
+        println!("| {name} | {wall:.0} | {:.2} | {bytes:.0} | {:.2}x | {:.3}x |", cpu / 100.0, cpu / direct.1, bytes / direct.2);
+    }
+    for (i, name) in names.iter().enumerate() {
+        println!("raw {name}: {:?}", samples[i]);
+    }
+    pg.psql_db(DB, "drop table bytea_bench");
+}
+
+/// Which unbounded types are worth asking binary for: PostgreSQL's own CPU
+/// (backend utime+stime) and bytes sent for the same fetch with text and
+/// with binary results, directly (no pglane), per column type, in
+/// PGLANE_FORMAT_ROUNDS (5) interleaved rounds (PGLANE_FORMAT_CASES: only
+/// the cases whose name starts so). Behind negotiate.rs's
+/// choice to negotiate bytea and arrays but not text-likes or jsonb.
+#[test]
+#[ignore = "a benchmark: see bench/RESULTS.md"]
+fn bench_server_text_vs_binary_by_type() {
+    let rounds = std::env::var("PGLANE_FORMAT_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    database();
+    let pg = postgres();
+    let cases = [
+        ("text, 1,000,000 x 30 bytes", "select md5(g::text) || 'abcd' from generate_series(1, 1000000) g"),
+        ("text, 10,000 x 8 KiB", "select repeat(md5(g::text), 256) from generate_series(1, 10000) g"),
+        ("jsonb, 200,000 small documents", "select jsonb_build_object('id', g, 'name', md5(g::text), 'tags', jsonb_build_array(1, 2.5e3, 'x'), 'n', null) from generate_series(1, 200000) g"),
+        ("int4[], 200,000 x 20 elements", "select array_agg(g * 1000 + i) from generate_series(1, 200000) g, generate_series(1, 20) i group by g"),
+        ("text[], 200,000 x 10 words", "select array_agg(md5((g * 100 + i)::text)) from generate_series(1, 200000) g, generate_series(1, 10) i group by g"),
+        ("jsonb[], 100,000 x 3 documents", "select array_agg(jsonb_build_object('k', md5((g * 10 + i)::text), 'n', i)) from generate_series(1, 100000) g, generate_series(1, 3) i group by g"),
+        ("bytea, 10,000 x 8 KiB", "select decode(repeat(md5(g::text), 512), 'hex') from generate_series(1, 10000) g"),
+    ];
+    println!("| column | server CPU s, text | server CPU s, binary | binary vs text | bytes, text | bytes, binary |");
+    println!("|---|---|---|---|---|---|");
+    let only = std::env::var("PGLANE_FORMAT_CASES").unwrap_or_default();
+    for (i, (name, select)) in cases.iter().enumerate().filter(|(_, (name, _))| name.starts_with(only.as_str())) {
+        let table = format!("fmt_{i}");
+        pg.psql_db(DB, &format!("drop table if exists {table}; create table {table} as {select}; grant select on {table} to public"));
+        pg.psql_db(DB, &format!("vacuum analyze {table}"));
+        let mut client = RawClient::login(pg.port, "trustuser", DB);
+        client.send(&simple("select pg_backend_pid()"));
+        let pid: u32 = raw::first_column(&client.until_ready())[0].parse().unwrap();
+        client.send(&prepare("q", &format!("select * from {table}")));
+        client.until_ready();
+        // Per format: (CPU ticks, bytes received) per run.
+        let mut samples: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            for k in 0..2 {
+                let format = (round + k) % 2;
+                let cpu = cpu_ticks(pid);
+                client.send(&run("q", &[format as i16]));
+                let bytes: usize = client.until_ready().iter().map(|m| m.body.len() + 5).sum();
+                samples[format].push(((cpu_ticks(pid) - cpu) as f64, bytes as f64));
+            }
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        };
+        let cpu = |f: usize| median(samples[f].iter().map(|s| s.0).collect());
+        let bytes = |f: usize| median(samples[f].iter().map(|s| s.1).collect());
+        println!("| {name} | {:.2} | {:.2} | {:.2}x | {:.0} | {:.0} |", cpu(0) / 100.0, cpu(1) / 100.0, cpu(1) / cpu(0), bytes(0), bytes(1));
+        println!("raw {name}: {:?}", samples);
+        pg.psql_db(DB, &format!("drop table {table}"));
+    }
+}
+
+/// text[] is negotiated only while client and server encodings are equal
+/// (`array_out` decides its quoting before the server converts): a LATIN1
+/// client gets its other columns negotiated, text[] as the server sent it.
+#[test]
+fn text_arrays_stay_text_when_the_encodings_differ() {
+    let lane = pglane(true);
+    let pg = postgres();
+    let latin1 = |user, db| [("user", user), ("database", db), ("client_encoding", "LATIN1")];
+    let mut direct = RawClient::login_with(pg.port, &latin1("trustuser", DB));
+    let mut through = RawClient::login_with(lane.port, &latin1("postgres", "app"));
+    let query = "select id, u, ta, ia from blobs where id in (2, 3, 4) order by id";
+    same_replies(&mut direct, &mut through, &prepare("l", query), "prepare");
+    for round in 0..3 {
+        same_replies(&mut direct, &mut through, &run("l", &[]), &format!("watched {round}"));
+    }
+    let before = prepared_stat(&lane, "values_transcoded");
+    same_replies(&mut direct, &mut through, &run("l", &[]), "negotiated");
+    // ids 2, 3, 4; uuids of 3 and 4; int4[] of 3 and 4; not text[].
+    assert_eq!(prepared_stat(&lane, "values_transcoded") - before, 7);
 }

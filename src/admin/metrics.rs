@@ -124,6 +124,8 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family("pglane_auto_prepare_unnamed_mapped_total", "counter", "Unnamed statements run as a shared named statement.", per_shard(&|s| s.prepare.unnamed_mapped));
     family("pglane_negotiated_portals_total", "counter", "Binds that asked the server for binary on a text client's behalf.", per_shard(&|s| s.prepare.portals_negotiated));
     family("pglane_transcoded_values_total", "counter", "Values transcoded from binary to the client's text.", per_shard(&|s| s.prepare.values_transcoded));
+    family("pglane_negotiated_big_rows_total", "counter", "Negotiated DataRows over the small-row cap, transcoded whole.", per_shard(&|s| s.prepare.big_rows));
+    family("pglane_negotiation_big_row_statements_total", "counter", "Statements whose columns of unbounded size are no longer negotiated: a row went over the small-row cap.", per_shard(&|s| s.prepare.big_row_statements));
     out
 }
 

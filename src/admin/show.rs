@@ -310,6 +310,7 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
         ("shapes_queued", INT4), ("parses_in_flight", INT4), ("avg_rewrite_ns", NUMERIC),
         ("avg_pass_through_ns", NUMERIC),
         ("respellings", NUMERIC),
+        ("big_rows", NUMERIC), ("big_row_statements", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -322,6 +323,7 @@ pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
             s(p.portals_negotiated), s(p.values_transcoded), s(p.transcode_bytes_saved),
             s(p.shapes_queued), s(p.parses_in_flight), s(average(p.rewrite_ns, p.rewrites_timed)),
             s(average(p.pass_through_ns, p.pass_through_timed)), s(p.respellings),
+            s(p.big_rows), s(p.big_row_statements),
         ]);
     }
     t

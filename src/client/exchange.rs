@@ -111,7 +111,8 @@ enum Request {
     /// error reaches the client as 0A000.
     StaleResult,
     /// `plan`: the portal was negotiated, its DataRows are transcoded.
-    Execute { plan: Option<Rc<Plan>> },
+    /// `rows_of`: the statement whose row record its rows update.
+    Execute { plan: Option<Rc<Plan>>, rows_of: Option<Rc<Statement>> },
     /// `rewritten`: the Sync ending a rewritten simple query.
     Sync { rewritten: bool },
     Query,
@@ -589,7 +590,7 @@ impl Exchange {
                 Ok((_, "", _)) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
                 bind => {
                     if let Ok((portal, _, _)) = bind {
-                        self.negotiator.bound(portal, None);
+                        self.negotiator.bound(portal, None, None);
                     }
                     self.pass_request(message, to_server, Request::Bind { statement: None })
                 }
@@ -637,8 +638,8 @@ impl Exchange {
                     self.pass_request(message, to_server, Request::Deallocate { execute: true })
                 }
                 decoded => {
-                    let plan = decoded.ok().and_then(|(portal, _)| self.negotiator.plan(portal));
-                    self.pass_request(message, to_server, Request::Execute { plan })
+                    let portal = decoded.map(|(portal, _)| self.negotiator.portal(portal)).unwrap_or_default();
+                    self.pass_request(message, to_server, Request::Execute { plan: portal.plan, rows_of: portal.rows_of })
                 }
             },
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
@@ -704,7 +705,14 @@ impl Exchange {
 
     /// The plan for a Bind of `s` as `portal`, and the Bind's parameter part,
     /// if negotiation is on and finds columns to ask binary for.
-    fn negotiate_bind<'r>(&self, s: &Statement, portal: &str, rest: &'r [u8], st: &Statements<'_>) -> Option<(Plan, &'r [u8])> {
+    fn negotiate_bind<'r>(
+        &self,
+        s: &Statement,
+        portal: &str,
+        rest: &'r [u8],
+        small_rows: bool,
+        st: &Statements<'_>,
+    ) -> Option<(Plan, &'r [u8])> {
         let negotiation = st.negotiation?;
         let description = s.description.borrow();
         let description = description.as_deref()?;
@@ -715,7 +723,7 @@ impl Exchange {
         } else {
             Default::default()
         };
-        let planned = negotiate::plan_bind(description, rest, &settings, negotiation.max_row)?;
+        let planned = negotiate::plan_bind(description, rest, &settings, negotiation.max_row, small_rows)?;
         tracing::trace!(portal, statement = %s.server_name, columns = planned.0.transcoded_columns(), "negotiated binary results");
         st.registry.count(|c| c.portals_negotiated += 1);
         Some(planned)
@@ -746,7 +754,7 @@ impl Exchange {
         let next_server_reply = self.due.iter().find(|d| matches!(d, Due::Server { .. }));
         matches!(
             next_server_reply,
-            Some(Due::Server { request: Request::Execute { plan: Some(_) }, .. } | Due::Server { request: Request::Query, forward: false })
+            Some(Due::Server { request: Request::Execute { plan: Some(_), .. }, .. } | Due::Server { request: Request::Query, forward: false })
         )
     }
 
@@ -870,12 +878,20 @@ impl Exchange {
             self.check_result(s, to_server);
         }
         self.learn_description(s, st, to_server);
-        let plan = self.negotiate_bind(s, portal, rest, st);
+        let record = s.rows.get();
+        let plan = self.negotiate_bind(s, portal, rest, negotiate::small_rows(record), st);
         match &plan {
             Some((plan, params)) => names::put_bind_with_result_formats(to_server, portal, &s.server_name, params, plan.server_formats()),
             None => names::put_bind(to_server, portal, &s.server_name, rest),
         }
-        self.negotiator.bound(portal, plan.map(|(plan, _)| plan));
+        // Rows to watch: an un-negotiated portal's while the statement's
+        // record is being made, a negotiated one's while it relies on it.
+        let watch = match &plan {
+            Some((plan, _)) => plan.unbounded(),
+            None => negotiate::still_watching(record),
+        };
+        let rows_of = (st.negotiation.is_some() && watch).then(|| s.clone());
+        self.negotiator.bound(portal, plan.map(|(plan, _)| plan), rows_of);
         self.expect(Request::Bind { statement: Some(s.clone()) });
         true
     }
@@ -997,7 +1013,7 @@ impl Exchange {
         });
         self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement) }, forward: false });
         self.expect(Request::QueryDescribe);
-        self.expect(Request::Execute { plan: None });
+        self.expect(Request::Execute { plan: None, rows_of: None });
         self.expect(Request::Sync { rewritten: true });
         true
     }
@@ -1201,7 +1217,8 @@ impl Exchange {
                 }
             }
             backend::DATA_ROW => {
-                if let Some(Due::Server { request: Request::Execute { plan: Some(plan) }, .. }) = self.due.front() {
+                self.rows_seen(|| body.len(), st.registry);
+                if let Some(Due::Server { request: Request::Execute { plan: Some(plan), .. }, .. }) = self.due.front() {
                     let plan = plan.clone();
                     forward = false;
                     match negotiate::transcode_row(body, &plan, to_client) {
@@ -1260,6 +1277,7 @@ impl Exchange {
             }
             backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
                 if matches!(self.due.front(), Some(Due::Server { request: Request::Execute { .. }, .. })) {
+                    self.rows_ended();
                     self.due.pop_front();
                 }
                 if tag == backend::COMMAND_COMPLETE && matches!(body, b"DISCARD ALL\0" | b"DEALLOCATE ALL\0") {
@@ -1323,6 +1341,35 @@ impl Exchange {
         }
         self.answer_local(to_client);
         forward
+    }
+
+    /// DataRows came for the Execute being answered, the largest of `len()`
+    /// body bytes: if its statement is watched, its row record is updated
+    /// (`len` is not called otherwise). A row over the cap marks the
+    /// statement for good, and counts.
+    fn rows_seen(&self, len: impl FnOnce() -> usize, registry: &Registry) {
+        let Some(Due::Server { request: Request::Execute { plan, rows_of: Some(s) }, .. }) = self.due.front() else { return };
+        let len = len();
+        let before = s.rows.get();
+        let after = negotiate::row_seen(before, len);
+        s.rows.set(after);
+        let big = len > negotiate::SMALL_ROW_CAP;
+        if big && plan.is_some() {
+            registry.count(|c| c.big_rows += 1);
+        }
+        if after.too_big && !before.too_big {
+            tracing::debug!(statement = %s.server_name, row = len, "a row over the small-row cap: the statement is not negotiated again");
+            registry.count(|c| c.big_row_statements += 1);
+        }
+    }
+
+    /// The Execute being answered ran its portal to completion: one more
+    /// execution whose rows were all seen, for an un-negotiated portal (a
+    /// portal read in batches counts once, at its last).
+    fn rows_ended(&self) {
+        if let Some(Due::Server { request: Request::Execute { plan: None, rows_of: Some(s) }, .. }) = self.due.front() {
+            s.rows.set(negotiate::execution_seen(s.rows.get()));
+        }
     }
 
     /// The Describe being answered is one pglane sent for itself.
@@ -1453,8 +1500,11 @@ impl Exchange {
     }
 
     /// The first bytes of a streamed server message (DataRow, CopyData).
-    pub fn from_server_stream(&mut self, tag: u8, bytes: &[u8], to_client: &mut BytesMut) {
+    pub fn from_server_stream(&mut self, tag: u8, bytes: &[u8], registry: &Registry, to_client: &mut BytesMut) {
         self.answer_local(to_client);
+        if tag == backend::DATA_ROW {
+            self.rows_seen(|| negotiate::largest_data_row(bytes), registry);
+        }
         self.tracker.server_sent(tag, &[]);
         debug_assert!(!matches!(self.due.front(), Some(Due::Server { request: Request::Query, forward: false })), "rows_need_whole");
         to_client.extend_from_slice(bytes);
@@ -1623,7 +1673,7 @@ mod tests {
         let mut to_client = BytesMut::new();
         for (tag, body) in replies {
             if *tag == backend::DATA_ROW {
-                ex.from_server_stream(*tag, &whole(*tag, body), &mut to_client);
+                ex.from_server_stream(*tag, &whole(*tag, body), &sides.registry, &mut to_client);
             } else {
                 ex.from_server(*tag, &whole(*tag, body), &mut sides.st(), &mut to_client);
             }

@@ -104,6 +104,12 @@ impl Inbox {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
+            // A message seen whole (a big negotiated DataRow) grew the
+            // buffer past what reads need: give that memory back.
+            if self.buf.len() > READ_GROWTH_LIMIT {
+                self.buf.truncate(READ_GROWTH_LIMIT);
+                self.buf.shrink_to_fit();
+            }
         }
         if self.end < self.buf.len() {
             return;
@@ -245,5 +251,23 @@ mod tests {
             }
         }
         assert_eq!(handed, Some(big.len()));
+    }
+
+    #[test]
+    fn the_buffer_shrinks_back_once_a_huge_whole_message_is_handed_out() {
+        let big = msg(b'D', &[1; 300_000]);
+        let mut inbox = Inbox::new(1 << 20);
+        let mut handed = None;
+        for part in big.chunks(INITIAL) {
+            feed(&mut inbox, part);
+            if let Some(Piece::Whole(_, m)) = inbox.next(|_| true).unwrap() {
+                handed = Some(m.len());
+            }
+        }
+        assert_eq!(handed, Some(big.len()));
+        assert!(inbox.buf.len() > READ_GROWTH_LIMIT);
+        feed(&mut inbox, &msg(b'Z', b"I"));
+        assert_eq!(inbox.buf.len(), READ_GROWTH_LIMIT);
+        assert!(matches!(inbox.next(|_| true).unwrap(), Some(Piece::Whole(b'Z', _))));
     }
 }

@@ -35,12 +35,29 @@
 //!   a Bind is settled only when no earlier group is in flight and the
 //!   client has sent no Execute since its last Sync. Unsettled, only the
 //!   setting-free types are negotiated;
-//! - every column of the row has a bounded size (the list above), and the
-//!   largest row those types allow fits the whole-message limit: the relay
-//!   must read a negotiated portal's DataRows whole (they are otherwise
-//!   streamed), so rows with text, bytea, json or array columns are never
-//!   negotiated (bytea's text would be transcodable, with bytea_output
-//!   known the same way, but its values are unbounded);
+//! - the row can be read whole: the relay must read a negotiated portal's
+//!   DataRows whole to transcode them (they are otherwise streamed). Either
+//!   every column has a bounded size (the list above) and the largest row
+//!   those types allow fits the whole-message limit (`max_row`), or the
+//!   statement has shown small rows ([`small_rows`]): its registry
+//!   `Statement` keeps a [`RowRecord`], made while its first
+//!   [`SMALL_ROWS_AFTER`] executions run un-negotiated (the relay hands the
+//!   exchange each run of streamed DataRows, and [`largest_data_row`] reads
+//!   their headers), and it counts only if no row went over
+//!   [`SMALL_ROW_CAP`]. For such a statement these unbounded types are
+//!   negotiated too: bytea (hex or escape, bytea_output being known like
+//!   extra_float_digits) and arrays of any type with a transcoder
+//!   (`array_out`'s text: any bounds and dimensions; text-like elements
+//!   only while client and server encodings are equal). Text, varchar,
+//!   bpchar, name, json and jsonb themselves stay text: binary would save
+//!   nothing (it is the same text, made by the same server code; jsonb adds
+//!   a version byte) and would tie them to the encodings; they no longer
+//!   keep the rest of the row from being negotiated. Correctness does not rest on the
+//!   record: a negotiated row of any size is read whole (the server inbox
+//!   takes messages up to `i32::MAX`) and transcoded exactly; a row over the
+//!   cap, negotiated or watched, marks the statement `too_big` for good, so
+//!   memory stays bounded in practice (stats `big_rows`,
+//!   `big_row_statements`);
 //! - the Bind's result-format codes are well formed for the column count
 //!   (otherwise the server refuses the Bind itself, as it would directly).
 //!
@@ -55,6 +72,7 @@ use thiserror::Error;
 
 use super::settings::Settings;
 use crate::formats::{oid, transcoder_for, TextSettings, TranscodeError, Transcoder};
+use crate::prepare::{RowRecord, Statement};
 use crate::protocol::backend::{self, FORMAT_BINARY, FORMAT_TEXT};
 use crate::protocol::frame::{parse_header, HEADER_LEN};
 use crate::protocol::{frontend, ProtocolError};
@@ -82,6 +100,8 @@ pub enum NegotiateError {
     Protocol(#[from] ProtocolError),
     #[error("DataRow has {actual} columns, its portal {expected}")]
     Columns { expected: usize, actual: usize },
+    #[error("a negotiated portal's row is too large for a DataRow once turned into text")]
+    TooLarge,
     #[error("column {column} of a negotiated portal: {source}")]
     Transcode { column: usize, source: TranscodeError },
 }
@@ -121,11 +141,24 @@ fn wire_bound(type_oid: u32) -> Option<usize> {
 }
 
 /// Whether pglane may ask for `type_oid` in binary on a client's behalf:
-/// bounded in size, transcoded exactly, and with text that depends on no
-/// setting or only on settings pglane knows (reported ones, and
-/// extra_float_digits where known: `transcoder_for` says when).
-pub fn negotiable(type_oid: u32) -> bool {
-    matches!(
+/// transcoded exactly, with text that depends on no setting or only on
+/// settings pglane knows (reported ones, extra_float_digits and
+/// bytea_output where known: `transcoder_for` says when), and either of
+/// bounded size or, with `small_rows` (the statement has shown small rows),
+/// one of the unbounded types where binary saves the server work: bytea
+/// (`byteaout`'s hex: 0.20x the CPU, half the bytes) and arrays of any type
+/// with a transcoder (no `array_out` quoting scan and no element `*_out`:
+/// 0.67x the CPU for int4[], 0.62x for text[], which costs 1.14x the bytes
+/// for short words; bench/RESULTS.md).
+///
+/// The text-like types (text, varchar, bpchar, name, json) and jsonb are
+/// never asked for in binary: their binary form is their text (jsonb's with
+/// one more byte), made by the same server code, so it saves nothing
+/// (measured: the same CPU, jsonb 1.06x), and it would tie them to the
+/// encodings. They no longer stop the rest of a row from being negotiated,
+/// though: that needs the row read whole, which the small-row record allows.
+pub fn negotiable(type_oid: u32, small_rows: bool) -> bool {
+    let bounded = matches!(
         type_oid,
         oid::BOOL
             | oid::INT2
@@ -144,7 +177,61 @@ pub fn negotiable(type_oid: u32) -> bool {
             | oid::INTERVAL
             | oid::FLOAT4
             | oid::FLOAT8
-    )
+    );
+    bounded
+        || (small_rows
+            && (type_oid == oid::BYTEA || oid::array_element(type_oid).is_some()))
+}
+
+/// Executions of a statement pglane watches, un-negotiated, before it
+/// negotiates columns of unbounded size for it.
+pub const SMALL_ROWS_AFTER: u32 = 3;
+
+/// The largest DataRow (body bytes) a statement may have shown to count as
+/// having small rows. A constant, not a setting: it bounds the memory a
+/// negotiated portal's rows take in practice (they are read whole), and a
+/// row over it is still transcoded exactly, after which the statement's
+/// unbounded columns stay text for good.
+pub const SMALL_ROW_CAP: usize = 256 * 1024;
+
+/// Whether a statement with this record has shown small rows: watched over
+/// [`SMALL_ROWS_AFTER`] executions, no row ever over [`SMALL_ROW_CAP`].
+pub fn small_rows(record: RowRecord) -> bool {
+    !record.too_big && record.executions >= SMALL_ROWS_AFTER && record.largest_row <= SMALL_ROW_CAP
+}
+
+/// Whether the relay should still watch the sizes of a statement's rows.
+pub fn still_watching(record: RowRecord) -> bool {
+    !record.too_big && record.executions < SMALL_ROWS_AFTER
+}
+
+/// The record after a DataRow of `len` body bytes.
+pub fn row_seen(record: RowRecord, len: usize) -> RowRecord {
+    RowRecord { largest_row: record.largest_row.max(len), too_big: record.too_big || len > SMALL_ROW_CAP, ..record }
+}
+
+/// The record after an Execute whose rows were all seen.
+pub fn execution_seen(record: RowRecord) -> RowRecord {
+    RowRecord { executions: record.executions.saturating_add(1), ..record }
+}
+
+/// The largest DataRow body in `piece`, the first bytes of a run of
+/// streamed DataRows as the relay hands them over: every message in it
+/// starts there with its whole header, the last may be cut short.
+pub fn largest_data_row(piece: &[u8]) -> usize {
+    let mut largest = 0;
+    let mut rest = piece;
+    while let Ok(Some(header)) = parse_header(rest, usize::MAX) {
+        if header.tag != backend::DATA_ROW {
+            break;
+        }
+        largest = largest.max(header.body_len);
+        match rest.get(HEADER_LEN + header.body_len..) {
+            Some(next) => rest = next,
+            None => break,
+        }
+    }
+    largest
 }
 
 /// What pglane does with one portal's result columns.
@@ -157,32 +244,41 @@ pub struct Plan {
     client_formats: Box<[i16]>,
     /// Per column, the format pglane asks the server for.
     server_formats: Box<[i16]>,
+    /// The column types do not bound the row's size under the whole-row
+    /// limit: negotiated because the statement has shown small rows, so a
+    /// row over the cap ends that.
+    unbounded: bool,
 }
 
 impl Plan {
     /// The plan for a portal of a statement with result columns `types`,
     /// bound with the client's result-format `codes`; `None` when nothing is
-    /// negotiated (see the module doc for when that is).
-    pub fn new(types: &[u32], codes: &[i16], settings: &TextSettings, max_row: usize) -> Option<Plan> {
+    /// negotiated (see the module doc for when that is). `small_rows`: the
+    /// statement has shown small rows ([`small_rows`]), so its rows may be
+    /// read whole whatever its column types.
+    pub fn new(types: &[u32], codes: &[i16], settings: &TextSettings, max_row: usize, small_rows: bool) -> Option<Plan> {
         let client_formats = expand_formats(codes, types.len())?;
-        let mut row_bound = HEADER_LEN + 2;
-        for &t in types {
-            row_bound = row_bound.checked_add(4 + wire_bound(t)?)?;
-        }
-        if row_bound > max_row {
+        let unbounded = !row_bounded(types, max_row);
+        if unbounded && !small_rows {
             return None;
         }
         let columns: Box<[Option<Transcoder>]> = types
             .iter()
             .zip(client_formats.iter())
-            .map(|(&t, &format)| if format == FORMAT_TEXT && negotiable(t) { transcoder_for(t, settings) } else { None })
+            .map(|(&t, &format)| if format == FORMAT_TEXT && negotiable(t, small_rows) { transcoder_for(t, settings) } else { None })
             .collect();
         if columns.iter().all(Option::is_none) {
             return None;
         }
         let server_formats =
             columns.iter().zip(client_formats.iter()).map(|(c, &f)| if c.is_some() { FORMAT_BINARY } else { f }).collect();
-        Some(Plan { columns, client_formats, server_formats })
+        Some(Plan { columns, client_formats, server_formats, unbounded })
+    }
+
+    /// Whether the row size is unbounded by the column types (negotiated on
+    /// the statement's small-row record).
+    pub fn unbounded(&self) -> bool {
+        self.unbounded
     }
 
     /// The result-format codes of the Bind pglane sends: one per column.
@@ -200,6 +296,15 @@ impl Plan {
     pub fn client_row_description(&self, body: &[u8], out: &mut BytesMut) -> Result<(), ProtocolError> {
         backend::row_description_with_formats(out, body, &self.client_formats)
     }
+}
+
+/// Whether a row of columns of `types` is at most `max_row` bytes on the
+/// wire whatever its values, in either format.
+fn row_bounded(types: &[u32], max_row: usize) -> bool {
+    types
+        .iter()
+        .try_fold(HEADER_LEN + 2, |bound: usize, &t| bound.checked_add(4 + wire_bound(t)?))
+        .is_some_and(|bound| bound <= max_row)
 }
 
 /// Bind result-format codes as one code per column: none is all text, one
@@ -235,10 +340,16 @@ pub fn described_types(description: &[u8]) -> Option<Vec<u32>> {
 /// statement whose cached description is `description`: the portal's plan,
 /// and the Bind's parameter part to forward with the plan's result formats
 /// (`names::put_bind_with_result_formats`). `None`: forward the Bind as is.
-pub fn plan_bind<'r>(description: &[u8], rest: &'r [u8], settings: &TextSettings, max_row: usize) -> Option<(Plan, &'r [u8])> {
+pub fn plan_bind<'r>(
+    description: &[u8],
+    rest: &'r [u8],
+    settings: &TextSettings,
+    max_row: usize,
+    small_rows: bool,
+) -> Option<(Plan, &'r [u8])> {
     let types = described_types(description)?;
     let (params, codes) = frontend::split_bind_results(rest).ok()?;
-    Some((Plan::new(&types, &codes, settings, max_row)?, params))
+    Some((Plan::new(&types, &codes, settings, max_row, small_rows)?, params))
 }
 
 /// The settings the server connection's values are printed with: what it
@@ -305,7 +416,12 @@ pub fn transcode_row(body: &[u8], plan: &Plan, out: &mut BytesMut) -> Result<Row
             }
         }
     }
-    let len = (out.len() - start - 1) as i32;
+    // Text over 2 GiB fits no message (PostgreSQL itself fails to print a
+    // value whose text is over its 1 GiB allocation limit, a bytea over 512 MiB).
+    let Ok(len) = i32::try_from(out.len() - start - 1) else {
+        out.truncate(start);
+        return Err(NegotiateError::TooLarge);
+    };
     out[start + 1..start + HEADER_LEN].copy_from_slice(&len.to_be_bytes());
     Ok(stats)
 }
@@ -313,23 +429,33 @@ pub fn transcode_row(body: &[u8], plan: &Plan, out: &mut BytesMut) -> Result<Row
 /// The negotiated portals of one exchange and what the settled rule needs.
 #[derive(Debug, Default)]
 pub struct Negotiator {
-    /// Plans of the client's portals that exist on the server connection now.
-    portals: HashMap<String, Rc<Plan>>,
+    /// The client's portals that exist on the server connection now and
+    /// are negotiated or have rows to watch.
+    portals: HashMap<String, Portal>,
     /// The client sent an Execute (or a FunctionCall) since its last Sync: a
     /// setting may have changed without being reported yet.
     executed_in_group: bool,
 }
 
+/// What happens to one portal's rows.
+#[derive(Debug, Clone, Default)]
+pub struct Portal {
+    /// Its plan, if negotiated: its DataRows are transcoded.
+    pub plan: Option<Rc<Plan>>,
+    /// The statement whose row record its rows update: while the record is
+    /// still being made, or when the plan negotiates unbounded columns (a
+    /// row over the cap ends that).
+    pub rows_of: Option<Rc<Statement>>,
+}
+
 impl Negotiator {
-    /// A Bind made `portal`, with `plan` or none (which forgets an old one).
-    pub fn bound(&mut self, portal: &str, plan: Option<Plan>) {
-        match plan {
-            Some(plan) => {
-                self.portals.insert(portal.to_owned(), Rc::new(plan));
-            }
-            None => {
-                self.portals.remove(portal);
-            }
+    /// A Bind made `portal`, with `plan` or none, and the statement whose
+    /// rows to watch or none (both none forgets an old portal of the name).
+    pub fn bound(&mut self, portal: &str, plan: Option<Plan>, rows_of: Option<Rc<Statement>>) {
+        if plan.is_none() && rows_of.is_none() {
+            self.portals.remove(portal);
+        } else {
+            self.portals.insert(portal.to_owned(), Portal { plan: plan.map(Rc::new), rows_of });
         }
     }
 
@@ -338,7 +464,15 @@ impl Negotiator {
         if self.portals.is_empty() {
             return None;
         }
-        self.portals.get(portal).cloned()
+        self.portals.get(portal).and_then(|p| p.plan.clone())
+    }
+
+    /// What an Execute of `portal` does with its rows.
+    pub fn portal(&self, portal: &str) -> Portal {
+        if self.portals.is_empty() {
+            return Portal::default();
+        }
+        self.portals.get(portal).cloned().unwrap_or_default()
     }
 
     pub fn closed(&mut self, portal: &str) {
@@ -404,52 +538,129 @@ mod tests {
     #[test]
     fn text_columns_of_negotiable_types_go_binary() {
         let types = [oid::UUID, 25, oid::INT8, oid::TIMESTAMP];
-        let plan = Plan::new(&types, &[], &settings(), 1 << 20);
+        let plan = Plan::new(&types, &[], &settings(), 1 << 20, false);
         assert_eq!(plan, None, "a text column makes the row unbounded");
+        let plan = Plan::new(&types, &[], &settings(), 1 << 20, true).expect("rows shown small");
+        assert_eq!(plan.server_formats(), &[1, 0, 1, 1], "the text column stays text");
         let types = [oid::UUID, oid::FLOAT8, oid::INT8, oid::TIMESTAMP];
-        let plan = Plan::new(&types, &[], &settings(), 1 << 20).expect("negotiated");
+        let plan = Plan::new(&types, &[], &settings(), 1 << 20, false).expect("negotiated");
         assert_eq!(plan.server_formats(), &[1, 0, 1, 1]);
         assert_eq!(plan.transcoded_columns(), 3);
         // The client's own binary column stays binary and is not transcoded.
-        let plan = Plan::new(&types, &[0, 0, 1, 0], &settings(), 1 << 20).expect("negotiated");
+        let plan = Plan::new(&types, &[0, 0, 1, 0], &settings(), 1 << 20, false).expect("negotiated");
         assert_eq!(plan.server_formats(), &[1, 0, 1, 1]);
         assert_eq!(plan.transcoded_columns(), 2);
-        assert_eq!(Plan::new(&types, &[1], &settings(), 1 << 20), None, "all binary: nothing to do");
+        assert_eq!(Plan::new(&types, &[1], &settings(), 1 << 20, false), None, "all binary: nothing to do");
+    }
+
+    #[test]
+    fn unbounded_columns_only_for_statements_with_small_rows() {
+        let mut s = settings();
+        s.apply("bytea_output", "hex");
+        s.apply("client_encoding", "UTF8");
+        s.apply("server_encoding", "UTF8");
+        let types = [oid::UUID, oid::TEXT, oid::BYTEA, 1007, 1009, oid::JSONB, 3807, oid::VARCHAR, 790];
+        assert_eq!(Plan::new(&types, &[], &s, 1 << 20, false), None, "not shown small rows yet");
+        let plan = Plan::new(&types, &[], &s, 1 << 20, true).expect("small rows");
+        // uuid, bytea, int4[], text[] and jsonb[] binary; text-likes, jsonb
+        // and money (no transcoder) as the client asked.
+        assert_eq!(plan.server_formats(), &[1, 0, 1, 1, 1, 0, 1, 0, 0]);
+        assert!(plan.unbounded());
+        assert_eq!(Plan::new(&[oid::TEXT, oid::JSON], &[], &s, 1 << 20, true), None, "nothing worth binary");
+        // bytea only where bytea_output is known (and settled).
+        let plan = Plan::new(&[oid::BYTEA, oid::INT4], &[], &settings(), 1 << 20, true).expect("int4");
+        assert_eq!(plan.server_formats(), &[0, 1]);
+        // Bounded rows need no record, and say so.
+        let plan = Plan::new(&[oid::UUID], &[], &s, 1 << 20, false).expect("bounded");
+        assert!(!plan.unbounded());
+        assert!(Plan::new(&[oid::NUMERIC; 8], &[], &s, 1 << 20, true).expect("shown small").unbounded());
+    }
+
+    #[test]
+    fn negotiable_types() {
+        for t in [oid::BOOL, oid::INT4, oid::NUMERIC, oid::UUID, oid::TIMESTAMPTZ, oid::FLOAT8, oid::CIDR] {
+            assert!(negotiable(t, false) && negotiable(t, true), "{t}");
+        }
+        for t in [oid::BYTEA, 1007, 1016, 2951, 1231, 1115, 1001, 1022, 1009, 1015, 1014, 1003, 3807, 199] {
+            assert!(!negotiable(t, false) && negotiable(t, true), "{t}");
+        }
+        for t in [oid::TEXT, oid::VARCHAR, oid::BPCHAR, oid::NAME, oid::JSON, oid::JSONB, 790, 22, 30, 1040] {
+            assert!(!negotiable(t, false) && !negotiable(t, true), "{t}");
+        }
+    }
+
+    #[test]
+    fn the_row_record_decides_after_enough_small_executions() {
+        let mut r = RowRecord::default();
+        assert!(still_watching(r) && !small_rows(r));
+        for _ in 0..SMALL_ROWS_AFTER {
+            assert!(!small_rows(r));
+            r = execution_seen(row_seen(row_seen(r, 100), SMALL_ROW_CAP));
+        }
+        assert_eq!(r, RowRecord { executions: SMALL_ROWS_AFTER, largest_row: SMALL_ROW_CAP, too_big: false });
+        assert!(small_rows(r) && !still_watching(r));
+        let big = row_seen(r, SMALL_ROW_CAP + 1);
+        assert!(big.too_big && !small_rows(big) && !still_watching(big));
+        assert!(row_seen(big, 1).too_big, "for good");
+        assert!(!small_rows(execution_seen(big)));
+        let early = row_seen(RowRecord::default(), 1 << 30);
+        assert!(!still_watching(early), "a big row before the end of the watch ends it");
+        assert_eq!(execution_seen(RowRecord { executions: u32::MAX, ..r }).executions, u32::MAX);
+    }
+
+    #[test]
+    fn largest_data_row_reads_the_headers_of_a_streamed_run() {
+        let mut run = BytesMut::new();
+        backend::data_row(&mut run, &[Some(&[1; 10])]);
+        backend::data_row(&mut run, &[Some(&[2; 300])]);
+        backend::data_row(&mut run, &[Some(&[3; 20])]);
+        assert_eq!(largest_data_row(&run), 2 + 4 + 300);
+        // The last row cut short still tells its length.
+        let mut cut = run[..run.len() - 10].to_vec();
+        assert_eq!(largest_data_row(&cut), 306);
+        let mut big = BytesMut::new();
+        backend::data_row(&mut big, &[Some(&[9; 5000])]);
+        cut.extend_from_slice(&big[..HEADER_LEN + 100]);
+        assert_eq!(largest_data_row(&cut[..]), 306, "a row after a cut one is not in the piece");
+        assert_eq!(largest_data_row(&big[..HEADER_LEN + 1]), 5006);
+        assert_eq!(largest_data_row(&big[..3]), 0);
+        assert_eq!(largest_data_row(b""), 0);
+        assert_eq!(largest_data_row(b"C\x00\x00\x00\x05x"), 0, "not rows");
     }
 
     #[test]
     fn unknown_settings_keep_dependent_types_text() {
         let types = [oid::TIMESTAMPTZ, oid::NUMERIC];
-        let plan = Plan::new(&types, &[], &TextSettings::default(), 1 << 20).expect("numeric needs no setting");
+        let plan = Plan::new(&types, &[], &TextSettings::default(), 1 << 20, false).expect("numeric needs no setting");
         assert_eq!(plan.server_formats(), &[0, 1]);
         let mut berlin = settings();
         berlin.apply("TimeZone", "Europe/Berlin");
-        assert_eq!(Plan::new(&[oid::TIMESTAMPTZ], &[], &berlin, 1 << 20), None);
-        assert!(Plan::new(&[oid::TIMESTAMPTZ], &[], &settings(), 1 << 20).is_some());
+        assert_eq!(Plan::new(&[oid::TIMESTAMPTZ], &[], &berlin, 1 << 20, false), None);
+        assert!(Plan::new(&[oid::TIMESTAMPTZ], &[], &settings(), 1 << 20, false).is_some());
         // Floats only with extra_float_digits known.
-        assert_eq!(Plan::new(&[oid::FLOAT8, oid::FLOAT4], &[], &settings(), 1 << 20), None);
+        assert_eq!(Plan::new(&[oid::FLOAT8, oid::FLOAT4], &[], &settings(), 1 << 20, false), None);
         let mut efd = settings();
         efd.apply("extra_float_digits", "-15");
-        let plan = Plan::new(&[oid::FLOAT8, oid::FLOAT4], &[], &efd, 1 << 20).expect("efd known");
+        let plan = Plan::new(&[oid::FLOAT8, oid::FLOAT4], &[], &efd, 1 << 20, false).expect("efd known");
         assert_eq!(plan.server_formats(), &[1, 1]);
     }
 
     #[test]
     fn malformed_or_oversized_binds_are_not_negotiated() {
         let types = [oid::INT4, oid::INT4];
-        assert_eq!(Plan::new(&types, &[0, 0, 0], &settings(), 1 << 20), None, "wrong code count");
-        assert_eq!(Plan::new(&types, &[2], &settings(), 1 << 20), None, "bad code");
-        assert_eq!(Plan::new(&[oid::NUMERIC; 8], &[], &settings(), 1 << 20), None, "8 numerics may exceed 1 MiB");
-        assert!(Plan::new(&[oid::NUMERIC; 8], &[], &settings(), 64 << 20).is_some());
-        assert_eq!(Plan::new(&[oid::INT4, 1009], &[], &settings(), 64 << 20), None, "arrays are unbounded");
-        assert_eq!(Plan::new(&[], &[], &settings(), 64 << 20), None, "no columns");
+        assert_eq!(Plan::new(&types, &[0, 0, 0], &settings(), 1 << 20, false), None, "wrong code count");
+        assert_eq!(Plan::new(&types, &[2], &settings(), 1 << 20, false), None, "bad code");
+        assert_eq!(Plan::new(&[oid::NUMERIC; 8], &[], &settings(), 1 << 20, false), None, "8 numerics may exceed 1 MiB");
+        assert!(Plan::new(&[oid::NUMERIC; 8], &[], &settings(), 64 << 20, false).is_some());
+        assert_eq!(Plan::new(&[oid::INT4, 1009], &[], &settings(), 64 << 20, false), None, "arrays are unbounded");
+        assert_eq!(Plan::new(&[], &[], &settings(), 64 << 20, false), None, "no columns");
     }
 
     #[test]
     fn bind_is_rewritten_with_per_column_formats_and_the_same_parameters() {
         let d = description(&[oid::UUID, oid::INT4]);
         let rest = bind_rest(&[]);
-        let (plan, params) = plan_bind(&d, &rest, &settings(), 1 << 20).expect("negotiated");
+        let (plan, params) = plan_bind(&d, &rest, &settings(), 1 << 20, false).expect("negotiated");
         let mut out = BytesMut::new();
         names::put_bind_with_result_formats(&mut out, "p", "pglane_0_1", params, plan.server_formats());
         let m = split_message(&mut out, 1000).unwrap().unwrap();
@@ -462,13 +673,13 @@ mod tests {
         let mut no_data = BytesMut::new();
         backend::parameter_description(&mut no_data, &[]);
         backend::no_data(&mut no_data);
-        assert!(plan_bind(&no_data, &rest, &settings(), 1 << 20).is_none());
-        assert!(plan_bind(b"", &rest, &settings(), 1 << 20).is_none());
+        assert!(plan_bind(&no_data, &rest, &settings(), 1 << 20, false).is_none());
+        assert!(plan_bind(b"", &rest, &settings(), 1 << 20, false).is_none());
     }
 
     #[test]
     fn rows_are_transcoded_field_by_field() {
-        let plan = Plan::new(&[oid::UUID, oid::INT4, oid::FLOAT8, oid::NUMERIC], &[0, 1, 0, 0], &settings(), 1 << 20).unwrap();
+        let plan = Plan::new(&[oid::UUID, oid::INT4, oid::FLOAT8, oid::NUMERIC], &[0, 1, 0, 0], &settings(), 1 << 20, false).unwrap();
         let uuid = [0x12u8, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0, 1, 2, 3, 4, 5, 6, 7];
         let int4 = 42i32.to_be_bytes();
         // numeric -12.50: ndigits 2, weight 0, sign -, dscale 2, digits 12 5000
@@ -491,7 +702,7 @@ mod tests {
 
     #[test]
     fn bad_rows_are_errors_and_leave_the_output_alone() {
-        let plan = Plan::new(&[oid::UUID, oid::INT4], &[], &settings(), 1 << 20).unwrap();
+        let plan = Plan::new(&[oid::UUID, oid::INT4], &[], &settings(), 1 << 20, false).unwrap();
         let mut out = BytesMut::from(&b"kept"[..]);
         let mut short = BytesMut::new();
         backend::data_row(&mut short, &[Some(&[1, 2, 3]), Some(&[0, 0, 0, 1])]);
@@ -505,7 +716,7 @@ mod tests {
 
     #[test]
     fn portal_row_descriptions_show_the_client_formats() {
-        let plan = Plan::new(&[oid::UUID, oid::INT8, oid::TIMESTAMP], &[0, 1, 0], &settings(), 1 << 20).unwrap();
+        let plan = Plan::new(&[oid::UUID, oid::INT8, oid::TIMESTAMP], &[0, 1, 0], &settings(), 1 << 20, false).unwrap();
         let mut server = BytesMut::new();
         let fields: Vec<_> = [(oid::UUID, 1), (oid::INT8, 1), (oid::TIMESTAMP, 1)]
             .iter()
@@ -557,11 +768,11 @@ mod tests {
         assert!(!n.group_is_clean());
         n.client_sent(frontend::SYNC);
         assert!(n.group_is_clean());
-        n.bound("", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20));
+        n.bound("", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
         assert!(n.plan("").is_some());
-        n.bound("", None);
+        n.bound("", None, None);
         assert!(n.plan("").is_none());
-        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20));
+        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
         n.transaction_ended();
         assert!(n.plan("c").is_none());
     }
@@ -579,7 +790,7 @@ mod exchange_tests {
     use crate::formats::oid;
     use crate::prepare::{ClientStatements, Registry, ServerStatements};
     use crate::protocol::backend::{self, FieldDescription, TransactionStatus};
-    use crate::protocol::frame::split_message;
+    use crate::protocol::frame::{split_message, HEADER_LEN};
     use crate::protocol::{frontend, names};
 
     const UUID: [u8; 16] = [0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0, 1, 2, 3, 4, 5, 6, 7];
@@ -612,6 +823,7 @@ mod exchange_tests {
         client_settings: Settings,
         server_settings: Settings,
         login: Vec<(String, String)>,
+        defaults: Vec<(String, String)>,
         exchange: Exchange,
     }
 
@@ -624,6 +836,7 @@ mod exchange_tests {
                 client_settings: Settings::default(),
                 server_settings: Settings::default(),
                 login: vec![("integer_datetimes".into(), "on".into())],
+                defaults: vec![("bytea_output".into(), "hex".into())],
                 exchange: Exchange::default(),
             }
         }
@@ -636,7 +849,7 @@ mod exchange_tests {
                 server: &mut self.server,
                 client_settings: &mut self.client_settings,
                 server_settings: &mut self.server_settings,
-                negotiation: Some(Negotiation { server_params: &self.login, output_defaults: &[], max_row: 1 << 20 }),
+                negotiation: Some(Negotiation { server_params: &self.login, output_defaults: &self.defaults, max_row: 1 << 20 }),
             };
             (&mut self.exchange, st)
         }
@@ -721,5 +934,139 @@ mod exchange_tests {
         assert_eq!(&got[1].1[6..], UUID_TEXT);
         let stats = f.registry.stats();
         assert_eq!((stats.portals_negotiated, stats.values_transcoded, stats.transcode_bytes_saved), (1, 1, 20));
+    }
+
+    /// The result formats of the Bind among `sent`.
+    fn bind_formats(sent: &[(u8, Bytes)]) -> Vec<i16> {
+        let (_, body) = sent.iter().find(|(tag, _)| *tag == frontend::BIND).expect("a Bind");
+        let (_, _, rest) = names::split_bind(body).unwrap();
+        frontend::split_bind_results(rest).unwrap().1
+    }
+
+    /// Feeds server messages as the relay would: DataRows whole when
+    /// `rows_need_whole` says so (it must say `whole`), else streamed.
+    fn feed(f: &mut Fixture, bytes: BytesMut, whole_rows: bool) -> Vec<(u8, Bytes)> {
+        let mut to_client = BytesMut::new();
+        for (tag, body) in messages_big(bytes) {
+            let (exchange, mut st) = f.parts();
+            if tag == backend::DATA_ROW {
+                assert_eq!(exchange.rows_need_whole(), whole_rows);
+                if !whole_rows {
+                    exchange.from_server_stream(tag, &whole(tag, &body), st.registry, &mut to_client);
+                    continue;
+                }
+            }
+            exchange.from_server(tag, &whole(tag, &body), &mut st, &mut to_client);
+            assert!(exchange.take_failure().is_none());
+        }
+        messages_big(to_client)
+    }
+
+    fn messages_big(mut bytes: BytesMut) -> Vec<(u8, Bytes)> {
+        let mut v = Vec::new();
+        while let Some(m) = split_message(&mut bytes, 1 << 24).unwrap() {
+            v.push((m.tag, m.body));
+        }
+        v
+    }
+
+    fn rows(values: &[(&[u8], &[u8])]) -> BytesMut {
+        let mut out = BytesMut::new();
+        backend::bind_complete(&mut out);
+        for (u, b) in values {
+            backend::data_row(&mut out, &[Some(u), Some(b)]);
+        }
+        backend::command_complete(&mut out, "SELECT 1");
+        backend::ready_for_query(&mut out, TransactionStatus::Idle);
+        out
+    }
+
+    #[test]
+    fn unbounded_columns_are_negotiated_after_small_executions_until_a_big_row() {
+        use super::{SMALL_ROWS_AFTER, SMALL_ROW_CAP};
+        let mut f = Fixture::new();
+        let mut parse = BytesMut::new();
+        frontend::parse(&mut parse, "S_1", "select u, b from t", &[]);
+        f.client(parse);
+        let mut parsed = BytesMut::new();
+        backend::parse_complete(&mut parsed);
+        feed(&mut f, parsed, false);
+        let field = |name: &str, type_oid| FieldDescription { name: name.into(), table_oid: 0, column: 0, type_oid, type_size: -1, type_modifier: -1, format: 0 };
+
+        // Watched, un-negotiated: the first run also describes it.
+        for run in 0..SMALL_ROWS_AFTER {
+            let sent = f.client(bind_execute_sync());
+            assert_eq!(bind_formats(&sent), Vec::<i16>::new(), "run {run}");
+            let mut reply = BytesMut::new();
+            if run == 0 {
+                backend::parameter_description(&mut reply, &[]);
+                backend::row_description(&mut reply, &[field("u", oid::UUID), field("b", oid::BYTEA)]);
+            }
+            reply.extend_from_slice(&rows(&[(UUID_TEXT, b"\\x01"), (UUID_TEXT, &[b'x'; 1000])]));
+            assert_eq!(tags(&feed(&mut f, reply, false)), "2DDCZ");
+        }
+        let record = f.client.get("S_1").cloned().expect("S_1");
+        assert_eq!(record.rows.get().executions, SMALL_ROWS_AFTER);
+        assert_eq!(record.rows.get().largest_row, 2 + 4 + 36 + 4 + 1000);
+
+        // Shown small: uuid and bytea binary, turned back into text.
+        let sent = f.client(bind_execute_sync());
+        assert_eq!(bind_formats(&sent), vec![1, 1]);
+        let got = feed(&mut f, rows(&[(&UUID, &[0, 1, 0xff]), (&UUID, b"")]), true);
+        assert_eq!(tags(&got), "2DDCZ");
+        let mut expected = BytesMut::new();
+        backend::data_row(&mut expected, &[Some(UUID_TEXT), Some(b"\\x0001ff")]);
+        backend::data_row(&mut expected, &[Some(UUID_TEXT), Some(b"\\x")]);
+        assert_eq!(&got[1].1[..], &expected[HEADER_LEN..HEADER_LEN + 2 + 4 + 36 + 4 + 8]);
+        assert_eq!(&got[2].1[..], &expected[HEADER_LEN + 2 + 4 + 36 + 4 + 8 + HEADER_LEN..]);
+
+        // A row over the cap: still exact, and the last negotiated run.
+        let big = vec![0xabu8; SMALL_ROW_CAP];
+        let sent = f.client(bind_execute_sync());
+        assert_eq!(bind_formats(&sent), vec![1, 1]);
+        let got = feed(&mut f, rows(&[(&UUID, &big), (&UUID, &[7])]), true);
+        assert_eq!(got[1].1.len(), 2 + 4 + 36 + 4 + 2 + 2 * SMALL_ROW_CAP);
+        assert!(got[1].1.ends_with(b"abab"));
+        assert_eq!(&got[2].1[2 + 4 + 36 + 4..], b"\\x07");
+        let stats = f.registry.stats();
+        assert_eq!((stats.big_rows, stats.big_row_statements), (1, 1));
+        assert!(record.rows.get().too_big);
+        let sent = f.client(bind_execute_sync());
+        assert_eq!(bind_formats(&sent), Vec::<i16>::new(), "never again");
+        feed(&mut f, rows(&[(UUID_TEXT, b"\\x01")]), false);
+        assert_eq!(f.registry.stats().big_rows, 1);
+    }
+
+    #[test]
+    fn a_portal_read_in_batches_is_one_execution_and_every_batch_is_watched() {
+        let mut f = Fixture::new();
+        let mut parse = BytesMut::new();
+        frontend::parse(&mut parse, "S_1", "select u, b from t", &[]);
+        frontend::describe(&mut parse, crate::protocol::frontend::Target::Statement, "S_1");
+        frontend::sync(&mut parse);
+        f.client(parse);
+        let mut reply = BytesMut::new();
+        backend::parse_complete(&mut reply);
+        backend::parameter_description(&mut reply, &[]);
+        let field = |name: &str, type_oid| FieldDescription { name: name.into(), table_oid: 0, column: 0, type_oid, type_size: -1, type_modifier: -1, format: 0 };
+        backend::row_description(&mut reply, &[field("u", oid::UUID), field("b", oid::BYTEA)]);
+        backend::ready_for_query(&mut reply, TransactionStatus::Idle);
+        feed(&mut f, reply, false);
+        let mut batches = BytesMut::new();
+        frontend::bind(&mut batches, "c", "S_1", &[], std::iter::empty(), &[]);
+        frontend::execute(&mut batches, "c", 1);
+        frontend::execute(&mut batches, "c", 1);
+        frontend::sync(&mut batches);
+        f.client(batches);
+        let mut reply = BytesMut::new();
+        backend::bind_complete(&mut reply);
+        backend::data_row(&mut reply, &[Some(UUID_TEXT), Some(b"\\x01")]);
+        crate::protocol::put_message(&mut reply, backend::PORTAL_SUSPENDED, |_| {});
+        backend::data_row(&mut reply, &[Some(UUID_TEXT), Some(&[b'a'; 500])]);
+        backend::command_complete(&mut reply, "SELECT 2");
+        backend::ready_for_query(&mut reply, TransactionStatus::Idle);
+        assert_eq!(tags(&feed(&mut f, reply, false)), "2DsDCZ");
+        let record = f.client.get("S_1").expect("S_1").rows.get();
+        assert_eq!((record.executions, record.largest_row), (1, 2 + 4 + 36 + 4 + 500));
     }
 }

@@ -330,7 +330,7 @@ impl Relay<'_> {
                             }
                         }
                     }
-                    Piece::Start(tag, bytes) => self.exchange.from_server_stream(tag, bytes, &mut b.to_client),
+                    Piece::Start(tag, bytes) => self.exchange.from_server_stream(tag, bytes, st.registry, &mut b.to_client),
                     Piece::More(bytes) => b.to_client.extend_from_slice(bytes),
                 }
             }

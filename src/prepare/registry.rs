@@ -32,6 +32,24 @@ pub struct Statement {
     /// retired: what its result columns must still be when it is prepared
     /// on another server connection.
     pub described: RefCell<Option<Bytes>>,
+    /// What pglane has seen of its result rows: binary format negotiation
+    /// reads a negotiated portal's rows whole, so columns of unbounded size
+    /// are negotiated only for statements that have shown small rows
+    /// (`client::negotiate::small_rows`).
+    pub rows: Cell<RowRecord>,
+}
+
+/// The sizes of one statement's DataRows, as seen by the relay. Plain data:
+/// the policy is `client::negotiate`'s.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RowRecord {
+    /// Executions (Execute messages answered) whose every row was seen.
+    pub executions: u32,
+    /// The largest DataRow body seen, in bytes.
+    pub largest_row: usize,
+    /// A row went over the small-row cap: its columns of unbounded size are
+    /// never negotiated again.
+    pub too_big: bool,
 }
 
 /// Counters of the registry, for the admin console and metrics.
@@ -89,6 +107,12 @@ pub struct PrepareStats {
     /// those values: what the server did not have to send (negative where
     /// text is shorter, as for small integers).
     pub transcode_bytes_saved: i64,
+    /// DataRows of negotiated portals over the small-row cap (read whole and
+    /// transcoded all the same).
+    pub big_rows: u64,
+    /// Statements marked never to negotiate columns of unbounded size again,
+    /// because one of their rows went over the small-row cap.
+    pub big_row_statements: u64,
 }
 
 impl PrepareStats {
@@ -116,6 +140,8 @@ impl PrepareStats {
         self.portals_negotiated += o.portals_negotiated;
         self.values_transcoded += o.values_transcoded;
         self.transcode_bytes_saved += o.transcode_bytes_saved;
+        self.big_rows += o.big_rows;
+        self.big_row_statements += o.big_row_statements;
     }
 }
 
@@ -175,6 +201,7 @@ impl Registry {
             validated: Cell::new(false),
             description: RefCell::new(None),
             described: RefCell::new(None),
+            rows: Cell::new(RowRecord::default()),
         });
         self.by_key.borrow_mut().insert(map_key, statement.clone());
         statement
