@@ -98,8 +98,8 @@ enum Request {
     /// answer; `portal` the plan of a negotiated portal described.
     Describe { cache: Option<Rc<Statement>>, portal: Option<Rc<Plan>> },
     /// Describe of a rewritten simple query's portal: its RowDescription is
-    /// the client's, its NoData is not.
-    QueryDescribe,
+    /// the client's (in text, when `plan` negotiated it), its NoData is not.
+    QueryDescribe { plan: Option<Rc<Plan>> },
     /// `evicted` names a statement pglane closed to make room.
     Close { evicted: Option<Rc<str>> },
     /// pglane's Describe of a statement it just prepared on this server
@@ -998,7 +998,15 @@ impl Exchange {
         };
         self.ensure_prepared(&statement, st, to_server);
         let Some(auto) = self.auto.as_mut() else { return false };
-        frontend::bind(to_server, "", &statement.server_name, &[], auto.lexed.params(), &[]);
+        let (plan, rows_of) = if st.negotiation.is_some() {
+            let mut bind = BytesMut::new();
+            frontend::bind(&mut bind, "", &statement.server_name, &[], auto.lexed.params(), &[]);
+            self.bind_rewritten(&statement, &bind, st, to_server)
+        } else {
+            frontend::bind(to_server, "", &statement.server_name, &[], auto.lexed.params(), &[]);
+            (None, None)
+        };
+        let Some(auto) = self.auto.as_mut() else { return false };
         frontend::describe(to_server, Target::Portal, "");
         frontend::execute(to_server, "", 0);
         frontend::sync(to_server);
@@ -1012,10 +1020,41 @@ impl Exchange {
             }
         });
         self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement) }, forward: false });
-        self.expect(Request::QueryDescribe);
-        self.expect(Request::Execute { plan: None, rows_of: None });
+        self.expect(Request::QueryDescribe { plan: plan.clone() });
+        self.expect(Request::Execute { plan, rows_of });
         self.expect(Request::Sync { rewritten: true });
         true
+    }
+
+    /// Sends a rewritten simple query's Bind (`bind`: all results as text,
+    /// as the simple protocol returns them), negotiated like a client's:
+    /// the columns pglane can turn back into the same text are asked for in
+    /// binary. Returns the plan its Execute's rows are transcoded with, and
+    /// the statement whose row sizes to record (see `negotiate`).
+    fn bind_rewritten(
+        &mut self,
+        s: &Rc<Statement>,
+        bind: &[u8],
+        st: &mut Statements<'_>,
+        to_server: &mut BytesMut,
+    ) -> (Option<Rc<Plan>>, Option<Rc<Statement>>) {
+        let Ok((_, _, rest)) = names::split_bind(&bind[HEADER_LEN..]) else {
+            to_server.extend_from_slice(bind);
+            return (None, None);
+        };
+        self.learn_description(s, st, to_server);
+        let record = s.rows.get();
+        let plan = self.negotiate_bind(s, "", rest, negotiate::small_rows(record), st);
+        match &plan {
+            Some((plan, params)) => names::put_bind_with_result_formats(to_server, "", &s.server_name, params, plan.server_formats()),
+            None => to_server.extend_from_slice(bind),
+        }
+        let watch = match &plan {
+            Some((plan, _)) => plan.unbounded(),
+            None => negotiate::still_watching(record),
+        };
+        let rows_of = watch.then(|| s.clone());
+        (plan.map(|(plan, _)| Rc::new(plan)), rows_of)
     }
 
     /// `s` was just prepared on this server connection for a Bind, and
@@ -1239,8 +1278,17 @@ impl Exchange {
                     if let Some(Due::Server { request: Request::CheckResult { statement, expected }, .. }) = self.due.pop_front() {
                         self.result_checked(&statement, &expected, tag, body, st);
                     }
-                } else if let Some(Due::Server { request: Request::QueryDescribe, .. }) = self.due.front() {
+                } else if let Some(Due::Server { request: Request::QueryDescribe { plan }, .. }) = self.due.front() {
+                    // A rewritten simple query's RowDescription: the client's,
+                    // all text, also where pglane asked binary of the server.
                     forward = tag == backend::ROW_DESCRIPTION;
+                    if let (true, Some(plan)) = (forward, plan.clone()) {
+                        forward = false;
+                        if let Err(e) = plan.client_row_description(body, to_client) {
+                            tracing::error!("binary format negotiation: RowDescription of a rewritten query: {e}; ending the session");
+                            self.failure = Some(e.into());
+                        }
+                    }
                     self.due.pop_front();
                 } else {
                 forward = !self.describe_is_pglanes();
