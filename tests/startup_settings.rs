@@ -223,3 +223,25 @@ fn a_setting_given_twice_resolves_as_on_postgresql() {
     let expected = first_column(&direct.until_ready());
     assert_eq!(first_column(&through.until_ready()), expected);
 }
+
+/// A *reported* setting from the startup packet (TimeZone here): RESET,
+/// RESET ALL (alone, and in asyncpg's pool reset) and DISCARD ALL go back to
+/// it, as on PostgreSQL, not to the server connection's own default.
+#[tokio::test]
+async fn resets_return_reported_settings_to_the_startup_value() {
+    let pg = postgres();
+    let lane = start("transaction");
+    for reset in ["RESET TimeZone", "RESET ALL", "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;", "DISCARD ALL"] {
+        for (port, db) in [(pg.port, DB), (lane.port, "app")] {
+            let c = connect_with_options(port, db, "-c TimeZone=Asia/Tokyo").await;
+            assert_eq!(show(&c, "TimeZone").await, "Asia/Tokyo");
+            c.batch_execute("SET TimeZone = 'America/Lima'").await.unwrap();
+            assert_eq!(show(&c, "TimeZone").await, "America/Lima");
+            c.batch_execute(reset).await.unwrap();
+            for _ in 0..3 {
+                let direct = if port == pg.port { "directly" } else { "through pglane" };
+                assert_eq!(show(&c, "TimeZone").await, "Asia/Tokyo", "after {reset}, {direct}");
+            }
+        }
+    }
+}

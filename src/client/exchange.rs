@@ -181,6 +181,11 @@ pub struct Exchange {
     /// client's (a RESET of a startup value goes back to the server's
     /// default there): align them before the client's next message.
     realign: bool,
+    /// The client's simple query being answered only resets settings
+    /// (`pinning::only_resets`): a reported setting it changes goes back to
+    /// the client's startup value. Cleared when that query's ReadyForQuery
+    /// comes.
+    resetting: bool,
 }
 
 /// One simple query in this many is timed for the rewrite-time stats (a
@@ -658,6 +663,7 @@ impl Exchange {
                     if st.negotiation.is_some() {
                         st.server_settings.forget_output_settings_named_in(sql, followed);
                     }
+                    self.resetting = pinning::only_resets(sql);
                     if self.pending_change.is_none() && self.tracker.status() == backend::TransactionStatus::Idle && pinning::resets_all(sql) {
                         // RESET ALL among other statements (asyncpg's pool reset):
                         // not pinning, and followed once the whole query succeeds.
@@ -1188,7 +1194,9 @@ impl Exchange {
         if let Some(Due::Server { request: Request::Query, forward: false }) = self.due.front() {
             // The reply to align_settings: nothing of it reaches the client.
             match tag {
-                backend::PARAMETER_STATUS => self.reported(body, st, false),
+                backend::PARAMETER_STATUS => {
+                    self.reported(body, st, false);
+                }
                 backend::ERROR_RESPONSE => {
                     // Values a server accepted before: the connection is not
                     // what pglane recorded (its SETs were rolled back), and
@@ -1207,7 +1215,13 @@ impl Exchange {
         }
         let mut forward = true;
         match tag {
-            backend::PARAMETER_STATUS => self.reported(body, st, true),
+            backend::PARAMETER_STATUS => {
+                if let Some((name, startup)) = self.reported(body, st, true) {
+                    // What PostgreSQL would report after this RESET.
+                    forward = false;
+                    backend::parameter_status(to_client, &name, &startup);
+                }
+            }
             backend::ERROR_RESPONSE => {
                 self.pending_change = None;
                 if let Some(Due::Server { request: Request::StaleResult, .. }) = self.due.front() {
@@ -1354,6 +1368,10 @@ impl Exchange {
                             }
                             break;
                         }
+                        Due::Server { request: Request::Query, forward: true } => {
+                            self.resetting = false;
+                            break;
+                        }
                         Due::Server { request: Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall, .. } => break,
                         _ => {}
                     }
@@ -1427,14 +1445,34 @@ impl Exchange {
 
     /// A ParameterStatus: the server connection now has this value, and so
     /// does the client if it is told.
-    fn reported(&mut self, body: &[u8], st: &mut Statements<'_>, client_told: bool) {
-        let Ok((name, value)) = backend::decode_parameter_status(body) else { return };
-        if settings::is_carried(&name) {
-            st.server_settings.set(&name, Value::Reported(value.clone()));
-            if client_told {
-                st.client_settings.set(&name, Value::Reported(value));
+    /// A ParameterStatus: the server connection's value, and the client's if
+    /// it is told. When a query that only resets changed a setting the
+    /// client's startup packet gave, the server went back to *its* reset
+    /// value, but on PostgreSQL the client's would be its startup value: the
+    /// client keeps that, the server is aligned to it before the client's
+    /// next message, and the returned (name, value) is what the client must
+    /// be told instead.
+    fn reported(&mut self, body: &[u8], st: &mut Statements<'_>, client_told: bool) -> Option<(String, String)> {
+        let Ok((name, value)) = backend::decode_parameter_status(body) else { return None };
+        if !settings::is_carried(&name) {
+            return None;
+        }
+        st.server_settings.set(&name, Value::Reported(value.clone()));
+        if !client_told {
+            return None;
+        }
+        if self.resetting {
+            if let Some(Value::Reported(startup)) = st.client_settings.startup_value(&name) {
+                if *startup != value {
+                    let startup = startup.clone();
+                    st.client_settings.set(&name, Value::Reported(startup.clone()));
+                    self.realign = true;
+                    return Some((name, startup));
+                }
             }
         }
+        st.client_settings.set(&name, Value::Reported(value));
+        None
     }
 
     /// Moves what a server message made pglane send back to the server (a

@@ -135,6 +135,29 @@ pub fn resets_all(sql: &str) -> bool {
     false
 }
 
+/// Does `sql` go back to defaults (a statement beginning `RESET` or
+/// `DISCARD`) without setting anything (no statement beginning `SET`, no
+/// `set_config` anywhere)? Then a reported setting that changes while it
+/// runs went back to its reset value. (The caller makes that the client's
+/// startup value, as PostgreSQL would.)
+pub fn only_resets(sql: &str) -> bool {
+    let mut first = true;
+    let mut resets = false;
+    for item in Words::new(sql) {
+        match item {
+            Item::Semicolon => first = true,
+            Item::Word(word) => {
+                if word.eq_ignore_ascii_case("set_config") || (first && word.eq_ignore_ascii_case("set")) {
+                    return false;
+                }
+                resets |= first && (word.eq_ignore_ascii_case("reset") || word.eq_ignore_ascii_case("discard"));
+                first = false;
+            }
+        }
+    }
+    resets
+}
+
 enum Item<'a> {
     Word(&'a str),
     Semicolon,
@@ -276,6 +299,19 @@ mod tests {
         assert!(!resets_all("select reset all"));
         assert!(!resets_all("reset work_mem"));
         assert!(!resets_all("RESET"));
+    }
+
+    #[test]
+    fn queries_that_only_reset() {
+        assert!(only_resets("RESET ALL"));
+        assert!(only_resets("reset TimeZone"));
+        assert!(only_resets("DISCARD ALL"));
+        assert!(only_resets("SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;"));
+        assert!(!only_resets("RESET ALL; SET TimeZone = 'UTC'"), "a SET decides the value");
+        assert!(!only_resets("reset all; select set_config('TimeZone', 'UTC', false)"));
+        assert!(!only_resets("select 'reset all'"));
+        assert!(!only_resets("select 1"));
+        assert!(!only_resets("update t set reset = 1"), "not a statement's first word");
     }
 
     #[test]

@@ -118,6 +118,7 @@ impl Settings {
         for (name, value) in values {
             if is_carried(name) {
                 settings.set(name, Value::Reported(value.clone()));
+                settings.baseline.insert(name.clone(), Value::Reported(value.clone()));
             } else {
                 settings.set(name, Value::Startup(value.clone()));
                 settings.baseline.insert(name.clone(), Value::Startup(value.clone()));
@@ -148,6 +149,12 @@ impl Settings {
 
     pub fn remove(&mut self, name: &str) {
         self.values.remove(name);
+    }
+
+    /// What RESET returns `name` to for this client, if its startup packet
+    /// gave it (`None`: the server's default).
+    pub fn startup_value(&self, name: &str) -> Option<&Value> {
+        self.baseline.get(name)
     }
 
     pub fn apply(&mut self, change: &Change) {
