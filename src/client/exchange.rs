@@ -182,7 +182,7 @@ pub struct Exchange {
     /// default there): align them before the client's next message.
     realign: bool,
     /// The client's simple query being answered only resets settings
-    /// (`pinning::only_resets`): a reported setting it changes goes back to
+    /// (`pinning::Resets::only`): a reported setting it changes goes back to
     /// the client's startup value. Cleared when that query's ReadyForQuery
     /// comes.
     resetting: bool,
@@ -663,8 +663,9 @@ impl Exchange {
                     if st.negotiation.is_some() {
                         st.server_settings.forget_output_settings_named_in(sql, followed);
                     }
-                    self.resetting = pinning::only_resets(sql);
-                    if self.pending_change.is_none() && self.tracker.status() == backend::TransactionStatus::Idle && pinning::resets_all(sql) {
+                    let resets = pinning::resets(sql);
+                    self.resetting = resets.only;
+                    if self.pending_change.is_none() && self.tracker.status() == backend::TransactionStatus::Idle && resets.all {
                         // RESET ALL among other statements (asyncpg's pool reset):
                         // not pinning, and followed once the whole query succeeds.
                         self.pending_change = Some(Change::ResetAll);
@@ -883,6 +884,26 @@ impl Exchange {
         if lazily {
             self.check_result(s, to_server);
         }
+        let (plan, rows_of) = self.send_bind(s, portal, rest, st, to_server);
+        self.negotiator.bound(portal, plan, rows_of);
+        self.expect(Request::Bind { statement: Some(s.clone()) });
+        true
+    }
+
+    /// Sends a Bind of `s` (`rest`: the Bind after its names), negotiated
+    /// when binary_negotiation is on: the columns pglane can turn back into
+    /// the text the client asked for are asked for in binary. Returns the
+    /// portal's plan, and the statement whose row sizes to record: an
+    /// un-negotiated portal's while the statement's record is being made, a
+    /// negotiated one's while it relies on it (see `negotiate`).
+    fn send_bind(
+        &mut self,
+        s: &Rc<Statement>,
+        portal: &str,
+        rest: &[u8],
+        st: &mut Statements<'_>,
+        to_server: &mut BytesMut,
+    ) -> (Option<Plan>, Option<Rc<Statement>>) {
         self.learn_description(s, st, to_server);
         let record = s.rows.get();
         let plan = self.negotiate_bind(s, portal, rest, negotiate::small_rows(record), st);
@@ -890,16 +911,12 @@ impl Exchange {
             Some((plan, params)) => names::put_bind_with_result_formats(to_server, portal, &s.server_name, params, plan.server_formats()),
             None => names::put_bind(to_server, portal, &s.server_name, rest),
         }
-        // Rows to watch: an un-negotiated portal's while the statement's
-        // record is being made, a negotiated one's while it relies on it.
         let watch = match &plan {
             Some((plan, _)) => plan.unbounded(),
             None => negotiate::still_watching(record),
         };
         let rows_of = (st.negotiation.is_some() && watch).then(|| s.clone());
-        self.negotiator.bound(portal, plan.map(|(plan, _)| plan), rows_of);
-        self.expect(Request::Bind { statement: Some(s.clone()) });
-        true
+        (plan.map(|(plan, _)| plan), rows_of)
     }
 
     /// Describe of a statement the registry knows: answered from its cached
@@ -1005,9 +1022,20 @@ impl Exchange {
         self.ensure_prepared(&statement, st, to_server);
         let Some(auto) = self.auto.as_mut() else { return false };
         let (plan, rows_of) = if st.negotiation.is_some() {
+            // Negotiated like a client's Bind that asks for all text, as
+            // the simple protocol returns it.
             let mut bind = BytesMut::new();
             frontend::bind(&mut bind, "", &statement.server_name, &[], auto.lexed.params(), &[]);
-            self.bind_rewritten(&statement, &bind, st, to_server)
+            match names::split_bind(&bind[HEADER_LEN..]) {
+                Ok((_, _, rest)) => {
+                    let (plan, rows_of) = self.send_bind(&statement, "", rest, st, to_server);
+                    (plan.map(Rc::new), rows_of)
+                }
+                Err(_) => {
+                    to_server.extend_from_slice(&bind);
+                    (None, None)
+                }
+            }
         } else {
             frontend::bind(to_server, "", &statement.server_name, &[], auto.lexed.params(), &[]);
             (None, None)
@@ -1030,37 +1058,6 @@ impl Exchange {
         self.expect(Request::Execute { plan, rows_of });
         self.expect(Request::Sync { rewritten: true });
         true
-    }
-
-    /// Sends a rewritten simple query's Bind (`bind`: all results as text,
-    /// as the simple protocol returns them), negotiated like a client's:
-    /// the columns pglane can turn back into the same text are asked for in
-    /// binary. Returns the plan its Execute's rows are transcoded with, and
-    /// the statement whose row sizes to record (see `negotiate`).
-    fn bind_rewritten(
-        &mut self,
-        s: &Rc<Statement>,
-        bind: &[u8],
-        st: &mut Statements<'_>,
-        to_server: &mut BytesMut,
-    ) -> (Option<Rc<Plan>>, Option<Rc<Statement>>) {
-        let Ok((_, _, rest)) = names::split_bind(&bind[HEADER_LEN..]) else {
-            to_server.extend_from_slice(bind);
-            return (None, None);
-        };
-        self.learn_description(s, st, to_server);
-        let record = s.rows.get();
-        let plan = self.negotiate_bind(s, "", rest, negotiate::small_rows(record), st);
-        match &plan {
-            Some((plan, params)) => names::put_bind_with_result_formats(to_server, "", &s.server_name, params, plan.server_formats()),
-            None => to_server.extend_from_slice(bind),
-        }
-        let watch = match &plan {
-            Some((plan, _)) => plan.unbounded(),
-            None => negotiate::still_watching(record),
-        };
-        let rows_of = watch.then(|| s.clone());
-        (plan.map(|(plan, _)| Rc::new(plan)), rows_of)
     }
 
     /// `s` was just prepared on this server connection for a Bind, and
