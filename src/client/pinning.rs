@@ -24,7 +24,7 @@
 //!   does not pin either, wherever it appears: it leaves no state behind
 //!   (asyncpg's pool sends it, after `CLOSE ALL; UNLISTEN *;`, each time a
 //!   connection goes back to its pool; pinning there would hold a server
-//!   connection per pooled client). See [`resets_all`].
+//!   connection per pooled client). See [`resets`].
 //!
 //! The scan is over words outside string literals, quoted identifiers and
 //! comments, so it is an over-approximation on purpose: a column named
@@ -116,46 +116,50 @@ pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<Sess
     None
 }
 
-/// Does one of the statements of `sql` begin `RESET ALL`? (The caller
-/// resets the client's followed settings once the query succeeds.)
-pub fn resets_all(sql: &str) -> bool {
-    let mut previous: Option<&str> = None;
-    for item in Words::new(sql) {
-        match item {
-            Item::Semicolon => previous = None,
-            Item::Word(word) => {
-                if previous.is_some_and(|p| p.eq_ignore_ascii_case("reset")) && word.eq_ignore_ascii_case("all") {
-                    return true;
-                }
-                // Only a statement's first word may be RESET.
-                previous = if previous.is_none() { Some(word) } else { Some("") };
-            }
-        }
-    }
-    false
+/// What a simple query's statements reset, found in one pass over its
+/// words (see [`resets`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resets {
+    /// One of the statements begins `RESET ALL`. (The caller resets the
+    /// client's followed settings once the query succeeds.)
+    pub all: bool,
+    /// The query goes back to defaults (a statement beginning `RESET` or
+    /// `DISCARD`) without setting anything (no statement beginning `SET`, no
+    /// `set_config` anywhere): a reported setting that changes while it runs
+    /// went back to its reset value. (The caller makes that the client's
+    /// startup value, as PostgreSQL would.)
+    pub only: bool,
 }
 
-/// Does `sql` go back to defaults (a statement beginning `RESET` or
-/// `DISCARD`) without setting anything (no statement beginning `SET`, no
-/// `set_config` anywhere)? Then a reported setting that changes while it
-/// runs went back to its reset value. (The caller makes that the client's
-/// startup value, as PostgreSQL would.)
-pub fn only_resets(sql: &str) -> bool {
-    let mut first = true;
-    let mut resets = false;
+/// What `sql` resets: [`Resets`].
+pub fn resets(sql: &str) -> Resets {
+    // The current statement's first word, once seen; `None` before it.
+    let mut first: Option<&str> = None;
+    let mut words_in_statement = 0;
+    let (mut all, mut any_reset, mut sets) = (false, false, false);
     for item in Words::new(sql) {
         match item {
-            Item::Semicolon => first = true,
+            Item::Semicolon => {
+                first = None;
+                words_in_statement = 0;
+            }
             Item::Word(word) => {
-                if word.eq_ignore_ascii_case("set_config") || (first && word.eq_ignore_ascii_case("set")) {
-                    return false;
+                words_in_statement += 1;
+                sets |= word.eq_ignore_ascii_case("set_config");
+                match first {
+                    None => {
+                        sets |= word.eq_ignore_ascii_case("set");
+                        any_reset |= word.eq_ignore_ascii_case("reset") || word.eq_ignore_ascii_case("discard");
+                        first = Some(word);
+                    }
+                    Some(f) => {
+                        all |= words_in_statement == 2 && f.eq_ignore_ascii_case("reset") && word.eq_ignore_ascii_case("all");
+                    }
                 }
-                resets |= first && (word.eq_ignore_ascii_case("reset") || word.eq_ignore_ascii_case("discard"));
-                first = false;
             }
         }
     }
-    resets
+    Resets { all, only: any_reset && !sets }
 }
 
 enum Item<'a> {
@@ -292,26 +296,27 @@ mod tests {
 
     #[test]
     fn reset_all_anywhere_is_seen() {
-        assert!(resets_all("RESET ALL"));
-        assert!(resets_all("SELECT pg_advisory_unlock_all();\nCLOSE ALL;\nUNLISTEN *;\nRESET ALL;"));
-        assert!(resets_all("reset /* c */ all"));
-        assert!(!resets_all("select 'reset all'"));
-        assert!(!resets_all("select reset all"));
-        assert!(!resets_all("reset work_mem"));
-        assert!(!resets_all("RESET"));
+        assert!(resets("RESET ALL").all);
+        assert!(resets("SELECT pg_advisory_unlock_all();\nCLOSE ALL;\nUNLISTEN *;\nRESET ALL;").all);
+        assert!(resets("reset /* c */ all").all);
+        assert!(!resets("select 'reset all'").all);
+        assert!(!resets("select reset all").all);
+        assert!(!resets("reset work_mem").all);
+        assert!(!resets("RESET").all);
     }
 
     #[test]
     fn queries_that_only_reset() {
-        assert!(only_resets("RESET ALL"));
-        assert!(only_resets("reset TimeZone"));
-        assert!(only_resets("DISCARD ALL"));
-        assert!(only_resets("SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;"));
-        assert!(!only_resets("RESET ALL; SET TimeZone = 'UTC'"), "a SET decides the value");
-        assert!(!only_resets("reset all; select set_config('TimeZone', 'UTC', false)"));
-        assert!(!only_resets("select 'reset all'"));
-        assert!(!only_resets("select 1"));
-        assert!(!only_resets("update t set reset = 1"), "not a statement's first word");
+        assert!(resets("RESET ALL").only);
+        assert!(resets("reset TimeZone").only);
+        assert!(resets("DISCARD ALL").only);
+        assert!(resets("SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;").only);
+        assert!(!resets("RESET ALL; SET TimeZone = 'UTC'").only, "a SET decides the value");
+        assert!(resets("RESET ALL; SET TimeZone = 'UTC'").all, "the RESET ALL is still seen");
+        assert!(!resets("reset all; select set_config('TimeZone', 'UTC', false)").only);
+        assert!(!resets("select 'reset all'").only);
+        assert!(!resets("select 1").only);
+        assert!(!resets("update t set reset = 1").only, "not a statement's first word");
     }
 
     #[test]
