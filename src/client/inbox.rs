@@ -239,32 +239,31 @@ mod tests {
         assert!(matches!(inbox.next(|_| true), Err(ProtocolError::MessageTooLarge { len: 20, max: 10 })));
     }
 
-    #[test]
-    fn the_buffer_grows_for_a_large_whole_message() {
-        let big = msg(b'Q', &[1; 40_000]);
-        let mut inbox = Inbox::new(1 << 20);
+    /// Feeds `message` in reads of the inbox's initial size; the length of
+    /// the whole message it hands out.
+    fn whole_in_chunks(inbox: &mut Inbox, message: &[u8]) -> Option<usize> {
         let mut handed = None;
-        for part in big.chunks(INITIAL) {
-            feed(&mut inbox, part);
+        for part in message.chunks(INITIAL) {
+            feed(inbox, part);
             if let Some(Piece::Whole(_, m)) = inbox.next(|_| true).unwrap() {
                 handed = Some(m.len());
             }
         }
-        assert_eq!(handed, Some(big.len()));
+        handed
+    }
+
+    #[test]
+    fn the_buffer_grows_for_a_large_whole_message() {
+        let big = msg(b'Q', &[1; 40_000]);
+        let mut inbox = Inbox::new(1 << 20);
+        assert_eq!(whole_in_chunks(&mut inbox, &big), Some(big.len()));
     }
 
     #[test]
     fn the_buffer_shrinks_back_once_a_huge_whole_message_is_handed_out() {
         let big = msg(b'D', &[1; 300_000]);
         let mut inbox = Inbox::new(1 << 20);
-        let mut handed = None;
-        for part in big.chunks(INITIAL) {
-            feed(&mut inbox, part);
-            if let Some(Piece::Whole(_, m)) = inbox.next(|_| true).unwrap() {
-                handed = Some(m.len());
-            }
-        }
-        assert_eq!(handed, Some(big.len()));
+        assert_eq!(whole_in_chunks(&mut inbox, &big), Some(big.len()));
         assert!(inbox.buf.len() > READ_GROWTH_LIMIT);
         feed(&mut inbox, &msg(b'Z', b"I"));
         assert_eq!(inbox.buf.len(), READ_GROWTH_LIMIT);
