@@ -354,12 +354,8 @@ async fn clients_with_different_search_paths_do_not_share_statements() {
     let tenant = |schema: &'static str| {
         let port = lane.port;
         async move {
-            let mut config = tokio_postgres::Config::new();
-            config.host("127.0.0.1").port(port).user("postgres").password("secret").dbname("app");
-            config.options(&format!("-c search_path={schema}"));
-            let (client, conn) = config.connect(tokio_postgres::NoTls).await.expect("connects");
-            tokio::spawn(conn);
-            client
+            let options = format!("-c search_path={schema}");
+            common::try_connect_with_options(port, "postgres", "secret", "app", Some(&options)).await.expect("connects")
         }
     };
     let a = tenant("tenant_a").await;

@@ -10,7 +10,6 @@ mod common;
 #[allow(dead_code)]
 mod raw;
 
-use std::time::Duration;
 
 use bytes::BytesMut;
 use common::{connect, postgres, Pglane};
@@ -42,21 +41,7 @@ fn start(mode: &str) -> Pglane {
 }
 
 async fn connect_with_options(port: u16, db: &str, options: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::Config::new()
-        .host("127.0.0.1")
-        .port(port)
-        .user("postgres")
-        .password("secret")
-        .dbname(db)
-        .options(options)
-        .connect_timeout(Duration::from_secs(10))
-        .connect(tokio_postgres::NoTls)
-        .await
-        .expect("connect with options");
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
+    common::try_connect_with_options(port, "postgres", "secret", db, Some(options)).await.expect("connect with options")
 }
 
 async fn show(c: &tokio_postgres::Client, setting: &str) -> String {

@@ -609,15 +609,23 @@ pub async fn try_connect(
     password: &str,
     db: &str,
 ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::Config::new()
-        .host("127.0.0.1")
-        .port(port)
-        .user(user)
-        .password(password)
-        .dbname(db)
-        .connect_timeout(Duration::from_secs(10))
-        .connect(tokio_postgres::NoTls)
-        .await?;
+    try_connect_with_options(port, user, password, db, None).await
+}
+
+/// Like [`try_connect`], with an `options` startup parameter (`-c name=value ...`).
+pub async fn try_connect_with_options(
+    port: u16,
+    user: &str,
+    password: &str,
+    db: &str,
+    options: Option<&str>,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let mut config = tokio_postgres::Config::new();
+    config.host("127.0.0.1").port(port).user(user).password(password).dbname(db).connect_timeout(Duration::from_secs(10));
+    if let Some(options) = options {
+        config.options(options);
+    }
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
