@@ -13,5 +13,6 @@ pub mod net;
 pub mod pool;
 pub mod prepare;
 pub mod protocol;
+pub mod rt;
 pub mod runtime;
 pub mod server;

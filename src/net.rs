@@ -11,20 +11,19 @@
 pub mod tls;
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_lite::{AsyncRead, AsyncWrite};
-use glommio::net::{TcpStream, UnixStream};
+use crate::rt::net::Socket;
 
 use crate::config::ServerAddress;
 
 pub enum Stream {
-    Tcp(TcpStream),
-    /// glommio's UnixStream does not expose its fd, so we keep it beside it.
-    Unix(UnixStream, RawFd),
+    /// A TCP or unix-domain socket, as it is.
+    Plain(Socket),
     /// TLS over a TCP stream, either way round: pglane as the server of a
     /// client, or as the client of a PostgreSQL server (see [`tls`]).
     Tls(Box<futures_rustls::TlsStream<Stream>>),
@@ -39,19 +38,12 @@ impl Stream {
         let connect = async {
             match addr {
                 ServerAddress::Tcp { host, port } => {
-                    let stream = TcpStream::connect((host.as_str(), *port)).await.map_err(io::Error::from)?;
-                    stream.set_nodelay(true).map_err(io::Error::from)?;
-                    Ok(Stream::Tcp(stream))
+                    let socket = Socket::connect_tcp((host.as_str(), *port)).await?;
+                    socket.set_nodelay(true)?;
+                    Ok(Stream::Plain(socket))
                 }
-                ServerAddress::Unix(path) => {
-                    // A local unix-socket connect completes (or fails) at once,
-                    // so this blocking std connect does not stall the shard.
-                    let std = std::os::unix::net::UnixStream::connect(path)?;
-                    std.set_nonblocking(true)?;
-                    let fd = std.into_raw_fd();
-                    // SAFETY: `fd` is a connected socket we own; glommio takes ownership.
-                    Ok(Stream::Unix(unsafe { UnixStream::from_raw_fd(fd) }, fd))
-                }
+                // A local unix-socket connect completes (or fails) at once.
+                ServerAddress::Unix(path) => Ok(Stream::Plain(Socket::connect_unix(path)?)),
             }
         };
         crate::runtime::with_timeout(timeout, connect)
@@ -122,8 +114,7 @@ fn detached() -> io::Error {
 impl AsRawFd for Stream {
     fn as_raw_fd(&self) -> RawFd {
         match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(_, fd) => *fd,
+            Stream::Plain(s) => s.as_raw_fd(),
             Stream::Tls(s) => s.get_ref().0.as_raw_fd(),
             Stream::Detached => -1,
         }
@@ -133,8 +124,7 @@ impl AsRawFd for Stream {
 impl AsyncRead for Stream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Unix(s, _) => Pin::new(s).poll_read(cx, buf),
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => {
                 // A write may have left encrypted bytes in rustls when the
                 // socket was full, and the relay never flushes: they go out
@@ -152,8 +142,7 @@ impl AsyncRead for Stream {
 impl AsyncWrite for Stream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Unix(s, _) => Pin::new(s).poll_write(cx, buf),
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
             Stream::Detached => Poll::Ready(Err(detached())),
         }
@@ -161,8 +150,7 @@ impl AsyncWrite for Stream {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Stream::Unix(s, _) => Pin::new(s).poll_flush(cx),
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
             Stream::Detached => Poll::Ready(Err(detached())),
         }
@@ -170,8 +158,7 @@ impl AsyncWrite for Stream {
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_close(cx),
-            Stream::Unix(s, _) => Pin::new(s).poll_close(cx),
+            Stream::Plain(s) => Pin::new(s).poll_close(cx),
             Stream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
             Stream::Detached => Poll::Ready(Ok(())),
         }

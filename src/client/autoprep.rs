@@ -55,7 +55,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Starts `pool`'s validator unless it runs already.
 pub fn start_validator(pool: &Rc<Pool>) {
     if pool.registry.shapes.claim_validator() {
-        glommio::spawn_local(run(Rc::downgrade(pool))).detach();
+        crate::rt::spawn_local(run(Rc::downgrade(pool))).detach();
     }
 }
 
@@ -117,7 +117,7 @@ async fn side_connection(pool: &Rc<Pool>) -> Option<Lease> {
         if let Some(lease) = pool.try_idle() {
             return Some(lease);
         }
-        glommio::timer::sleep(IDLE_POLL).await;
+        crate::rt::sleep(IDLE_POLL).await;
     }
     pool.checkout(CHECKOUT_WAIT).await.ok()
 }

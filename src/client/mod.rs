@@ -606,7 +606,7 @@ impl Session {
             // before noticing its socket closed: cancel it first.
             let key = server.cancel_key.clone();
             let timeout = Config::secs(self.config.server_connect_timeout);
-            glommio::spawn_local(async move {
+            crate::rt::spawn_local(async move {
                 let _ = crate::server::send_cancel(&key, timeout).await;
             })
             .detach();

@@ -165,7 +165,7 @@ pub struct Relay<'a> {
     pub busy_since: Option<std::time::Instant>,
     pub limits: Limits,
     /// The running timer, if a limit applies right now.
-    pub deadline: Option<(glommio::timer::Timer, Deadline)>,
+    pub deadline: Option<(crate::rt::Timer, Deadline)>,
 }
 
 impl Future for Relay<'_> {
@@ -217,7 +217,7 @@ fn poll_deadline(
     cx: &mut Context<'_>,
     exchange: &Exchange,
     limits: Limits,
-    deadline: &mut Option<(glommio::timer::Timer, Deadline)>,
+    deadline: &mut Option<(crate::rt::Timer, Deadline)>,
 ) -> Option<Deadline> {
     let want = if !exchange.is_quiet() {
         limits.query.map(|d| (Deadline::Query, d))
@@ -229,7 +229,7 @@ fn poll_deadline(
     match (want, &*deadline) {
         (None, _) => *deadline = None,
         (Some((kind, _)), Some((_, running))) if kind == *running => {}
-        (Some((kind, limit)), _) => *deadline = Some((glommio::timer::Timer::new(limit), kind)),
+        (Some((kind, limit)), _) => *deadline = Some((crate::rt::Timer::new(limit), kind)),
     }
     let (timer, kind) = deadline.as_mut()?;
     Pin::new(timer).poll(cx).is_ready().then_some(*kind)

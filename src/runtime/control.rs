@@ -88,7 +88,7 @@ impl Shard {
                 // Wait for the transactions in flight, then let go of the servers.
                 let pools = self.pools_of(database.as_deref());
                 while pools.iter().any(|p| p.active_count() > 0) {
-                    glommio::timer::sleep(Duration::from_millis(20)).await;
+                    crate::rt::sleep(Duration::from_millis(20)).await;
                 }
                 pools.iter().for_each(|p| p.close_idle());
             }
@@ -122,7 +122,7 @@ impl Shard {
             }
             Control::WaitClose(database) => {
                 while self.pools_of(database.as_deref()).iter().any(|p| p.stale_open() > 0) {
-                    glommio::timer::sleep(Duration::from_millis(20)).await;
+                    crate::rt::sleep(Duration::from_millis(20)).await;
                 }
             }
             Control::Reload => self.apply_config(),

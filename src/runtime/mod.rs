@@ -1,4 +1,4 @@
-//! Shards: one glommio executor pinned to each core, each with its own
+//! Shards: one executor (`crate::rt`) pinned to each core, each with its own
 //! SO_REUSEPORT listener, pools and client registry.
 //!
 //! This module owns the threads, the listeners, the shard-local registries and
@@ -25,9 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use glommio::channels::channel_mesh::{MeshBuilder, Senders};
-use glommio::net::TcpListener;
-use glommio::{LocalExecutorBuilder, Placement};
 use tracing::{error, info, warn};
 
 use crate::auth::secret::ScramSecret;
@@ -36,6 +33,8 @@ use crate::config::Config;
 use crate::net::Stream;
 use crate::pool::Pool;
 use crate::prepare::Registry;
+use crate::rt;
+use crate::rt::net::Socket;
 use crate::server::{CancelKey, ServerTarget};
 
 pub use clients::{ClientEntry, ClientInfo, ClientState};
@@ -51,7 +50,7 @@ const SPARE_BUFFERS: usize = 256;
 /// Runs `fut` for at most `limit`; `None` if time ran out first.
 pub async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> Option<T> {
     futures_lite::future::or(async { Some(fut.await) }, async {
-        glommio::timer::sleep(limit).await;
+        rt::sleep(limit).await;
         None
     })
     .await
@@ -64,20 +63,19 @@ const BLOCKING_NICE: libc::c_int = 10;
 /// Runs `f` on the shard's blocking thread and waits for it without
 /// stalling the shard's other tasks: for CPU-heavy work of a miss path
 /// (pg_query parses a new query shape), never for the query path, since each
-/// call crosses threads (glommio's queue to its blocking pool, whose one
-/// thread is pinned to the shard's core). The thread runs at a lower
+/// call crosses threads (to the shard's blocking thread, pinned to the
+/// shard's core, see `rt::blocking`). The thread runs at a lower
 /// priority ([`BLOCKING_NICE`]). `None` if `f` panicked.
 pub async fn off_shard<F, R>(f: F) -> Option<R>
 where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
-    glommio::executor()
-        .spawn_blocking(move || {
-            lower_priority_once();
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()
-        })
-        .await
+    rt::spawn_blocking(move || {
+        lower_priority_once();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()
+    })
+    .await
 }
 
 /// Lowers the calling thread's priority to [`BLOCKING_NICE`], once per thread.
@@ -179,7 +177,7 @@ pub struct Shard {
     pools: RefCell<HashMap<(String, String), Rc<Pool>>>,
     clients: RefCell<HashMap<i32, Rc<ClientEntry>>>,
     next_client: Cell<u32>,
-    peers: Senders<ShardMessage>,
+    peers: peers::Peers,
     gatherings: RefCell<HashMap<u64, Rc<peers::Gathering>>>,
     next_request: Cell<u64>,
     /// PAUSE / RESUME state and the clients waiting on it.
@@ -241,26 +239,17 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
     let ticker_stop = Arc::downgrade(&shared);
     nudge::start_ticker(Arc::downgrade(&shared.nudges), move || ticker_stop.upgrade().is_none_or(|s| s.is_shutting_down()))
         .map_err(|e| format!("cannot start the ticker thread: {e}"))?;
-    let mesh = MeshBuilder::full(cpus.len(), 1024);
+    let (mesh, mut inboxes) = peers::Peers::mesh(cpus.len());
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut handles = Vec::new();
     for ((id, &cpu), nudged) in cpus.iter().enumerate().zip(nudge_readers) {
         let shared = shared.clone();
-        let mesh = mesh.clone();
+        let peers = mesh.clone_for_shard();
+        let inbox = inboxes.remove(0);
+        let shards = cpus.len();
         let ready = ready_tx.clone();
-        // No spin_before_park: measured, spinning 30 µs before parking cost
-        // more CPU per transaction at 1 and 8 clients than it saved.
-        let builder = LocalExecutorBuilder::new(Placement::Fixed(cpu)).name(&format!("pglane-{id}"));
-        let handle = builder
-            .spawn(move || async move {
+        let handle = rt::start_pinned(&format!("pglane-{id}"), Some(cpu), move || async move {
                 let _guard = PanicGuard { shared: shared.clone(), shard: id };
-                let (peers, receivers) = match mesh.join().await {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        let _ = ready.send(Err(format!("shard {id}: joining the shard mesh failed: {e}")));
-                        return;
-                    }
-                };
                 let addr = shared.config.load().listen.clone();
                 let listener = match bind_listener(&addr) {
                     Ok(l) => l,
@@ -284,8 +273,8 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     }
                 };
                 let shard = Rc::new(Shard {
-                    id: peers.peer_id(),
-                    shards: peers.nr_consumers(),
+                    id,
+                    shards,
                     shared,
                     shutdown: ShutdownSignal::default(),
                     pools: RefCell::default(),
@@ -301,9 +290,9 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     auth_query_cache: Default::default(),
                     learned_logins: RefCell::default(),
                 });
-                peers::serve_peers(&shard, receivers);
+                peers::serve_peers(&shard, inbox);
                 if let Some(metrics) = metrics {
-                    glommio::spawn_local(shard.clone().accept_until_shutdown(Listener::Tcp(metrics), admit_scraper)).detach();
+                    rt::spawn_local(shard.clone().accept_until_shutdown(Listener::Tcp(metrics), admit_scraper)).detach();
                 }
                 let _ = ready.send(Ok(()));
                 shard.run(listener, unix, nudged).await;
@@ -317,7 +306,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => failure = Some(e),
-            Err(_) => failure = Some("a shard stopped before it was ready".into()),
+            Err(_) => failure = Some(why_a_shard_stopped_early(&mut handles)),
         }
         if failure.is_some() {
             break;
@@ -333,13 +322,28 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
     }
     let mut panicked = Vec::new();
     for (id, h) in handles.into_iter().enumerate() {
-        if h.join().is_err() {
-            panicked.push(id.to_string());
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => error!(shard = id, "shard executor failed: {e}"),
+            Err(_) => panicked.push(id.to_string()),
         }
     }
     match panicked.is_empty() {
         true => Ok(()),
         false => Err(format!("shard {} panicked (a bug: please report it with the log); pglane stopped", panicked.join(", "))),
+    }
+}
+
+/// The error of a shard thread that ended before saying it was ready: its
+/// executor could not start (no io_uring: an old kernel, or a sandbox that
+/// forbids it), or it panicked.
+fn why_a_shard_stopped_early(handles: &mut Vec<std::thread::JoinHandle<std::io::Result<()>>>) -> String {
+    let Some(at) = handles.iter().position(|h| h.is_finished()) else {
+        return "a shard stopped before it was ready".into();
+    };
+    match handles.remove(at).join() {
+        Ok(Err(e)) => format!("a shard could not start its executor (io_uring): {e}"),
+        _ => "a shard stopped before it was ready".into(),
     }
 }
 
@@ -400,21 +404,15 @@ impl Drop for UnixSocket {
     }
 }
 
-/// This shard's handle on the shared unix listening socket.
-///
-/// glommio 0.9's `UnixListener` can only `bind` (and a path can be bound
-/// once), but its `TcpListener` accepts on any listening descriptor with a
-/// plain `accept`, which is family-blind. So each shard wraps its own `dup`
-/// of the unix socket in one, and [`Shard::admit`] rewraps what it accepts as
-/// the unix stream it is. Its accept sets O_NONBLOCK around a first try and
-/// then restores the flags it read; the descriptor being non-blocking from
-/// the start, no interleaving of shards can leave it blocking.
-fn adopt_unix_listener(fd: std::os::fd::RawFd) -> std::io::Result<TcpListener> {
+/// This shard's handle on the shared unix listening socket: its own copy
+/// of the descriptor, on its own reactor. All copies share one open file
+/// (and its O_NONBLOCK, which every shard wants).
+fn adopt_unix_listener(fd: std::os::fd::RawFd) -> std::io::Result<rt::net::Listener> {
     use std::os::fd::FromRawFd;
     let copy = dup_cloexec(fd)?;
     // SAFETY: `copy` is a fresh descriptor of a bound, listening socket,
     // owned from here on by the returned listener.
-    Ok(unsafe { TcpListener::from_raw_fd(copy) })
+    rt::net::Listener::from_fd(unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
 }
 
 /// A new descriptor for the same open socket, closed on exec.
@@ -428,9 +426,9 @@ fn dup_cloexec(fd: std::os::fd::RawFd) -> std::io::Result<std::os::fd::RawFd> {
 }
 
 impl Shard {
-    async fn run(self: Rc<Self>, listener: TcpListener, unix: Option<TcpListener>, nudged: std::os::unix::net::UnixStream) {
-        let watcher = glommio::spawn_local(self.clone().housekeeping(nudged));
-        let unix = unix.map(|l| glommio::spawn_local(self.clone().accept_until_shutdown(Listener::Unix(l), Shard::admit)));
+    async fn run(self: Rc<Self>, listener: rt::net::Listener, unix: Option<rt::net::Listener>, nudged: std::os::unix::net::UnixStream) {
+        let watcher = rt::spawn_local(self.clone().housekeeping(nudged));
+        let unix = unix.map(|l| rt::spawn_local(self.clone().accept_until_shutdown(Listener::Unix(l), Shard::admit)));
         self.clone().accept_until_shutdown(Listener::Tcp(listener), Shard::admit).await;
         if let Some(unix) = unix {
             unix.await;
@@ -455,7 +453,7 @@ impl Shard {
                 Some(Ok((stream, peer))) => admit(&self, stream, peer),
                 Some(Err(e)) => {
                     warn!(shard = self.id, listener = listener.name(), "accept failed: {e}");
-                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                    rt::sleep(Duration::from_millis(10)).await;
                 }
             }
         }
@@ -465,7 +463,7 @@ impl Shard {
     fn admit(self: &Rc<Self>, stream: Stream, peer: Option<std::net::SocketAddr>) {
         self.shared.clients.fetch_add(1, Ordering::Relaxed);
         let shard = self.clone();
-        glommio::spawn_local(async move {
+        rt::spawn_local(async move {
             client::serve(&shard, stream, peer).await;
             shard.shared.clients.fetch_sub(1, Ordering::Relaxed);
         })
@@ -478,7 +476,7 @@ impl Shard {
         let limit = Config::secs(self.shared.config.load().shutdown_timeout);
         let all_gone = async {
             while !self.clients.borrow().is_empty() {
-                glommio::timer::sleep(Duration::from_millis(20)).await;
+                rt::sleep(Duration::from_millis(20)).await;
             }
         };
         if with_timeout(limit, all_gone).await.is_none() {
@@ -569,9 +567,13 @@ impl Shard {
     /// [`nudge::TICK`] otherwise. Fires the shard's shutdown when it is time.
     async fn housekeeping(self: Rc<Self>, nudged: std::os::unix::net::UnixStream) {
         use futures_lite::AsyncReadExt;
-        use std::os::fd::{FromRawFd, IntoRawFd};
-        // SAFETY: a connected, non-blocking socket we own; glommio takes ownership.
-        let mut nudged = unsafe { glommio::net::UnixStream::from_raw_fd(nudged.into_raw_fd()) };
+        let mut nudged = match Socket::from_fd(nudged.into()) {
+            Ok(socket) => Some(socket),
+            Err(e) => {
+                warn!(shard = self.id, "cannot watch the wake-up socket ({e}); polling instead");
+                None
+            }
+        };
         let mut bytes = [0u8; 256];
         while !self.shared.is_shutting_down() {
             if self.shared.config_generation.load(Ordering::SeqCst) != self.applied_generation.get() {
@@ -582,11 +584,17 @@ impl Shard {
             for pool in self.pools().values() {
                 pool.expire_waiters(now);
             }
-            if !matches!(nudged.read(&mut bytes).await, Ok(n) if n > 0) {
+            let woken = match nudged.as_mut() {
+                Some(socket) => matches!(socket.read(&mut bytes).await, Ok(n) if n > 0),
+                None => false,
+            };
+            if !woken {
                 // The writers live as long as the process: this is not
                 // expected, but polling keeps the shard correct if it happens.
-                warn!(shard = self.id, "lost the wake-up socket; polling instead");
-                glommio::timer::sleep(nudge::TICK).await;
+                if nudged.take().is_some() {
+                    warn!(shard = self.id, "lost the wake-up socket; polling instead");
+                }
+                rt::sleep(nudge::TICK).await;
             }
         }
         self.shutdown.fire();
@@ -706,15 +714,15 @@ impl Shard {
 /// A scraper on `metrics_listen`: answered by its own task.
 fn admit_scraper(shard: &Rc<Shard>, stream: Stream, _peer: Option<std::net::SocketAddr>) {
     let shard = shard.clone();
-    glommio::spawn_local(async move { crate::admin::metrics::serve(&shard, stream).await }).detach();
+    rt::spawn_local(async move { crate::admin::metrics::serve(&shard, stream).await }).detach();
 }
 
 /// The sockets a shard accepts on.
 enum Listener {
     /// The client port, or metrics_listen.
-    Tcp(TcpListener),
+    Tcp(rt::net::Listener),
     /// The unix socket, shared by all shards (see [`adopt_unix_listener`]).
-    Unix(TcpListener),
+    Unix(rt::net::Listener),
 }
 
 impl Listener {
@@ -726,24 +734,14 @@ impl Listener {
     }
 
     async fn accept(&self) -> std::io::Result<(Stream, Option<std::net::SocketAddr>)> {
-        use std::os::fd::{AsRawFd, FromRawFd};
         match self {
             Listener::Tcp(listener) => {
-                let stream = listener.accept().await?;
-                let _ = stream.set_nodelay(true);
-                let peer = stream.peer_addr().ok();
-                Ok((Stream::Tcp(stream), peer))
+                let socket = Socket::from_fd(listener.accept().await?)?;
+                let _ = socket.set_nodelay(true);
+                let peer = socket.peer_addr().ok();
+                Ok((Stream::Plain(socket), peer))
             }
-            Listener::Unix(listener) => {
-                // glommio's TcpStream cannot give its descriptor up: keep a
-                // copy and let it close the original.
-                let tcp_typed = listener.shared_accept().await?.bind_to_executor();
-                let fd = dup_cloexec(tcp_typed.as_raw_fd())?;
-                drop(tcp_typed);
-                // SAFETY: `fd` is our own copy of the accepted unix stream; the UnixStream owns it.
-                let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
-                Ok((Stream::Unix(stream, fd), None))
-            }
+            Listener::Unix(listener) => Ok((Stream::Plain(Socket::from_fd(listener.accept().await?)?), None)),
         }
     }
 }
@@ -777,17 +775,16 @@ fn reusable_tcp_socket(addr: &str) -> std::io::Result<(socket2::Socket, std::net
 }
 
 /// A listening socket with SO_REUSEPORT (one per shard, the kernel spreads
-/// connections over them) and SO_REUSEADDR. glommio's own `bind` sets only
-/// the former, hence this.
-fn bind_listener(addr: &str) -> std::io::Result<TcpListener> {
+/// connections over them) and SO_REUSEADDR.
+fn bind_listener(addr: &str) -> std::io::Result<rt::net::Listener> {
     use std::os::fd::{FromRawFd, IntoRawFd};
     let (socket, addr) = reusable_tcp_socket(addr)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
-    // SAFETY: a bound, listening socket we own; glommio takes ownership.
-    Ok(unsafe { TcpListener::from_raw_fd(socket.into_raw_fd()) })
+    // SAFETY: a bound, listening socket we own, handed over whole.
+    rt::net::Listener::from_fd(unsafe { std::os::fd::OwnedFd::from_raw_fd(socket.into_raw_fd()) })
 }
 
 #[cfg(test)]
@@ -846,15 +843,14 @@ mod tests {
         use std::sync::atomic::AtomicBool;
         use std::time::Instant;
         let cpu = cpu_plan(None, None).unwrap()[0];
-        let shard = LocalExecutorBuilder::new(Placement::Fixed(cpu))
-            .spawn(|| async move {
+        let shard = rt::start_pinned("off-shard-test", Some(cpu), || async move {
                 let shard_thread = std::thread::current().id();
                 let started = Arc::new(AtomicBool::new(false));
                 let gate = Arc::new(AtomicBool::new(false));
                 let (s, g) = (started.clone(), gate.clone());
                 // The work waits for the shard to open a gate, which the
                 // shard can only do if it is not the one running the work.
-                let work = glommio::spawn_local(off_shard(move || {
+                let work = rt::spawn_local(off_shard(move || {
                     s.store(true, Ordering::Release);
                     let deadline = Instant::now() + Duration::from_secs(60);
                     while !g.load(Ordering::Acquire) && Instant::now() < deadline {
@@ -863,7 +859,7 @@ mod tests {
                     (std::thread::current().id(), g.load(Ordering::Acquire))
                 }));
                 while !started.load(Ordering::Acquire) {
-                    glommio::timer::sleep(Duration::from_millis(1)).await;
+                    rt::sleep(Duration::from_millis(1)).await;
                 }
                 gate.store(true, Ordering::Release);
                 let (thread, opened) = work.await.expect("no panic");
@@ -874,7 +870,7 @@ mod tests {
                 assert_eq!(off_shard(|| 7).await, Some(7));
             })
             .unwrap();
-        shard.join().unwrap();
+        shard.join().unwrap().unwrap();
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Messages between shards, over the glommio channel mesh.
+//! Messages between shards, over one bounded channel into each shard.
 //!
 //! Two kinds of traffic cross shards, both rare and both off the query path:
 //! cancel requests (SO_REUSEPORT hands the CancelRequest's connection to any
@@ -12,11 +12,38 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use glommio::channels::channel_mesh::Receivers;
 use tracing::warn;
 
 use super::snapshot::ShardSnapshot;
 use super::{with_timeout, Shard};
+
+/// Messages a shard may have waiting from the others before senders wait.
+const QUEUE: usize = 1024;
+
+/// A shard's way to every shard's inbox (its own included, unused).
+pub(super) struct Peers {
+    inboxes: Vec<flume::Sender<ShardMessage>>,
+}
+
+impl Peers {
+    /// The inboxes of `shards` shards: each shard's [`Peers`] (all the same)
+    /// and the receiving end it serves ([`serve_peers`]).
+    pub(super) fn mesh(shards: usize) -> (Peers, Vec<flume::Receiver<ShardMessage>>) {
+        let (inboxes, receivers) = (0..shards).map(|_| flume::bounded(QUEUE)).unzip();
+        (Peers { inboxes }, receivers)
+    }
+
+    pub(super) fn clone_for_shard(&self) -> Peers {
+        Peers { inboxes: self.inboxes.clone() }
+    }
+
+    /// Sends `message` to shard `peer`, waiting while its inbox is full.
+    /// Fails only if that shard has stopped.
+    pub(super) async fn send_to(&self, peer: usize, message: ShardMessage) -> Result<(), ()> {
+        let inbox = self.inboxes.get(peer).ok_or(())?;
+        inbox.send_async(message).await.map_err(|_| ())
+    }
+}
 
 /// What one shard sends another.
 #[derive(Debug)]
@@ -127,25 +154,23 @@ impl Shard {
 }
 
 /// Serves the messages every other shard sends this one.
-pub(super) fn serve_peers(shard: &Rc<Shard>, mut receivers: Receivers<ShardMessage>) {
-    for (_, receiver) in receivers.streams() {
-        let shard = shard.clone();
-        glommio::spawn_local(async move {
-            while let Some(message) = receiver.recv().await {
-                match message {
-                    ShardMessage::Cancel { process_id, secret_key } => shard.cancel_local(process_id, secret_key).await,
-                    ShardMessage::Ask { from, request, question } => {
-                        let shard = shard.clone();
-                        glommio::spawn_local(async move {
-                            let answer = shard.answer(question).await;
-                            let _ = shard.peers.send_to(from, ShardMessage::Answer { request, answer }).await;
-                        })
-                        .detach();
-                    }
-                    ShardMessage::Answer { request, answer } => shard.deliver(request, answer),
+pub(super) fn serve_peers(shard: &Rc<Shard>, inbox: flume::Receiver<ShardMessage>) {
+    let shard = shard.clone();
+    crate::rt::spawn_local(async move {
+        while let Ok(message) = inbox.recv_async().await {
+            match message {
+                ShardMessage::Cancel { process_id, secret_key } => shard.cancel_local(process_id, secret_key).await,
+                ShardMessage::Ask { from, request, question } => {
+                    let shard = shard.clone();
+                    crate::rt::spawn_local(async move {
+                        let answer = shard.answer(question).await;
+                        let _ = shard.peers.send_to(from, ShardMessage::Answer { request, answer }).await;
+                    })
+                    .detach();
                 }
+                ShardMessage::Answer { request, answer } => shard.deliver(request, answer),
             }
-        })
-        .detach();
-    }
+        }
+    })
+    .detach();
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::net::{TcpStream, UnixStream};
+use pglane::rt::net::Socket;
 use pglane::auth::{md5_password_hash, md5_salted_response, ScramClient, SCRAM_SHA_256};
 use pglane::protocol::backend::{self, Authentication, ErrorFields};
 use pglane::protocol::frame::{parse_header, HEADER_LEN};
@@ -95,11 +95,6 @@ impl ConnError {
     }
 }
 
-enum Socket {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
 /// A logged-in connection with its buffers.
 pub struct Connection {
     socket: Socket,
@@ -124,7 +119,7 @@ impl Connection {
             Ok(conn)
         };
         futures_lite::future::or(open, async {
-            glommio::timer::sleep(timeout).await;
+            pglane::rt::sleep(timeout).await;
             Err(ConnError::ConnectTimeout(params.endpoint.clone()))
         })
         .await
@@ -134,11 +129,11 @@ impl Connection {
         let failed = |source: io::Error| ConnError::Connect { endpoint: endpoint.clone(), source };
         let socket = match endpoint {
             Endpoint::Tcp { host, port } => {
-                let stream = TcpStream::connect((host.as_str(), *port)).await.map_err(|e| failed(e.into()))?;
-                stream.set_nodelay(true).map_err(|e| failed(e.into()))?;
-                Socket::Tcp(stream)
+                let socket = Socket::connect_tcp((host.as_str(), *port)).await.map_err(failed)?;
+                socket.set_nodelay(true).map_err(failed)?;
+                socket
             }
-            Endpoint::Unix(path) => Socket::Unix(UnixStream::connect(path).await.map_err(|e| failed(e.into()))?),
+            Endpoint::Unix(path) => Socket::connect_unix(path).map_err(failed)?,
         };
         Ok(Connection {
             socket,
@@ -222,10 +217,7 @@ impl Connection {
         if self.out.is_empty() {
             return Ok(());
         }
-        match &mut self.socket {
-            Socket::Tcp(s) => s.write_all(&self.out).await?,
-            Socket::Unix(s) => s.write_all(&self.out).await?,
-        }
+        self.socket.write_all(&self.out).await?;
         self.bytes_sent += self.out.len() as u64;
         self.out.clear();
         Ok(())
@@ -272,10 +264,7 @@ impl Connection {
             self.rend = 0;
         }
         let free = &mut self.rbuf[self.rend..];
-        let n = match &mut self.socket {
-            Socket::Tcp(s) => s.read(free).await?,
-            Socket::Unix(s) => s.read(free).await?,
-        };
+        let n = self.socket.read(free).await?;
         if n == 0 {
             return Err(ConnError::Closed);
         }
@@ -288,9 +277,6 @@ impl Connection {
     pub async fn close(mut self) {
         frontend::terminate(&mut self.out);
         let _ = self.flush().await;
-        let _ = match self.socket {
-            Socket::Tcp(mut s) => s.close().await,
-            Socket::Unix(mut s) => s.close().await,
-        };
+        let _ = self.socket.close().await;
     }
 }

@@ -1,6 +1,6 @@
 //! pgload: pglane's bundled PostgreSQL load generator.
 //!
-//! Thread-per-core like pglane itself: one glommio executor pinned per core,
+//! Thread-per-core like pglane itself: one executor (pglane::rt) pinned per core,
 //! the connections spread over them, each speaking the wire protocol through
 //! pglane's own codec (`pglane::protocol`) and logging in with `pglane::auth`.
 //! Run `pgload --help` for the options.
@@ -31,7 +31,6 @@ use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 
 use clap::Parser;
-use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::conn::Connection;
 use crate::options::{Options, Plan, Workload};
@@ -96,14 +95,14 @@ fn setup(plan: &Arc<Plan>) -> Result<u32, String> {
         _ => return Ok(plan.scale.unwrap_or(1)),
     };
     let plan = plan.clone();
-    let job = LocalExecutorBuilder::new(Placement::Unbound).name("pgload-setup").spawn(move || async move {
+    let job = pglane::rt::start_pinned("pgload-setup", None, move || async move {
         let mut conn = Connection::open(&plan.connect).await.map_err(|e| e.to_string())?;
         let log = |what: &str| eprintln!("pgload: setup: {what}");
         let done = scenario::setup(&mut conn, builtin, plan.scale, plan.uuid_rows, &log).await.map_err(|e| e.to_string());
         conn.close().await;
         done.map(|p| p.scale)
     });
-    job.map_err(|e| e.to_string())?.join().map_err(|e| e.to_string())?
+    job.map_err(|e| e.to_string())?.join().map_err(|_| "the setup thread panicked".to_string())?.map_err(|e| e.to_string())?
 }
 
 /// Starts every core, prints progress as it comes, returns the merged stats.
@@ -136,7 +135,10 @@ fn run(plan: &Arc<Plan>, scale: u32) -> Result<Stats, String> {
     let mut total = Stats::default();
     let mut connect_errors = Vec::new();
     for (core, handle) in handles.into_iter().enumerate() {
-        let CoreResult { stats, connect_errors: errors } = handle.join().map_err(|e| format!("core {core} failed: {e}"))?;
+        let CoreResult { stats, connect_errors: errors } = handle
+            .join()
+            .map_err(|_| format!("core {core} panicked"))?
+            .map_err(|e| format!("core {core} failed: {e}"))?;
         total.merge(&stats);
         connect_errors.extend(errors);
     }

@@ -1,4 +1,4 @@
-//! One core's share of the load: a glommio executor pinned to a CPU, running
+//! One core's share of the load: an executor (pglane::rt) pinned to a CPU, running
 //! its connections as tasks, each in a closed loop (next transaction as soon
 //! as the last one ends) or an open loop (transactions at scheduled times).
 //!
@@ -15,7 +15,6 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use glommio::{LocalExecutorBuilder, Placement};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -57,11 +56,11 @@ pub fn spawn(
     start: Arc<Start>,
     scale: u32,
     ticks: Option<Sender<Tick>>,
-) -> std::io::Result<glommio::ExecutorJoinHandle<CoreResult>> {
-    LocalExecutorBuilder::new(Placement::Fixed(plan.cpus[core]))
-        .name(&format!("pgload-{core}"))
-        .spawn(move || async move { run_core(plan, core, start, scale, ticks).await })
-        .map_err(|e| std::io::Error::other(e.to_string()))
+) -> std::io::Result<std::thread::JoinHandle<std::io::Result<CoreResult>>> {
+    let cpu = plan.cpus[core];
+    pglane::rt::start_pinned(&format!("pgload-{core}"), Some(cpu), move || async move {
+        run_core(plan, core, start, scale, ticks).await
+    })
 }
 
 /// The connections this core runs: every `cores`-th one, from `core` on.
@@ -73,7 +72,7 @@ async fn run_core(plan: Arc<Plan>, core: usize, start: Arc<Start>, scale: u32, t
     let opening: Vec<_> = connection_ids(&plan, core)
         .map(|id| {
             let plan = plan.clone();
-            glommio::spawn_local(async move { (id, Connection::open(&plan.connect).await) })
+            pglane::rt::spawn_local(async move { (id, Connection::open(&plan.connect).await) })
         })
         .collect();
     let mut sessions = Vec::new();
@@ -101,14 +100,14 @@ async fn run_core(plan: Arc<Plan>, core: usize, start: Arc<Start>, scale: u32, t
     let stats = Rc::new(RefCell::new(Stats::default()));
     let interval = Rc::new(RefCell::new(Stats::default()));
     let ticker = match (plan.progress, ticks) {
-        (Some(every), Some(tx)) => Some(glommio::spawn_local(tick(began, every, interval.clone(), tx))),
+        (Some(every), Some(tx)) => Some(pglane::rt::spawn_local(tick(began, every, interval.clone(), tx))),
         _ => None,
     };
     let loops: Vec<_> = sessions
         .into_iter()
         .map(|(id, session)| {
             let driver = Driver { plan: plan.clone(), id, scale, began, stats: stats.clone(), interval: interval.clone() };
-            glommio::spawn_local(driver.run(session))
+            pglane::rt::spawn_local(driver.run(session))
         })
         .collect();
     for l in loops {
@@ -123,7 +122,7 @@ async fn run_core(plan: Arc<Plan>, core: usize, start: Arc<Start>, scale: u32, t
 async fn tick(began: Instant, every: Duration, interval: Rc<RefCell<Stats>>, tx: Sender<Tick>) {
     for seq in 1.. {
         let due = began + every * seq as u32;
-        glommio::timer::sleep(due.saturating_duration_since(Instant::now())).await;
+        pglane::rt::sleep(due.saturating_duration_since(Instant::now())).await;
         let stats = std::mem::take(&mut *interval.borrow_mut());
         if tx.send(Tick { seq, stats }).is_err() {
             return;
@@ -172,7 +171,7 @@ impl Driver {
                     }
                     let now = Instant::now();
                     if scheduled > now {
-                        glommio::timer::sleep(scheduled - now).await;
+                        pglane::rt::sleep(scheduled - now).await;
                     }
                     scheduled
                 }

@@ -1,0 +1,35 @@
+//! pglane's runtime: one single-threaded executor per core, driven by an
+//! io_uring of its own.
+//!
+//! Why hand-written. pglane started on glommio, and its CPU per transaction
+//! was twice PgBouncer's. The profile (bench/RESULTS.md, "Hot I/O path") put
+//! that in glommio 0.9's executor, not in pglane: each turn of its loop
+//! re-arms preemption timers (several `io_uring_enter` calls), each park does
+//! a membarrier and links two rings, and every read is a readiness poll plus
+//! a recv. glommio has no hook to drive the sockets from another ring on the
+//! same thread, since its executor owns the thread's only blocking point. A
+//! byte relay on monoio, measured in the same run, cost 1.5x the floor at 8
+//! clients. So pglane owns the loop; everything it needs fits here:
+//!
+//! - [`executor`]: tasks (async-task), a local run queue, and a queue other
+//!   threads push wake-ups into, with an eventfd to interrupt a parked loop;
+//! - [`reactor`]: the ring (SINGLE_ISSUER, DEFER_TASKRUN), readiness polls,
+//!   timers kept in user space, and one `io_uring_enter` per turn that both
+//!   submits and waits, its timeout the nearest timer;
+//! - [`net`]: a socket that reads and writes with plain non-blocking
+//!   syscalls and asks the ring only when the kernel has nothing for it;
+//! - [`blocking`]: a thread per executor for CPU-heavy work off the loop.
+//!
+//! What this module must not do: know anything about PostgreSQL or pglane's
+//! shards. It is a small, general runtime; `crate::runtime` builds the
+//! shards on it.
+
+pub mod blocking;
+pub mod executor;
+pub mod net;
+pub mod reactor;
+pub mod time;
+
+pub use blocking::spawn_blocking;
+pub use executor::{block_on, spawn_local, start_pinned, Task};
+pub use time::{sleep, Timer};

@@ -1,0 +1,388 @@
+//! Sockets on the reactor: a connected stream socket (TCP or unix) with
+//! `AsyncRead`/`AsyncWrite`, a listener, and connecting.
+//!
+//! Reads and writes are plain non-blocking `recv`/`send` calls, made at once:
+//! when the kernel has the bytes (or the room) that is the whole cost. Only
+//! when it has nothing does the socket arm a one-shot poll in the ring and
+//! wait. A read that returned less than asked is taken to mean the socket is
+//! drained, so the next read waits for the poll instead of trying a recv
+//! that would fail: a request/response exchange then costs one recv per
+//! message, no failed one. The poll checks readiness as it is armed, so
+//! bytes that arrived in between are never missed.
+//!
+//! A socket dropped while a poll is armed cancels it; its descriptor closes
+//! at once, and the kernel lets go of the socket when the cancel completes.
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_lite::{AsyncRead, AsyncWrite};
+
+use super::executor::with_reactor;
+use super::reactor::Token;
+
+/// A connected stream socket.
+pub struct Socket {
+    fd: OwnedFd,
+    read_wait: Option<Token>,
+    write_wait: Option<Token>,
+    /// The last read did not show the socket drained: try recv first.
+    maybe_readable: bool,
+}
+
+/// Waits for `wait` if armed (`Ready` once it fired), else arms a poll for
+/// `events` and waits for that.
+fn poll_wait(wait: &mut Option<Token>, fd: RawFd, events: u32, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    loop {
+        match *wait {
+            Some(token) => {
+                let result = with_reactor(|r| r.poll_token(token, cx)).unwrap_or(Poll::Ready(-libc::ECANCELED));
+                let Poll::Ready(result) = result else { return Poll::Pending };
+                *wait = None;
+                return Poll::Ready(match result {
+                    r if r >= 0 => Ok(()),
+                    r => Err(io::Error::from_raw_os_error(-r)),
+                });
+            }
+            None => match with_reactor(|r| r.poll_fd(fd, events)) {
+                Some(token) => *wait = Some(token),
+                None => return Poll::Ready(Err(io::Error::other("socket used outside its rt executor"))),
+            },
+        }
+    }
+}
+
+fn cancel(wait: &mut Option<Token>) {
+    if let Some(token) = wait.take() {
+        with_reactor(|r| r.cancel(token));
+    }
+}
+
+impl Socket {
+    /// Adopts a connected socket; it is made non-blocking.
+    pub fn from_fd(fd: OwnedFd) -> io::Result<Socket> {
+        set_nonblocking(fd.as_raw_fd())?;
+        Ok(Socket { fd, read_wait: None, write_wait: None, maybe_readable: true })
+    }
+
+    /// Connects over TCP to the first of `addr`'s addresses that answers.
+    /// Name resolution, if `addr` needs it, blocks the thread.
+    pub async fn connect_tcp(addr: impl ToSocketAddrs) -> io::Result<Socket> {
+        let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
+        for addr in addr.to_socket_addrs()? {
+            match Socket::connect_one(addr).await {
+                Ok(socket) => return Ok(socket),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    async fn connect_one(addr: SocketAddr) -> io::Result<Socket> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM.nonblocking().cloexec(),
+            Some(socket2::Protocol::TCP),
+        )?;
+        let in_progress = match socket.connect(&addr.into()) {
+            Ok(()) => false,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => true,
+            Err(e) => return Err(e),
+        };
+        // SAFETY: a socket we own, handed over whole.
+        let mut stream = Socket::from_fd(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) })?;
+        if in_progress {
+            let fd = stream.fd.as_raw_fd();
+            futures_lite::future::poll_fn(|cx| poll_wait(&mut stream.write_wait, fd, libc::POLLOUT as u32, cx)).await?;
+            if let Some(e) = socket2::SockRef::from(&stream.fd).take_error()? {
+                return Err(e);
+            }
+        }
+        Ok(stream)
+    }
+
+    /// Connects to a unix socket. A local connect completes or fails at
+    /// once, so this does not wait.
+    pub fn connect_unix(path: &std::path::Path) -> io::Result<Socket> {
+        let std = std::os::unix::net::UnixStream::connect(path)?;
+        Socket::from_fd(std.into())
+    }
+
+    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        socket2::SockRef::from(&self.fd).set_nodelay(on)
+    }
+
+    /// The peer's address, for TCP sockets.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        socket2::SockRef::from(&self.fd)
+            .peer_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "not an internet socket"))
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        cancel(&mut self.read_wait);
+        cancel(&mut self.write_wait);
+    }
+}
+
+fn last_error() -> io::Error {
+    io::Error::last_os_error()
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let fd = this.fd.as_raw_fd();
+        loop {
+            if this.read_wait.is_some() || !this.maybe_readable {
+                std::task::ready!(poll_wait(&mut this.read_wait, fd, (libc::POLLIN | libc::POLLRDHUP) as u32, cx))?;
+                this.maybe_readable = true;
+            }
+            // SAFETY: recv into `buf`, valid for its length, on our socket.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if n >= 0 {
+                let n = n as usize;
+                this.maybe_readable = n == buf.len() && n > 0;
+                return Poll::Ready(Ok(n));
+            }
+            let e = last_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => this.maybe_readable = false,
+                io::ErrorKind::Interrupted => {}
+                _ => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let fd = this.fd.as_raw_fd();
+        loop {
+            if this.write_wait.is_some() {
+                std::task::ready!(poll_wait(&mut this.write_wait, fd, libc::POLLOUT as u32, cx))?;
+            }
+            // SAFETY: send from `buf`, valid for its length, on our socket.
+            let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+            if n >= 0 {
+                return Poll::Ready(Ok(n as usize));
+            }
+            let e = last_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => {
+                    std::task::ready!(poll_wait(&mut this.write_wait, fd, libc::POLLOUT as u32, cx))?;
+                }
+                io::ErrorKind::Interrupted => {}
+                _ => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    /// Shuts the writing half: the peer reads end-of-file.
+    fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // SAFETY: shutdown on our own socket.
+        let r = unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR) };
+        if r < 0 {
+            let e = last_error();
+            if e.raw_os_error() != Some(libc::ENOTCONN) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A listening socket (TCP or unix: accept does not care).
+pub struct Listener {
+    fd: OwnedFd,
+    wait: std::cell::Cell<Option<Token>>,
+}
+
+impl Listener {
+    /// Adopts a bound, listening socket; it is made non-blocking.
+    pub fn from_fd(fd: OwnedFd) -> io::Result<Listener> {
+        set_nonblocking(fd.as_raw_fd())?;
+        Ok(Listener { fd, wait: std::cell::Cell::new(None) })
+    }
+
+    /// The next connection: its descriptor (non-blocking, close-on-exec).
+    pub async fn accept(&self) -> io::Result<OwnedFd> {
+        let fd = self.fd.as_raw_fd();
+        futures_lite::future::poll_fn(|cx| loop {
+            if self.wait.get().is_some() {
+                std::task::ready!(self.wait_readable(fd, cx))?;
+            }
+            // SAFETY: accept4 on our listening socket, not asking for the address.
+            let conn = unsafe {
+                libc::accept4(fd, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+            };
+            if conn >= 0 {
+                // SAFETY: a new descriptor, ours from here on.
+                return Poll::Ready(Ok(unsafe { OwnedFd::from_raw_fd(conn) }));
+            }
+            let e = last_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => std::task::ready!(self.wait_readable(fd, cx))?,
+                Some(libc::EINTR) | Some(libc::ECONNABORTED) => {}
+                _ => return Poll::Ready(Err(e)),
+            }
+        })
+        .await
+    }
+}
+
+impl Listener {
+    fn wait_readable(&self, fd: RawFd, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut wait = self.wait.take();
+        let ready = poll_wait(&mut wait, fd, libc::POLLIN as u32, cx);
+        self.wait.set(wait);
+        ready
+    }
+}
+
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        cancel(self.wait.get_mut());
+    }
+}
+
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor the caller owns.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(last_error());
+    }
+    if flags & libc::O_NONBLOCK == 0 {
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(last_error());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rt::{block_on, sleep, spawn_local};
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+    use std::time::Duration;
+
+    fn tcp_listener() -> (Listener, SocketAddr) {
+        let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = std.local_addr().unwrap();
+        (Listener::from_fd(std.into()).unwrap(), addr)
+    }
+
+    #[test]
+    fn an_echo_over_tcp_carries_every_byte_both_ways() {
+        block_on(async {
+            let (listener, addr) = tcp_listener();
+            let server = spawn_local(async move {
+                let mut conn = Socket::from_fd(listener.accept().await.unwrap()).unwrap();
+                let mut buf = vec![0u8; 4096];
+                loop {
+                    let n = conn.read(&mut buf).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    conn.write_all(&buf[..n]).await.unwrap();
+                }
+            });
+            let mut client = Socket::connect_tcp(addr).await.unwrap();
+            client.set_nodelay(true).unwrap();
+            // More than the socket buffers hold, so writes must wait for room.
+            let sent: Vec<u8> = (0..8 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+            let mut reader_side = Socket::from_fd(client.fd.try_clone().unwrap()).unwrap();
+            let expected = sent.clone();
+            let reader = spawn_local(async move {
+                let mut got = Vec::new();
+                reader_side.read_to_end(&mut got).await.unwrap();
+                got
+            });
+            client.write_all(&sent).await.unwrap();
+            client.close().await.unwrap();
+            let got = reader.await;
+            server.await;
+            assert_eq!(got.len(), expected.len());
+            assert!(got == expected);
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_read_waits_for_bytes_that_come_later() {
+        block_on(async {
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let mut a = Socket::from_fd(a.into()).unwrap();
+            let mut b = Socket::from_fd(b.into()).unwrap();
+            let writer = spawn_local(async move {
+                sleep(Duration::from_millis(20)).await;
+                b.write_all(b"late").await.unwrap();
+                b
+            });
+            let mut buf = [0u8; 16];
+            let n = a.read(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], b"late");
+            drop(writer.await);
+            assert_eq!(a.read(&mut buf).await.unwrap(), 0, "end of file once the peer is gone");
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_socket_dropped_while_waiting_closes_for_its_peer() {
+        block_on(async {
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let mut b = Socket::from_fd(b.into()).unwrap();
+            let waiting = spawn_local(async move {
+                let mut a = Socket::from_fd(a.into()).unwrap();
+                let mut buf = [0u8; 1];
+                let _ = a.read(&mut buf).await;
+            });
+            sleep(Duration::from_millis(10)).await;
+            drop(waiting); // cancels the read, drops the socket
+            let mut buf = [0u8; 1];
+            let n = futures_lite::future::or(async { Some(b.read(&mut buf).await) }, async {
+                sleep(Duration::from_secs(30)).await;
+                None
+            })
+            .await;
+            assert!(matches!(n, Some(Ok(0))), "the peer sees the close, got {n:?}");
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn connecting_to_a_closed_port_fails() {
+        block_on(async {
+            let (listener, addr) = tcp_listener();
+            drop(listener);
+            assert!(Socket::connect_tcp(addr).await.is_err());
+        })
+        .unwrap();
+    }
+}

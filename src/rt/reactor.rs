@@ -1,0 +1,290 @@
+//! The reactor: one io_uring per executor thread, and the timers.
+//!
+//! It does only what the executor cannot do without the kernel: tell it when
+//! a socket that had nothing for it becomes readable or writable (a one-shot
+//! poll op per wait), and wait for that, a timer, or a wake-up from another
+//! thread (a read op on the executor's eventfd), all in one `io_uring_enter`.
+//!
+//! The ring is set up SINGLE_ISSUER and DEFER_TASKRUN where the kernel has
+//! them (6.1+): completions are then processed only inside our own enter, in
+//! our own time, never by interrupting the thread. Timers never reach the
+//! ring: they live in a map here, and the nearest one is the wait's timeout.
+//!
+//! Every op's user_data names a slot of [`Reactor::slots`] (index and
+//! generation); a slot outlives the future that armed it when that future is
+//! dropped early (the op is cancelled, and the slot freed when its last
+//! completion arrives), so a late completion can never wake the wrong task.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::RawFd;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+/// user_data of the eventfd read that interrupts a wait.
+const WAKE_UP: u64 = u64::MAX;
+/// user_data of cancel ops, whose own completions say nothing we need.
+const CANCEL: u64 = u64::MAX - 1;
+
+/// Submission queue entries; more ops than this in one turn are submitted
+/// in several enters.
+const RING_ENTRIES: u32 = 256;
+/// Completion queue entries: room for every socket's read and write wait
+/// of a busy shard before the kernel has to hold completions back.
+const COMPLETION_ENTRIES: u32 = 4096;
+
+/// One op in flight, as its future sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Token {
+    index: u32,
+    generation: u32,
+}
+
+impl Token {
+    fn user_data(self) -> u64 {
+        (u64::from(self.generation) << 32) | u64::from(self.index)
+    }
+}
+
+enum Slot {
+    Free,
+    /// In the kernel; wake this when it completes.
+    Waiting(Option<Waker>),
+    /// Completed with this result (a byte count, poll mask, or -errno);
+    /// its future has not looked yet.
+    Done(i32),
+    /// Its future is gone and the op was cancelled; free it on completion.
+    Abandoned,
+}
+
+pub struct Reactor {
+    ring: IoUring,
+    slots: Vec<(u32, Slot)>,
+    free: Vec<u32>,
+    timers: BTreeMap<(Instant, u64), Waker>,
+    next_timer: u64,
+    eventfd: RawFd,
+    /// Where the eventfd read lands. Leaked: the kernel may still hold the
+    /// op when the ring is torn down.
+    eventfd_buffer: &'static mut u64,
+}
+
+impl Reactor {
+    pub(super) fn new(eventfd: RawFd) -> io::Result<Reactor> {
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag()
+            .setup_cqsize(COMPLETION_ENTRIES)
+            .build(RING_ENTRIES)
+            .or_else(|_| IoUring::builder().setup_cqsize(COMPLETION_ENTRIES).build(RING_ENTRIES))?;
+        let mut reactor = Reactor {
+            ring,
+            slots: Vec::new(),
+            free: Vec::new(),
+            timers: BTreeMap::new(),
+            next_timer: 0,
+            eventfd,
+            eventfd_buffer: Box::leak(Box::new(0)),
+        };
+        reactor.listen_for_wake_ups();
+        Ok(reactor)
+    }
+
+    fn push(&mut self, entry: squeue::Entry) {
+        loop {
+            // SAFETY: every op we push points only at memory that outlives
+            // it: none for polls and cancels, the leaked eventfd buffer.
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                return;
+            }
+            // Full: hand what is queued to the kernel and try again.
+            if let Err(e) = self.ring.submit() {
+                if e.raw_os_error() != Some(libc::EBUSY) && e.raw_os_error() != Some(libc::EINTR) {
+                    panic!("io_uring submit failed: {e}");
+                }
+                self.reap();
+            }
+        }
+    }
+
+    fn listen_for_wake_ups(&mut self) {
+        let read = opcode::Read::new(types::Fd(self.eventfd), (self.eventfd_buffer as *mut u64).cast(), 8)
+            .build()
+            .user_data(WAKE_UP);
+        self.push(read);
+    }
+
+    /// Asks to be told when `fd` has any of `events` (POLLIN, POLLOUT).
+    pub fn poll_fd(&mut self, fd: RawFd, events: u32) -> Token {
+        let token = self.slot();
+        let poll = opcode::PollAdd::new(types::Fd(fd), events).build().user_data(token.user_data());
+        self.push(poll);
+        token
+    }
+
+    fn slot(&mut self) -> Token {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push((0, Slot::Free));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let (generation, slot) = &mut self.slots[index as usize];
+        *generation = generation.wrapping_add(1);
+        *slot = Slot::Waiting(None);
+        Token { index, generation: *generation }
+    }
+
+    /// The op's result if it completed (the token is then spent), else
+    /// `Pending` with the waker kept for its completion.
+    pub fn poll_token(&mut self, token: Token, cx: &mut Context<'_>) -> Poll<i32> {
+        let (generation, slot) = &mut self.slots[token.index as usize];
+        debug_assert_eq!(*generation, token.generation, "a spent token");
+        match slot {
+            Slot::Done(result) => {
+                let result = *result;
+                *slot = Slot::Free;
+                self.free.push(token.index);
+                Poll::Ready(result)
+            }
+            Slot::Waiting(waker) => {
+                match waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => *waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            Slot::Free | Slot::Abandoned => Poll::Ready(-libc::ECANCELED),
+        }
+    }
+
+    /// Gives up on an op: cancelled if still in the kernel.
+    pub fn cancel(&mut self, token: Token) {
+        let (generation, slot) = &mut self.slots[token.index as usize];
+        if *generation != token.generation {
+            return;
+        }
+        match slot {
+            Slot::Waiting(_) => {
+                *slot = Slot::Abandoned;
+                let cancel = opcode::AsyncCancel::new(token.user_data()).build().user_data(CANCEL);
+                self.push(cancel);
+            }
+            Slot::Done(_) => {
+                *slot = Slot::Free;
+                self.free.push(token.index);
+            }
+            Slot::Free | Slot::Abandoned => {}
+        }
+    }
+
+    /// Registers a timer firing at `deadline`; `id` 0 asks for a new one.
+    pub fn set_timer(&mut self, deadline: Instant, id: u64, waker: &Waker) -> u64 {
+        let id = if id == 0 {
+            self.next_timer += 1;
+            self.next_timer
+        } else {
+            id
+        };
+        match self.timers.get_mut(&(deadline, id)) {
+            Some(w) if w.will_wake(waker) => {}
+            Some(w) => *w = waker.clone(),
+            None => {
+                self.timers.insert((deadline, id), waker.clone());
+            }
+        }
+        id
+    }
+
+    pub fn remove_timer(&mut self, deadline: Instant, id: u64) {
+        self.timers.remove(&(deadline, id));
+    }
+
+    /// Submits what the turn's tasks queued, waits if `may_wait` (until a
+    /// completion, a remote wake-up, or the nearest timer), then wakes the
+    /// tasks whose ops completed or whose timers are due.
+    pub(super) fn turn(&mut self, may_wait: bool) {
+        let timeout = match (may_wait, self.timers.first_key_value()) {
+            (false, _) => Some(Duration::ZERO),
+            (true, None) => None,
+            (true, Some(((deadline, _), _))) => Some(deadline.saturating_duration_since(Instant::now())),
+        };
+        let result = match timeout {
+            Some(t) if t.is_zero() => {
+                let mut sq = self.ring.submission();
+                sq.sync();
+                let idle = sq.is_empty() && !sq.taskrun() && !sq.cq_overflow();
+                drop(sq);
+                if idle {
+                    Ok(0)
+                } else {
+                    self.ring.submit()
+                }
+            }
+            Some(t) => {
+                let ts = types::Timespec::new().sec(t.as_secs()).nsec(t.subsec_nanos());
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+            None => self.ring.submit_and_wait(1),
+        };
+        if let Err(e) = result {
+            match e.raw_os_error() {
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
+                _ => panic!("io_uring enter failed: {e}"),
+            }
+        }
+        self.reap();
+        if !self.timers.is_empty() {
+            self.fire_timers();
+        }
+    }
+
+    /// Takes every completion off the ring and wakes who waits for it.
+    fn reap(&mut self) {
+        let mut wake_up_read = false;
+        let mut completion = self.ring.completion();
+        completion.sync();
+        for cqe in &mut completion {
+            match cqe.user_data() {
+                WAKE_UP => wake_up_read = true,
+                CANCEL => {}
+                user_data => {
+                    let index = (user_data & u64::from(u32::MAX)) as usize;
+                    let generation = (user_data >> 32) as u32;
+                    let Some((slot_generation, slot)) = self.slots.get_mut(index) else { continue };
+                    if *slot_generation != generation {
+                        continue;
+                    }
+                    match std::mem::replace(slot, Slot::Done(cqe.result())) {
+                        Slot::Waiting(Some(waker)) => waker.wake(),
+                        Slot::Waiting(None) => {}
+                        Slot::Abandoned | Slot::Free => {
+                            *slot = Slot::Free;
+                            self.free.push(index as u32);
+                        }
+                        Slot::Done(_) => {}
+                    }
+                }
+            }
+        }
+        drop(completion);
+        if wake_up_read {
+            self.listen_for_wake_ups();
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            entry.remove().wake();
+        }
+    }
+}

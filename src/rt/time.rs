@@ -1,0 +1,118 @@
+//! Timers: futures that complete at a point in time.
+//!
+//! They are kept by the reactor in user space (a sorted map), never as ops
+//! in the ring: arming, moving and dropping one is a map operation, and the
+//! loop pays for time only when it waits, as the wait's timeout.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use super::executor::with_reactor;
+
+/// Completes at its deadline. Dropping it disarms it.
+pub struct Timer {
+    deadline: Instant,
+    /// The reactor's id for it once armed; 0 before.
+    id: u64,
+}
+
+impl Timer {
+    /// A timer that fires `after` from now.
+    pub fn new(after: Duration) -> Timer {
+        Timer::at(Instant::now().checked_add(after).unwrap_or_else(far_future))
+    }
+
+    pub fn at(deadline: Instant) -> Timer {
+        Timer { deadline, id: 0 }
+    }
+
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+}
+
+/// A deadline that never comes in practice, for durations too long to add.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+impl Future for Timer {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if Instant::now() >= this.deadline {
+            if this.id != 0 {
+                with_reactor(|r| r.remove_timer(this.deadline, this.id));
+                this.id = 0;
+            }
+            return Poll::Ready(());
+        }
+        match with_reactor(|r| r.set_timer(this.deadline, this.id, cx.waker())) {
+            Some(id) => this.id = id,
+            None => panic!("rt::Timer polled outside an rt executor"),
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        if self.id != 0 {
+            with_reactor(|r| r.remove_timer(self.deadline, self.id));
+        }
+    }
+}
+
+/// Waits for `duration`.
+pub async fn sleep(duration: Duration) {
+    Timer::new(duration).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rt::{block_on, spawn_local};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    #[test]
+    fn timers_fire_in_deadline_order_and_not_before() {
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let o = order.clone();
+        let started = Instant::now();
+        block_on(async move {
+            let tasks: Vec<_> = [30u64, 10, 20]
+                .into_iter()
+                .map(|ms| {
+                    let o = o.clone();
+                    spawn_local(async move {
+                        sleep(Duration::from_millis(ms)).await;
+                        o.borrow_mut().push(ms);
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await;
+            }
+        })
+        .unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(30));
+        assert_eq!(*order.borrow(), vec![10, 20, 30]);
+    }
+
+    #[test]
+    fn a_dropped_timer_does_not_keep_the_loop_waiting() {
+        let started = Instant::now();
+        block_on(async {
+            let long = Timer::new(Duration::from_secs(3600));
+            let short = sleep(Duration::from_millis(5));
+            futures_lite::future::or(async { long.await; 1 }, async { short.await; 2 }).await
+        })
+        .map(|winner| assert_eq!(winner, 2))
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(60));
+    }
+}
