@@ -236,9 +236,6 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
     for _ in cpus {
         nudge_readers.push(shared.nudges.add().map_err(|e| format!("cannot create the shards' wake-up sockets: {e}"))?);
     }
-    let ticker_stop = Arc::downgrade(&shared);
-    nudge::start_ticker(Arc::downgrade(&shared.nudges), move || ticker_stop.upgrade().is_none_or(|s| s.is_shutting_down()))
-        .map_err(|e| format!("cannot start the ticker thread: {e}"))?;
     let (mesh, mut inboxes) = peers::Peers::mesh(cpus.len());
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut handles = Vec::new();
@@ -584,17 +581,21 @@ impl Shard {
             for pool in self.pools().values() {
                 pool.expire_waiters(now);
             }
-            let woken = match nudged.as_mut() {
-                Some(socket) => matches!(socket.read(&mut bytes).await, Ok(n) if n > 0),
-                None => false,
-            };
-            if !woken {
-                // The writers live as long as the process: this is not
-                // expected, but polling keeps the shard correct if it happens.
-                if nudged.take().is_some() {
-                    warn!(shard = self.id, "lost the wake-up socket; polling instead");
-                }
+            let tick = async {
                 rt::sleep(nudge::TICK).await;
+                true
+            };
+            let nudge = async {
+                match nudged.as_mut() {
+                    Some(socket) => matches!(socket.read(&mut bytes).await, Ok(n) if n > 0),
+                    None => std::future::pending().await,
+                }
+            };
+            if !futures_lite::future::or(tick, nudge).await {
+                // The writers live as long as the process: this is not
+                // expected, but the tick keeps the shard correct if it happens.
+                warn!(shard = self.id, "lost the wake-up socket; shutdown and reloads wait for the next tick");
+                nudged = None;
             }
         }
         self.shutdown.fire();

@@ -1,29 +1,28 @@
-//! Waking shards from plain threads, so that no shard keeps a timer armed.
+//! Waking shards from plain threads.
 //!
 //! Shards have chores that do not come from their own sockets: a signal set
-//! the shutdown flag or stored a new config, server connections outlived
-//! `server_idle_timeout`, a client waited longer than `query_wait_timeout`.
-//! The obvious way, a glommio timer per chore, is expensive here: every time
-//! an executor with a timer pending parks, glommio arms an io_uring timeout
-//! for it and cancels it on waking. Measured with pgbench -S (8 clients, one
-//! shard): a 250 ms polling timer alone raised io_uring_enter calls from 3.7
-//! to 5.7 per transaction and pglane's CPU from 28 to 35 µs per transaction.
+//! the shutdown flag or stored a new config (the signal thread's doing), and
+//! periodic ones: server connections outlived `server_idle_timeout`, a client
+//! waited longer than `query_wait_timeout`. The periodic ones are a timer of
+//! the shard's own, every [`TICK`] (on `crate::rt` a timer adds no syscall: it
+//! is the timeout of a wait the loop does anyway). For the others, each shard
+//! also waits on its end of a socket pair, which becomes readable when a
+//! plain thread writes a byte to the other end. The bytes carry no meaning:
+//! a shard woken for any reason looks at everything.
 //!
-//! So each shard waits for I/O instead: its end of a socket pair becomes
-//! readable when a plain thread writes a byte to the other end. The signal
-//! handler thread writes at once (shutdown, reload); a ticker thread writes
-//! every [`TICK`] for the periodic chores. The bytes carry no meaning: a
-//! shard woken for any reason looks at everything.
+//! (On glommio a pending timer made every park arm and cancel an io_uring
+//! timeout, so a ticker thread nudged the shards instead; measured then, a
+//! 250 ms timer cost 7 µs of CPU per transaction at 8 clients.)
 //!
-//! This module owns the socket pairs and the ticker; what a shard does when
-//! nudged is [`super::Shard::housekeeping`].
+//! This module owns the socket pairs; what a shard does when nudged is
+//! [`super::Shard::housekeeping`].
 
 use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::{Mutex, Weak};
+use std::sync::Mutex;
 use std::time::Duration;
 
-/// How often the ticker nudges every shard: the precision of
+/// How often a shard does its periodic chores: the precision of
 /// `query_wait_timeout`, `server_idle_timeout` and `server_lifetime`.
 pub const TICK: Duration = Duration::from_millis(250);
 
@@ -53,20 +52,6 @@ impl Nudges {
             let _ = writer.write(&[1]);
         }
     }
-}
-
-/// Starts the ticker thread: nudges all shards every [`TICK`] until `stop`
-/// says so or `nudges` is dropped.
-pub fn start_ticker(nudges: Weak<Nudges>, stop: impl Fn() -> bool + Send + 'static) -> io::Result<()> {
-    std::thread::Builder::new().name("pglane-ticker".into()).spawn(move || loop {
-        std::thread::sleep(TICK);
-        let Some(nudges) = nudges.upgrade() else { return };
-        nudges.nudge_all();
-        if stop() {
-            return;
-        }
-    })?;
-    Ok(())
 }
 
 #[cfg(test)]
