@@ -23,12 +23,40 @@ where
         local.blocking.borrow_mut().get_or_insert_with(start_thread).clone()
     })
     .expect("rt::spawn_blocking outside an rt executor");
-    let (runnable, task) = async_task::spawn(async move { f() }, move |runnable| {
-        // The thread lives as long as any sender: this cannot fail.
-        let _ = sender.send(runnable);
-    });
+    // A panic in `f` is caught and raised again where the task is awaited,
+    // so it never ends the blocking thread.
+    let (runnable, task) = async_task::Builder::new().propagate_panic(true).spawn(
+        move |_| async move { f() },
+        move |runnable| {
+            // The thread lives as long as any sender: this cannot fail.
+            let _ = sender.send(runnable);
+        },
+    );
     runnable.schedule();
     task
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rt::block_on;
+
+    #[test]
+    fn work_runs_off_the_loop_and_a_panic_comes_back_to_the_awaiter() {
+        block_on(async {
+            let loop_thread = std::thread::current().id();
+            let other = spawn_blocking(|| std::thread::current().id()).await;
+            assert_ne!(other, loop_thread);
+            use futures_lite::FutureExt;
+            let panicked = std::panic::AssertUnwindSafe(spawn_blocking(|| -> u32 { panic!("a test panic") }))
+                .catch_unwind()
+                .await;
+            assert!(panicked.is_err(), "the panic reaches the awaiter");
+            // The blocking thread survived the panic and serves the next call.
+            assert_eq!(spawn_blocking(|| 7).await, 7);
+        })
+        .unwrap();
+    }
 }
 
 fn start_thread() -> mpsc::Sender<Runnable> {
