@@ -469,7 +469,9 @@ impl Pglane {
             {
                 return Err(format!("pglane exited with {status}"));
             }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            // Every shard is up once the log says so: the first shard may
+            // accept before the others have their listeners.
+            if self.log().contains("pglane is ready") && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
