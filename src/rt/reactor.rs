@@ -80,6 +80,14 @@ impl Reactor {
             .setup_cqsize(COMPLETION_ENTRIES)
             .build(RING_ENTRIES)
             .or_else(|_| IoUring::builder().setup_cqsize(COMPLETION_ENTRIES).build(RING_ENTRIES))?;
+        // Waits with a timeout (EXT_ARG) and never-dropped completions
+        // (NODROP) are what the loop is built on: Linux 5.11 and later.
+        if !ring.params().is_feature_ext_arg() || !ring.params().is_feature_nodrop() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this kernel's io_uring lacks EXT_ARG or NODROP: pglane needs Linux 5.11 or later",
+            ));
+        }
         let mut reactor = Reactor {
             ring,
             slots: Vec::new(),
