@@ -266,8 +266,10 @@ impl Pool {
             return self.open_in_slot().await;
         }
         self.bump(|s| s.waits += 1);
-        // No timer per waiter (an armed timer costs the shard on every park):
-        // the shard's periodic housekeeping expires waiters past their deadline.
+        // No timer per waiter: the shard's periodic housekeeping expires
+        // waiters past their deadline, to its tick's precision (250 ms, for a
+        // timeout given in seconds). Written when a pending timer cost every
+        // park on glommio; on rt one would be cheap, this is simply enough.
         let waiter = Rc::new(Waiter {
             grant: RefCell::new(None),
             waker: RefCell::new(None),
