@@ -381,3 +381,41 @@ async fn clients_with_different_search_paths_do_not_share_statements() {
         .get(0);
     assert_eq!(prepared, 2);
 }
+
+/// `fut`'s output, or a panic naming `what` if it takes over 30 s.
+async fn within<T>(what: String, fut: impl std::future::Future<Output = T>) -> T {
+    let limit = std::time::Duration::from_secs(30);
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r,
+        Err(_) => panic!("{what}: no answer within {limit:?}"),
+    }
+}
+
+/// asyncpg's DDL step, over and over, with the timing left to chance: two
+/// clients share a statement over two server connections, DDL changes its
+/// result type, and each client must get 0A000 once, prepare again and go
+/// on, never hang (seen once in CI: tests/drivers.rs's asyncpg DDL step).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_under_a_shared_statement_fails_each_client_once_and_never_hangs() {
+    own_database("prep_ddl_loop");
+    let lane = pglane(1, 2, "prep_ddl_loop", "");
+    let (a, b) = (connect(lane.port, "postgres", "secret", "app").await, connect(lane.port, "postgres", "secret", "app").await);
+    for round in 0..40 {
+        let table = format!("ddl_{round}");
+        a.batch_execute(&format!("create table {table} (id int primary key, v int); insert into {table} values (1, 10), (2, 20)")).await.unwrap();
+        let q = format!("select v from {table} where id = $1");
+        let (sa, sb) = (a.prepare(&q).await.unwrap(), b.prepare(&q).await.unwrap());
+        let v: i32 = a.query_one(&sa, &[&1i32]).await.unwrap().get(0);
+        assert_eq!(v, 10);
+        let v: i32 = b.query_one(&sb, &[&2i32]).await.unwrap().get(0);
+        assert_eq!(v, 20);
+        a.batch_execute(&format!("alter table {table} alter column v type text")).await.unwrap();
+        for (name, client, old, id, want) in [("a", &a, &sa, 1i32, "10"), ("b", &b, &sb, 2i32, "20")] {
+            let err = within(format!("round {round}: {name}'s stale statement"), client.query_one(old, &[&id])).await.unwrap_err();
+            assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "round {round}: {name}: {err}");
+            let fresh = within(format!("round {round}: {name} prepares again"), client.prepare(&q)).await.unwrap();
+            let v: String = within(format!("round {round}: {name}'s fresh statement"), client.query_one(&fresh, &[&id])).await.unwrap().get(0);
+            assert_eq!(v, want, "round {round}: {name}");
+        }
+    }
+}
