@@ -270,12 +270,14 @@ impl Reactor {
                     }
                     match std::mem::replace(slot, Slot::Done(cqe.result())) {
                         Slot::Waiting(Some(waker)) => waker.wake(),
-                        Slot::Waiting(None) => {}
-                        Slot::Abandoned | Slot::Free => {
+                        Slot::Waiting(None) | Slot::Done(_) => {}
+                        Slot::Abandoned => {
                             *slot = Slot::Free;
                             self.free.push(index as u32);
                         }
-                        Slot::Done(_) => {}
+                        // Already spent and on the free list: a second
+                        // completion must not put it there twice.
+                        Slot::Free => *slot = Slot::Free,
                     }
                 }
             }
