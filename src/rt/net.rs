@@ -15,7 +15,7 @@
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -92,8 +92,7 @@ impl Socket {
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => true,
             Err(e) => return Err(e),
         };
-        // SAFETY: a socket we own, handed over whole.
-        let mut stream = Socket::from_fd(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) })?;
+        let mut stream = Socket::from_fd(socket.into())?;
         if in_progress {
             let fd = stream.fd.as_raw_fd();
             futures_lite::future::poll_fn(|cx| poll_wait(&mut stream.write_wait, fd, libc::POLLOUT as u32, cx)).await?;
@@ -137,10 +136,6 @@ impl Drop for Socket {
     }
 }
 
-fn last_error() -> io::Error {
-    io::Error::last_os_error()
-}
-
 impl AsyncRead for Socket {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
@@ -157,7 +152,7 @@ impl AsyncRead for Socket {
                 this.maybe_readable = n == buf.len() && n > 0;
                 return Poll::Ready(Ok(n));
             }
-            let e = last_error();
+            let e = io::Error::last_os_error();
             match e.kind() {
                 io::ErrorKind::WouldBlock => this.maybe_readable = false,
                 io::ErrorKind::Interrupted => {}
@@ -180,7 +175,7 @@ impl AsyncWrite for Socket {
             if n >= 0 {
                 return Poll::Ready(Ok(n as usize));
             }
-            let e = last_error();
+            let e = io::Error::last_os_error();
             match e.kind() {
                 io::ErrorKind::WouldBlock => {
                     std::task::ready!(poll_wait(&mut this.write_wait, fd, libc::POLLOUT as u32, cx))?;
@@ -200,7 +195,7 @@ impl AsyncWrite for Socket {
         // SAFETY: shutdown on our own socket.
         let r = unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR) };
         if r < 0 {
-            let e = last_error();
+            let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::ENOTCONN) {
                 return Poll::Ready(Err(e));
             }
@@ -237,7 +232,7 @@ impl Listener {
                 // SAFETY: a new descriptor, ours from here on.
                 return Poll::Ready(Ok(unsafe { OwnedFd::from_raw_fd(conn) }));
             }
-            let e = last_error();
+            let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EAGAIN) => std::task::ready!(self.wait_readable(fd, cx))?,
                 Some(libc::EINTR) | Some(libc::ECONNABORTED) => {}
@@ -273,12 +268,12 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor the caller owns.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     if flags < 0 {
-        return Err(last_error());
+        return Err(io::Error::last_os_error());
     }
     if flags & libc::O_NONBLOCK == 0 {
         // SAFETY: as above.
         if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-            return Err(last_error());
+            return Err(io::Error::last_os_error());
         }
     }
     Ok(())

@@ -20,7 +20,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -231,70 +230,69 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
             ensure_port_free(metrics)?;
         }
     }
-    let unix_fd = unix_socket.as_ref().map(|u| u.listener.as_raw_fd());
     let mut nudge_readers = Vec::new();
     for _ in cpus {
         nudge_readers.push(shared.nudges.add().map_err(|e| format!("cannot create the shards' wake-up sockets: {e}"))?);
     }
-    let (mesh, mut inboxes) = peers::Peers::mesh(cpus.len());
+    let (peers, inboxes) = peers::Peers::mesh(cpus.len());
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut handles = Vec::new();
-    for ((id, &cpu), nudged) in cpus.iter().enumerate().zip(nudge_readers) {
+    for (((id, &cpu), nudged), inbox) in cpus.iter().enumerate().zip(nudge_readers).zip(inboxes) {
         let shared = shared.clone();
-        let peers = mesh.clone_for_shard();
-        let inbox = inboxes.remove(0);
+        let peers = peers.clone();
+        let unix = unix_socket.as_ref().map(|u| u.listener.try_clone());
         let shards = cpus.len();
         let ready = ready_tx.clone();
         let handle = rt::start_pinned(&format!("pglane-{id}"), Some(cpu), move || async move {
-                let _guard = PanicGuard { shared: shared.clone(), shard: id };
-                let addr = shared.config.load().listen.clone();
-                let listener = match bind_listener(&addr) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        let _ = ready.send(Err(format!("cannot listen on {addr}: {e}")));
-                        return;
-                    }
-                };
-                let unix = match unix_fd.map(adopt_unix_listener).transpose() {
-                    Ok(u) => u,
-                    Err(e) => {
-                        let _ = ready.send(Err(format!("shard {id}: cannot share the unix socket listener: {e}")));
-                        return;
-                    }
-                };
-                let metrics = match shared.config.load().metrics_listen.clone().map(|a| bind_listener(&a).map_err(|e| (a, e))).transpose() {
-                    Ok(m) => m,
-                    Err((a, e)) => {
-                        let _ = ready.send(Err(format!("cannot listen for metrics on {a}: {e}")));
-                        return;
-                    }
-                };
-                let shard = Rc::new(Shard {
-                    id,
-                    shards,
-                    shared,
-                    shutdown: ShutdownSignal::default(),
-                    pools: RefCell::default(),
-                    clients: RefCell::default(),
-                    next_client: Cell::new(1),
-                    peers,
-                    gatherings: RefCell::default(),
-                    next_request: Cell::new(1),
-                    pause: control::PauseState::default(),
-                    applied_generation: Cell::new(0),
-                    scram_secrets: RefCell::default(),
-                    spare_buffers: RefCell::default(),
-                    auth_query_cache: Default::default(),
-                    learned_logins: RefCell::default(),
-                });
-                peers::serve_peers(&shard, inbox);
-                if let Some(metrics) = metrics {
-                    rt::spawn_local(shard.clone().accept_until_shutdown(Listener::Tcp(metrics), admit_scraper)).detach();
+            let _guard = PanicGuard { shared: shared.clone(), shard: id };
+            let addr = shared.config.load().listen.clone();
+            let listener = match bind_listener(&addr) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready.send(Err(format!("cannot listen on {addr}: {e}")));
+                    return;
                 }
-                let _ = ready.send(Ok(()));
-                shard.run(listener, unix, nudged).await;
-            })
-            .map_err(|e| format!("cannot start shard {id} on cpu {cpu}: {e}"))?;
+            };
+            let unix = match unix.map(adopt_unix_listener).transpose() {
+                Ok(u) => u,
+                Err(e) => {
+                    let _ = ready.send(Err(format!("shard {id}: cannot share the unix socket listener: {e}")));
+                    return;
+                }
+            };
+            let metrics = match shared.config.load().metrics_listen.clone().map(|a| bind_listener(&a).map_err(|e| (a, e))).transpose() {
+                Ok(m) => m,
+                Err((a, e)) => {
+                    let _ = ready.send(Err(format!("cannot listen for metrics on {a}: {e}")));
+                    return;
+                }
+            };
+            let shard = Rc::new(Shard {
+                id,
+                shards,
+                shared,
+                shutdown: ShutdownSignal::default(),
+                pools: RefCell::default(),
+                clients: RefCell::default(),
+                next_client: Cell::new(1),
+                peers,
+                gatherings: RefCell::default(),
+                next_request: Cell::new(1),
+                pause: control::PauseState::default(),
+                applied_generation: Cell::new(0),
+                scram_secrets: RefCell::default(),
+                spare_buffers: RefCell::default(),
+                auth_query_cache: Default::default(),
+                learned_logins: RefCell::default(),
+            });
+            peers::serve_peers(&shard, inbox);
+            if let Some(metrics) = metrics {
+                rt::spawn_local(shard.clone().accept_until_shutdown(Listener::Tcp(metrics), admit_scraper)).detach();
+            }
+            let _ = ready.send(Ok(()));
+            shard.run(listener, unix, nudged).await;
+        })
+        .map_err(|e| format!("cannot start shard {id} on cpu {cpu}: {e}"))?;
         handles.push(handle);
     }
     drop(ready_tx);
@@ -386,8 +384,7 @@ impl UnixSocket {
         }
         let listener = std::os::unix::net::UnixListener::bind(&path)
             .map_err(|e| format!("cannot listen on the unix socket {}: {e}", path.display()))?;
-        // Always non-blocking: each shard's accept briefly toggles the flags
-        // of this shared descriptor (see `adopt_unix_listener`).
+        // Non-blocking, as every shard's copy (see `adopt_unix_listener`).
         listener.set_nonblocking(true).map_err(|e| format!("{}: {e}", path.display()))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
             .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
@@ -402,24 +399,10 @@ impl Drop for UnixSocket {
 }
 
 /// This shard's handle on the shared unix listening socket: its own copy
-/// of the descriptor, on its own reactor. All copies share one open file
-/// (and its O_NONBLOCK, which every shard wants).
-fn adopt_unix_listener(fd: std::os::fd::RawFd) -> std::io::Result<rt::net::Listener> {
-    use std::os::fd::FromRawFd;
-    let copy = dup_cloexec(fd)?;
-    // SAFETY: `copy` is a fresh descriptor of a bound, listening socket,
-    // owned from here on by the returned listener.
-    rt::net::Listener::from_fd(unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
-}
-
-/// A new descriptor for the same open socket, closed on exec.
-fn dup_cloexec(fd: std::os::fd::RawFd) -> std::io::Result<std::os::fd::RawFd> {
-    // SAFETY: F_DUPFD_CLOEXEC only reads `fd` (an open descriptor of ours).
-    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if copy < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(copy)
+/// of the descriptor (`try_clone`, made before the shard starts), on its
+/// own reactor. All copies share one open file, non-blocking for all.
+fn adopt_unix_listener(copy: std::io::Result<std::os::unix::net::UnixListener>) -> std::io::Result<rt::net::Listener> {
+    rt::net::Listener::from_fd(copy?.into())
 }
 
 impl Shard {
@@ -778,14 +761,12 @@ fn reusable_tcp_socket(addr: &str) -> std::io::Result<(socket2::Socket, std::net
 /// A listening socket with SO_REUSEPORT (one per shard, the kernel spreads
 /// connections over them) and SO_REUSEADDR.
 fn bind_listener(addr: &str) -> std::io::Result<rt::net::Listener> {
-    use std::os::fd::{FromRawFd, IntoRawFd};
     let (socket, addr) = reusable_tcp_socket(addr)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
-    // SAFETY: a bound, listening socket we own, handed over whole.
-    rt::net::Listener::from_fd(unsafe { std::os::fd::OwnedFd::from_raw_fd(socket.into_raw_fd()) })
+    rt::net::Listener::from_fd(socket.into())
 }
 
 #[cfg(test)]
@@ -845,32 +826,32 @@ mod tests {
         use std::time::Instant;
         let cpu = cpu_plan(None, None).unwrap()[0];
         let shard = rt::start_pinned("off-shard-test", Some(cpu), || async move {
-                let shard_thread = std::thread::current().id();
-                let started = Arc::new(AtomicBool::new(false));
-                let gate = Arc::new(AtomicBool::new(false));
-                let (s, g) = (started.clone(), gate.clone());
-                // The work waits for the shard to open a gate, which the
-                // shard can only do if it is not the one running the work.
-                let work = rt::spawn_local(off_shard(move || {
-                    s.store(true, Ordering::Release);
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    while !g.load(Ordering::Acquire) && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    (std::thread::current().id(), g.load(Ordering::Acquire))
-                }));
-                while !started.load(Ordering::Acquire) {
-                    rt::sleep(Duration::from_millis(1)).await;
+            let shard_thread = std::thread::current().id();
+            let started = Arc::new(AtomicBool::new(false));
+            let gate = Arc::new(AtomicBool::new(false));
+            let (s, g) = (started.clone(), gate.clone());
+            // The work waits for the shard to open a gate, which the
+            // shard can only do if it is not the one running the work.
+            let work = rt::spawn_local(off_shard(move || {
+                s.store(true, Ordering::Release);
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !g.load(Ordering::Acquire) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
                 }
-                gate.store(true, Ordering::Release);
-                let (thread, opened) = work.await.expect("no panic");
-                assert_ne!(thread, shard_thread, "off the shard thread");
-                assert!(opened, "the shard ran on while the work was pending");
-                // A panic comes back as None, and the thread serves the next call.
-                assert_eq!(off_shard(|| -> u32 { panic!("a test panic") }).await, None);
-                assert_eq!(off_shard(|| 7).await, Some(7));
-            })
-            .unwrap();
+                (std::thread::current().id(), g.load(Ordering::Acquire))
+            }));
+            while !started.load(Ordering::Acquire) {
+                rt::sleep(Duration::from_millis(1)).await;
+            }
+            gate.store(true, Ordering::Release);
+            let (thread, opened) = work.await.expect("no panic");
+            assert_ne!(thread, shard_thread, "off the shard thread");
+            assert!(opened, "the shard ran on while the work was pending");
+            // A panic comes back as None, and the thread serves the next call.
+            assert_eq!(off_shard(|| -> u32 { panic!("a test panic") }).await, None);
+            assert_eq!(off_shard(|| 7).await, Some(7));
+        })
+        .unwrap();
         shard.join().unwrap().unwrap();
     }
 

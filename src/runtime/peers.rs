@@ -21,6 +21,7 @@ use super::{with_timeout, Shard};
 const QUEUE: usize = 1024;
 
 /// A shard's way to every shard's inbox (its own included, unused).
+#[derive(Clone)]
 pub(super) struct Peers {
     inboxes: Vec<flume::Sender<ShardMessage>>,
 }
@@ -31,10 +32,6 @@ impl Peers {
     pub(super) fn mesh(shards: usize) -> (Peers, Vec<flume::Receiver<ShardMessage>>) {
         let (inboxes, receivers) = (0..shards).map(|_| flume::bounded(QUEUE)).unzip();
         (Peers { inboxes }, receivers)
-    }
-
-    pub(super) fn clone_for_shard(&self) -> Peers {
-        Peers { inboxes: self.inboxes.clone() }
     }
 
     /// Sends `message` to shard `peer`, waiting while its inbox is full.
@@ -48,9 +45,19 @@ impl Peers {
 /// What one shard sends another.
 #[derive(Debug)]
 pub enum ShardMessage {
-    Cancel { process_id: i32, secret_key: i32 },
-    Ask { from: usize, request: u64, question: Question },
-    Answer { request: u64, answer: Answer },
+    Cancel {
+        process_id: i32,
+        secret_key: i32,
+    },
+    Ask {
+        from: usize,
+        request: u64,
+        question: Question,
+    },
+    Answer {
+        request: u64,
+        answer: Answer,
+    },
 }
 
 /// What the admin console asks every shard.
@@ -104,9 +111,15 @@ impl Shard {
         self.next_request.set(request + 1);
         let gathering = Rc::new(Gathering::default());
         gathering.missing.set(self.shards - 1);
-        self.gatherings.borrow_mut().insert(request, gathering.clone());
+        self.gatherings
+            .borrow_mut()
+            .insert(request, gathering.clone());
         for peer in (0..self.shards).filter(|&p| p != self.id) {
-            let ask = ShardMessage::Ask { from: self.id, request, question: question.clone() };
+            let ask = ShardMessage::Ask {
+                from: self.id,
+                request,
+                question: question.clone(),
+            };
             if self.peers.send_to(peer, ask).await.is_err() {
                 gathering.missing.set(gathering.missing.get() - 1);
             }
@@ -121,7 +134,11 @@ impl Shard {
             }
         });
         if with_timeout(limit, all_in).await.is_none() {
-            warn!(shard = self.id, missing = gathering.missing.get(), "some shards did not answer the admin console in time");
+            warn!(
+                shard = self.id,
+                missing = gathering.missing.get(),
+                "some shards did not answer the admin console in time"
+            );
         }
         self.gatherings.borrow_mut().remove(&request);
         let mut answers = std::mem::take(&mut *gathering.answers.borrow_mut());
@@ -144,7 +161,9 @@ impl Shard {
             return; // too late: the asker gave up
         };
         gathering.answers.borrow_mut().push(answer);
-        gathering.missing.set(gathering.missing.get().saturating_sub(1));
+        gathering
+            .missing
+            .set(gathering.missing.get().saturating_sub(1));
         if gathering.missing.get() == 0 {
             if let Some(w) = gathering.waker.borrow_mut().take() {
                 w.wake();
@@ -159,12 +178,22 @@ pub(super) fn serve_peers(shard: &Rc<Shard>, inbox: flume::Receiver<ShardMessage
     crate::rt::spawn_local(async move {
         while let Ok(message) = inbox.recv_async().await {
             match message {
-                ShardMessage::Cancel { process_id, secret_key } => shard.cancel_local(process_id, secret_key).await,
-                ShardMessage::Ask { from, request, question } => {
+                ShardMessage::Cancel {
+                    process_id,
+                    secret_key,
+                } => shard.cancel_local(process_id, secret_key).await,
+                ShardMessage::Ask {
+                    from,
+                    request,
+                    question,
+                } => {
                     let shard = shard.clone();
                     crate::rt::spawn_local(async move {
                         let answer = shard.answer(question).await;
-                        let _ = shard.peers.send_to(from, ShardMessage::Answer { request, answer }).await;
+                        let _ = shard
+                            .peers
+                            .send_to(from, ShardMessage::Answer { request, answer })
+                            .await;
                     })
                     .detach();
                 }
