@@ -46,7 +46,7 @@ impl Stream {
                 ServerAddress::Unix(path) => Ok(Stream::Plain(Socket::connect_unix(path)?)),
             }
         };
-        crate::runtime::with_timeout(timeout, connect)
+        crate::rt::with_timeout(timeout, connect)
             .await
             .unwrap_or_else(|| Err(io::Error::new(io::ErrorKind::TimedOut, format!("timed out connecting to {addr}"))))
     }

@@ -13,7 +13,8 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 
 use crate::net::Stream;
 use crate::runtime::snapshot::ShardSnapshot;
-use crate::runtime::{with_timeout, ClientState, Shard};
+use crate::rt::with_timeout;
+use crate::runtime::{ClientState, Shard};
 
 /// Largest request head read.
 const MAX_REQUEST: usize = 8192;

@@ -94,7 +94,7 @@ async fn validate(pool: &Rc<Pool>, job: &Job) -> Decision {
     let Some(mut lease) = side_connection(pool).await else {
         return Decision::RetryAfter(Instant::now() + RETRY_AFTER);
     };
-    let checked = crate::runtime::with_timeout(CHECK_TIMEOUT, side_check(&mut lease, job, &rewrite)).await;
+    let checked = crate::rt::with_timeout(CHECK_TIMEOUT, side_check(&mut lease, job, &rewrite)).await;
     match checked {
         Some(Ok(outcome)) => {
             lease.release();

@@ -36,7 +36,8 @@ use crate::pool::{Lease, Pool, PoolError};
 use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
 use crate::protocol::startup::{self, StartupPacket, StartupParams};
 use crate::protocol::ProtocolError;
-use crate::runtime::{with_timeout, ClientEntry, ClientInfo, ClientState, Shard};
+use crate::rt::with_timeout;
+use crate::runtime::{ClientEntry, ClientInfo, ClientState, Shard};
 use crate::server::ServerError;
 
 use crate::prepare::ClientStatements;

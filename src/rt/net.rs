@@ -361,11 +361,7 @@ mod tests {
             sleep(Duration::from_millis(10)).await;
             drop(waiting); // cancels the read, drops the socket
             let mut buf = [0u8; 1];
-            let n = futures_lite::future::or(async { Some(b.read(&mut buf).await) }, async {
-                sleep(Duration::from_secs(30)).await;
-                None
-            })
-            .await;
+            let n = crate::rt::with_timeout(Duration::from_secs(30), b.read(&mut buf)).await;
             assert!(matches!(n, Some(Ok(0))), "the peer sees the close, got {n:?}");
         })
         .unwrap();

@@ -71,6 +71,15 @@ pub async fn sleep(duration: Duration) {
     Timer::new(duration).await
 }
 
+/// Runs `fut` for at most `limit`; `None` if time ran out first.
+pub async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> Option<T> {
+    futures_lite::future::or(async { Some(fut.await) }, async {
+        sleep(limit).await;
+        None
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

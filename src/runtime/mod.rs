@@ -17,7 +17,6 @@ pub mod snapshot;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -45,15 +44,6 @@ const REGISTRY_CAPACITY: usize = 10_000;
 
 /// Server-side relay buffer sets a shard keeps for reuse (each ≈ 40 KB).
 const SPARE_BUFFERS: usize = 256;
-
-/// Runs `fut` for at most `limit`; `None` if time ran out first.
-pub async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> Option<T> {
-    futures_lite::future::or(async { Some(fut.await) }, async {
-        rt::sleep(limit).await;
-        None
-    })
-    .await
-}
 
 /// The nice value of a shard's blocking thread: when the shard's own thread
 /// and a long computation compete for the core, the shard gets most of it.
@@ -459,7 +449,7 @@ impl Shard {
                 rt::sleep(Duration::from_millis(20)).await;
             }
         };
-        if with_timeout(limit, all_gone).await.is_none() {
+        if rt::with_timeout(limit, all_gone).await.is_none() {
             warn!(shard = self.id, clients = self.clients.borrow().len(), "shutdown_timeout passed; closing clients in transactions");
         }
         for pool in self.pools.borrow().values() {

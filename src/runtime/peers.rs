@@ -15,7 +15,8 @@ use std::time::Duration;
 use tracing::warn;
 
 use super::snapshot::ShardSnapshot;
-use super::{with_timeout, Shard};
+use super::Shard;
+use crate::rt::with_timeout;
 
 /// Messages a shard may have waiting from the others before senders wait.
 const QUEUE: usize = 1024;

@@ -154,7 +154,7 @@ impl ServerConn {
                 crate::client::settings::OUTPUT.map(|n| format!("'{n}'")).join(", ")
             );
             let learn = conn.query_pairs(&sql);
-            conn.output_defaults = match crate::runtime::with_timeout(target.connect_timeout, learn).await {
+            conn.output_defaults = match crate::rt::with_timeout(target.connect_timeout, learn).await {
                 Some(Ok(Ok(pairs))) => pairs,
                 Some(Ok(Err(e))) => {
                     debug!(server = %target.address, "cannot read the output settings ({}): binary floats stay off", e.message);
@@ -322,7 +322,7 @@ async fn open(target: &ServerTarget, tls: Option<&ServerTls>) -> Result<(Stream,
         }
         login(&mut stream, target).await
     };
-    let logged_in = crate::runtime::with_timeout(target.connect_timeout, handshake).await.unwrap_or_else(|| {
+    let logged_in = crate::rt::with_timeout(target.connect_timeout, handshake).await.unwrap_or_else(|| {
         Err(ServerError::Connect {
             addr: target.address.clone(),
             source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out logging in"),

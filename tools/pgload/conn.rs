@@ -118,11 +118,9 @@ impl Connection {
             conn.login(params).await?;
             Ok(conn)
         };
-        futures_lite::future::or(open, async {
-            pglane::rt::sleep(timeout).await;
-            Err(ConnError::ConnectTimeout(params.endpoint.clone()))
-        })
-        .await
+        pglane::rt::with_timeout(timeout, open)
+            .await
+            .unwrap_or_else(|| Err(ConnError::ConnectTimeout(params.endpoint.clone())))
     }
 
     async fn connect(endpoint: &Endpoint) -> Result<Connection, ConnError> {
