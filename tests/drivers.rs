@@ -92,6 +92,20 @@ struct Output {
 
 /// Runs `cmd`, killing it after `timeout`.
 fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
+    run_watched(cmd, timeout, None)
+}
+
+/// A look at a running script's surroundings, taken once if it runs longer
+/// than `after`: what pglane's admin console says while a client hangs is
+/// what tells a lost wake-up from a client waiting in the pool.
+struct Watch<'a> {
+    after: Duration,
+    look: &'a dyn Fn() -> String,
+}
+
+/// Runs `cmd`, killing it after `timeout`; a slow run's `watch` output is
+/// added to its stderr.
+fn run_watched(cmd: &mut Command, timeout: Duration, watch: Option<Watch<'_>>) -> Result<Output, String> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -110,10 +124,16 @@ fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output, Stri
         let _ = stderr.read_to_string(&mut s);
         s
     });
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let mut watch = watch;
+    let mut looked = String::new();
     let status = loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             break Some(status);
+        }
+        if let Some(w) = watch.take_if(|w| started.elapsed() > w.after) {
+            looked = format!("\n--- after {:?} ---\n{}", w.after, (w.look)());
         }
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -127,13 +147,25 @@ fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output, Stri
     if status.is_none() {
         stderr.push_str(&format!("\n(killed after {timeout:?})"));
     }
+    stderr.push_str(&looked);
     Ok(Output { success: status.is_some_and(|s| s.success()), stdout, stderr })
 }
 
 /// The script's summary (its last stdout line); panics with its output
 /// unless it exited 0 with an empty `failed` list.
-fn run_suite(what: &str, mut cmd: Command) -> serde_json::Value {
-    let out = run_with_timeout(&mut cmd, SCRIPT_TIMEOUT).unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+fn run_suite(what: &str, cmd: Command) -> serde_json::Value {
+    run_suite_watched(what, cmd, None)
+}
+
+/// [`run_suite`] through `lane`: a script still running after a minute gets
+/// pglane's SHOW CLIENTS, SERVERS and POOLS added to its failure output.
+fn run_suite_through(lane: &Pglane, what: &str, cmd: Command) -> serde_json::Value {
+    let look = || ["SHOW CLIENTS", "SHOW SERVERS", "SHOW POOLS"].map(|show| admin(lane, show)).join("\n");
+    run_suite_watched(what, cmd, Some(Watch { after: Duration::from_secs(60), look: &look }))
+}
+
+fn run_suite_watched(what: &str, mut cmd: Command, watch: Option<Watch<'_>>) -> serde_json::Value {
+    let out = run_watched(&mut cmd, SCRIPT_TIMEOUT, watch).unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
     let summary = out
         .stdout
         .lines()
@@ -175,21 +207,31 @@ fn fresh_database(db: &str) {
     pg.psql(&format!("create database {db}"));
 }
 
-/// SHOW PREPARED's first row, by column name.
-fn show_prepared(lane: &Pglane) -> std::collections::HashMap<String, i64> {
+/// What pglane's admin console answers to `show`, as psql's unaligned rows
+/// (a header line first), or psql's error.
+fn admin(lane: &Pglane, show: &str) -> String {
     let pg = postgres();
     let psql = pg.bin_dir.join("psql");
     let psql = if psql.exists() { psql } else { PathBuf::from("psql") };
     let out = Command::new(psql)
         .env("PGPASSWORD", SUPERUSER_PASSWORD)
-        .args(["-X", "-A", "-F", "|", "-h", "127.0.0.1", "-p", &lane.port.to_string(), "-U", SUPERUSER, "-d", "pgbouncer", "-c", "SHOW PREPARED"])
+        .args(["-X", "-A", "-F", "|", "-h", "127.0.0.1", "-p", &lane.port.to_string(), "-U", SUPERUSER, "-d", "pgbouncer", "-c", show])
         .output()
         .expect("psql runs");
-    assert!(out.status.success(), "SHOW PREPARED: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
+    if out.status.success() {
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    } else {
+        format!("{show}: {}", String::from_utf8_lossy(&out.stderr))
+    }
+}
+
+/// SHOW PREPARED's first row, by column name.
+fn show_prepared(lane: &Pglane) -> std::collections::HashMap<String, i64> {
+    let text = admin(lane, "SHOW PREPARED");
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap_or_default().split('|').collect();
     let row: Vec<&str> = lines.next().unwrap_or_default().split('|').collect();
+    assert!(row.len() == header.len(), "SHOW PREPARED: {text}");
     header
         .into_iter()
         .zip(row)
@@ -204,7 +246,7 @@ fn direct_then_pglane(db: &str, features: Features, command: impl Fn(u16, &str) 
     let pg = postgres();
     let direct = run_suite("the script against PostgreSQL directly", command(pg.port, db));
     let lane = start_pglane(db, features);
-    let through = run_suite("the script through pglane", command(lane.port, "app"));
+    let through = run_suite_through(&lane, "the script through pglane", command(lane.port, "app"));
     assert_eq!(direct["results"], through["results"], "results differ between PostgreSQL and pglane");
     assert_eq!(direct["checksum"], through["checksum"]);
     assert!(
@@ -316,7 +358,7 @@ fn asyncpg_ddl_changing_a_cached_result_type() {
         };
         let direct = run_suite("the ddl step against PostgreSQL directly", step(pg.port, db));
         let lane = start_pglane(db, features);
-        let through = run_suite("the ddl step through pglane", step(lane.port, "app"));
+        let through = run_suite_through(&lane, "the ddl step through pglane", step(lane.port, "app"));
         assert_eq!(direct["results"], through["results"]);
         assert!(direct["results"].as_object().is_some_and(|r| r.len() == 8), "{direct}");
     }

@@ -255,7 +255,7 @@ impl DualStack {
         let config = dir.join("dual.toml");
         std::fs::write(&config, format!("listen = \"[::]:{port}\"\n{body}")).unwrap();
         let log = std::fs::File::create(dir.join("dual.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_pglane"))
+        let child = Command::new(common::pglane_bin())
             .arg("--config")
             .arg(&config)
             .args(["--cores", "1"])

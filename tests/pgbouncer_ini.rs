@@ -148,7 +148,7 @@ struct Alone {
 impl Alone {
     fn start(ini: &Path, log: PathBuf, port: u16) -> Alone {
         let log_file = fs::File::create(&log).expect("create log");
-        let child = Command::new(env!("CARGO_BIN_EXE_pglane"))
+        let child = Command::new(common::pglane_bin())
             .arg("--pgbouncer-ini")
             .arg(ini)
             .args(["--cores", "1"])
@@ -192,7 +192,7 @@ async fn the_ini_alone_is_enough() {
 }
 
 fn check(args: &[&Path]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_pglane"));
+    let mut command = Command::new(common::pglane_bin());
     command.arg("--check");
     for pair in args.chunks(2) {
         command.arg(pair[0]).arg(pair[1]);

@@ -469,7 +469,7 @@ fn pgbench_select_only_through_pglane_has_no_failures() {
 
 #[test]
 fn check_validates_config_files() {
-    let bin = env!("CARGO_BIN_EXE_pglane");
+    let bin = &common::pglane_bin();
     let ok = Command::new(bin).args(["--check", "--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/pglane.toml")]).output().unwrap();
     assert!(ok.status.success(), "{ok:?}");
     let dir = std::env::temp_dir().join(format!("pglane-check-{}", std::process::id()));

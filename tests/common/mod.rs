@@ -29,7 +29,9 @@
 //! Environment knobs: `PG_BIN` (PostgreSQL bin dir), `PGLANE_TEST_TMP` (parent
 //! of temp dirs; default `std::env::temp_dir()`; keep it short, unix socket
 //! paths are limited to ~100 bytes), `PGLANE_KEEP_TMP`, `RUST_LOG` (passed to
-//! pglane; default `info`).
+//! pglane; default `info`), `PGLANE_BIN` (the binary under test; default
+//! the one cargo built with the tests, so a copy can be looped on while the
+//! tree is rebuilt).
 //!
 //! When the tests run as root, all PostgreSQL-side commands run as the `postgres`
 //! OS user via `runuser`, and temp dirs are chowned to it.
@@ -442,7 +444,7 @@ impl Pglane {
 
     fn spawn(&mut self, extra_args: &[&str]) {
         let log = fs::File::create(self.log_path()).expect("create pglane.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pglane"));
+        let mut cmd = Command::new(pglane_bin());
         cmd.arg("--config")
             .arg(self.config_path())
             .args(extra_args)
@@ -649,6 +651,11 @@ pub fn tcp_url(port: u16, user: &str, password: &str, db: &str) -> String {
 // ---------------------------------------------------------------------------
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0).
+/// The pglane binary under test: `PGLANE_BIN`, else cargo's.
+pub fn pglane_bin() -> PathBuf {
+    std::env::var_os("PGLANE_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pglane")), PathBuf::from)
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
