@@ -230,3 +230,39 @@ async fn resets_return_reported_settings_to_the_startup_value() {
         }
     }
 }
+
+/// A client whose messages pglane answers itself (Parse and Describe of a
+/// statement the pool knows, then Flush, as asyncpg prepares again after
+/// 0A000) on a server connection that another client left with other
+/// settings: the answers wait for the alignment's replies and then go out.
+/// They used to stay queued, and the client, which sends nothing more
+/// until answered, hung (recv's timeout fails this test).
+#[test]
+fn answers_pglane_gives_itself_follow_a_settings_alignment() {
+    let lane = start("transaction");
+    let mut utc = RawClient::login_with(lane.port, &[("user", "postgres"), ("database", "app"), ("TimeZone", "UTC")]);
+    let mut tokyo = RawClient::login_with(lane.port, &[("user", "postgres"), ("database", "app"), ("TimeZone", "Asia/Tokyo")]);
+    let sql = "select v, current_setting('TimeZone') from marker";
+    for round in 0..3 {
+        for (client, statement) in [(&mut utc, format!("u{round}")), (&mut tokyo, format!("t{round}"))] {
+            // One at a time, so both share the pool's most recently used connection.
+            let mut out = BytesMut::new();
+            frontend::parse(&mut out, &statement, sql, &[]);
+            frontend::describe(&mut out, frontend::Target::Statement, &statement);
+            frontend::flush(&mut out);
+            client.send(&out);
+            let answers: String = (0..3).map(|_| client.recv().tag as char).collect();
+            assert_eq!(answers, "1tT", "round {round}, statement {statement}");
+            let mut out = BytesMut::new();
+            frontend::bind(&mut out, "", &statement, &[], std::iter::empty(), &[]);
+            frontend::execute(&mut out, "", 0);
+            frontend::sync(&mut out);
+            client.send(&out);
+            let zone = if statement.starts_with('u') { "UTC" } else { "Asia/Tokyo" };
+            let got = client.until_ready();
+            assert_eq!(raw::tags(&got), "2DCZ", "round {round}");
+            let row = backend::decode_data_row(&got[1].body).unwrap();
+            assert_eq!(row.iter().nth(1).flatten(), Some(zone.as_bytes()), "round {round}");
+        }
+    }
+}

@@ -1208,6 +1208,10 @@ impl Exchange {
                 _ => {}
             }
             self.tracker.server_sent(tag, body);
+            // What pglane answers itself for the client's messages behind
+            // the alignment goes out now: the client may send nothing more
+            // until it has it (Parse, Describe, Flush).
+            self.answer_local(to_client);
             return false;
         }
         let mut forward = true;
@@ -1735,6 +1739,42 @@ mod tests {
         assert!(query_text(&sent[0]).contains("set_config('search_path'"));
         assert_eq!(query_text(&sent[1]), "select 1");
         assert!(sides.server_settings.same_values(&sides.client_settings));
+    }
+
+    /// asyncpg prepares again after 0A000 with Parse, Describe and Flush (no
+    /// Sync). When the statement is known, pglane answers both itself; if the
+    /// server connection it got needed its settings aligned first, those
+    /// answers wait behind the alignment's replies and must go out with its
+    /// ReadyForQuery, or the client, which sends nothing more until answered,
+    /// waits forever.
+    #[test]
+    fn answers_queued_behind_an_alignment_go_out_with_its_ready_for_query() {
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(None);
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, "s1", "SELECT v FROM t WHERE id = $1", &[23]);
+        frontend::describe(&mut p, Target::Statement, "s1");
+        frontend::sync(&mut p);
+        send(&mut ex, &mut sides, p);
+        let int4 = row_description_body(23);
+        assert_eq!(tags(&reply(&mut ex, &mut sides, &[(b'1', b""), (b't', b"\0\x01\0\0\0\x17"), (b'T', &int4), (b'Z', b"I")])), "1tTZ");
+
+        // The next transaction's server connection has other settings.
+        ex.reset();
+        sides.client_settings.set("TimeZone", Value::Reported("UTC".into()));
+        let mut to_server = BytesMut::new();
+        ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+        assert_eq!(tags(&messages(to_server)), "Q");
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, "s2", "SELECT v FROM t WHERE id = $1", &[23]);
+        frontend::describe(&mut p, Target::Statement, "s2");
+        frontend::flush(&mut p);
+        let (sent, answered) = send(&mut ex, &mut sides, p);
+        assert!(answered.is_empty(), "not ahead of the alignment's replies: {answered:?}");
+        assert_eq!(tags(&sent), "H", "both answered by pglane");
+        let got = reply_whole(&mut ex, &mut sides, &[(b'C', b"SET\0"), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "1tT", "ParseComplete and the description, and nothing of the alignment");
+        assert!(ex.is_quiet());
     }
 
     #[test]
