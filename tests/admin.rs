@@ -147,6 +147,24 @@ async fn kill_closes_the_databases_clients() {
     c.simple_query("select 1").await.unwrap();
 }
 
+/// KILL reaches a client whose query is still running, in both modes: the
+/// relay, waiting on its server, is woken to end the session at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_ends_a_client_in_the_middle_of_its_query() {
+    for mode in ["session", "transaction"] {
+        let config = config(2, "").replace("pool_mode = \"transaction\"", &format!("pool_mode = \"{mode}\""));
+        let lane = Pglane::start_with_args(&config, &["--cores", "1"]);
+        let c = connect(lane.port, "postgres", "secret", "app").await;
+        let query = tokio::spawn(async move { c.simple_query("select pg_sleep(60)").await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!query.is_finished(), "{mode}");
+        admin(lane.port, "postgres", "secret", "KILL app").unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(20), query).await.expect("KILL must not wait for the query").unwrap().unwrap_err();
+        let closed = e.is_closed() || e.as_db_error().is_some_and(|d| d.code().code() == "57P01");
+        assert!(closed, "{mode}: {e:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disable_refuses_new_clients_and_enable_admits_them_again() {
     let lane = start(2, 2, "");

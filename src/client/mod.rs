@@ -391,6 +391,7 @@ impl Session {
                 shutdown: &self.shard.shutdown,
                 killed: &self.entry.killed,
                 waker_id,
+                waker_left: false,
                 saw_ready: false,
                 busy_since: None,
                 limits: Limits {
@@ -529,19 +530,20 @@ impl Session {
     async fn checkout(&mut self) -> Result<Lease, SessionError> {
         let wait = Config::secs(self.config.query_wait_timeout);
         self.entry.set_state(ClientState::Waiting);
-        let started = Instant::now();
+        let started = crate::rt::now();
         if self.shard.is_paused(&self.entry.info.database)
             && with_timeout(wait, self.shard.wait_unpaused(&self.entry.info.database)).await.is_none()
         {
             return Err(SessionError::Pool(PoolError::WaitTimeout));
         }
-        let lease = self.pool.checkout(wait.saturating_sub(started.elapsed())).await?;
+        let lease = self.pool.checkout(wait.saturating_sub(crate::rt::now().saturating_duration_since(started))).await?;
         self.buffers.attach_server_side(self.shard.take_buffers());
-        let waited = started.elapsed();
+        let now = crate::rt::now();
+        let waited = now.saturating_duration_since(started);
         self.pool.count(|s| s.wait_time_us += waited.as_micros() as u64);
         *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
         self.entry.set_state(ClientState::Active);
-        self.lease_started = Instant::now();
+        self.lease_started = now;
         Ok(lease)
     }
 
@@ -584,15 +586,21 @@ impl Session {
     /// be made clean (rolled back, reset in session mode), closed otherwise.
     /// Its relay buffers go back to the shard either way.
     async fn give_back(&mut self, server: Lease) {
-        // Boxed: rolling back and resetting is rare and its future large.
-        Box::pin(self.return_server(server)).await;
+        if let Some((server, cleanup)) = self.release_if_clean(server) {
+            // Boxed: rolling back and resetting is rare and its future large
+            // (the common case above allocates nothing).
+            Box::pin(self.clean_and_release(server, cleanup)).await;
+        }
         self.shard.return_buffers(self.buffers.park_server_side());
     }
 
-    async fn return_server(&mut self, mut server: Lease) {
+    /// Releases the connection, or closes it (by dropping the lease) if it
+    /// was left mid-conversation; returns it with what must run on it first
+    /// if it needs cleaning.
+    fn release_if_clean(&mut self, server: Lease) -> Option<(Lease, Cleanup)> {
         *self.entry.server.borrow_mut() = None;
         self.entry.set_state(ClientState::Idle);
-        let held = self.lease_started.elapsed();
+        let held = crate::rt::now().saturating_duration_since(self.lease_started);
         self.pool.count(|s| {
             s.xact_count += 1;
             s.xact_time_us += held.as_micros() as u64;
@@ -611,24 +619,32 @@ impl Session {
                 let _ = crate::server::send_cancel(&key, timeout).await;
             })
             .detach();
-            return; // dropping the lease closes it
+            return None; // dropping the lease closes it
         }
-        let mut cleanups: Vec<&str> = Vec::new();
-        if self.exchange.tracker.status() != TransactionStatus::Idle {
-            cleanups.push("ROLLBACK");
-        }
+        let rollback = self.exchange.tracker.status() != TransactionStatus::Idle;
         // A pinned client's session state must not reach the next client:
         // reset the connection, or close it if there is no reset query.
         let pinned = self.exchange.pinned.is_some();
         if pinned && self.config.server_reset_query.is_empty() {
             debug!("closing the server connection of a pinned client: server_reset_query is empty");
-            return;
+            return None;
         }
-        let reset = self.mode == PoolMode::Session || self.config.server_reset_query_always || pinned;
-        if reset && !self.config.server_reset_query.is_empty() {
-            cleanups.push(&self.config.server_reset_query);
+        let reset = (self.mode == PoolMode::Session || self.config.server_reset_query_always || pinned)
+            && !self.config.server_reset_query.is_empty();
+        if rollback || reset {
+            return Some((server, Cleanup { rollback, reset }));
         }
-        for sql in cleanups {
+        self.exchange.reset();
+        server.release();
+        None
+    }
+
+    /// Runs the cleanup on the server, then releases it (or closes it if that
+    /// fails or takes too long).
+    async fn clean_and_release(&mut self, mut server: Lease, cleanup: Cleanup) {
+        let rollback = cleanup.rollback.then_some("ROLLBACK");
+        let reset = cleanup.reset.then_some(self.config.server_reset_query.as_str());
+        for sql in rollback.into_iter().chain(reset) {
             match with_timeout(CLEANUP_TIMEOUT, server.run_to_idle(sql)).await {
                 Some(Ok(())) => {
                     if forgets_statements(sql) {
@@ -649,6 +665,14 @@ impl Session {
         self.exchange.reset();
         server.release();
     }
+}
+
+/// What a returned server connection needs before the next client may have it.
+struct Cleanup {
+    /// It is inside a transaction block.
+    rollback: bool,
+    /// server_reset_query runs (session mode, a pinned client, or _always).
+    reset: bool,
 }
 
 /// Does this reset query drop the server's prepared statements?

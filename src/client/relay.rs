@@ -158,6 +158,8 @@ pub struct Relay<'a> {
     pub shutdown: &'a ShutdownSignal,
     pub killed: &'a std::cell::Cell<bool>,
     pub waker_id: u64,
+    /// The shutdown signal has this task's waker (see `step`).
+    pub waker_left: bool,
     /// A ReadyForQuery has come back in this relay: before that, an idle
     /// exchange only means nothing was sent yet.
     pub saw_ready: bool,
@@ -283,7 +285,7 @@ impl Relay<'_> {
             }
         }
         if self.busy_since.is_none() && !b.to_server.is_empty() {
-            self.busy_since = Some(std::time::Instant::now());
+            self.busy_since = Some(crate::rt::now());
         }
         match poll_send(cx, self.server, &mut b.to_server, &mut b.counters.bytes_to_server) {
             Poll::Ready(Ok(wrote)) => progress |= wrote,
@@ -325,7 +327,7 @@ impl Relay<'_> {
                             b.counters.queries += 1;
                             if self.exchange.is_quiet() {
                                 if let Some(since) = self.busy_since.take() {
-                                    b.counters.query_time_us += since.elapsed().as_micros() as u64;
+                                    b.counters.query_time_us += crate::rt::now().saturating_duration_since(since).as_micros() as u64;
                                 }
                             }
                         }
@@ -365,8 +367,16 @@ impl Relay<'_> {
         if progress {
             return Step::Progress;
         }
+        // Only between transactions does a shutdown end the relay. The
+        // signal keeps the task's waker (the same for its whole life; KILL
+        // wakes through it too) from the first call on, so mid-transaction
+        // steps skip the lookup.
         let between_transactions =
             self.exchange.is_releasable() && b.from_client.pending().is_empty() && b.to_client.is_empty();
+        if !between_transactions && self.waker_left {
+            return Step::Idle;
+        }
+        self.waker_left = true;
         if self.shutdown.poll_fired(self.waker_id, cx) && between_transactions {
             return Step::Done(RelayEnd::Shutdown);
         }

@@ -15,7 +15,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use thiserror::Error;
 
@@ -407,7 +407,7 @@ impl Pool {
             waiter.grant(Grant::Conn(conn));
             return;
         }
-        conn.idle_since = Instant::now();
+        conn.idle_since = crate::rt::now();
         self.idle.borrow_mut().push(conn);
     }
 

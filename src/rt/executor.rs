@@ -18,6 +18,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use async_task::Runnable;
 
@@ -37,6 +38,8 @@ pub(super) struct Local {
     remote: Arc<Remote>,
     /// The thread that runs [`super::spawn_blocking`]'s work, started on first use.
     pub(super) blocking: RefCell<Option<std::sync::mpsc::Sender<Runnable>>>,
+    /// When the current turn's wait ended (see [`super::now`]).
+    pub(super) now: Cell<Instant>,
 }
 
 /// The part of an executor other threads may touch: wake-ups from them.
@@ -158,6 +161,7 @@ where
             eventfd,
         }),
         blocking: RefCell::default(),
+        now: Cell::new(Instant::now()),
     };
     CURRENT.with(|c| c.set(&local));
     let _current = ResetCurrent { local: &local };
@@ -195,7 +199,7 @@ impl Local {
             }
         }
         if let Some(reactor) = self.reactor.borrow_mut().as_mut() {
-            reactor.turn(may_wait);
+            self.now.set(reactor.turn(may_wait));
         }
         self.remote.sleeping.store(false, Ordering::SeqCst);
     }

@@ -32,4 +32,4 @@ pub mod time;
 
 pub use blocking::spawn_blocking;
 pub use executor::{block_on, spawn_local, start_pinned, Task};
-pub use time::{sleep, with_timeout, Timer};
+pub use time::{now, sleep, with_timeout, Timer};

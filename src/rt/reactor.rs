@@ -214,8 +214,9 @@ impl Reactor {
 
     /// Submits what the turn's tasks queued, waits if `may_wait` (until a
     /// completion, a remote wake-up, or the nearest timer), then wakes the
-    /// tasks whose ops completed or whose timers are due.
-    pub(super) fn turn(&mut self, may_wait: bool) {
+    /// tasks whose ops completed or whose timers are due. Returns when the
+    /// wait ended.
+    pub(super) fn turn(&mut self, may_wait: bool) -> Instant {
         let timeout = match (may_wait, self.timers.first_key_value()) {
             (false, _) => Some(Duration::ZERO),
             (true, None) => None,
@@ -247,9 +248,11 @@ impl Reactor {
             }
         }
         self.reap();
+        let now = Instant::now();
         if !self.timers.is_empty() {
-            self.fire_timers();
+            self.fire_timers(now);
         }
+        now
     }
 
     /// Takes every completion off the ring and wakes who waits for it.
@@ -288,8 +291,7 @@ impl Reactor {
         }
     }
 
-    fn fire_timers(&mut self) {
-        let now = Instant::now();
+    fn fire_timers(&mut self, now: Instant) {
         while let Some(entry) = self.timers.first_entry() {
             if entry.key().0 > now {
                 break;

@@ -81,7 +81,7 @@ impl ClientEntry {
     pub fn set_state(&self, state: ClientState) {
         if self.state.get() != state {
             self.state.set(state);
-            self.state_since.set(Instant::now());
+            self.state_since.set(crate::rt::now());
         }
     }
 }
