@@ -539,6 +539,14 @@ impl Exchange {
         self.auto.as_ref().is_some_and(|a| !a.off)
     }
 
+    /// Bytes of the client's messages held back while a result type is
+    /// checked: the relay stops reading from the client while they and its
+    /// output to the server pass its high-water mark, so a client that
+    /// pipelines during the check cannot grow them without bound.
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
     /// Nothing due in either direction.
     pub fn is_quiet(&self) -> bool {
         self.due.is_empty() && self.tracker.is_quiet()
@@ -2152,12 +2160,14 @@ mod tests {
             let (sent, answered) = send(&mut ex, &mut sides, b);
             assert!(answered.is_empty());
             assert_eq!(tags(&sent), "PDH", "Parse, pglane's Describe and Flush; the Bind waits");
+            assert!(ex.held_len() > 0, "the held Bind, Execute and Sync count against the relay's high-water mark");
             let new_type = row_description_body(if changed { 25 } else { 23 });
             let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b't', b"\0\x01\0\0\0\x17"), (b'T', &new_type)]);
             let mut then = BytesMut::new();
             ex.take_for_server(&mut then);
             let then = messages(then);
             assert!(got.is_empty());
+            assert_eq!(ex.held_len(), 0, "released");
             if changed {
                 assert_eq!(tags(&then), "EBES", "a failing Execute ahead of the held messages");
                 let got = reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C34000\0Mportal does not exist\0\0"), (b'Z', b"I")]);

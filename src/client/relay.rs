@@ -255,7 +255,9 @@ impl Relay<'_> {
         let mut client_leaving = false;
         let mut bad_tag = None;
         if !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) {
-            if !b.from_client.eof && b.to_server.len() < HIGH_WATER {
+            // What the exchange holds back (see `Exchange::held_len`) is
+            // on its way to the server too, and counts against the mark.
+            if !b.from_client.eof && b.to_server.len() + self.exchange.held_len() < HIGH_WATER {
                 match b.from_client.poll_fill(cx, self.client) {
                     Poll::Ready(Ok(_)) => progress = true,
                     Poll::Ready(Err(_)) => return Step::Done(RelayEnd::ClientLeft),
