@@ -115,6 +115,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         lease_started: Instant::now(),
         settings: settings::Settings::default(),
         startup_applied: false,
+        waker_left: false,
     };
     match session.run(&params).await {
         Ok(()) => info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client closed the connection"),
@@ -309,6 +310,9 @@ struct Session {
     settings: settings::Settings,
     /// A server accepted this client's startup settings.
     startup_applied: bool,
+    /// The shard's shutdown signal has this task's waker
+    /// (`ShutdownSignal::poll_fired_once`).
+    waker_left: bool,
 }
 
 /// What the client did while it held no server connection.
@@ -391,7 +395,7 @@ impl Session {
                 shutdown: &self.shard.shutdown,
                 killed: &self.entry.killed,
                 waker_id,
-                waker_left: false,
+                waker_left: &mut self.waker_left,
                 saw_ready: false,
                 busy_since: None,
                 limits: Limits {
@@ -558,8 +562,8 @@ impl Session {
     /// Waits, holding no server, until the client sends something.
     async fn wait_for_client(&mut self) -> Result<Idle, SessionError> {
         let id = self.waker_id();
-        let (inbox, client, shutdown, killed) =
-            (&mut self.buffers.from_client, &mut self.client, &self.shard.shutdown, &self.entry.killed);
+        let (inbox, client, shutdown, killed, waker_left) =
+            (&mut self.buffers.from_client, &mut self.client, &self.shard.shutdown, &self.entry.killed, &mut self.waker_left);
         futures_lite::future::poll_fn(|cx| loop {
             if killed.get() {
                 return std::task::Poll::Ready(Ok(Idle::Killed));
@@ -570,7 +574,7 @@ impl Session {
                 None if inbox.eof => return std::task::Poll::Ready(Ok(Idle::Gone)),
                 None => {}
             }
-            if shutdown.poll_fired(id, cx) {
+            if shutdown.poll_fired_once(id, cx, waker_left) {
                 return std::task::Poll::Ready(Ok(Idle::Shutdown));
             }
             match inbox.poll_fill(cx, client) {

@@ -158,8 +158,8 @@ pub struct Relay<'a> {
     pub shutdown: &'a ShutdownSignal,
     pub killed: &'a std::cell::Cell<bool>,
     pub waker_id: u64,
-    /// The shutdown signal has this task's waker (see `step`).
-    pub waker_left: bool,
+    /// The shutdown signal has this task's waker (see `poll_fired_once`).
+    pub waker_left: &'a mut bool,
     /// A ReadyForQuery has come back in this relay: before that, an idle
     /// exchange only means nothing was sent yet.
     pub saw_ready: bool,
@@ -369,17 +369,10 @@ impl Relay<'_> {
         if progress {
             return Step::Progress;
         }
-        // Only between transactions does a shutdown end the relay. The
-        // signal keeps the task's waker (the same for its whole life; KILL
-        // wakes through it too) from the first call on, so mid-transaction
-        // steps skip the lookup.
+        // Only between transactions does a shutdown end the relay.
         let between_transactions =
             self.exchange.is_releasable() && b.from_client.pending().is_empty() && b.to_client.is_empty();
-        if !between_transactions && self.waker_left {
-            return Step::Idle;
-        }
-        self.waker_left = true;
-        if self.shutdown.poll_fired(self.waker_id, cx) && between_transactions {
+        if self.shutdown.poll_fired_once(self.waker_id, cx, self.waker_left) && between_transactions {
             return Step::Done(RelayEnd::Shutdown);
         }
         Step::Idle

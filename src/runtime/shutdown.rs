@@ -74,6 +74,19 @@ impl ShutdownSignal {
         false
     }
 
+    /// [`Self::poll_fired`] for a task that asks on every turn (a session:
+    /// once per transaction and per idle relay step). A task's waker never
+    /// changes, so it is left here on the first call only; `left` remembers
+    /// that for the caller. It stays until [`Self::forget`] (KILL wakes
+    /// through it too) or until the signal fires.
+    pub fn poll_fired_once(&self, id: u64, cx: &std::task::Context<'_>, left: &mut bool) -> bool {
+        if *left {
+            return self.fired.get();
+        }
+        *left = true;
+        self.poll_fired(id, cx)
+    }
+
     /// Drops the waker remembered under `id`.
     pub fn forget(&self, id: u64) {
         self.waiters.borrow_mut().remove(&id);
