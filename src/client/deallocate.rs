@@ -9,11 +9,17 @@
 //! this (the server runs it), nor is anything with more than one statement or
 //! a comment: those pass through unchanged.
 
-/// The statement name `sql` deallocates, as PostgreSQL resolves it
+/// The statement name `text` deallocates, as PostgreSQL resolves it
 /// (unquoted names folded to lower case, `""` in a quoted name is `"`), or
-/// None if `sql` is not a single `DEALLOCATE [PREPARE] name`.
-pub fn deallocated_name(sql: &str) -> Option<String> {
-    let sql = sql.trim();
+/// None if `text` is not a single `DEALLOCATE [PREPARE] name`. The text is
+/// the query's bytes, undecoded: every query and Parse of a client comes
+/// through here, and nearly none begins with the keyword.
+pub fn deallocated_name(text: &[u8]) -> Option<String> {
+    let start = text.iter().position(|b| !b.is_ascii_whitespace())?;
+    if !text[start..].get(..10).is_some_and(|word| word.eq_ignore_ascii_case(b"deallocate")) {
+        return None;
+    }
+    let sql = std::str::from_utf8(text).ok()?.trim();
     let sql = sql.strip_suffix(';').unwrap_or(sql).trim_end();
     if sql.contains("--") || sql.contains("/*") {
         return None;
@@ -66,12 +72,12 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(deallocated_name("DEALLOCATE _pg3_0").as_deref(), Some("_pg3_0"));
-        assert_eq!(deallocated_name(" deallocate prepare S_1 ; ").as_deref(), Some("s_1"));
-        assert_eq!(deallocated_name("DEALLOCATE \"S_1\"").as_deref(), Some("S_1"));
-        assert_eq!(deallocated_name("DEALLOCATE \"a\"\"b\"").as_deref(), Some("a\"b"));
-        assert_eq!(deallocated_name("DEALLOCATE prepare").as_deref(), Some("prepare"));
-        assert_eq!(deallocated_name("DEALLOCATE \"all\"").as_deref(), Some("all"));
+        assert_eq!(deallocated_name(b"DEALLOCATE _pg3_0").as_deref(), Some("_pg3_0"));
+        assert_eq!(deallocated_name(b" deallocate prepare S_1 ; ").as_deref(), Some("s_1"));
+        assert_eq!(deallocated_name(b"DEALLOCATE \"S_1\"").as_deref(), Some("S_1"));
+        assert_eq!(deallocated_name(b"DEALLOCATE \"a\"\"b\"").as_deref(), Some("a\"b"));
+        assert_eq!(deallocated_name(b"DEALLOCATE prepare").as_deref(), Some("prepare"));
+        assert_eq!(deallocated_name(b"DEALLOCATE \"all\"").as_deref(), Some("all"));
     }
 
     #[test]
@@ -90,8 +96,9 @@ mod tests {
             "select 'DEALLOCATE a'",
             "",
             "é",
+            "\u{3000}DEALLOCATE a",
         ] {
-            assert_eq!(deallocated_name(sql), None, "{sql}");
+            assert_eq!(deallocated_name(sql.as_bytes()), None, "{sql}");
         }
     }
 }

@@ -59,6 +59,7 @@ use bytes::{Bytes, BytesMut};
 use super::negotiate::{self, NegotiateError, Negotiator, Plan};
 pub use super::negotiate::Negotiation;
 use super::pinning::{self, SessionFeature};
+use super::quiet::QuietTexts;
 use super::settings::{self, Change, Settings, Value};
 use super::tracker::Tracker;
 use crate::prepare::auto::{Job, Lookup, PassThrough, Spelling};
@@ -168,6 +169,8 @@ pub struct Exchange {
     pub pinned: Option<SessionFeature>,
     /// Auto-prepare's state for this client; None when it is off.
     auto: Option<AutoPrepare>,
+    /// Texts this client sent that no scan found anything in.
+    quiet: QuietTexts,
     /// The registry statement this client's unnamed statement is (auto-prepare).
     unnamed: Option<Rc<Statement>>,
     /// Messages for the server that a server message caused (a rewritten
@@ -187,6 +190,10 @@ pub struct Exchange {
     /// comes.
     resetting: bool,
 }
+
+/// The room kept in an exchange's queue of what is due from one transaction
+/// to the next (a transaction's own requests fit several times over).
+const DUE_KEPT: usize = 64;
 
 /// One simple query in this many is timed for the rewrite-time stats (a
 /// client's first one included).
@@ -516,15 +523,60 @@ impl Exchange {
     /// The client's transaction is over and its server connection goes back:
     /// what was about that connection is forgotten, the client's own state
     /// (auto-prepare, its unnamed statement) is kept.
+    ///
+    /// In place, every field named (a new one must say what a reset does to
+    /// it). The queue of what is due keeps its room, as every transaction
+    /// needs one, unless a long pipeline made it large; the rarely used
+    /// buffers are let go.
     pub fn reset(&mut self) {
-        let mut auto = self.auto.take();
+        let Exchange {
+            tracker,
+            due,
+            skip_to_sync,
+            describing,
+            pending_change,
+            unnamed_parsed,
+            deallocate_unnamed,
+            deallocate_portal,
+            held,
+            holding,
+            hold_from,
+            pinned,
+            auto,
+            quiet: _,
+            unnamed: _,
+            for_server,
+            negotiator,
+            failure,
+            realign,
+            resetting,
+        } = self;
+        *tracker = Tracker::default();
+        if due.capacity() > DUE_KEPT {
+            *due = VecDeque::new();
+        }
+        due.clear();
+        *skip_to_sync = false;
+        *describing = BytesMut::new();
+        *pending_change = None;
+        *unnamed_parsed = false;
+        *deallocate_unnamed = false;
+        *deallocate_portal = None;
+        *held = BytesMut::new();
+        *holding = false;
+        *hold_from = None;
+        *pinned = None;
         if let Some(a) = auto.as_mut() {
             while !a.running.is_empty() {
                 a.finished();
             }
             a.ddl_pending = false;
         }
-        *self = Exchange { auto, unnamed: self.unnamed.take(), ..Exchange::default() };
+        *for_server = BytesMut::new();
+        negotiator.clear();
+        *failure = None;
+        *realign = false;
+        *resetting = false;
     }
 
     /// No auto-prepare for this client (it has a search_path of its own).
@@ -667,11 +719,18 @@ impl Exchange {
                 self.pending_change = follow_change(body, self.tracker.status());
                 if let Ok(sql) = frontend::decode_query(body) {
                     let followed = self.pending_change.is_some();
-                    self.watch_session_state(sql, followed);
+                    let carried = |name: &str| followed || settings::is_carried_name(name);
+                    let resets = match self.pinned {
+                        None => {
+                            let (feature, resets) = pinning::session_feature_and_resets(sql, carried);
+                            self.pin(feature);
+                            resets
+                        }
+                        Some(_) => pinning::resets(sql),
+                    };
                     if st.negotiation.is_some() {
                         st.server_settings.forget_output_settings_named_in(sql, followed);
                     }
-                    let resets = pinning::resets(sql);
                     self.resetting = resets.only;
                     if self.pending_change.is_none() && self.tracker.status() == backend::TransactionStatus::Idle && resets.all {
                         // RESET ALL among other statements (asyncpg's pool reset):
@@ -795,25 +854,44 @@ impl Exchange {
 
     /// Pins the client if `sql` leaves session state behind that pglane does
     /// not carry. `followed`: `sql` is one SET/RESET pglane follows.
-    fn watch_session_state(&mut self, sql: &str, followed: bool) {
+    /// Whether `sql`, a Parse's text just scanned, gave no scan anything to
+    /// do: it did not pin the client (which is not pinned), names no output
+    /// setting, RESET, DISCARD or set_config, and not search_path. Such a
+    /// text is skipped when it comes again (see [`quiet`]).
+    fn is_quiet_text(&self, sql: &str) -> bool {
+        self.pinned.is_none() && !settings::may_change_output_settings(sql) && !mentions_search_path(sql)
+    }
+
+    fn watch_session_state(&mut self, sql: &str) {
         if self.pinned.is_none() {
-            self.pinned = pinning::session_feature(sql, |name| followed || settings::is_carried_name(name));
-            if let Some(feature) = self.pinned {
-                tracing::info!("client pinned to its server connection until it disconnects: it used {}", feature.as_str());
-            }
+            self.pin(pinning::session_feature(sql, settings::is_carried_name));
+        }
+    }
+
+    /// The client used `feature` (if any): it keeps its server connection.
+    fn pin(&mut self, feature: Option<SessionFeature>) {
+        if let Some(feature) = feature {
+            self.pinned = Some(feature);
+            tracing::info!("client pinned to its server connection until it disconnects: it used {}", feature.as_str());
         }
     }
 
     fn parse(&mut self, message: &[u8], body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
         let parsed = names::split_parse(body);
         if let Ok((_, rest)) = &parsed {
-            let sql = names::parse_query(rest);
-            self.watch_session_state(sql, false);
-            if st.negotiation.is_some() {
-                st.server_settings.forget_output_settings_named_in(sql, false);
-            }
-            if let Some(auto) = self.auto.as_mut() {
-                auto.notice_search_path(sql);
+            let text = names::query_bytes(rest);
+            if !self.quiet.contains(text) {
+                let sql = names::parse_query(rest);
+                self.watch_session_state(sql);
+                if st.negotiation.is_some() {
+                    st.server_settings.forget_output_settings_named_in(sql, false);
+                }
+                if let Some(auto) = self.auto.as_mut() {
+                    auto.notice_search_path(sql);
+                }
+                if self.is_quiet_text(sql) {
+                    self.quiet.remember(text);
+                }
             }
         }
         if let Ok(("", rest)) = parsed {
@@ -954,11 +1032,14 @@ impl Exchange {
     /// passes through and fails as it would on the server. Returns false,
     /// having sent nothing, if the query must pass through.
     fn deallocate(&mut self, body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
-        let Ok(sql) = frontend::decode_query(body) else { return false };
         if self.tracker.status() == backend::TransactionStatus::Failed {
             return false;
         }
-        let Some(name) = super::deallocate::deallocated_name(sql) else { return false };
+        let text = names::query_bytes(body);
+        if text.len() + 1 != body.len() {
+            return false; // not a well-formed Query: it fails at the server
+        }
+        let Some(name) = super::deallocate::deallocated_name(text) else { return false };
         if st.client.remove(&name).is_none() {
             return false;
         }
@@ -975,7 +1056,7 @@ impl Exchange {
         if self.tracker.status() == backend::TransactionStatus::Failed {
             return false;
         }
-        let Some(name) = super::deallocate::deallocated_name(names::parse_query(rest)) else { return false };
+        let Some(name) = super::deallocate::deallocated_name(names::query_bytes(rest)) else { return false };
         if st.client.remove(&name).is_none() {
             return false;
         }
@@ -1783,6 +1864,45 @@ mod tests {
         let got = reply_whole(&mut ex, &mut sides, &[(b'C', b"SET\0"), (b'Z', b"I")]);
         assert_eq!(tags(&got), "1tT", "ParseComplete and the description, and nothing of the alignment");
         assert!(ex.is_quiet());
+    }
+
+    /// Parse texts found quiet are not scanned again, and nothing the scans
+    /// act on is ever taken for quiet: each of these, parsed after a quiet
+    /// one and twice, acts every time as on its first.
+    #[test]
+    fn the_quiet_text_cache_never_hides_session_state() {
+        let parse = |ex: &mut Exchange, sides: &mut Sides, sql: &str| {
+            let mut p = BytesMut::new();
+            frontend::parse(&mut p, "", sql, &[]);
+            frontend::sync(&mut p);
+            send(ex, sides, p);
+            reply(ex, sides, &[(b'1', b""), (b'Z', b"I")]);
+        };
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(None);
+        for _ in 0..3 {
+            parse(&mut ex, &mut sides, "select 1");
+        }
+        assert!(ex.quiet.contains(b"select 1"));
+        let acts = [
+            ("select set_config('DateStyle', 'ISO', false)", "names an output setting"),
+            ("select current_setting('search_path')", "names search_path"),
+            ("select pg_advisory_lock(1)", "pins"),
+            ("reset all", "resets"),
+        ];
+        for (sql, what) in acts {
+            let mut ex = Exchange::new(Some(0));
+            parse(&mut ex, &mut sides, "select 1");
+            for round in 0..2 {
+                parse(&mut ex, &mut sides, sql);
+                assert!(!ex.quiet.contains(sql.as_bytes()), "{sql} ({what}) taken for quiet, round {round}");
+                match what {
+                    "pins" => assert_eq!(ex.pinned, Some(SessionFeature::AdvisoryLock)),
+                    "names search_path" => assert!(ex.auto.as_ref().is_some_and(|a| a.off)),
+                    _ => {}
+                }
+            }
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod exchange;
 pub mod negotiate;
 mod inbox;
 pub mod pinning;
+mod quiet;
 mod relay;
 pub mod settings;
 pub mod tracker;

@@ -449,6 +449,13 @@ pub struct Portal {
 }
 
 impl Negotiator {
+    /// Forgets every portal (the server connection went back), keeping the
+    /// map's room.
+    pub fn clear(&mut self) {
+        self.portals.clear();
+        self.executed_in_group = false;
+    }
+
     /// A Bind made `portal`, with `plan` or none, and the statement whose
     /// rows to watch or none (both none forgets an old portal of the name).
     pub fn bound(&mut self, portal: &str, plan: Option<Plan>, rows_of: Option<Rc<Statement>>) {

@@ -66,54 +66,97 @@ impl SessionFeature {
 /// `RESET name`) does not pin; `name` is the word after SET [SESSION] or
 /// RESET as written (e.g. `TimeZone`, `time` of SET TIME ZONE, `all`).
 pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
-    // The statement's first two words and the word before this one.
-    let (mut first, mut second, mut previous) = ("", "", "");
-    let mut index = 0;
+    let mut features = FeatureScan::default();
     for item in Words::new(sql) {
+        features.feed(item, &carried);
+        if features.found.is_some() {
+            break;
+        }
+    }
+    features.found
+}
+
+/// [`session_feature`] and [`resets`] in one pass over the words: a simple
+/// query needs both, and the pass is most of what they cost.
+pub fn session_feature_and_resets(sql: &str, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
+    let (mut features, mut resets) = (FeatureScan::default(), ResetScan::default());
+    for item in Words::new(sql) {
+        if features.found.is_none() {
+            features.feed(item, &carried);
+        }
+        resets.feed(item);
+    }
+    (features.found, resets.result())
+}
+
+/// [`session_feature`]'s state over the words seen so far.
+#[derive(Default)]
+struct FeatureScan<'a> {
+    /// The statement's first two words and the word before this one.
+    first: &'a str,
+    second: &'a str,
+    previous: &'a str,
+    index: usize,
+    found: Option<SessionFeature>,
+}
+
+impl<'a> FeatureScan<'a> {
+    fn feed(&mut self, item: Item<'a>, carried: &impl Fn(&str) -> bool) {
         let word = match item {
             Item::Semicolon => {
-                (first, second, previous, index) = ("", "", "", 0);
-                continue;
+                (self.first, self.second, self.previous, self.index) = ("", "", "", 0);
+                return;
             }
             Item::Word(word) => word,
         };
-        let is = |w: &str| word.eq_ignore_ascii_case(w);
-        let first_is = |w: &str| first.eq_ignore_ascii_case(w);
-        match index {
-            0 => first = word,
-            1 => second = word,
+        match self.index {
+            0 => self.first = word,
+            1 => self.second = word,
             _ => {}
         }
-        if index == 0 && is("listen") {
+        self.found = self.feature_at(word, carried);
+        self.previous = word;
+        self.index += 1;
+    }
+
+    /// The session feature `word`, at `self.index` in its statement, shows.
+    fn feature_at(&self, word: &str, carried: &impl Fn(&str) -> bool) -> Option<SessionFeature> {
+        let is = |w: &str| word.eq_ignore_ascii_case(w);
+        if self.index == 0 && is("listen") {
             return Some(SessionFeature::Listen);
         }
         // PREPARE name ..., but not PREPARE TRANSACTION (two-phase commit).
-        if index == 1 && first_is("prepare") && !is("transaction") {
+        if self.index == 1 && self.first.eq_ignore_ascii_case("prepare") && !is("transaction") {
             return Some(SessionFeature::SqlPrepare);
         }
-        // The setting a SET / SET SESSION / RESET names.
-        let names_setting = (index == 1 && first_is("reset"))
-            || (index == 1 && first_is("set") && !is("session"))
-            || (index == 2 && first_is("set") && second.eq_ignore_ascii_case("session"));
-        let ends_with_transaction = is("local") || is("transaction") || is("constraints");
-        let reset_all = index == 1 && first_is("reset") && is("all");
-        if names_setting && !ends_with_transaction && !reset_all && !carried(word) {
+        if self.names_unfollowed_setting(word, carried) {
             return Some(SessionFeature::UnfollowedSet);
         }
         let starts_with = |prefix: &str| word.len() >= prefix.len() && word[..prefix.len()].eq_ignore_ascii_case(prefix);
         if (starts_with("pg_advisory_lock") || starts_with("pg_try_advisory_lock")) && !contains_ignore_ascii_case(word.as_bytes(), b"_xact_") {
             return Some(SessionFeature::AdvisoryLock);
         }
-        if (is("temp") || is("temporary")) && ["create", "global", "local", "into", "replace"].iter().any(|w| previous.eq_ignore_ascii_case(w)) {
+        if (is("temp") || is("temporary")) && ["create", "global", "local", "into", "replace"].iter().any(|w| self.previous.eq_ignore_ascii_case(w)) {
             return Some(SessionFeature::TempObject);
         }
-        if is("hold") && previous.eq_ignore_ascii_case("with") {
+        if is("hold") && self.previous.eq_ignore_ascii_case("with") {
             return Some(SessionFeature::HoldCursor);
         }
-        previous = word;
-        index += 1;
+        None
     }
-    None
+
+    /// `word` (at `self.index`) is the setting a SET / SET SESSION / RESET
+    /// names, and one pglane does not carry.
+    fn names_unfollowed_setting(&self, word: &str, carried: &impl Fn(&str) -> bool) -> bool {
+        let is = |w: &str| word.eq_ignore_ascii_case(w);
+        let first_is = |w: &str| self.first.eq_ignore_ascii_case(w);
+        let names_setting = (self.index == 1 && first_is("reset"))
+            || (self.index == 1 && first_is("set") && !is("session"))
+            || (self.index == 2 && first_is("set") && self.second.eq_ignore_ascii_case("session"));
+        let ends_with_transaction = is("local") || is("transaction") || is("constraints");
+        let reset_all = self.index == 1 && first_is("reset") && is("all");
+        names_setting && !ends_with_transaction && !reset_all && !carried(word)
+    }
 }
 
 /// What a simple query's statements reset, found in one pass over its
@@ -133,35 +176,54 @@ pub struct Resets {
 
 /// What `sql` resets: [`Resets`].
 pub fn resets(sql: &str) -> Resets {
-    // The current statement's first word, once seen; `None` before it.
-    let mut first: Option<&str> = None;
-    let mut words_in_statement = 0;
-    let (mut all, mut any_reset, mut sets) = (false, false, false);
+    let mut resets = ResetScan::default();
     for item in Words::new(sql) {
+        resets.feed(item);
+    }
+    resets.result()
+}
+
+/// [`resets`]'s state over the words seen so far.
+#[derive(Default)]
+struct ResetScan<'a> {
+    /// The current statement's first word, once seen; `None` before it.
+    first: Option<&'a str>,
+    words_in_statement: usize,
+    all: bool,
+    any_reset: bool,
+    sets: bool,
+}
+
+impl<'a> ResetScan<'a> {
+    fn feed(&mut self, item: Item<'a>) {
         match item {
             Item::Semicolon => {
-                first = None;
-                words_in_statement = 0;
+                self.first = None;
+                self.words_in_statement = 0;
             }
             Item::Word(word) => {
-                words_in_statement += 1;
-                sets |= word.eq_ignore_ascii_case("set_config");
-                match first {
+                self.words_in_statement += 1;
+                self.sets |= word.eq_ignore_ascii_case("set_config");
+                match self.first {
                     None => {
-                        sets |= word.eq_ignore_ascii_case("set");
-                        any_reset |= word.eq_ignore_ascii_case("reset") || word.eq_ignore_ascii_case("discard");
-                        first = Some(word);
+                        self.sets |= word.eq_ignore_ascii_case("set");
+                        self.any_reset |= word.eq_ignore_ascii_case("reset") || word.eq_ignore_ascii_case("discard");
+                        self.first = Some(word);
                     }
                     Some(f) => {
-                        all |= words_in_statement == 2 && f.eq_ignore_ascii_case("reset") && word.eq_ignore_ascii_case("all");
+                        self.all |= self.words_in_statement == 2 && f.eq_ignore_ascii_case("reset") && word.eq_ignore_ascii_case("all");
                     }
                 }
             }
         }
     }
-    Resets { all, only: any_reset && !sets }
+
+    fn result(&self) -> Resets {
+        Resets { all: self.all, only: self.any_reset && !self.sets }
+    }
 }
 
+#[derive(Clone, Copy)]
 enum Item<'a> {
     Word(&'a str),
     Semicolon,
@@ -242,6 +304,32 @@ mod tests {
 
     fn pins(sql: &str) -> Option<SessionFeature> {
         session_feature(sql, |name| name.eq_ignore_ascii_case("TimeZone"))
+    }
+
+    /// The one-pass form answers as the two functions do, on every text
+    /// these tests use and on multi-statement mixes of them.
+    #[test]
+    fn one_pass_agrees_with_both_scans() {
+        let texts = [
+            "select 1",
+            "LISTEN jobs",
+            "set work_mem = '8MB'; select 1",
+            "SET SESSION AUTHORIZATION bob",
+            "set local work_mem = 1",
+            "RESET ALL",
+            "SELECT pg_advisory_unlock_all();\nCLOSE ALL;\nUNLISTEN *;\nRESET ALL;",
+            "reset timezone; select set_config('a.b', 'c', false)",
+            "discard all",
+            "select 1; create temp table t(a int); reset work_mem",
+            "PREPARE q(int) AS select $1; RESET TimeZone",
+            "declare c cursor with hold for select 1",
+            "select pg_advisory_xact_lock(1); set timezone = 'UTC'",
+            "-- reset all\nselect 'set x'",
+        ];
+        let carried = |name: &str| name.eq_ignore_ascii_case("TimeZone");
+        for sql in texts {
+            assert_eq!(session_feature_and_resets(sql, carried), (session_feature(sql, carried), resets(sql)), "{sql}");
+        }
     }
 
     #[test]

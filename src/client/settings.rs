@@ -213,7 +213,7 @@ impl Settings {
         if followed {
             return;
         }
-        let any = [&b"set_config"[..], b"reset", b"discard"].iter().any(|word| contains_ignore_ascii_case(sql.as_bytes(), word));
+        let any = resets_or_calls_set_config(sql);
         for name in OUTPUT {
             if any || contains_ignore_ascii_case(sql.as_bytes(), name.as_bytes()) {
                 self.values.insert(name.to_owned(), Value::Unknown);
@@ -241,6 +241,19 @@ impl Settings {
         }
         (!sql.is_empty()).then_some(sql)
     }
+}
+
+/// Whether `sql` mentions RESET, DISCARD or set_config, which may change
+/// any setting.
+fn resets_or_calls_set_config(sql: &str) -> bool {
+    [&b"set_config"[..], b"reset", b"discard"].iter().any(|word| contains_ignore_ascii_case(sql.as_bytes(), word))
+}
+
+/// Whether `sql` may change a setting that shapes text output: it names one,
+/// or mentions RESET, DISCARD or set_config. (What
+/// [`Settings::forget_output_settings_named_in`] acts on.)
+pub fn may_change_output_settings(sql: &str) -> bool {
+    resets_or_calls_set_config(sql) || OUTPUT.iter().any(|name| contains_ignore_ascii_case(sql.as_bytes(), name.as_bytes()))
 }
 
 /// A string literal of `value`.

@@ -33,6 +33,16 @@ pub fn parse_query(rest: &[u8]) -> &str {
     Reader::new(rest, "Parse").cstr().unwrap_or("")
 }
 
+/// The query text of a Query body, or of a Parse body's rest, as bytes:
+/// those before its terminating NUL (all of them if there is none). For
+/// cheap tests on every query that most texts fail before any decoding.
+pub fn query_bytes(body: &[u8]) -> &[u8] {
+    match body.iter().position(|&b| b == 0) {
+        Some(end) => &body[..end],
+        None => body,
+    }
+}
+
 pub fn put_parse(out: &mut BytesMut, name: &str, rest: &[u8]) {
     put_message(out, PARSE, |b| {
         put_cstr(b, name);
@@ -91,6 +101,13 @@ mod tests {
     use super::*;
     use crate::protocol::frame::split_message;
     use crate::protocol::frontend::{close, describe, CLOSE, DESCRIBE};
+
+    #[test]
+    fn query_bytes_stop_at_the_nul() {
+        assert_eq!(query_bytes(b"select 1\0"), b"select 1");
+        assert_eq!(query_bytes(&parse_rest("select $1", &[23])), b"select $1");
+        assert_eq!(query_bytes(b"no nul"), b"no nul");
+    }
 
     fn parse_rest(sql: &str, oids: &[u32]) -> Vec<u8> {
         let mut v = sql.as_bytes().to_vec();
