@@ -81,9 +81,7 @@ pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<Sess
 pub fn session_feature_and_resets(sql: &str, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
     let (mut features, mut resets) = (FeatureScan::default(), ResetScan::default());
     for item in Words::new(sql) {
-        if features.found.is_none() {
-            features.feed(item, &carried);
-        }
+        features.feed(item, &carried);
         resets.feed(item);
     }
     (features.found, resets.result())
@@ -114,7 +112,9 @@ impl<'a> FeatureScan<'a> {
             1 => self.second = word,
             _ => {}
         }
-        self.found = self.feature_at(word, carried);
+        if self.found.is_none() {
+            self.found = self.feature_at(word, carried);
+        }
         self.previous = word;
         self.index += 1;
     }
