@@ -852,16 +852,16 @@ impl Exchange {
         }
     }
 
-    /// Pins the client if `sql` leaves session state behind that pglane does
-    /// not carry. `followed`: `sql` is one SET/RESET pglane follows.
     /// Whether `sql`, a Parse's text just scanned, gave no scan anything to
     /// do: it did not pin the client (which is not pinned), names no output
     /// setting, RESET, DISCARD or set_config, and not search_path. Such a
-    /// text is skipped when it comes again (see [`quiet`]).
+    /// text is skipped when it comes again (see [`super::quiet`]).
     fn is_quiet_text(&self, sql: &str) -> bool {
         self.pinned.is_none() && !settings::may_change_output_settings(sql) && !mentions_search_path(sql)
     }
 
+    /// Pins the client if `sql`, a Parse's text, leaves session state behind
+    /// that pglane does not carry.
     fn watch_session_state(&mut self, sql: &str) {
         if self.pinned.is_none() {
             self.pin(pinning::session_feature(sql, settings::is_carried_name));
@@ -1035,12 +1035,9 @@ impl Exchange {
         if self.tracker.status() == backend::TransactionStatus::Failed {
             return false;
         }
-        let text = names::query_bytes(body);
-        if text.len() + 1 != body.len() {
-            return false; // not a well-formed Query: it fails at the server
-        }
-        let Some(name) = super::deallocate::deallocated_name(text) else { return false };
-        if st.client.remove(&name).is_none() {
+        let Some(name) = super::deallocate::deallocated_name(names::query_bytes(body)) else { return false };
+        // A malformed Query passes through, to fail at the server.
+        if frontend::decode_query(body).is_err() || st.client.remove(&name).is_none() {
             return false;
         }
         frontend::query(to_server, "");
@@ -1840,13 +1837,7 @@ mod tests {
     fn answers_queued_behind_an_alignment_go_out_with_its_ready_for_query() {
         let mut sides = Sides::new();
         let mut ex = Exchange::new(None);
-        let mut p = BytesMut::new();
-        frontend::parse(&mut p, "s1", "SELECT v FROM t WHERE id = $1", &[23]);
-        frontend::describe(&mut p, Target::Statement, "s1");
-        frontend::sync(&mut p);
-        send(&mut ex, &mut sides, p);
-        let int4 = row_description_body(23);
-        assert_eq!(tags(&reply(&mut ex, &mut sides, &[(b'1', b""), (b't', b"\0\x01\0\0\0\x17"), (b'T', &int4), (b'Z', b"I")])), "1tTZ");
+        prepare_and_describe_s1(&mut ex, &mut sides);
 
         // The next transaction's server connection has other settings.
         ex.reset();
@@ -2234,6 +2225,20 @@ mod tests {
         }
     }
 
+    /// The client prepares and describes `s1` (one int4 parameter, one int4
+    /// column `v`) on its first server connection, which the server accepts.
+    fn prepare_and_describe_s1(ex: &mut Exchange, sides: &mut Sides) {
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, "s1", "SELECT v FROM t WHERE id = $1", &[23]);
+        frontend::describe(&mut p, Target::Statement, "s1");
+        frontend::sync(&mut p);
+        let (sent, _) = send(ex, sides, p);
+        assert_eq!(tags(&sent), "PDS");
+        let int4 = row_description_body(23);
+        let got = reply(ex, sides, &[(b'1', b""), (b't', b"\0\x01\0\0\0\x17"), (b'T', &int4), (b'Z', b"I")]);
+        assert_eq!(tags(&got), "1tTZ");
+    }
+
     fn row_description_body(type_oid: u32) -> Vec<u8> {
         let mut rd = BytesMut::new();
         let field = backend::FieldDescription {
@@ -2260,15 +2265,7 @@ mod tests {
         for changed in [true, false] {
             let mut sides = Sides::new();
             let mut ex = Exchange::new(None);
-            let mut p = BytesMut::new();
-            frontend::parse(&mut p, "s1", "SELECT v FROM t WHERE id = $1", &[23]);
-            frontend::describe(&mut p, Target::Statement, "s1");
-            frontend::sync(&mut p);
-            let (sent, _) = send(&mut ex, &mut sides, p);
-            assert_eq!(tags(&sent), "PDS");
-            let int4 = row_description_body(23);
-            let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b't', b"\0\x01\0\0\0\x17"), (b'T', &int4), (b'Z', b"I")]);
-            assert_eq!(tags(&got), "1tTZ");
+            prepare_and_describe_s1(&mut ex, &mut sides);
 
             // Another server connection, after DDL.
             ex.reset();
