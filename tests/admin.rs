@@ -103,6 +103,50 @@ async fn show_commands_have_pgbouncers_columns_and_real_figures() {
     assert!(e.contains("invalid command"), "{e}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_are_spread_evenly_over_the_shards() {
+    // The kernel spreads TCP connections over the shards' SO_REUSEPORT
+    // listeners by a hash, as if by coin tosses. pglane hands each new
+    // client to the shard serving fewest, so clients that connect one after
+    // another are even after every connection (a run of coin tosses stays
+    // within one of even for ten tosses about once in thirty).
+    let lane = start(2, 2, "");
+    let console = connect(lane.port, "postgres", "secret", "pgbouncer").await;
+    let clients_per_shard = || async {
+        let rows = console.simple_query("SHOW SHARDS").await.unwrap();
+        rows.iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get("clients").map(|n| n.parse::<usize>().unwrap()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut clients = Vec::new();
+    for i in 1..=10 {
+        let c = connect(lane.port, "postgres", "secret", "app").await;
+        c.simple_query("select 1").await.unwrap();
+        clients.push(c);
+        let counts = clients_per_shard().await;
+        // The console's own connection is one more client.
+        assert_eq!(counts.iter().sum::<usize>(), i + 1, "{counts:?}");
+        assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1, "uneven after {i} clients: {counts:?}");
+    }
+    let servers = admin(lane.port, "postgres", "secret", "SHOW SERVERS").unwrap();
+    assert_eq!(column(&servers, "database", |r| r[2] == "app").len(), 2, "one server connection on each shard: {servers:?}");
+
+    // A client another shard accepted is this shard's own: its queries run
+    // and its cancel key reaches it.
+    for (i, c) in clients.into_iter().enumerate() {
+        let token = c.cancel_token();
+        let sleeper = tokio::spawn(async move { c.simple_query("select pg_sleep(30)").await.map(|_| ()) });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(10), sleeper).await.expect("cancel took effect").unwrap();
+        let e = result.unwrap_err();
+        assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("57014"), "client {i}: {e}");
+    }
+}
+
 #[test]
 fn stats_users_may_look_but_not_touch_and_others_may_not_enter() {
     let lane = start(1, 2, "");

@@ -17,6 +17,7 @@ pub mod snapshot;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -411,7 +412,7 @@ impl Shard {
     /// Accepts on `listener` until shutdown, handing each connection to
     /// `admit`. A failed accept (out of descriptors, say) is logged and
     /// retried a moment later; the listener closes when this returns.
-    async fn accept_until_shutdown(self: Rc<Self>, listener: Listener, admit: fn(&Rc<Shard>, Stream, Option<std::net::SocketAddr>)) {
+    async fn accept_until_shutdown(self: Rc<Self>, listener: Listener, admit: fn(&Rc<Shard>, OwnedFd, Option<std::net::SocketAddr>)) {
         loop {
             let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
                 self.shutdown.wait().await;
@@ -420,7 +421,7 @@ impl Shard {
             .await;
             match accepted {
                 None => return,
-                Some(Ok((stream, peer))) => admit(&self, stream, peer),
+                Some(Ok((socket, peer))) => admit(&self, socket, peer),
                 Some(Err(e)) => {
                     warn!(shard = self.id, listener = listener.name(), "accept failed: {e}");
                     rt::sleep(Duration::from_millis(10)).await;
@@ -429,13 +430,39 @@ impl Shard {
         }
     }
 
-    /// A new client: served by its own task until it leaves.
-    fn admit(self: &Rc<Self>, stream: Stream, peer: Option<std::net::SocketAddr>) {
+    /// A new client: served here, or by the shard that serves fewest
+    /// clients if that one serves fewer than this (see
+    /// [`peers::Peers::place_client`]).
+    fn admit(self: &Rc<Self>, socket: OwnedFd, peer: Option<std::net::SocketAddr>) {
+        let shard = self.peers.place_client(self.id);
+        if shard == self.id {
+            return self.serve_client(socket, peer);
+        }
+        if let Err(ShardMessage::Adopt { socket, peer }) = self.peers.try_send_to(shard, ShardMessage::Adopt { socket, peer }) {
+            // That shard's inbox is full or it has stopped: serve it here.
+            self.peers.client_left(shard);
+            self.peers.client_joined(self.id);
+            self.serve_client(socket, peer);
+        }
+    }
+
+    /// Serves a client, already counted as this shard's, with its own task
+    /// until it leaves.
+    fn serve_client(self: &Rc<Self>, socket: OwnedFd, peer: Option<std::net::SocketAddr>) {
+        let stream = match Socket::from_fd(socket) {
+            Ok(socket) => Stream::Plain(socket),
+            Err(e) => {
+                warn!(shard = self.id, "cannot serve an accepted connection: {e}");
+                self.peers.client_left(self.id);
+                return;
+            }
+        };
         self.shared.clients.fetch_add(1, Ordering::Relaxed);
         let shard = self.clone();
         rt::spawn_local(async move {
             client::serve(&shard, stream, peer).await;
             shard.shared.clients.fetch_sub(1, Ordering::Relaxed);
+            shard.peers.client_left(shard.id);
         })
         .detach();
     }
@@ -686,7 +713,11 @@ impl Shard {
 }
 
 /// A scraper on `metrics_listen`: answered by its own task.
-fn admit_scraper(shard: &Rc<Shard>, stream: Stream, _peer: Option<std::net::SocketAddr>) {
+fn admit_scraper(shard: &Rc<Shard>, socket: OwnedFd, _peer: Option<std::net::SocketAddr>) {
+    let stream = match Socket::from_fd(socket) {
+        Ok(socket) => Stream::Plain(socket),
+        Err(e) => return warn!(shard = shard.id, "cannot serve an accepted metrics connection: {e}"),
+    };
     let shard = shard.clone();
     rt::spawn_local(async move { crate::admin::metrics::serve(&shard, stream).await }).detach();
 }
@@ -707,15 +738,17 @@ impl Listener {
         }
     }
 
-    async fn accept(&self) -> std::io::Result<(Stream, Option<std::net::SocketAddr>)> {
+    /// The next connection, and its peer's address if it came over TCP.
+    /// It is not yet any executor's: the shard that serves it adopts it.
+    async fn accept(&self) -> std::io::Result<(OwnedFd, Option<std::net::SocketAddr>)> {
         match self {
             Listener::Tcp(listener) => {
-                let socket = Socket::from_fd(listener.accept().await?)?;
+                let socket = std::net::TcpStream::from(listener.accept().await?);
                 let _ = socket.set_nodelay(true);
                 let peer = socket.peer_addr().ok();
-                Ok((Stream::Plain(socket), peer))
+                Ok((socket.into(), peer))
             }
-            Listener::Unix(listener) => Ok((Stream::Plain(Socket::from_fd(listener.accept().await?)?), None)),
+            Listener::Unix(listener) => Ok((listener.accept().await?, None)),
         }
     }
 }

@@ -1,14 +1,20 @@
 //! Messages between shards, over one bounded channel into each shard.
 //!
-//! Two kinds of traffic cross shards, both rare and both off the query path:
+//! Three kinds of traffic cross shards, all rare and all off the query path:
 //! cancel requests (SO_REUSEPORT hands the CancelRequest's connection to any
-//! shard; the process id pglane gave the client names the owner), and the
-//! admin console's questions (a snapshot of each shard's pools and clients, or
-//! a command such as PAUSE to carry out) with their answers. No shard ever
-//! reads another's state: it asks, and the owner answers.
+//! shard; the process id pglane gave the client names the owner); new client
+//! connections, passed on so that each shard serves as many clients as the
+//! next (see [`Peers::place_client`]); and the admin console's questions (a
+//! snapshot of each shard's pools and clients, or a command such as PAUSE to
+//! carry out) with their answers. No shard ever reads another's state: it
+//! asks, and the owner answers. The one exception is a count: how many
+//! clients each shard serves, an atomic per shard, read at accept time.
 
 use std::cell::{Cell, RefCell};
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
@@ -25,6 +31,8 @@ const QUEUE: usize = 1024;
 #[derive(Clone)]
 pub(super) struct Peers {
     inboxes: Vec<flume::Sender<ShardMessage>>,
+    /// How many client connections each shard serves.
+    clients: Arc<[AtomicUsize]>,
 }
 
 impl Peers {
@@ -32,7 +40,45 @@ impl Peers {
     /// and the receiving end it serves ([`serve_peers`]).
     pub(super) fn mesh(shards: usize) -> (Peers, Vec<flume::Receiver<ShardMessage>>) {
         let (inboxes, receivers) = (0..shards).map(|_| flume::bounded(QUEUE)).unzip();
-        (Peers { inboxes }, receivers)
+        let clients = (0..shards).map(|_| AtomicUsize::new(0)).collect();
+        (Peers { inboxes, clients }, receivers)
+    }
+
+    /// Which shard serves a client that shard `me` just accepted, counted
+    /// there: `me`, unless another shard serves fewer clients, then the one
+    /// serving fewest.
+    ///
+    /// Why: each shard has its own share of `pool_size`, and the kernel
+    /// spreads connections over the SO_REUSEPORT listeners by a hash of their
+    /// addresses (the unix socket's, by which shard wakes first). Eight
+    /// clients over two shards land 4/4 only about a quarter of the time;
+    /// at 6/2 or 7/1 with a pool of one connection per shard, one
+    /// connection serves most of the clients while the other idles. Spread
+    /// this way, clients that connect one after another land evenly whatever
+    /// the kernel did. Two shards deciding at the same instant may both pick
+    /// the same one; the next clients even that out.
+    pub(super) fn place_client(&self, me: usize) -> usize {
+        let load = |shard: usize| self.clients[shard].load(Ordering::Relaxed);
+        let fewest = (0..self.clients.len()).min_by_key(|&shard| (load(shard), shard != me)).unwrap_or(me);
+        self.client_joined(fewest);
+        fewest
+    }
+
+    /// `shard` serves one more client.
+    pub(super) fn client_joined(&self, shard: usize) {
+        self.clients[shard].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A client of `shard` left (or was never handed over to it).
+    pub(super) fn client_left(&self, shard: usize) {
+        self.clients[shard].fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Sends `message` to shard `peer` now, or gives it back if that shard's
+    /// inbox is full or the shard has stopped.
+    pub(super) fn try_send_to(&self, peer: usize, message: ShardMessage) -> Result<(), ShardMessage> {
+        let Some(inbox) = self.inboxes.get(peer) else { return Err(message) };
+        inbox.try_send(message).map_err(|e| e.into_inner())
     }
 
     /// Sends `message` to shard `peer`, waiting while its inbox is full.
@@ -49,6 +95,12 @@ pub enum ShardMessage {
     Cancel {
         process_id: i32,
         secret_key: i32,
+    },
+    /// A client connection another shard accepted, for this one to serve
+    /// (see [`Peers::place_client`]); already counted as this shard's.
+    Adopt {
+        socket: OwnedFd,
+        peer: Option<std::net::SocketAddr>,
     },
     Ask {
         from: usize,
@@ -183,6 +235,7 @@ pub(super) fn serve_peers(shard: &Rc<Shard>, inbox: flume::Receiver<ShardMessage
                     process_id,
                     secret_key,
                 } => shard.cancel_local(process_id, secret_key).await,
+                ShardMessage::Adopt { socket, peer } => shard.serve_client(socket, peer),
                 ShardMessage::Ask {
                     from,
                     request,
@@ -203,4 +256,20 @@ pub(super) fn serve_peers(shard: &Rc<Shard>, inbox: flume::Receiver<ShardMessage
         }
     })
     .detach();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Peers;
+
+    #[test]
+    fn a_new_client_goes_to_the_shard_serving_fewest() {
+        let (peers, _inboxes) = Peers::mesh(3);
+        // Shard 0 accepts them all: it keeps one and passes the next two on.
+        let placed: Vec<usize> = (0..6).map(|_| peers.place_client(0)).collect();
+        assert_eq!(placed, [0, 1, 2, 0, 1, 2]);
+        peers.client_left(1);
+        assert_eq!(peers.place_client(2), 1, "shard 1 serves fewest");
+        assert_eq!(peers.place_client(2), 2, "all even: the shard that accepted it keeps it");
+    }
 }
