@@ -263,6 +263,32 @@ async fn reconnect_replaces_server_connections() {
     assert_ne!(before, after);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_that_spin_before_they_park_serve_as_before_and_reload_it() {
+    let lane = start(2, 2, "spin_before_park_us = 200");
+    let shown = admin(lane.port, "postgres", "secret", "SHOW CONFIG").unwrap();
+    assert_eq!(column(&shown, "value", |r| r[0] == "spin_before_park_us"), vec!["200"]);
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(connect(lane.port, "postgres", "secret", "app").await);
+    }
+    for round in 0..50 {
+        for (i, c) in clients.iter().enumerate() {
+            let n: i32 = c.query_one("select $1::int + 1", &[&(round * 10 + i as i32)]).await.unwrap().get(0);
+            assert_eq!(n, round * 10 + i as i32 + 1);
+        }
+    }
+    lane.write_config(&config(2, "spin_before_park_us = 0"));
+    admin(lane.port, "postgres", "secret", "RELOAD").unwrap();
+    let shown = admin(lane.port, "postgres", "secret", "SHOW CONFIG").unwrap();
+    assert_eq!(column(&shown, "value", |r| r[0] == "spin_before_park_us"), vec!["0"]);
+    let n: i64 = clients[0].query_one("select count(*) from generate_series(1, 10)", &[]).await.unwrap().get(0);
+    assert_eq!(n, 10);
+    lane.write_config(&config(2, "spin_before_park_us = 20000"));
+    let e = admin(lane.port, "postgres", "secret", "RELOAD").unwrap_err();
+    assert!(e.contains("spin_before_park_us must be at most 10000"), "{e}");
+}
+
 #[tokio::test]
 async fn reload_applies_a_new_config_and_keeps_the_old_one_if_invalid() {
     let lane = start(2, 4, "");

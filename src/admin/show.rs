@@ -230,6 +230,7 @@ pub fn config_table(config: &Config) -> Table {
         ("client_login_timeout", config.client_login_timeout.to_string(), defaults.as_ref().map(|d| d.client_login_timeout.to_string()), true),
         ("shutdown_timeout", config.shutdown_timeout.to_string(), defaults.as_ref().map(|d| d.shutdown_timeout.to_string()), true),
         ("max_message_size", config.max_message_size.to_string(), defaults.as_ref().map(|d| d.max_message_size.to_string()), true),
+        ("spin_before_park_us", config.spin_before_park_us.to_string(), defaults.as_ref().map(|d| d.spin_before_park_us.to_string()), true),
         ("server_reset_query", config.server_reset_query.clone(), defaults.as_ref().map(|d| d.server_reset_query.clone()), true),
         ("max_prepared_statements", config.max_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_prepared_statements.to_string()), true),
         ("max_client_prepared_statements", config.max_client_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_client_prepared_statements.to_string()), true),

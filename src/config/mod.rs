@@ -46,6 +46,10 @@ pub enum ConfigError {
 /// The longest timeout accepted: one year.
 pub const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
 
+/// The longest `spin_before_park_us`: beyond a few milliseconds a shard
+/// spinning is a shard busy-waiting.
+pub const MAX_SPIN_BEFORE_PARK_US: u64 = 10_000;
+
 fn invalid(msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(msg.into())
 }
@@ -162,6 +166,12 @@ pub struct Config {
     /// Largest message body accepted from a client, in bytes.
     #[serde(default = "defaults::max_message_size")]
     pub max_message_size: usize,
+    /// Microseconds a shard spins, yielding the CPU between checks, before
+    /// its thread sleeps waiting for I/O; 0 (the default): never. Fewer
+    /// sleeps and wake-ups mean less latency when clients are few, paid in
+    /// CPU time: for shards on cores of their own (`--cpus`).
+    #[serde(default)]
+    pub spin_before_park_us: u64,
     /// Run on a server connection when a session-mode client leaves it.
     #[serde(default = "defaults::server_reset_query")]
     pub server_reset_query: String,
@@ -491,6 +501,9 @@ impl Config {
         }
         if self.max_message_size < 1024 {
             return Err(invalid("max_message_size must be at least 1024 bytes"));
+        }
+        if self.spin_before_park_us > MAX_SPIN_BEFORE_PARK_US {
+            return Err(invalid(format!("spin_before_park_us must be at most {MAX_SPIN_BEFORE_PARK_US} (10 ms)")));
         }
         for (name, seconds) in [
             ("query_wait_timeout", self.query_wait_timeout),

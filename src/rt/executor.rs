@@ -18,7 +18,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_task::Runnable;
 
@@ -167,30 +167,33 @@ where
     let _current = ResetCurrent { local: &local };
     let main = spawn_local(future);
     while !main.is_finished() {
-        local.run_ready();
+        let ran = local.run_ready();
         if main.is_finished() {
             break;
         }
-        local.turn();
+        local.turn(ran);
     }
     let output = futures_lite::future::block_on(main);
     Ok(output)
 }
 
 impl Local {
-    /// Runs up to [`BATCH`] ready tasks.
-    fn run_ready(&self) {
+    /// Runs up to [`BATCH`] ready tasks. Returns whether there were any.
+    fn run_ready(&self) -> bool {
         for runnable in self.remote.take_woken() {
             self.queue.borrow_mut().push_back(runnable);
         }
-        for _ in 0..BATCH {
-            let Some(runnable) = self.queue.borrow_mut().pop_front() else { return };
+        for ran in 0..BATCH {
+            let Some(runnable) = self.queue.borrow_mut().pop_front() else { return ran > 0 };
             runnable.run();
         }
+        true
     }
 
-    /// Turns the reactor once: waiting only if no task is ready.
-    fn turn(&self) {
+    /// Turns the reactor once: waiting only if no task is ready, and
+    /// spinning first (if asked to) only if tasks just ran: an executor with
+    /// nothing to do parks at once.
+    fn turn(&self, ran_tasks: bool) {
         let mut may_wait = self.queue.borrow().is_empty();
         if may_wait {
             self.remote.sleeping.store(true, Ordering::SeqCst);
@@ -199,7 +202,7 @@ impl Local {
             }
         }
         if let Some(reactor) = self.reactor.borrow_mut().as_mut() {
-            self.now.set(reactor.turn(may_wait));
+            self.now.set(reactor.turn(may_wait, ran_tasks));
         }
         self.remote.sleeping.store(false, Ordering::SeqCst);
     }
@@ -239,6 +242,13 @@ impl Drop for ResetCurrent<'_> {
         self.local.stop();
         CURRENT.with(|c| c.set(std::ptr::null()));
     }
+}
+
+/// Makes this thread's executor spin for up to `spin` before each wait
+/// that would put the thread to sleep (see the reactor's module comment);
+/// zero turns it off. Outside an executor it does nothing.
+pub fn spin_before_park(spin: Duration) {
+    with_reactor(|r| r.spin_before_park = spin);
 }
 
 /// Starts a thread named `name`, pinned to `cpu` if given, that runs

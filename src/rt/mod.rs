@@ -31,5 +31,5 @@ pub mod reactor;
 pub mod time;
 
 pub use blocking::spawn_blocking;
-pub use executor::{block_on, spawn_local, start_pinned, Task};
+pub use executor::{block_on, spawn_local, spin_before_park, start_pinned, Task};
 pub use time::{now, sleep, with_timeout, Timer};

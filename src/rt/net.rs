@@ -284,7 +284,7 @@ mod tests {
     use super::*;
     use crate::rt::{block_on, sleep, spawn_local};
     use futures_lite::{AsyncReadExt, AsyncWriteExt};
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     fn tcp_listener() -> (Listener, SocketAddr) {
         let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -344,6 +344,44 @@ mod tests {
             assert_eq!(&buf[..n], b"late");
             drop(writer.await);
             assert_eq!(a.read(&mut buf).await.unwrap(), 0, "end of file once the peer is gone");
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_spinning_executor_still_ends_its_spin_for_timers_io_and_other_threads() {
+        // Each wait below is a few milliseconds; the spin allowed is 5 s. The
+        // executor must notice each event while spinning, not after it.
+        let limit = Duration::from_secs(2);
+        block_on(async move {
+            crate::rt::spin_before_park(Duration::from_secs(5));
+            let started = Instant::now();
+            sleep(Duration::from_millis(5)).await;
+            assert!(started.elapsed() < limit, "a timer waited for the spin: {:?}", started.elapsed());
+
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let mut a = Socket::from_fd(a.into()).unwrap();
+            let writer = std::thread::spawn(move || {
+                let mut b = b;
+                std::thread::sleep(Duration::from_millis(5));
+                std::io::Write::write_all(&mut b, b"from another thread").unwrap();
+                b
+            });
+            let started = Instant::now();
+            let mut buf = [0u8; 32];
+            let n = a.read(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], b"from another thread");
+            assert!(started.elapsed() < limit, "a read waited for the spin: {:?}", started.elapsed());
+            drop(writer.join());
+
+            let started = Instant::now();
+            let answer = crate::rt::spawn_blocking(|| {
+                std::thread::sleep(Duration::from_millis(5));
+                42
+            })
+            .await;
+            assert_eq!(answer, 42);
+            assert!(started.elapsed() < limit, "a wake-up from another thread waited for the spin: {:?}", started.elapsed());
         })
         .unwrap();
     }

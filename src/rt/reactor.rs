@@ -10,6 +10,12 @@
 //! our own time, never by interrupting the thread. Timers never reach the
 //! ring: they live in a map here, and the nearest one is the wait's timeout.
 //!
+//! Before a wait that would put the thread to sleep, the reactor may first
+//! spin for a while ([`Reactor::spin_before_park`], off unless asked for):
+//! checking the ring for completions, yielding the CPU between checks. A
+//! sleep and its wake-up cost a proxy more than the work of a short
+//! transaction when clients are few; spinning trades CPU time for them.
+//!
 //! Every op's user_data names a slot of [`Reactor::slots`] (index and
 //! generation); a slot outlives the future that armed it when that future is
 //! dropped early (the op is cancelled, and the slot freed when its last
@@ -69,6 +75,8 @@ pub struct Reactor {
     /// Where the eventfd read lands. Leaked: the kernel may still hold the
     /// op when the ring is torn down.
     eventfd_buffer: &'static mut u64,
+    /// How long to spin before a wait that would sleep; zero: never.
+    pub(super) spin_before_park: Duration,
 }
 
 impl Reactor {
@@ -96,6 +104,7 @@ impl Reactor {
             next_timer: 0,
             eventfd,
             eventfd_buffer: Box::leak(Box::new(0)),
+            spin_before_park: Duration::ZERO,
         };
         reactor.listen_for_wake_ups();
         Ok(reactor)
@@ -213,10 +222,11 @@ impl Reactor {
     }
 
     /// Submits what the turn's tasks queued, waits if `may_wait` (until a
-    /// completion, a remote wake-up, or the nearest timer), then wakes the
-    /// tasks whose ops completed or whose timers are due. Returns when the
-    /// wait ended.
-    pub(super) fn turn(&mut self, may_wait: bool) -> Instant {
+    /// completion, a remote wake-up, or the nearest timer; spinning first if
+    /// `may_spin` and a spin is set), then wakes the tasks whose ops
+    /// completed or whose timers are due. Returns when the wait ended.
+    pub(super) fn turn(&mut self, may_wait: bool, may_spin: bool) -> Instant {
+        let may_wait = may_wait && !(may_spin && self.spin_before_park > Duration::ZERO && self.spin());
         let timeout = match (may_wait, self.timers.first_key_value()) {
             (false, _) => Some(Duration::ZERO),
             (true, None) => None,
@@ -253,6 +263,40 @@ impl Reactor {
             self.fire_timers(now);
         }
         now
+    }
+
+    /// Spins, for up to [`Reactor::spin_before_park`] or until the nearest
+    /// timer, until the kernel has a completion for this ring (or work that
+    /// would make one: DEFER_TASKRUN's task work, flagged in the SQ ring),
+    /// yielding the CPU to any other runnable thread between checks. Returns
+    /// whether something came; the caller then enters without waiting.
+    fn spin(&mut self) -> bool {
+        // The ops queued this turn must reach the kernel for anything to come.
+        if let Err(e) = self.ring.submit() {
+            if !matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)) {
+                return false;
+            }
+        }
+        let mut until = Instant::now() + self.spin_before_park;
+        if let Some(((deadline, _), _)) = self.timers.first_key_value() {
+            until = until.min(*deadline);
+        }
+        loop {
+            let mut sq = self.ring.submission();
+            sq.sync();
+            if sq.taskrun() || sq.cq_overflow() {
+                return true;
+            }
+            drop(sq);
+            if !self.ring.completion().is_empty() {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            // SAFETY: a plain syscall with no arguments.
+            unsafe { libc::sched_yield() };
+        }
     }
 
     /// Takes every completion off the ring and wakes who waits for it.

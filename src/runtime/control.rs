@@ -150,6 +150,7 @@ impl Shard {
             .config_generation
             .load(std::sync::atomic::Ordering::SeqCst);
         let config = self.shared.config.load_full();
+        crate::rt::spin_before_park(Duration::from_micros(config.spin_before_park_us));
         for ((database, user), pool) in self.pools().iter() {
             match self.pool_settings(&config, database, user) {
                 Some((target, size)) => pool.reconfigure(target, size),

@@ -398,6 +398,7 @@ fn adopt_unix_listener(copy: std::io::Result<std::os::unix::net::UnixListener>) 
 
 impl Shard {
     async fn run(self: Rc<Self>, listener: rt::net::Listener, unix: Option<rt::net::Listener>, nudged: std::os::unix::net::UnixStream) {
+        rt::spin_before_park(Duration::from_micros(self.shared.config.load().spin_before_park_us));
         let watcher = rt::spawn_local(self.clone().housekeeping(nudged));
         let unix = unix.map(|l| rt::spawn_local(self.clone().accept_until_shutdown(Listener::Unix(l), Shard::admit)));
         self.clone().accept_until_shutdown(Listener::Tcp(listener), Shard::admit).await;
