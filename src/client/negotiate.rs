@@ -866,8 +866,9 @@ mod exchange_tests {
             let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
             for (tag, body) in messages(bytes) {
                 let (exchange, mut st) = self.parts();
-                exchange.from_client(tag, &whole(tag, &body), &mut st, &mut to_server, &mut to_client);
+                exchange.from_client(tag, &whole(tag, &body), &mut st, &mut to_server);
             }
+            self.exchange.client_messages_taken(&mut to_client);
             assert!(to_client.is_empty());
             messages(to_server)
         }

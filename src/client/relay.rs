@@ -280,11 +280,12 @@ impl Relay<'_> {
                         bad_tag = Some(tag);
                         break;
                     }
-                    Piece::Whole(tag, message) => self.exchange.from_client(tag, message, st, &mut b.to_server, &mut b.to_client),
+                    Piece::Whole(tag, message) => self.exchange.from_client(tag, message, st, &mut b.to_server),
                     Piece::Start(tag, bytes) => self.exchange.from_client_stream(tag, bytes, &mut b.to_server),
                     Piece::More(bytes) => self.exchange.from_client_stream_more(bytes, &mut b.to_server),
                 }
             }
+            self.exchange.client_messages_taken(&mut b.to_client);
         }
         if self.busy_since.is_none() && !b.to_server.is_empty() {
             self.busy_since = Some(crate::rt::now());
