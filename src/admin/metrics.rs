@@ -38,7 +38,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream) {
     let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
     let response = match line.split(|&b| b == b' ').collect::<Vec<_>>().as_slice() {
         [b"GET", path, ..] if path.split(|&b| b == b'?').next() == Some(b"/metrics") => {
-            let body = render(&super::snapshots(shard).await, shard.shared.clients.load(std::sync::atomic::Ordering::Relaxed));
+            let body = render(&super::snapshots(shard).await, shard.client_count());
             format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
         }
         _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned(),

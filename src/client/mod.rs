@@ -22,7 +22,6 @@ pub mod settings;
 pub mod tracker;
 
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -222,7 +221,7 @@ async fn login(
             StartupPacket::Startup(params) => break params,
         }
     };
-    if shard.shared.clients.load(Ordering::Relaxed) > config.max_client_conn {
+    if shard.client_count() > config.max_client_conn {
         return Err(SessionError::Refused(ErrorFields::fatal("53300", "no more connections allowed (max_client_conn)")));
     }
     if shard.shutdown.is_fired() {

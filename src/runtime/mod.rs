@@ -5,8 +5,9 @@
 //! the messages shards send each other (cancel requests, admin questions,
 //! shutdown). A shard's state is `Rc`/`RefCell`, touched only by its own
 //! thread; what shards share is read-mostly ([`Shared`]: the config behind
-//! arc-swap, a client counter used at accept time). Nothing here is on the
-//! per-query path except the lookups a session does once per login.
+//! arc-swap) or a count (each shard's clients, read at accept time). Nothing
+//! here is on the per-query path except the lookups a session does once per
+//! login.
 
 mod clients;
 mod control;
@@ -19,7 +20,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,8 +102,6 @@ pub struct Shared {
     /// Bumped each time a new config is stored; shards apply it when they see
     /// the number change.
     pub config_generation: AtomicU64,
-    /// Client connections open, over all shards (for max_client_conn).
-    pub clients: AtomicUsize,
     shutting_down: AtomicBool,
     pub started: std::time::Instant,
     /// Wakes the shards when something above changes (see [`nudge`]).
@@ -115,7 +114,6 @@ impl Shared {
             config: ArcSwap::from_pointee(config),
             source,
             config_generation: AtomicU64::new(0),
-            clients: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
             started: std::time::Instant::now(),
             nudges: Arc::default(),
@@ -447,6 +445,12 @@ impl Shard {
         }
     }
 
+    /// Client connections open, over all shards (for max_client_conn and
+    /// the metrics), a handed-over one counted from the moment it was placed.
+    pub fn client_count(&self) -> usize {
+        self.peers.total_clients()
+    }
+
     /// Serves a client, already counted as this shard's, with its own task
     /// until it leaves.
     fn serve_client(self: &Rc<Self>, socket: OwnedFd, peer: Option<std::net::SocketAddr>) {
@@ -458,11 +462,9 @@ impl Shard {
                 return;
             }
         };
-        self.shared.clients.fetch_add(1, Ordering::Relaxed);
         let shard = self.clone();
         rt::spawn_local(async move {
             client::serve(&shard, stream, peer).await;
-            shard.shared.clients.fetch_sub(1, Ordering::Relaxed);
             shard.peers.client_left(shard.id);
         })
         .detach();

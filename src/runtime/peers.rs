@@ -64,6 +64,11 @@ impl Peers {
         fewest
     }
 
+    /// Client connections over all shards.
+    pub(super) fn total_clients(&self) -> usize {
+        self.clients.iter().map(|count| count.load(Ordering::Relaxed)).sum()
+    }
+
     /// `shard` serves one more client.
     pub(super) fn client_joined(&self, shard: usize) {
         self.clients[shard].fetch_add(1, Ordering::Relaxed);
