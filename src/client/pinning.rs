@@ -34,6 +34,10 @@
 //! (e.g. a function that runs `set_config(..., false)` or takes a session
 //! advisory lock under another name). Those need `pool_mode = "session"`
 //! for that user or database.
+//!
+//! Most texts name none of this, and every simple query is scanned: a text
+//! in which none of a few trigger words occurs anywhere ([`TRIGGERS`]) is
+//! answered without the word-by-word scan.
 
 use crate::prepare::lexer::contains_ignore_ascii_case;
 
@@ -65,7 +69,43 @@ impl SessionFeature {
 /// carries this setting between server connections, so `SET name ...` (or
 /// `RESET name`) does not pin; `name` is the word after SET [SESSION] or
 /// RESET as written (e.g. `TimeZone`, `time` of SET TIME ZONE, `all`).
+/// Every answer but the empty one needs a word equal to, or beginning with,
+/// one of these (ASCII case ignored): `listen`, `prepare`, `set` (also in
+/// `reset` and `set_config`, and a SET or RESET is what names a setting),
+/// `advisory_lock` (in both lock functions' names), `temp` (also in
+/// `temporary`), `hold` and `discard`. A text in which none of them occurs
+/// anywhere, inside literals or not, gets the empty answer from every scan.
+/// Each is looked for by its first three letters, in one pass: a text that
+/// has one of those is scanned in full, which only costs time.
+const TRIGGERS: [&[u8; 3]; 7] = [b"lis", b"pre", b"set", b"adv", b"tem", b"hol", b"dis"];
+
+/// Whether any scan here could find anything in `sql` (see [`TRIGGERS`]).
+fn may_name_session_state(sql: &str) -> bool {
+    const fn packed(w: &[u8; 3]) -> u32 {
+        (w[0] as u32) << 16 | (w[1] as u32) << 8 | w[2] as u32
+    }
+    const PACKED: [u32; 7] = {
+        let mut out = [0; 7];
+        let mut i = 0;
+        while i < 7 {
+            out[i] = packed(TRIGGERS[i]);
+            i += 1;
+        }
+        out
+    };
+    // The last three bytes, lowercased, packed: `| 0x20` lowercases a
+    // letter and never turns another byte into a lowercase letter.
+    let mut window = 0u32;
+    sql.bytes().any(|b| {
+        window = (window << 8 | u32::from(b | 0x20)) & 0x00ff_ffff;
+        PACKED.contains(&window)
+    })
+}
+
 pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
+    if !may_name_session_state(sql) {
+        return None;
+    }
     let mut features = FeatureScan::default();
     for item in Words::new(sql) {
         features.feed(item, &carried);
@@ -79,6 +119,14 @@ pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<Sess
 /// [`session_feature`] and [`resets`] in one pass over the words: a simple
 /// query needs both, and the pass is most of what they cost.
 pub fn session_feature_and_resets(sql: &str, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
+    if !may_name_session_state(sql) {
+        return (None, Resets::default());
+    }
+    scan_features_and_resets(sql, carried)
+}
+
+/// [`session_feature_and_resets`] word by word, whatever the text.
+fn scan_features_and_resets(sql: &str, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
     let (mut features, mut resets) = (FeatureScan::default(), ResetScan::default());
     for item in Words::new(sql) {
         features.feed(item, &carried);
@@ -176,6 +224,9 @@ pub struct Resets {
 
 /// What `sql` resets: [`Resets`].
 pub fn resets(sql: &str) -> Resets {
+    if !may_name_session_state(sql) {
+        return Resets::default();
+    }
     let mut resets = ResetScan::default();
     for item in Words::new(sql) {
         resets.feed(item);
@@ -301,6 +352,8 @@ impl<'a> Iterator for Words<'a> {
 mod tests {
     use super::SessionFeature::*;
     use super::*;
+    use proptest::prelude::{prop, Strategy};
+    use proptest::arbitrary::any;
 
     fn pins(sql: &str) -> Option<SessionFeature> {
         session_feature(sql, |name| name.eq_ignore_ascii_case("TimeZone"))
@@ -414,4 +467,46 @@ mod tests {
         }
         assert_eq!(pins("pg_advisory_lock"), Some(AdvisoryLock));
     }
+
+    /// Texts made of every word the scans act on (in any case, some glued
+    /// to others), other words and the separators the scans see: the
+    /// trigger-word check never turns an answer the full scan gives into
+    /// the empty one.
+    fn scanned_words() -> impl Strategy<Value = String> {
+        let words = prop::sample::select(vec![
+            "listen", "prepare", "transaction", "set", "session", "reset", "all", "local", "constraints",
+            "pg_advisory_lock", "pg_try_advisory_lock_shared", "pg_advisory_xact_lock", "temp", "temporary",
+            "create", "global", "into", "replace", "hold", "with", "discard", "set_config", "timezone",
+            "work_mem", "select", "offset", "attempt", "threshold", "x", "1",
+        ]);
+        let gaps = prop::sample::select(vec![" ", ";", "; ", "(", "'", "\"", "--", "\n", "/*", "*/", "$$", "", "_"]);
+        prop::collection::vec((words, gaps, any::<bool>()), 0..12).prop_map(|items| {
+            items
+                .into_iter()
+                .map(|(word, gap, upper)| format!("{}{gap}", if upper { word.to_ascii_uppercase() } else { word.to_owned() }))
+                .collect()
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+
+        #[test]
+        fn texts_without_a_trigger_word_are_answered_as_the_full_scan_answers(sql in scanned_words()) {
+            let carried = |name: &str| name.eq_ignore_ascii_case("TimeZone");
+            let full = scan_features_and_resets(&sql, carried);
+            proptest::prop_assert_eq!(session_feature_and_resets(&sql, carried), full, "{:?}", sql);
+            proptest::prop_assert_eq!(session_feature(&sql, carried), full.0, "{:?}", sql);
+            proptest::prop_assert_eq!(resets(&sql), full.1, "{:?}", sql);
+        }
+    }
+
+    #[test]
+    fn a_text_without_trigger_words_skips_the_scan_and_one_with_them_does_not() {
+        assert!(!may_name_session_state("SELECT abalance FROM pgbench_accounts WHERE aid = 1"));
+        assert!(may_name_session_state("select 1 offset 5"), "offset holds set: scanned, and found quiet");
+        assert_eq!(pins("select 1 offset 5"), None);
+        assert!(may_name_session_state("select 'x' /* LISTEN */"));
+    }
+
 }
