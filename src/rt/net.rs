@@ -448,6 +448,56 @@ mod tests {
     }
 
     #[test]
+    fn a_send_to_a_full_socket_never_holds_up_the_next_wait() {
+        // The wait after a turn asks for one completion more than the sends
+        // it carries that no writer waits for, trusting that each such send
+        // completes within the enter (MSG_DONTWAIT). If one waited in the
+        // kernel for room instead, the read below would not end the wait.
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fd = a.as_raw_fd();
+        let chunk = [7u8; 4096];
+        // SAFETY: send from a valid buffer on a socket we own, until it is full.
+        while unsafe { libc::send(fd, chunk.as_ptr().cast(), chunk.len(), libc::MSG_DONTWAIT) } > 0 {}
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            std::io::Write::write_all(&mut &d, b"wake").unwrap();
+            d
+        });
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        // b reads nothing unless the executor is stuck: then, after 5 s, it
+        // drains the socket so that the stuck send completes and the test
+        // fails instead of hanging.
+        let watchdog = std::thread::spawn(move || {
+            let started = Instant::now();
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) && started.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let in_time = flag.load(std::sync::atomic::Ordering::SeqCst);
+            if !in_time {
+                let mut sink = vec![0u8; 1 << 20];
+                let _ = std::io::Read::read(&mut &b, &mut sink);
+            }
+            in_time
+        });
+        block_on(async move {
+            let mut a = Socket::from_fd(a.into()).unwrap();
+            let mut c = Socket::from_fd(c.into()).unwrap();
+            // Queued, and handed over: nobody waits for this send.
+            a.write_all(b"no room for this").await.unwrap();
+            let mut buf = [0u8; 8];
+            let n = c.read(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], b"wake");
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            drop(a);
+        })
+        .unwrap();
+        assert!(watchdog.join().unwrap(), "the read was held up by a send waiting for room");
+        drop(writer.join());
+    }
+
+    #[test]
     fn a_send_that_fails_is_a_later_writes_error() {
         block_on(async {
             let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
