@@ -65,10 +65,6 @@ impl SessionFeature {
     }
 }
 
-/// The first session feature `sql` uses, if any. `carried(name)`: pglane
-/// carries this setting between server connections, so `SET name ...` (or
-/// `RESET name`) does not pin; `name` is the word after SET [SESSION] or
-/// RESET as written (e.g. `TimeZone`, `time` of SET TIME ZONE, `all`).
 /// Every answer but the empty one needs a word equal to, or beginning with,
 /// one of these (ASCII case ignored): `listen`, `prepare`, `set` (also in
 /// `reset` and `set_config`, and a SET or RESET is what names a setting),
@@ -84,24 +80,26 @@ fn may_name_session_state(sql: &str) -> bool {
     const fn packed(w: &[u8; 3]) -> u32 {
         (w[0] as u32) << 16 | (w[1] as u32) << 8 | w[2] as u32
     }
-    const PACKED: [u32; 7] = {
-        let mut out = [0; 7];
-        let mut i = 0;
-        while i < 7 {
-            out[i] = packed(TRIGGERS[i]);
-            i += 1;
-        }
-        out
-    };
+    const LIS: u32 = packed(TRIGGERS[0]);
+    const PRE: u32 = packed(TRIGGERS[1]);
+    const SET: u32 = packed(TRIGGERS[2]);
+    const ADV: u32 = packed(TRIGGERS[3]);
+    const TEM: u32 = packed(TRIGGERS[4]);
+    const HOL: u32 = packed(TRIGGERS[5]);
+    const DIS: u32 = packed(TRIGGERS[6]);
     // The last three bytes, lowercased, packed: `| 0x20` lowercases a
     // letter and never turns another byte into a lowercase letter.
     let mut window = 0u32;
     sql.bytes().any(|b| {
         window = (window << 8 | u32::from(b | 0x20)) & 0x00ff_ffff;
-        PACKED.contains(&window)
+        matches!(window, LIS | PRE | SET | ADV | TEM | HOL | DIS)
     })
 }
 
+/// The first session feature `sql` uses, if any. `carried(name)`: pglane
+/// carries this setting between server connections, so `SET name ...` (or
+/// `RESET name`) does not pin; `name` is the word after SET [SESSION] or
+/// RESET as written (e.g. `TimeZone`, `time` of SET TIME ZONE, `all`).
 pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
     if !may_name_session_state(sql) {
         return None;
