@@ -183,10 +183,9 @@ impl Drop for Socket {
         // SAFETY: `fd` is not used again after this.
         let fd = unsafe { std::mem::ManuallyDrop::take(&mut self.fd) };
         if let Some(token) = self.send.take() {
-            // Bytes still to send: the reactor keeps the descriptor open for them.
-            if with_reactor(|r| r.release_send(token, fd)).is_some() {
-                return;
-            }
+            // Bytes still to send: the reactor keeps the descriptor open for
+            // them (off an rt thread there is none, and it closes here).
+            with_reactor(|r| r.release_send(token, fd));
         }
     }
 }
@@ -574,6 +573,34 @@ mod tests {
             assert!(started.elapsed() < limit, "a wake-up from another thread waited for the spin: {:?}", started.elapsed());
         })
         .unwrap();
+    }
+
+    #[test]
+    fn a_spinning_executor_ends_its_spin_for_a_writer_its_send_woke() {
+        // The second write waits for the first one's send; that send
+        // completes inside the spin's own submit, and the writer it woke
+        // must run then, not when a 5 s spin runs out.
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut &b, &mut got).unwrap();
+            got.len()
+        });
+        let limit = Duration::from_secs(2);
+        block_on(async move {
+            crate::rt::spin_before_park(Duration::from_secs(5));
+            // A timer, so that a writer left runnable through a wait ends
+            // this test as a failure at 3 s instead of a hang.
+            let _tick = spawn_local(sleep(Duration::from_secs(3)));
+            let mut a = Socket::from_fd(a.into()).unwrap();
+            let started = Instant::now();
+            a.write_all(&[1u8; 60_000]).await.unwrap();
+            a.write_all(&[2u8; 60_000]).await.unwrap();
+            assert!(started.elapsed() < limit, "the second write waited for the spin: {:?}", started.elapsed());
+            a.close().await.unwrap();
+        })
+        .unwrap();
+        assert_eq!(reader.join().unwrap(), 120_000);
     }
 
     #[test]

@@ -257,17 +257,15 @@ impl Reactor {
 
     /// Pushes the send ops of the turn's queued sends.
     fn push_queued_sends(&mut self) {
-        let queued = std::mem::take(&mut self.queued_sends);
+        // Taken out while pushing (a push may reap, which never queues).
+        let mut queued = std::mem::take(&mut self.queued_sends);
         for &index in &queued {
             if self.outgoing[index as usize].phase == SendPhase::Queued {
                 self.push_send(index);
             }
         }
-        let mut queued = queued;
         queued.clear();
-        if self.queued_sends.is_empty() {
-            self.queued_sends = queued;
-        }
+        self.queued_sends = queued;
     }
 
     fn push_send(&mut self, index: u32) {
@@ -292,8 +290,9 @@ impl Reactor {
         self.sends_in_ring.iter().filter(unawaited).count()
     }
 
-    /// A completion for a send's slot: more to send, room to wait for, or done.
-    fn send_progress(&mut self, index: u32, result: i32) {
+    /// A completion for a send's slot: more to send, room to wait for, or
+    /// done. Returns whether that woke a writer waiting for it.
+    fn send_progress(&mut self, index: u32, result: i32) -> bool {
         let generation = self.slots[index as usize].0;
         let out = &mut self.outgoing[index as usize];
         match (out.phase, result) {
@@ -303,13 +302,20 @@ impl Reactor {
                 out.sent += n as usize;
                 if out.sent < out.data.len() {
                     self.await_room(index, generation);
+                    false
                 } else {
-                    self.finish_send(index, 0);
+                    self.finish_send(index, 0)
                 }
             }
-            (SendPhase::Sending, e) if e == -libc::EAGAIN || e == -libc::EINTR => self.await_room(index, generation),
+            (SendPhase::Sending, e) if e == -libc::EAGAIN || e == -libc::EINTR => {
+                self.await_room(index, generation);
+                false
+            }
             // Room (or an error the send will report).
-            (SendPhase::AwaitingRoom, mask) if mask >= 0 => self.push_send(index),
+            (SendPhase::AwaitingRoom, mask) if mask >= 0 => {
+                self.push_send(index);
+                false
+            }
             (_, e) => self.finish_send(index, e.min(0)),
         }
     }
@@ -323,7 +329,8 @@ impl Reactor {
         self.push(poll);
     }
 
-    fn finish_send(&mut self, index: u32, result: i32) {
+    /// Returns whether a writer waiting for the send was woken.
+    fn finish_send(&mut self, index: u32, result: i32) -> bool {
         let out = &mut self.outgoing[index as usize];
         out.phase = SendPhase::None;
         out.data.clear();
@@ -335,13 +342,17 @@ impl Reactor {
         drop(out.owned_fd.take());
         let slot = &mut self.slots[index as usize].1;
         match std::mem::replace(slot, Slot::Done(result)) {
-            Slot::Waiting(Some(waker)) => waker.wake(),
+            Slot::Waiting(Some(waker)) => {
+                waker.wake();
+                return true;
+            }
             Slot::Waiting(None) | Slot::Done(_) => {}
             Slot::Abandoned | Slot::Free => {
                 *slot = Slot::Free;
                 self.free.push(index);
             }
         }
+        false
     }
 
     fn slot(&mut self) -> Token {
@@ -510,7 +521,8 @@ impl Reactor {
     }
 
     /// Takes every completion off the ring and wakes who waits for it.
-    /// Returns whether any was news: more than a queued send's progress.
+    /// Returns whether any was news: more than the progress of sends no
+    /// writer waits for.
     fn reap(&mut self) -> bool {
         let mut completed = std::mem::take(&mut self.completed);
         {
@@ -532,7 +544,8 @@ impl Reactor {
                         continue;
                     }
                     if self.outgoing[index].phase != SendPhase::None {
-                        self.send_progress(index as u32, result);
+                        // Only a send some writer waits for is news.
+                        news |= self.send_progress(index as u32, result);
                         continue;
                     }
                     news = true;
