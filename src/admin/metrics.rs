@@ -80,6 +80,12 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family("pglane_pool_transaction_microseconds_total", "counter", "Time clients held server connections.", per_pool(&|p| p.stats.xact_time_us));
     family("pglane_pool_query_microseconds_total", "counter", "Time in queries.", per_pool(&|p| p.stats.query_time_us));
     family("pglane_pool_wait_microseconds_total", "counter", "Time clients waited for server connections.", per_pool(&|p| p.stats.wait_time_us));
+    family(
+        "pglane_pool_pipelined_total",
+        "counter",
+        "Requests sent to a server behind another client's (server_pipelining).",
+        per_pool(&|p| p.stats.pipelined),
+    );
     family("pglane_pool_wait_timeouts_total", "counter", "Clients that gave up waiting (query_wait_timeout).", per_pool(&|p| p.stats.wait_timeouts));
     family("pglane_pool_server_connects_total", "counter", "Server connections opened.", per_pool(&|p| p.stats.connects));
     family("pglane_pool_server_connect_failures_total", "counter", "Server connections that failed to open.", per_pool(&|p| p.stats.connect_failures));

@@ -133,12 +133,12 @@ pub fn stats_totals_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
         ("database", TEXT), ("xact_count", NUMERIC), ("query_count", NUMERIC), ("bytes_received", NUMERIC),
         ("bytes_sent", NUMERIC), ("xact_time", NUMERIC), ("query_time", NUMERIC), ("wait_time", NUMERIC),
-        ("server_bytes_received", NUMERIC),
+        ("server_bytes_received", NUMERIC), ("pipelined", NUMERIC),
     ]);
     for (db, st) in stats_by_database(snapshots) {
         t.push(vec![
             s(db), s(st.xact_count), s(st.query_count), s(st.bytes_received), s(st.bytes_sent), s(st.xact_time_us),
-            s(st.query_time_us), s(st.wait_time_us), s(st.bytes_from_server),
+            s(st.query_time_us), s(st.wait_time_us), s(st.bytes_from_server), s(st.pipelined),
         ]);
     }
     t

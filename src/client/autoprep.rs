@@ -155,9 +155,10 @@ enum Check {
 /// Parse + Describe of the original and the rewritten text on a connection
 /// with no session settings of another client's (search_path above all).
 async fn side_check(lease: &mut Lease, job: &Job, rewrite: &Rewrite) -> Result<Result<(), Check>, ServerError> {
-    if let Some(reset) = Settings::default().sql_to_apply_over(&lease.settings) {
+    let reset = Settings::default().sql_to_apply_over(&lease.session.borrow().settings);
+    if let Some(reset) = reset {
         lease.run_to_idle(&reset).await?;
-        lease.settings = Settings::default();
+        lease.session.borrow_mut().settings = Settings::default();
     }
     let described = lease.describe(&[(&job.original, &[]), (&rewrite.sql, &rewrite.param_types)]).await?;
     Ok(match described.as_slice() {

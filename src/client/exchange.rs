@@ -50,6 +50,7 @@
 //! asks for binary, its DataRows are transcoded back and its portal
 //! RowDescription shows the client's formats.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Instant;
@@ -69,6 +70,7 @@ use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
+use crate::server::ServerSession;
 
 /// The statement and settings state the exchange reads and changes.
 pub struct Statements<'a> {
@@ -79,6 +81,35 @@ pub struct Statements<'a> {
     pub server_settings: &'a mut Settings,
     /// `None` when binary_negotiation is off.
     pub negotiation: Option<Negotiation<'a>>,
+}
+
+/// Where a [`Statements`] comes from, for as long as a client talks to one
+/// server connection: the client's own state, and the connection's session,
+/// which is borrowed only while a batch of messages is translated (another
+/// client may translate for the same connection in between; see
+/// `pool::Opening`).
+pub struct Sources<'a> {
+    pub registry: &'a Registry,
+    pub client: &'a mut ClientStatements,
+    pub client_settings: &'a mut Settings,
+    pub server: &'a Rc<RefCell<ServerSession>>,
+    /// `None` when binary_negotiation is off.
+    pub negotiation: Option<Negotiation<'a>>,
+}
+
+impl Sources<'_> {
+    /// The statements and settings, with the server's from `session`
+    /// (borrowed from [`Sources::server`] by the caller).
+    pub fn statements<'b>(&'b mut self, session: &'b mut ServerSession) -> Statements<'b> {
+        Statements {
+            registry: self.registry,
+            client: &mut *self.client,
+            server: &mut session.statements,
+            client_settings: &mut *self.client_settings,
+            server_settings: &mut session.settings,
+            negotiation: self.negotiation,
+        }
+    }
 }
 
 /// One request whose answer is still due, in the order the client expects answers.
@@ -184,6 +215,10 @@ pub struct Exchange {
     /// client's (a RESET of a startup value goes back to the server's
     /// default there): align them before the client's next message.
     realign: bool,
+    /// Another client's request went to the server behind this client's
+    /// (see [`Exchange::may_be_followed`]): nothing of this one's may be
+    /// sent any more, a stale plan's rerun included.
+    pub followed: bool,
     /// The client's simple query being answered only resets settings
     /// (`pinning::Resets::only`): a reported setting it changes goes back to
     /// the client's startup value. Cleared when that query's ReadyForQuery
@@ -385,6 +420,14 @@ fn original_error_fields(
     changed.then_some(mapped)
 }
 
+/// See [`pinning::leaves_session_alone`]; worked out once per statement.
+fn leaves_session_alone(s: &Statement) -> bool {
+    *s.leaves_session_alone.get_or_init(|| {
+        let text = s.key.split(|&b| b == 0).next().unwrap_or_default();
+        std::str::from_utf8(text).is_ok_and(pinning::leaves_session_alone)
+    })
+}
+
 /// "cached plan must not change result type": SQLSTATE 0A000 raised by the
 /// plan cache's revalidation (pgjdbc's test, `willHealViaReparse`).
 fn is_stale_plan(body: &[u8]) -> bool {
@@ -550,6 +593,7 @@ impl Exchange {
             failure,
             realign,
             resetting,
+            followed,
         } = self;
         *tracker = Tracker::default();
         if due.capacity() > DUE_KEPT {
@@ -577,6 +621,7 @@ impl Exchange {
         *failure = None;
         *realign = false;
         *resetting = false;
+        *followed = false;
     }
 
     /// No auto-prepare for this client (it has a search_path of its own).
@@ -597,6 +642,61 @@ impl Exchange {
     /// pipelines during the check cannot grow them without bound.
     pub fn held_len(&self) -> usize {
         self.held.len()
+    }
+
+    /// Whether the server connection may take another client's request
+    /// right behind what this one has sent: everything sent is a whole
+    /// request that leaves the session as it found it, whatever the server
+    /// answers. That is: outside a transaction block, nothing held back or
+    /// waiting to go, no setting being followed, and due only Binds of
+    /// statements that [`pinning::leaves_session_alone`], their Describes
+    /// and Executes, pglane's own answers, and a Sync last. Its replies then
+    /// touch neither the connection's statements nor its settings (a failed
+    /// Bind only skips to Sync), so the other client may translate its
+    /// messages against them now. Negotiated portals are not followed.
+    pub fn may_be_followed(&self) -> bool {
+        let plain = |d: &Due| match d {
+            Due::Server { request: Request::Bind { statement: Some(s) }, .. } => leaves_session_alone(s),
+            Due::Server {
+                request:
+                    Request::Execute { plan: None, .. }
+                    | Request::QueryDescribe { plan: None }
+                    | Request::Describe { cache: None, portal: None }
+                    | Request::Sync { .. },
+                ..
+            } => true,
+            Due::Local(Local::ParseComplete { .. } | Local::Description(_)) => true,
+            _ => false,
+        };
+        self.tracker.status() == backend::TransactionStatus::Idle
+            && self.tracker.is_synced()
+            && !self.followed
+            && !self.holding
+            && !self.skip_to_sync
+            && !self.realign
+            && !self.resetting
+            && self.pending_change.is_none()
+            && self.pinned.is_none()
+            && self.failure.is_none()
+            && self.for_server.is_empty()
+            && matches!(self.due.back(), Some(Due::Server { request: Request::Sync { .. }, .. }))
+            && self.due.iter().all(plain)
+    }
+
+    /// ReadyForQuery messages the server still owes for what was sent.
+    pub fn ready_due(&self) -> usize {
+        self.due
+            .iter()
+            .filter(|d| {
+                matches!(
+                    d,
+                    Due::Server {
+                        request: Request::Sync { .. } | Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall,
+                        ..
+                    }
+                )
+            })
+            .count()
     }
 
     /// Nothing due in either direction.
@@ -1596,7 +1696,7 @@ impl Exchange {
         let stale = auto.running.front_mut().and_then(|r| r.stale.take());
         let forward = match stale {
             None => true,
-            Some(_) if self.due.is_empty() => {
+            Some(_) if self.due.is_empty() && !self.followed => {
                 if let Some(running) = auto.running.front() {
                     frontend::query(&mut self.for_server, &running.sql);
                 }
@@ -1605,7 +1705,8 @@ impl Exchange {
                 st.registry.count(|c| c.reruns += 1);
                 false
             }
-            // Other requests followed it: too late to run it again.
+            // Other requests followed it (this client's, or another's on
+            // a pipelined connection): too late to run it again.
             Some(error) => {
                 auto.write_error(&error, to_client);
                 true
@@ -2245,6 +2346,116 @@ mod tests {
 
     /// The client prepares and describes `s1` (one int4 parameter, one int4
     /// column `v`) on its first server connection, which the server accepts.
+    /// Binds and runs `s1` (prepared by `prepare_and_describe_s1`) with a Sync.
+    fn bind_execute_s1(ex: &mut Exchange, sides: &mut Sides) {
+        let mut p = BytesMut::new();
+        frontend::bind(&mut p, "", "s1", &[], [Some(&b"1"[..])].into_iter(), &[]);
+        frontend::execute(&mut p, "", 0);
+        frontend::sync(&mut p);
+        send(ex, sides, p);
+    }
+
+    /// Server pipelining's rule: another client's request may go behind
+    /// this one's only when what is in flight is whole, outside a
+    /// transaction block, and leaves the session as it found it.
+    #[test]
+    fn only_a_whole_plain_request_outside_a_transaction_may_be_followed() {
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(None);
+        assert!(!ex.may_be_followed(), "nothing in flight");
+        prepare_and_describe_s1(&mut ex, &mut sides);
+        bind_execute_s1(&mut ex, &mut sides);
+        assert!(ex.may_be_followed(), "Bind, Execute, Sync of a plain SELECT");
+        assert_eq!(ex.ready_due(), 1);
+        reply(&mut ex, &mut sides, &[(b'2', b""), (b'D', b"\0\x01\0\0\0\x01x"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        assert!(!ex.may_be_followed() && ex.is_releasable());
+
+        // Not before the Sync.
+        let mut p = BytesMut::new();
+        frontend::bind(&mut p, "", "s1", &[], [Some(&b"1"[..])].into_iter(), &[]);
+        frontend::execute(&mut p, "", 0);
+        send(&mut ex, &mut sides, p);
+        assert!(!ex.may_be_followed(), "no Sync yet");
+        let mut p = BytesMut::new();
+        frontend::sync(&mut p);
+        send(&mut ex, &mut sides, p);
+        assert!(ex.may_be_followed());
+        reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+
+        // Not while a Parse is unanswered: its failure would change the
+        // connection's statements.
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, "s2", "SELECT 2", &[]);
+        frontend::sync(&mut p);
+        send(&mut ex, &mut sides, p);
+        assert!(!ex.may_be_followed(), "a Parse in flight");
+        reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")]);
+
+        // Not inside a transaction block.
+        assert_eq!(tags(&query(&mut ex, &mut sides, "BEGIN")), "Q");
+        assert!(!ex.may_be_followed(), "a simple query passed through");
+        reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+        bind_execute_s1(&mut ex, &mut sides);
+        assert!(!ex.may_be_followed(), "in a transaction block");
+        reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"SELECT 0\0"), (b'Z', b"T")]);
+        query(&mut ex, &mut sides, "COMMIT");
+        reply(&mut ex, &mut sides, &[(b'C', b"COMMIT\0"), (b'Z', b"I")]);
+
+        // Not a statement that may change the session.
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, "s3", "SELECT set_config('a.b', $1, false)", &[25]);
+        frontend::sync(&mut p);
+        send(&mut ex, &mut sides, p);
+        reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")]);
+        let mut p = BytesMut::new();
+        frontend::bind(&mut p, "", "s3", &[], [Some(&b"x"[..])].into_iter(), &[]);
+        frontend::execute(&mut p, "", 0);
+        frontend::sync(&mut p);
+        send(&mut ex, &mut sides, p);
+        assert!(!ex.may_be_followed(), "set_config");
+    }
+
+    /// A rewritten simple query, once followed, is not run again after a
+    /// stale plan (the request behind it is already on the server): the
+    /// client gets the error, as a client that pipelined would.
+    #[test]
+    fn a_followed_rewritten_query_is_not_run_again() {
+        let mut sides = Sides::new();
+        let sql = "SELECT v FROM t WHERE id = 1";
+        let mut ex = Exchange::new(Some(0));
+        for followed in [false, true] {
+            // The shape is validated (again: a stale plan retires it), and
+            // a first run prepares it on the server connection.
+            sides.validate(sql);
+            let first = tags(&query(&mut ex, &mut sides, sql));
+            assert!(!ex.may_be_followed(), "its Parse is in flight");
+            let mut replies: Vec<(u8, &[u8])> = Vec::new();
+            if first.starts_with('C') {
+                replies.push((b'3', b"")); // the stale statement's close
+            }
+            replies.extend([(b'1', &b""[..]), (b'2', b""), (b'n', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+            assert!(first.ends_with("PBDES"), "{first}");
+            reply(&mut ex, &mut sides, &replies);
+
+            assert_eq!(tags(&query(&mut ex, &mut sides, sql)), "BDES");
+            assert!(ex.may_be_followed(), "a rewritten plain query");
+            ex.followed = followed;
+            let stale = b"SERROR\0C0A000\0Mcached plan must not change result type\0RRevalidateCachedQuery\0\0";
+            let got = reply(&mut ex, &mut sides, &[(b'E', stale), (b'Z', b"I")]);
+            let mut to_server = BytesMut::new();
+            ex.take_for_server(&mut to_server);
+            if followed {
+                assert_eq!(tags(&got), "EZ");
+                assert!(to_server.is_empty());
+            } else {
+                assert_eq!(tags(&got), "");
+                assert_eq!(tags(&messages(to_server)), "Q");
+                reply(&mut ex, &mut sides, &[(b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+            }
+            ex.reset();
+        }
+    }
+
     fn prepare_and_describe_s1(ex: &mut Exchange, sides: &mut Sides) {
         let mut p = BytesMut::new();
         frontend::parse(&mut p, "s1", "SELECT v FROM t WHERE id = $1", &[23]);

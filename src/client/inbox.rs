@@ -85,6 +85,33 @@ impl Inbox {
         self.eof = false;
     }
 
+    /// Takes over where another inbox reading the same socket stopped (a
+    /// server connection handed over): the bytes it read and did not hand
+    /// out, and its [`Inbox::stream_left`].
+    pub fn take_over(&mut self, bytes: &[u8], stream_left: usize) {
+        self.stream_left = stream_left;
+        self.preload(bytes);
+    }
+
+    /// What of the message being streamed is still to be handed out, read
+    /// or not (0 between messages), for [`Inbox::take_over`].
+    pub fn stream_left(&self) -> usize {
+        self.stream_left
+    }
+
+    /// Appends bytes as if read from the socket.
+    pub fn preload(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.make_room();
+        if self.buf.len() - self.end < bytes.len() {
+            self.buf.resize(self.end + bytes.len(), 0);
+        }
+        self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
+        self.end += bytes.len();
+    }
+
     /// Reads what the socket has into free space. `Ready(Ok(0))` at end of stream.
     pub fn poll_fill<S: AsyncRead + Unpin>(&mut self, cx: &mut Context<'_>, stream: &mut S) -> Poll<io::Result<usize>> {
         self.make_room();
@@ -183,9 +210,33 @@ mod tests {
     }
 
     fn feed(inbox: &mut Inbox, bytes: &[u8]) {
-        inbox.make_room();
-        inbox.buf[inbox.end..inbox.end + bytes.len()].copy_from_slice(bytes);
-        inbox.end += bytes.len();
+        inbox.preload(bytes);
+    }
+
+    #[test]
+    fn preloaded_bytes_follow_what_was_left_unread() {
+        let mut inbox = Inbox::new(1 << 20);
+        feed(&mut inbox, &msg(b'Z', b"I"));
+        let big = msg(b'D', &[1; 10_000]);
+        inbox.preload(&big);
+        assert!(matches!(inbox.next(|_| true).unwrap(), Some(Piece::Whole(b'Z', _))));
+        assert!(matches!(inbox.next(|_| true).unwrap(), Some(Piece::Whole(b'D', m)) if m == &big[..]));
+        assert!(inbox.next(|_| true).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_inbox_taken_over_mid_message_hands_out_the_rest_of_it() {
+        let mut stream = msg(b'D', &[7; 100]);
+        stream.extend(msg(b'Z', b"I"));
+        let mut first = Inbox::new(1000);
+        feed(&mut first, &stream[..30]);
+        assert!(matches!(first.next(|t| t == b'Z').unwrap(), Some(Piece::Start(b'D', m)) if m.len() == 30));
+        feed(&mut first, &stream[30..50]);
+        let mut second = Inbox::new(1000);
+        second.take_over(first.pending(), first.stream_left());
+        feed(&mut second, &stream[50..]);
+        assert!(matches!(second.next(|t| t == b'Z').unwrap(), Some(Piece::More(m)) if m.len() == stream.len() - 6 - 30));
+        assert!(matches!(second.next(|t| t == b'Z').unwrap(), Some(Piece::Whole(b'Z', _))));
     }
 
     #[test]

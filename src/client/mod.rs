@@ -12,6 +12,7 @@ mod auth;
 pub(crate) mod auth_query;
 mod autoprep;
 pub mod deallocate;
+mod follow;
 pub mod exchange;
 pub mod negotiate;
 mod inbox;
@@ -32,7 +33,7 @@ use tracing::{debug, info, warn};
 use crate::auth::secret::Secret;
 use crate::config::{Config, PoolMode};
 use crate::net::Stream;
-use crate::pool::{Lease, Pool, PoolError};
+use crate::pool::{Checkout, Handover, Lease, Offer, Opening, Pool, PoolError};
 use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
 use crate::protocol::startup::{self, StartupPacket, StartupParams};
 use crate::protocol::ProtocolError;
@@ -116,6 +117,8 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         settings: settings::Settings::default(),
         startup_applied: false,
         waker_left: false,
+        offer: None,
+        skip_ready: 0,
     };
     match session.run(&params).await {
         Ok(()) => info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client closed the connection"),
@@ -313,6 +316,12 @@ struct Session {
     /// The shard's shutdown signal has this task's waker
     /// (`ShutdownSignal::poll_fired_once`).
     waker_left: bool,
+    /// The server connection held is offered behind this client's request
+    /// (server pipelining, `pool::Opening`).
+    offer: Option<Offer>,
+    /// ReadyForQuery messages owed to the client ahead on a connection
+    /// handed over (`pool::Handover::skip_ready`), for the next relay.
+    skip_ready: usize,
 }
 
 /// What the client did while it held no server connection.
@@ -344,7 +353,10 @@ impl Session {
             let server = match lease.as_mut() {
                 Some(server) => server,
                 None => match self.wait_for_client_limited().await? {
-                    Idle::Message => lease.insert(self.checkout().await?),
+                    Idle::Message => match self.take_server().await? {
+                        Some(server) => lease.insert(server),
+                        None => return Ok(()), // it left while waiting behind another client
+                    },
                     Idle::Gone => return Ok(()),
                     Idle::Shutdown => return Err(shutting_down()),
                     Idle::Killed => return Err(killed()),
@@ -369,22 +381,23 @@ impl Session {
                 }
             }
             let release_when_idle = self.mode == PoolMode::Transaction;
+            let pipelining = self.may_pipeline();
             let waker_id = self.waker_id();
             let server = &mut **server;
             if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
-                self.exchange.align_settings(&self.settings, &mut server.settings, &mut self.buffers.to_server);
+                let session = &mut server.session.borrow_mut();
+                self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
             }
             let end = Relay {
                 client: &mut self.client,
                 server: &mut server.stream,
                 buffers: &mut self.buffers,
                 exchange: &mut self.exchange,
-                statements: exchange::Statements {
+                sources: exchange::Sources {
                     registry: &self.pool.registry,
                     client: &mut self.statements,
-                    server: &mut server.statements,
                     client_settings: &mut self.settings,
-                    server_settings: &mut server.settings,
+                    server: &server.session,
                     negotiation: self.config.binary_negotiation.then_some(exchange::Negotiation {
                         server_params: &server.params,
                         output_defaults: &server.output_defaults,
@@ -403,20 +416,24 @@ impl Session {
                     idle_in_transaction: Config::optional_secs(self.config.idle_transaction_timeout),
                 },
                 deadline: None,
+                pipelining: pipelining.then_some(&self.pool),
+                offer: &mut self.offer,
+                skip_ready: &mut self.skip_ready,
             }
             .await;
+            let offer = self.offer.take();
             self.flush_counters();
             match end {
                 RelayEnd::Released => {
                     let server = lease.take();
                     *self.entry.server.borrow_mut() = None;
                     if let Some(server) = server {
-                        self.give_back(server).await;
+                        self.pass_on(server, offer, false).await;
                     }
                 }
                 RelayEnd::ClientLeft => {
                     if let Some(server) = lease.take() {
-                        self.give_back(server).await;
+                        self.pass_on(server, offer, true).await;
                     }
                     return Ok(());
                 }
@@ -433,8 +450,18 @@ impl Session {
                     )))
                 }
                 RelayEnd::ServerError(e) => return Err(SessionError::Server(ServerError::Write(e))),
-                RelayEnd::ClientError(e) => return Err(SessionError::ClientProtocol(e)),
-                RelayEnd::Killed => return Err(killed()),
+                RelayEnd::ClientError(e) => {
+                    if let (Some(server), Some(offer)) = (lease.take_if(|_| offer.is_some()), offer) {
+                        self.pass_on(server, Some(offer), true).await;
+                    }
+                    return Err(SessionError::ClientProtocol(e));
+                }
+                RelayEnd::Killed => {
+                    if let (Some(server), Some(offer)) = (lease.take_if(|_| offer.is_some()), offer) {
+                        self.pass_on(server, Some(offer), true).await;
+                    }
+                    return Err(killed());
+                }
                 RelayEnd::TimedOut(deadline) => {
                     // A running query is cancelled and its connection closed; an
                     // idle transaction is rolled back and its connection kept.
@@ -449,6 +476,97 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Server pipelining applies to this client now (see `pool::Opening`).
+    fn may_pipeline(&self) -> bool {
+        self.config.server_pipelining && !self.config.binary_negotiation && self.mode == PoolMode::Transaction && self.startup_applied
+    }
+
+    /// A server connection for the client's next request: one of its own,
+    /// or, with server pipelining, one another client holds, behind whose
+    /// request this client's goes. `None` if the client left meanwhile.
+    async fn take_server(&mut self) -> Result<Option<Lease>, SessionError> {
+        let may_follow = self.may_pipeline();
+        match self.checkout_or_follow(may_follow).await? {
+            Checkout::Lease(lease) => Ok(Some(lease)),
+            Checkout::Behind(opening) => self.follow(&opening).await,
+        }
+    }
+
+    /// Sends the client's request behind the holder's (see `follow`) and
+    /// takes the connection when the holder is done with it.
+    async fn follow(&mut self, opening: &Opening) -> Result<Option<Lease>, SessionError> {
+        if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
+            let session = &mut opening.session.borrow_mut();
+            self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
+            opening.write(&self.buffers.to_server);
+            self.buffers.to_server.clear();
+        }
+        let end = follow::Follow {
+            client: &mut self.client,
+            buffers: &mut self.buffers,
+            exchange: &mut self.exchange,
+            sources: exchange::Sources {
+                registry: &self.pool.registry,
+                client: &mut self.statements,
+                client_settings: &mut self.settings,
+                server: &opening.session,
+                negotiation: None,
+            },
+            opening,
+            killed: &self.entry.killed,
+            taken: false,
+        }
+        .await;
+        self.flush_counters();
+        match end {
+            follow::FollowEnd::HandedOver(Handover { lease, unread, stream_left, unsent, skip_ready }) => {
+                self.buffers.to_server.extend_from_slice(&unsent);
+                self.buffers.from_server.take_over(&unread, stream_left);
+                self.skip_ready = skip_ready;
+                *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
+                self.lease_started = crate::rt::now();
+                Ok(Some(lease))
+            }
+            follow::FollowEnd::Lost => Err(SessionError::Refused(ErrorFields::fatal(
+                "08006",
+                "server connection lost while this request waited behind another client's",
+            ))),
+            follow::FollowEnd::ClientLeft => Ok(None),
+            follow::FollowEnd::ClientError(e) => Err(SessionError::ClientProtocol(e)),
+            follow::FollowEnd::Killed => Err(killed()),
+        }
+    }
+
+    /// The relay is over with `server` (the client's requests answered, or
+    /// the client gone if `holder_left`): it goes to the follower, if one
+    /// was let behind, else back the usual way. A follower whose client
+    /// left after it wrote makes the connection's state unknown: closed.
+    async fn pass_on(&mut self, server: Lease, offer: Option<Offer>, holder_left: bool) {
+        let Some(offer) = offer else { return self.give_back(server).await };
+        if offer.is_abandoned() {
+            if offer.follower_wrote() {
+                debug!("closing a server connection: the client behind left after it wrote");
+                self.end_transaction();
+                self.close_mid_conversation(server);
+                self.shard.return_buffers(self.buffers.park_server_side());
+            } else {
+                self.give_back(server).await;
+            }
+            return;
+        }
+        let b = &mut self.buffers;
+        // What this client still owed the one ahead of it, and its own.
+        let skip_ready = if holder_left { self.skip_ready + self.exchange.ready_due() } else { 0 };
+        self.skip_ready = 0;
+        let unread = BytesMut::from(b.from_server.pending());
+        let stream_left = b.from_server.stream_left();
+        let unsent = BytesMut::from(&b.to_server[..]);
+        self.end_transaction();
+        self.exchange.reset();
+        offer.hand_over(Handover { lease: server, unread, stream_left, unsent, skip_ready });
+        self.shard.return_buffers(self.buffers.park_server_side());
     }
 
     /// Moves the relay's byte and query counters into the pool's stats.
@@ -504,13 +622,14 @@ impl Session {
     /// implicit transaction). Later alignments send values the server
     /// already accepted. `Err(None)`: the server connection broke.
     async fn apply_startup_settings(&mut self, server: &mut crate::server::ServerConn) -> Result<(), Option<SessionError>> {
-        let Some(sql) = self.settings.sql_to_apply_over(&server.settings) else {
+        let sql = self.settings.sql_to_apply_over(&server.session.borrow().settings);
+        let Some(sql) = sql else {
             self.startup_applied = true;
             return Ok(());
         };
         match with_timeout(CLEANUP_TIMEOUT, server.run_checked(&sql)).await {
             Some(Ok(Ok(()))) => {
-                server.settings.take_values_of(&self.settings);
+                server.session.borrow_mut().settings.take_values_of(&self.settings);
                 self.startup_applied = true;
                 Ok(())
             }
@@ -532,6 +651,14 @@ impl Session {
     /// Borrows a server connection (waiting while the database is paused),
     /// all within query_wait_timeout.
     async fn checkout(&mut self) -> Result<Lease, SessionError> {
+        match self.checkout_or_follow(false).await? {
+            Checkout::Lease(lease) => Ok(lease),
+            Checkout::Behind(_) => unreachable!("a place behind another request for a client that may not follow"),
+        }
+    }
+
+    /// `checkout`, or a place behind another client's request if `may_follow`.
+    async fn checkout_or_follow(&mut self, may_follow: bool) -> Result<Checkout, SessionError> {
         let wait = Config::secs(self.config.query_wait_timeout);
         self.entry.set_state(ClientState::Waiting);
         let started = crate::rt::now();
@@ -540,15 +667,20 @@ impl Session {
         {
             return Err(SessionError::Pool(PoolError::WaitTimeout));
         }
-        let lease = self.pool.checkout(wait.saturating_sub(crate::rt::now().saturating_duration_since(started))).await?;
+        let left = wait.saturating_sub(crate::rt::now().saturating_duration_since(started));
+        let got = self.pool.checkout_or_follow(left, may_follow).await?;
         self.buffers.attach_server_side(self.shard.take_buffers());
         let now = crate::rt::now();
         let waited = now.saturating_duration_since(started);
         self.pool.count(|s| s.wait_time_us += waited.as_micros() as u64);
-        *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
+        // Behind another client's request, a cancel would reach that one's
+        // query: the key is the client's only once the connection is.
+        if let Checkout::Lease(lease) = &got {
+            *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
+        }
         self.entry.set_state(ClientState::Active);
         self.lease_started = now;
-        Ok(lease)
+        Ok(got)
     }
 
     /// `wait_for_client`, bounded by client_idle_timeout when one is set.
@@ -602,28 +734,15 @@ impl Session {
     /// was left mid-conversation; returns it with what must run on it first
     /// if it needs cleaning.
     fn release_if_clean(&mut self, server: Lease) -> Option<(Lease, Cleanup)> {
-        *self.entry.server.borrow_mut() = None;
-        self.entry.set_state(ClientState::Idle);
-        let held = crate::rt::now().saturating_duration_since(self.lease_started);
-        self.pool.count(|s| {
-            s.xact_count += 1;
-            s.xact_time_us += held.as_micros() as u64;
-        });
+        self.end_transaction();
+        // Replies owed to the client ahead still to come (server pipelining).
+        let owed = std::mem::take(&mut self.skip_ready) > 0;
         let b = &mut self.buffers;
         let stray_bytes = !b.from_server.pending().is_empty() || !b.from_server.at_boundary();
-        if stray_bytes || !self.exchange.is_quiet() || !b.from_client.at_boundary() || !b.to_server.is_empty() {
+        if owed || stray_bytes || !self.exchange.is_quiet() || !b.from_client.at_boundary() || !b.to_server.is_empty() {
             debug!("closing a server connection left mid-conversation");
-            b.from_server.clear();
-            b.to_server.clear();
-            // A backend busy with an abandoned query would run it to the end
-            // before noticing its socket closed: cancel it first.
-            let key = server.cancel_key.clone();
-            let timeout = Config::secs(self.config.server_connect_timeout);
-            crate::rt::spawn_local(async move {
-                let _ = crate::server::send_cancel(&key, timeout).await;
-            })
-            .detach();
-            return None; // dropping the lease closes it
+            self.close_mid_conversation(server);
+            return None;
         }
         let rollback = self.exchange.tracker.status() != TransactionStatus::Idle;
         // A pinned client's session state must not reach the next client:
@@ -643,6 +762,32 @@ impl Session {
         None
     }
 
+    /// The client no longer holds a server connection: counted, and shown so.
+    fn end_transaction(&mut self) {
+        *self.entry.server.borrow_mut() = None;
+        self.entry.set_state(ClientState::Idle);
+        let held = crate::rt::now().saturating_duration_since(self.lease_started);
+        self.pool.count(|s| {
+            s.xact_count += 1;
+            s.xact_time_us += held.as_micros() as u64;
+        });
+    }
+
+    /// Closes a server connection whose conversation was left halfway.
+    fn close_mid_conversation(&mut self, server: Lease) {
+        self.buffers.from_server.clear();
+        self.buffers.to_server.clear();
+        // A backend busy with an abandoned query would run it to the end
+        // before noticing its socket closed: cancel it first.
+        let key = server.cancel_key.clone();
+        let timeout = Config::secs(self.config.server_connect_timeout);
+        crate::rt::spawn_local(async move {
+            let _ = crate::server::send_cancel(&key, timeout).await;
+        })
+        .detach();
+        drop(server); // closes it
+    }
+
     /// Runs the cleanup on the server, then releases it (or closes it if that
     /// fails or takes too long).
     async fn clean_and_release(&mut self, mut server: Lease, cleanup: Cleanup) {
@@ -652,8 +797,9 @@ impl Session {
             match with_timeout(CLEANUP_TIMEOUT, server.run_to_idle(sql)).await {
                 Some(Ok(())) => {
                     if forgets_statements(sql) {
-                        server.statements.clear();
-                        server.settings = settings::Settings::default();
+                        let mut session = server.session.borrow_mut();
+                        session.statements.clear();
+                        session.settings = settings::Settings::default();
                     }
                 }
                 Some(Err(e)) => {

@@ -114,6 +114,38 @@ pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<Sess
     features.found
 }
 
+/// First words of the statements that [`leaves_session_alone`] lets through.
+const PLAIN_STATEMENTS: [&str; 7] = ["select", "insert", "update", "delete", "values", "with", "table"];
+
+/// Whether running `sql` outside a transaction block leaves the server
+/// session as it found it, as far as the text shows: every statement in it
+/// a SELECT (not SELECT INTO), INSERT, UPDATE, DELETE, VALUES, WITH or
+/// TABLE, using no session feature and calling no `set_config`. The server
+/// may then get another client's request right behind it (server
+/// pipelining, `pool::Opening`): nothing this one does changes how that one
+/// runs. What the functions it calls do inside is not seen, as for pinning.
+pub fn leaves_session_alone(sql: &str) -> bool {
+    let mut starts = true;
+    let mut selects = false;
+    let mut any = false;
+    for item in Words::new(sql) {
+        match item {
+            Item::Semicolon => starts = true,
+            Item::Word(w) if starts => {
+                if !PLAIN_STATEMENTS.iter().any(|k| w.eq_ignore_ascii_case(k)) {
+                    return false;
+                }
+                selects = w.eq_ignore_ascii_case("select") || w.eq_ignore_ascii_case("with");
+                starts = false;
+                any = true;
+            }
+            Item::Word(w) if selects && w.eq_ignore_ascii_case("into") || w.eq_ignore_ascii_case("set_config") => return false,
+            Item::Word(_) => {}
+        }
+    }
+    any && session_feature(sql, |_| false).is_none()
+}
+
 /// [`session_feature`] and [`resets`] in one pass over the words: a simple
 /// query needs both, and the pass is most of what they cost.
 pub fn session_feature_and_resets(sql: &str, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
@@ -350,6 +382,43 @@ impl<'a> Iterator for Words<'a> {
 mod tests {
     use super::SessionFeature::*;
     use super::*;
+
+    #[test]
+    fn plain_statements_leave_the_session_alone() {
+        for sql in [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = $1",
+            "  /* c */ insert into t values ($1) returning id",
+            "update t set x = 1 where id = $1",
+            "delete from t",
+            "values (1), (2)",
+            "with a as (select 1) select * from a",
+            "table t",
+            "select 1; select 2",
+            "select 'set', \"prepare\" from t",
+        ] {
+            assert!(leaves_session_alone(sql), "{sql}");
+        }
+    }
+
+    #[test]
+    fn anything_else_may_change_the_session() {
+        for sql in [
+            "",
+            "begin",
+            "select 1; begin",
+            "set x = 1",
+            "select set_config('a.b', 'c', false)",
+            "select pg_advisory_lock(1)",
+            "select * into t2 from t",
+            "with a as (select 1) select * into t2 from a",
+            "create table t (x int)",
+            "listen x",
+            "select 1 from t for update; commit",
+            "do $$ begin end $$",
+        ] {
+            assert!(!leaves_session_alone(sql), "{sql}");
+        }
+    }
     use proptest::prelude::{prop, Strategy};
     use proptest::arbitrary::any;
 

@@ -10,14 +10,16 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use futures_lite::AsyncWrite;
 
-use super::exchange::{client_needs_whole, server_needs_whole, Exchange, Statements};
+use super::exchange::{client_needs_whole, server_needs_whole, Exchange, Sources, Statements};
 use super::inbox::{Inbox, Piece};
 use crate::net::Stream;
+use crate::pool::{Offer, Opening, Pool};
 use crate::protocol::{backend, frontend, ProtocolError};
 use crate::runtime::ShutdownSignal;
 
@@ -25,7 +27,7 @@ use crate::runtime::ShutdownSignal;
 const BUDGET: usize = 32;
 
 /// Stop reading a socket while this much output for the other is unsent.
-const HIGH_WATER: usize = 256 * 1024;
+pub(super) const HIGH_WATER: usize = 256 * 1024;
 
 /// Why the relay stopped.
 pub enum RelayEnd {
@@ -153,7 +155,7 @@ pub struct Relay<'a> {
     pub buffers: &'a mut Buffers,
     pub exchange: &'a mut Exchange,
     /// The statement and settings state the exchange reads and updates.
-    pub statements: Statements<'a>,
+    pub sources: Sources<'a>,
     pub release_when_idle: bool,
     pub shutdown: &'a ShutdownSignal,
     pub killed: &'a std::cell::Cell<bool>,
@@ -168,6 +170,50 @@ pub struct Relay<'a> {
     pub limits: Limits,
     /// The running timer, if a limit applies right now.
     pub deadline: Option<(crate::rt::Timer, Deadline)>,
+    /// Server pipelining is on for this client: its pool, to offer the
+    /// connection to a waiter behind a request that allows it.
+    pub pipelining: Option<&'a Rc<Pool>>,
+    /// The connection offered behind this client's request, if it was.
+    pub offer: &'a mut Option<Offer>,
+    /// ReadyForQuery messages still owed to the client ahead, whose replies
+    /// are dropped (see `pool::Handover::skip_ready`).
+    pub skip_ready: &'a mut usize,
+}
+
+/// Why [`take_client_messages`] stopped.
+pub(super) enum ClientStop {
+    /// Nothing whole is left to take.
+    Drained,
+    /// The client said Terminate.
+    Terminate,
+    /// A message of a type the protocol does not have.
+    BadTag(u8),
+}
+
+/// Runs the client's buffered messages through the exchange: what goes to
+/// the server is appended to `to_server`, what pglane answers to `to_client`.
+pub(super) fn take_client_messages(
+    from_client: &mut Inbox,
+    exchange: &mut Exchange,
+    st: &mut Statements<'_>,
+    to_server: &mut BytesMut,
+    to_client: &mut BytesMut,
+) -> Result<ClientStop, ProtocolError> {
+    let stop = loop {
+        let piece = match from_client.next(client_needs_whole)? {
+            Some(piece) => piece,
+            None => break ClientStop::Drained,
+        };
+        match piece {
+            Piece::Whole(frontend::TERMINATE, _) => break ClientStop::Terminate,
+            Piece::Whole(tag, _) | Piece::Start(tag, _) if !frontend::is_known_tag(tag) => break ClientStop::BadTag(tag),
+            Piece::Whole(tag, message) => exchange.from_client(tag, message, st, to_server),
+            Piece::Start(tag, bytes) => exchange.from_client_stream(tag, bytes, to_server),
+            Piece::More(bytes) => exchange.from_client_stream_more(bytes, to_server),
+        }
+    };
+    exchange.client_messages_taken(to_client);
+    Ok(stop)
 }
 
 impl Future for Relay<'_> {
@@ -194,7 +240,7 @@ enum Step {
 }
 
 /// Writes as much of `out` as the socket takes, counting it. `Ready(Ok(true))` if it wrote.
-fn poll_send(cx: &mut Context<'_>, stream: &mut Stream, out: &mut BytesMut, count: &mut u64) -> Poll<io::Result<bool>> {
+pub(super) fn poll_send(cx: &mut Context<'_>, stream: &mut Stream, out: &mut BytesMut, count: &mut u64) -> Poll<io::Result<bool>> {
     if out.is_empty() {
         return Poll::Ready(Ok(false));
     }
@@ -249,12 +295,16 @@ impl Relay<'_> {
         }
         let mut progress = false;
         let b = &mut *self.buffers;
+        let server_session = self.sources.server;
+        let mut session = server_session.borrow_mut();
+        let st = &mut self.sources.statements(&mut session);
 
         // Client → server. Once the server can be released, nothing more of
         // the client's is taken: it waits for the next server connection.
+        // Nor once another client's request is behind this one's.
         let mut client_leaving = false;
         let mut bad_tag = None;
-        if !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) {
+        if !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) && self.offer.is_none() {
             // What the exchange holds back (see `Exchange::held_len`) is
             // on its way to the server too, and counts against the mark.
             if !b.from_client.eof && b.to_server.len() + self.exchange.held_len() < HIGH_WATER {
@@ -264,28 +314,17 @@ impl Relay<'_> {
                     Poll::Pending => {}
                 }
             }
-            let st = &mut self.statements;
-            loop {
-                let piece = match b.from_client.next(client_needs_whole) {
-                    Ok(Some(piece)) => piece,
-                    Ok(None) => break,
-                    Err(e) => return Step::Done(RelayEnd::ClientError(e)),
-                };
-                match piece {
-                    Piece::Whole(frontend::TERMINATE, _) => {
-                        client_leaving = true;
-                        break;
-                    }
-                    Piece::Whole(tag, _) | Piece::Start(tag, _) if !frontend::is_known_tag(tag) => {
-                        bad_tag = Some(tag);
-                        break;
-                    }
-                    Piece::Whole(tag, message) => self.exchange.from_client(tag, message, st, &mut b.to_server),
-                    Piece::Start(tag, bytes) => self.exchange.from_client_stream(tag, bytes, &mut b.to_server),
-                    Piece::More(bytes) => self.exchange.from_client_stream_more(bytes, &mut b.to_server),
-                }
+            match take_client_messages(&mut b.from_client, self.exchange, st, &mut b.to_server, &mut b.to_client) {
+                Ok(ClientStop::Drained) => {}
+                Ok(ClientStop::Terminate) => client_leaving = true,
+                Ok(ClientStop::BadTag(tag)) => bad_tag = Some(tag),
+                Err(e) => return Step::Done(RelayEnd::ClientError(e)),
             }
-            self.exchange.client_messages_taken(&mut b.to_client);
+        }
+        if let Some(offer) = self.offer.as_ref() {
+            if b.to_server.len() < HIGH_WATER {
+                offer.move_outbox(&mut b.to_server);
+            }
         }
         if self.busy_since.is_none() && !b.to_server.is_empty() {
             self.busy_since = Some(crate::rt::now());
@@ -294,6 +333,16 @@ impl Relay<'_> {
             Poll::Ready(Ok(wrote)) => progress |= wrote,
             Poll::Ready(Err(e)) => return Step::Done(RelayEnd::ServerError(e)),
             Poll::Pending => {}
+        }
+        if let Some(pool) = self.pipelining {
+            let all_sent = b.to_server.is_empty() && b.from_client.pending().is_empty() && !client_leaving && bad_tag.is_none();
+            if self.offer.is_none() && all_sent && self.exchange.may_be_followed() && pool.has_follower() {
+                let opening = Opening::new(server_session.clone(), cx.waker().clone());
+                if pool.offer(&opening) {
+                    self.exchange.followed = true;
+                    *self.offer = Some(Offer(opening));
+                }
+            }
         }
 
         // Server → client.
@@ -308,10 +357,18 @@ impl Relay<'_> {
             }
         }
         {
-            let st = &mut self.statements;
             // Bytes after the final ReadyForQuery stay behind (and make the
             // connection unfit for reuse).
-            while !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) {
+            // The replies of the client ahead, whose client left.
+            while *self.skip_ready > 0 {
+                match b.from_server.next(server_needs_whole) {
+                    Ok(Some(Piece::Whole(backend::READY_FOR_QUERY, _))) => *self.skip_ready -= 1,
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => return Step::Done(RelayEnd::ServerError(io::Error::new(io::ErrorKind::InvalidData, e))),
+                }
+            }
+            while *self.skip_ready == 0 && !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) {
                 // A negotiated portal's DataRows are transcoded, so whole.
                 let rows_whole = self.exchange.rows_need_whole();
                 let piece = match b.from_server.next(|tag| server_needs_whole(tag) || (rows_whole && tag == backend::DATA_ROW)) {

@@ -188,6 +188,17 @@ pub struct Config {
     /// (see `client::negotiate` for which types and when).
     #[serde(default)]
     pub binary_negotiation: bool,
+    /// Server pipelining (transaction mode): when a client's request in
+    /// flight leaves the server session as it found it (plain SELECT,
+    /// INSERT, UPDATE, DELETE of prepared or auto-prepared statements,
+    /// outside a transaction block), the next waiting client's request is
+    /// sent right behind it, and the connection handed over when the first
+    /// is answered, so a busy server never waits for the pooler between
+    /// transactions. The cost: a request queued behind a long one waits for
+    /// it even if another connection frees up first. Off with
+    /// binary_negotiation. See `pool::Opening`.
+    #[serde(default)]
+    pub server_pipelining: bool,
     /// Named prepared statements one client may hold at once.
     #[serde(default = "defaults::max_client_prepared_statements")]
     pub max_client_prepared_statements: usize,

@@ -10,6 +10,13 @@
 //! A lent connection is a [`Lease`]: hand it back with [`Lease::release`]
 //! when the server is idle and clean, or drop it to close the connection. Either
 //! way the pool's count stays right, whatever path a session takes out.
+//!
+//! With server pipelining on, a client that holds a connection may offer it
+//! to the first waiter before it is free ([`Opening`], in `opening`): the
+//! waiter's request then goes to the server right behind the holder's.
+
+mod opening;
+pub use opening::{Handover, Offer, Opening, OpeningLost};
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -54,6 +61,8 @@ pub struct PoolStats {
     pub xact_time_us: u64,
     pub query_time_us: u64,
     pub wait_time_us: u64,
+    /// Requests sent to a server behind another client's (server pipelining).
+    pub pipelined: u64,
 }
 
 impl PoolStats {
@@ -73,6 +82,7 @@ impl PoolStats {
         self.xact_time_us += o.xact_time_us;
         self.query_time_us += o.query_time_us;
         self.wait_time_us += o.wait_time_us;
+        self.pipelined += o.pipelined;
     }
 }
 
@@ -142,9 +152,21 @@ enum Grant {
     Conn(ServerConn),
     /// A slot under max_size freed up: open a new connection in it.
     Slot,
+    /// A place right behind another client's request (server pipelining).
+    Behind(Rc<Opening>),
+}
+
+/// What [`Pool::checkout_or_follow`] got for a client.
+pub enum Checkout {
+    Lease(Lease),
+    /// The client's request goes behind another's on a connection that is
+    /// handed over when that one is done.
+    Behind(Rc<Opening>),
 }
 
 struct Waiter {
+    /// It may take a place behind another client's request ([`Grant::Behind`]).
+    may_follow: bool,
     grant: RefCell<Option<Grant>>,
     waker: RefCell<Option<Waker>>,
     /// query_wait_timeout: when [`Pool::expire_waiters`] gives up on it.
@@ -257,13 +279,24 @@ impl Pool {
 
     /// Lends a server connection, waiting up to `wait` for one.
     pub async fn checkout(self: &Rc<Self>, wait: Duration) -> Result<Lease, PoolError> {
+        match self.checkout_or_follow(wait, false).await? {
+            Checkout::Lease(lease) => Ok(lease),
+            // Only waiters that may follow are offered a place behind.
+            Checkout::Behind(_) => unreachable!("a place behind another request for a client that may not follow"),
+        }
+    }
+
+    /// Lends a server connection, waiting up to `wait` for one; a client
+    /// that `may_follow` may get a place behind another client's request
+    /// instead, if one is offered while it waits.
+    pub async fn checkout_or_follow(self: &Rc<Self>, wait: Duration, may_follow: bool) -> Result<Checkout, PoolError> {
         self.bump(|s| s.checkouts += 1);
         if let Some(conn) = self.take_idle() {
-            return Ok(self.lease(conn));
+            return Ok(Checkout::Lease(self.lease(conn)));
         }
         if self.open.get() < self.max_size.get() {
             self.open.set(self.open.get() + 1);
-            return self.open_in_slot().await;
+            return self.open_in_slot().await.map(Checkout::Lease);
         }
         self.bump(|s| s.waits += 1);
         // No timer per waiter: the shard's periodic housekeeping expires
@@ -271,6 +304,7 @@ impl Pool {
         // timeout given in seconds). Written when a pending timer cost every
         // park on glommio; on rt one would be cheap, this is simply enough.
         let waiter = Rc::new(Waiter {
+            may_follow,
             grant: RefCell::new(None),
             waker: RefCell::new(None),
             deadline: std::time::Instant::now() + wait,
@@ -289,12 +323,37 @@ impl Pool {
         .await;
         drop(guard);
         match grant {
-            Some(Grant::Conn(conn)) => Ok(self.lease(conn)),
-            Some(Grant::Slot) => self.open_in_slot().await,
+            Some(Grant::Conn(conn)) => Ok(Checkout::Lease(self.lease(conn))),
+            Some(Grant::Slot) => self.open_in_slot().await.map(Checkout::Lease),
+            Some(Grant::Behind(opening)) => {
+                self.bump(|s| s.pipelined += 1);
+                Ok(Checkout::Behind(opening))
+            }
             None => {
                 self.bump(|s| s.wait_timeouts += 1);
                 Err(PoolError::WaitTimeout)
             }
+        }
+    }
+
+    /// A client waits that may take a place behind another's request.
+    pub fn has_follower(&self) -> bool {
+        self.waiters.borrow().iter().any(|w| w.may_follow)
+    }
+
+    /// Gives `opening` to the first waiter that may follow; false if none waits.
+    pub fn offer(&self, opening: &Rc<Opening>) -> bool {
+        let waiter = {
+            let mut waiters = self.waiters.borrow_mut();
+            let Some(at) = waiters.iter().position(|w| w.may_follow) else { return false };
+            waiters.remove(at)
+        };
+        match waiter {
+            Some(waiter) => {
+                waiter.grant(Grant::Behind(opening.clone()));
+                true
+            }
+            None => false,
         }
     }
 
@@ -448,6 +507,7 @@ impl Drop for WaitGuard<'_> {
         match self.waiter.grant.borrow_mut().take() {
             Some(Grant::Conn(conn)) => self.pool.checkin(conn),
             Some(Grant::Slot) => self.pool.slot_freed(),
+            Some(Grant::Behind(opening)) => opening.follower_left(),
             None => {}
         }
     }

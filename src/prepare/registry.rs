@@ -37,6 +37,9 @@ pub struct Statement {
     /// are negotiated only for statements that have shown small rows
     /// (`client::negotiate::small_rows`).
     pub rows: Cell<RowRecord>,
+    /// Whether running it leaves a server session as it found it (the
+    /// client's exchange works it out from the text when it first asks).
+    pub leaves_session_alone: std::cell::OnceCell<bool>,
 }
 
 /// The sizes of one statement's DataRows, as seen by the relay. Plain data:
@@ -202,6 +205,7 @@ impl Registry {
             description: RefCell::new(None),
             described: RefCell::new(None),
             rows: Cell::new(RowRecord::default()),
+            leaves_session_alone: std::cell::OnceCell::new(),
         });
         self.by_key.borrow_mut().insert(map_key, statement.clone());
         statement

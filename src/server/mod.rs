@@ -5,6 +5,7 @@
 //! decides when a connection is lent or returned (that is `pool`), and never
 //! relays a client's traffic (that is `client`).
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -92,6 +93,15 @@ pub struct CancelKey {
     pub tls: Option<String>,
 }
 
+/// The session state of one server connection that pglane tracks.
+#[derive(Debug)]
+pub struct ServerSession {
+    /// The shard's statements this connection has prepared.
+    pub statements: ServerStatements,
+    /// Session settings clients changed on it (see `client::settings`).
+    pub settings: crate::client::settings::Settings,
+}
+
 pub struct ServerConn {
     pub stream: Stream,
     /// Shared with the client that holds the connection, for cancel requests.
@@ -101,12 +111,13 @@ pub struct ServerConn {
     pub created: Instant,
     /// When it last went back to its pool.
     pub idle_since: Instant,
-    /// The shard's statements this connection has prepared.
-    pub statements: ServerStatements,
+    /// What clients left on its session that pglane keeps track of. Shared,
+    /// so that the client whose request runs next on it can translate its
+    /// messages while the holder still reads its replies (see
+    /// `pool::Opening`); borrowed only for the span of one step.
+    pub session: Rc<RefCell<ServerSession>>,
     /// The pool generation it was opened in (see `Pool::reconnect`).
     pub generation: u64,
-    /// Session settings clients changed on it (see `client::settings`).
-    pub settings: crate::client::settings::Settings,
     /// Counts it among its pool's open connections while it lives.
     pub census: Option<crate::pool::CensusToken>,
     /// The values of the unreported output settings (extra_float_digits,
@@ -142,9 +153,11 @@ impl ServerConn {
             params,
             created: Instant::now(),
             idle_since: Instant::now(),
-            statements: ServerStatements::new(target.max_prepared_statements),
+            session: Rc::new(RefCell::new(ServerSession {
+                statements: ServerStatements::new(target.max_prepared_statements),
+                settings: Default::default(),
+            })),
             generation,
-            settings: Default::default(),
             census: None,
             output_defaults: Vec::new(),
         })?;

@@ -1,0 +1,125 @@
+//! A client whose request goes to the server behind another client's
+//! (server pipelining; see `pool::Opening` for the whole hand-over).
+//!
+//! [`Follow`] translates the client's messages with its own exchange,
+//! against the session state of the connection it will get, and leaves them
+//! in the opening's outbox for the holder's relay to send. What pglane
+//! answers itself (a ParseComplete of a known statement) goes to the client
+//! at once. It reads nothing from the server: it ends when the holder hands
+//! the connection over, and the relay goes on from there.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use super::exchange::{Exchange, Sources};
+use super::relay::{poll_send, take_client_messages, Buffers, ClientStop, HIGH_WATER};
+use crate::net::Stream;
+use crate::pool::{Handover, Opening};
+use crate::protocol::ProtocolError;
+
+/// Rounds of work one poll may do before yielding to other tasks.
+const BUDGET: usize = 32;
+
+/// Why following stopped.
+pub enum FollowEnd {
+    /// The connection is this client's now.
+    HandedOver(Handover),
+    /// The connection was lost before it was handed over.
+    Lost,
+    /// The client sent Terminate or closed its socket.
+    ClientLeft,
+    ClientError(ProtocolError),
+    /// The admin console said KILL.
+    Killed,
+}
+
+pub struct Follow<'a> {
+    pub client: &'a mut Stream,
+    pub buffers: &'a mut Buffers,
+    pub exchange: &'a mut Exchange,
+    /// The client's state, with the connection's session from the opening.
+    pub sources: Sources<'a>,
+    pub opening: &'a Opening,
+    pub killed: &'a Cell<bool>,
+    /// The hand-over was taken (else, dropped, the follower left).
+    pub taken: bool,
+}
+
+impl Future for Follow<'_> {
+    type Output = FollowEnd;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<FollowEnd> {
+        let this = self.get_mut();
+        for _ in 0..BUDGET {
+            match this.step(cx) {
+                Some(Poll::Ready(end)) => {
+                    this.taken = matches!(end, FollowEnd::HandedOver(_));
+                    return Poll::Ready(end);
+                }
+                Some(Poll::Pending) => return Poll::Pending,
+                None => {}
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl Drop for Follow<'_> {
+    fn drop(&mut self) {
+        if !self.taken {
+            self.opening.follower_left();
+        }
+    }
+}
+
+impl Follow<'_> {
+    /// One round; `None` if it made progress and should go on.
+    fn step(&mut self, cx: &mut Context<'_>) -> Option<Poll<FollowEnd>> {
+        if self.killed.get() {
+            return Some(Poll::Ready(FollowEnd::Killed));
+        }
+        match self.opening.poll_handover(cx) {
+            Poll::Ready(Ok(handover)) => return Some(Poll::Ready(FollowEnd::HandedOver(handover))),
+            Poll::Ready(Err(_)) => return Some(Poll::Ready(FollowEnd::Lost)),
+            Poll::Pending => {}
+        }
+        let b = &mut *self.buffers;
+        let mut progress = false;
+        if !b.from_client.eof && self.opening.outbox_len() + self.exchange.held_len() < HIGH_WATER {
+            match b.from_client.poll_fill(cx, self.client) {
+                Poll::Ready(Ok(_)) => progress = true,
+                Poll::Ready(Err(_)) => return Some(Poll::Ready(FollowEnd::ClientLeft)),
+                Poll::Pending => {}
+            }
+        }
+        let stop = {
+            let server = self.sources.server;
+            let mut session = server.borrow_mut();
+            let st = &mut self.sources.statements(&mut session);
+            take_client_messages(&mut b.from_client, self.exchange, st, &mut b.to_server, &mut b.to_client)
+        };
+        self.opening.write(&b.to_server);
+        b.to_server.clear();
+        // pglane's own answers (those the client waits for before it says more).
+        match poll_send(cx, self.client, &mut b.to_client, &mut b.counters.bytes_to_client) {
+            Poll::Ready(Ok(wrote)) => progress |= wrote,
+            Poll::Ready(Err(_)) => return Some(Poll::Ready(FollowEnd::ClientLeft)),
+            Poll::Pending => {}
+        }
+        match stop {
+            Ok(ClientStop::Drained) if b.from_client.eof => return Some(Poll::Ready(FollowEnd::ClientLeft)),
+            Ok(ClientStop::Drained) => {}
+            Ok(ClientStop::Terminate) => return Some(Poll::Ready(FollowEnd::ClientLeft)),
+            Ok(ClientStop::BadTag(tag)) => return Some(Poll::Ready(FollowEnd::ClientError(ProtocolError::UnexpectedMessage(tag)))),
+            Err(e) => return Some(Poll::Ready(FollowEnd::ClientError(e))),
+        }
+        if progress {
+            None
+        } else {
+            Some(Poll::Pending)
+        }
+    }
+}

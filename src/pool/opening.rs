@@ -1,0 +1,214 @@
+//! Server pipelining: a lent server connection that takes one more client's
+//! request before it is free.
+//!
+//! A busy pool makes its waiters wait for a whole round trip per
+//! transaction: the holder's reply has to come back, and the connection
+//! be given to the next client, before that client's request is sent, and
+//! meanwhile the backend sleeps. When the holder has sent a whole request
+//! that leaves the server session as it found it
+//! (`client::exchange::Exchange::may_be_followed`), the holder's relay
+//! offers an [`Opening`] to the pool, which gives it to the first waiter
+//! that may follow (`Pool::offer`). Then:
+//!
+//! - the follower translates its messages against the connection's session
+//!   state (shared, [`ServerSession`]) and leaves them in the outbox
+//!   ([`Opening::write`]); the holder's relay sends them behind its own
+//!   ([`Opening::move_outbox`]) and takes nothing more from its own client;
+//! - at the holder's last ReadyForQuery the lease goes to the follower with
+//!   what the holder read past that ReadyForQuery (the start of the
+//!   follower's reply) and the follower's bytes not sent yet
+//!   ([`Opening::hand_over`]);
+//! - if the holder's client leaves first, the follower gets the lease at
+//!   once and drops the holder's replies itself ([`Handover::skip_ready`]);
+//! - if the connection is lost, so is the follower's request: it gets an
+//!   error, as a client of a dead backend would ([`Opening::lose`]);
+//! - if the follower leaves first, what it wrote makes the connection's
+//!   state unknown, so the holder closes it ([`Opening::follower_wrote`]).
+//!
+//! One follower per opening: the follower, once handed the lease, may offer
+//! it again behind its own request, so the server has the next request
+//! waiting whenever a client is waiting for one.
+//!
+//! This module only keeps the hand-over's state; what a relay does with it
+//! is the client's (`client::relay`, `client::follow`).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::BytesMut;
+
+use super::Lease;
+use crate::server::ServerSession;
+
+/// What the follower gets when the holder is done.
+pub struct Handover {
+    pub lease: Lease,
+    /// What the holder read from the server and did not hand out (past its
+    /// last ReadyForQuery, or, if its client left, wherever it stopped), and
+    /// how much of a message it was streaming is still to come
+    /// (`client::inbox::Inbox::take_over`).
+    pub unread: BytesMut,
+    pub stream_left: usize,
+    /// The follower's messages not sent to the server yet.
+    pub unsent: BytesMut,
+    /// ReadyForQuery messages the server still owes the holder, whose client
+    /// left: the follower drops the server's messages through that many.
+    pub skip_ready: usize,
+}
+
+/// The connection broke (or was closed) before it was handed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpeningLost;
+
+enum Phase {
+    /// The follower is (or will be) writing behind the holder.
+    Followed,
+    HandedOver(Handover),
+    /// The follower took the hand-over.
+    Taken,
+    Lost,
+    /// The follower went away first.
+    FollowerLeft,
+}
+
+pub struct Opening {
+    /// The connection's session state, which the follower translates against.
+    pub session: Rc<RefCell<ServerSession>>,
+    /// The follower's translated messages, for the holder's relay to send.
+    outbox: RefCell<BytesMut>,
+    /// The follower wrote something: the connection's session state assumes it runs.
+    wrote: Cell<bool>,
+    phase: RefCell<Phase>,
+    /// The holder's relay task, woken when the outbox gets bytes.
+    holder: Waker,
+    /// The follower's task, woken at the hand-over or loss.
+    follower: RefCell<Option<Waker>>,
+}
+
+impl Opening {
+    pub fn new(session: Rc<RefCell<ServerSession>>, holder: Waker) -> Rc<Opening> {
+        Rc::new(Opening {
+            session,
+            outbox: RefCell::new(BytesMut::new()),
+            wrote: Cell::new(false),
+            phase: RefCell::new(Phase::Followed),
+            holder,
+            follower: RefCell::new(None),
+        })
+    }
+
+    // The follower's side.
+
+    /// Queues the follower's translated messages for the server.
+    pub fn write(&self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.outbox.borrow_mut().extend_from_slice(bytes);
+        self.wrote.set(true);
+        self.holder.wake_by_ref();
+    }
+
+    /// Bytes written and not yet taken by the holder.
+    pub fn outbox_len(&self) -> usize {
+        self.outbox.borrow().len()
+    }
+
+    /// The hand-over, once the holder is done; `Err` if the connection was lost.
+    pub fn poll_handover(&self, cx: &mut Context<'_>) -> Poll<Result<Handover, OpeningLost>> {
+        let mut phase = self.phase.borrow_mut();
+        match std::mem::replace(&mut *phase, Phase::Taken) {
+            Phase::HandedOver(handover) => Poll::Ready(Ok(handover)),
+            Phase::Lost => {
+                *phase = Phase::Lost;
+                Poll::Ready(Err(OpeningLost))
+            }
+            other => {
+                *phase = other;
+                *self.follower.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The follower goes away without taking the hand-over. A lease already
+    /// handed over is dropped, which closes its connection: the follower's
+    /// request may be on it.
+    pub fn follower_left(&self) {
+        let before = std::mem::replace(&mut *self.phase.borrow_mut(), Phase::FollowerLeft);
+        if let Phase::HandedOver(handover) = before {
+            drop(handover);
+        }
+        self.holder.wake_by_ref();
+    }
+
+    // The holder's side.
+
+    /// Moves the follower's messages to the end of `to_server`.
+    pub fn move_outbox(&self, to_server: &mut BytesMut) {
+        let mut outbox = self.outbox.borrow_mut();
+        if !outbox.is_empty() {
+            to_server.extend_from_slice(&outbox);
+            outbox.clear();
+        }
+    }
+
+    /// The follower went away (before the hand-over).
+    pub fn is_abandoned(&self) -> bool {
+        matches!(*self.phase.borrow(), Phase::FollowerLeft)
+    }
+
+    /// The follower wrote something, so the connection's session state
+    /// counts on its request running: if the follower leaves, the connection
+    /// must be closed rather than reused.
+    pub fn follower_wrote(&self) -> bool {
+        self.wrote.get()
+    }
+
+    /// The holder is done: the follower gets the connection. `unsent` is
+    /// what of the follower's the holder did not send; what is still in the
+    /// outbox goes after it. If the follower left meanwhile, the lease is
+    /// dropped (closing the connection).
+    pub fn hand_over(&self, mut handover: Handover) {
+        self.move_outbox(&mut handover.unsent);
+        let mut phase = self.phase.borrow_mut();
+        if matches!(*phase, Phase::Followed) {
+            *phase = Phase::HandedOver(handover);
+            drop(phase);
+            if let Some(waker) = self.follower.borrow_mut().take() {
+                waker.wake();
+            }
+        }
+    }
+
+    /// The connection broke or is being closed: the follower's request is lost.
+    pub fn lose(&self) {
+        let mut phase = self.phase.borrow_mut();
+        if matches!(*phase, Phase::Followed) {
+            *phase = Phase::Lost;
+            drop(phase);
+            if let Some(waker) = self.follower.borrow_mut().take() {
+                waker.wake();
+            }
+        }
+    }
+}
+
+/// The holder's end of an [`Opening`]. Dropped before [`Opening::hand_over`]
+/// (the holder's session ended some other way), it loses the follower's
+/// request, so that no follower waits for a hand-over that never comes.
+pub struct Offer(pub Rc<Opening>);
+
+impl std::ops::Deref for Offer {
+    type Target = Opening;
+    fn deref(&self) -> &Opening {
+        &self.0
+    }
+}
+
+impl Drop for Offer {
+    fn drop(&mut self) {
+        self.0.lose();
+    }
+}

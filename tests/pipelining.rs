@@ -1,0 +1,322 @@
+//! Server pipelining end to end, against the real PostgreSQL: with
+//! `server_pipelining = true`, a waiting client's request goes to the server
+//! right behind the request of the client that holds the connection, and
+//! the connection is handed over when that one is answered. Each client
+//! must get exactly its own answers, whatever the client ahead of it does:
+//! fail, hold a transaction open, leave halfway through its reply, or lose
+//! its server.
+
+mod common;
+#[path = "common/raw.rs"]
+mod raw;
+
+use std::thread;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use common::{postgres, Pglane};
+use pglane::protocol::backend;
+use pglane::protocol::frontend;
+use raw::{error_code, first_column, RawClient};
+
+const USER: &str = "trustuser";
+
+/// pglane in front of server database `dbname` (as database `app`), with
+/// auto-prepare and server pipelining, one shard, `pool_size` connections.
+fn pglane(pool_size: usize, dbname: &str) -> Pglane {
+    Pglane::start_with_args(
+        &format!(
+            r#"pool_mode = "transaction"
+auth_type = "trust"
+admin_users = ["{USER}"]
+auto_prepare = true
+server_pipelining = true
+[databases.app]
+host = "127.0.0.1"
+port = {port}
+dbname = "{dbname}"
+pool_size = {pool_size}
+[users.{USER}]
+"#,
+            port = postgres().port
+        ),
+        &["--cores", "1"],
+    )
+}
+
+fn own_database(name: &str) {
+    let pg = postgres();
+    pg.psql(&format!("DROP DATABASE IF EXISTS {name}"));
+    pg.psql(&format!("CREATE DATABASE {name} OWNER {USER}"));
+}
+
+fn send_query(client: &mut RawClient, sql: &str) {
+    let mut out = BytesMut::new();
+    frontend::query(&mut out, sql);
+    client.send(&out);
+}
+
+fn query(client: &mut RawClient, sql: &str) -> Vec<pglane::protocol::frame::Message> {
+    send_query(client, sql);
+    client.until_ready()
+}
+
+/// The sum over its rows of an admin console table's numeric column.
+fn admin_sum(port: u16, show: &str, column: &str) -> u64 {
+    let mut admin = RawClient::login(port, USER, "pgbouncer");
+    let reply = query(&mut admin, show);
+    let names: Vec<String> = reply
+        .iter()
+        .find(|m| m.tag == backend::ROW_DESCRIPTION)
+        .map(|m| backend::decode_row_description(&m.body).expect("valid").into_iter().map(|f| f.name).collect())
+        .expect("a RowDescription");
+    let at = names.iter().position(|n| n == column).unwrap_or_else(|| panic!("no {column} in {names:?}"));
+    reply
+        .iter()
+        .filter(|m| m.tag == backend::DATA_ROW)
+        .map(|m| {
+            let row = backend::decode_data_row(&m.body).expect("valid row");
+            let value = row.iter().nth(at).flatten().expect("a value");
+            std::str::from_utf8(value).unwrap().parse::<u64>().unwrap()
+        })
+        .sum()
+}
+
+/// Requests that went to the server behind another client's.
+fn pipelined(port: u16) -> u64 {
+    admin_sum(port, "SHOW STATS_TOTALS", "pipelined")
+}
+
+/// Waits until the number of clients waiting for a server connection
+/// (SHOW POOLS' cl_waiting) is `done`, so that the order of requests is known.
+fn wait_for_waiting(port: u16, done: impl Fn(u64) -> bool) {
+    for _ in 0..400 {
+        if done(admin_sum(port, "SHOW POOLS", "cl_waiting")) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+    panic!("the clients waiting never came to what the test needs");
+}
+
+/// Runs `sql` until auto-prepare rewrites it (only a rewritten simple
+/// query, a prepared statement, may have a request behind it).
+fn warm(port: u16, client: &mut RawClient, sql: &str) {
+    for _ in 0..400 {
+        let before = admin_sum(port, "SHOW PREPARED", "rewrites");
+        assert_eq!(error_code(&query(client, sql)), None, "{sql}");
+        if admin_sum(port, "SHOW PREPARED", "rewrites") > before {
+            return;
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+    panic!("{sql} was never rewritten");
+}
+
+/// Eight clients on one server connection, half with simple queries
+/// (auto-prepared), half with a named prepared statement, one request in
+/// seven failing: each gets its own rows and its own errors, and most
+/// requests went behind another's.
+#[test]
+fn clients_queued_behind_each_other_get_their_own_answers() {
+    own_database("pipe_answers");
+    let lane = pglane(1, "pipe_answers");
+    let port = lane.port;
+    let clients: Vec<_> = (0..8)
+        .map(|c: u32| {
+            thread::spawn(move || {
+                let mut client = RawClient::login(port, USER, "app");
+                let extended = c % 2 == 1;
+                if extended {
+                    let mut p = BytesMut::new();
+                    frontend::parse(&mut p, "s", "SELECT $1::int * 1000 + $2::int / $3::int", &[]);
+                    frontend::sync(&mut p);
+                    client.send(&p);
+                    assert_eq!(error_code(&client.until_ready()), None);
+                }
+                for n in 0..300u32 {
+                    let fails = n % 7 == 3;
+                    let divisor = if fails { 0 } else { 1 };
+                    let reply = if extended {
+                        let mut p = BytesMut::new();
+                        let (a, b, d) = (c.to_string(), n.to_string(), divisor.to_string());
+                        let params = [Some(a.as_bytes()), Some(b.as_bytes()), Some(d.as_bytes())];
+                        frontend::bind(&mut p, "", "s", &[], params.into_iter(), &[]);
+                        frontend::execute(&mut p, "", 0);
+                        frontend::sync(&mut p);
+                        client.send(&p);
+                        client.until_ready()
+                    } else {
+                        query(&mut client, &format!("SELECT {c} * 1000 + {n} / {divisor}"))
+                    };
+                    if fails {
+                        assert_eq!(error_code(&reply).as_deref(), Some("22012"), "client {c}, request {n}");
+                    } else {
+                        assert_eq!(error_code(&reply), None, "client {c}, request {n}: {reply:?}");
+                        assert_eq!(first_column(&reply), vec![(c * 1000 + n).to_string()], "client {c}, request {n}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("a client failed");
+    }
+    let behind = pipelined(port);
+    assert!(behind > 100, "only {behind} of 2,400 requests went behind another client's");
+}
+
+/// A client inside a transaction block is never followed: the request
+/// waiting for its connection must not run inside its transaction.
+#[test]
+fn a_request_waits_out_the_transaction_block_ahead_of_it() {
+    own_database("pipe_blocks");
+    postgres().psql_db("pipe_blocks", &format!("CREATE TABLE t (x int); ALTER TABLE t OWNER TO {USER}"));
+    let lane = pglane(1, "pipe_blocks");
+    let port = lane.port;
+    let mut holder = RawClient::login(port, USER, "app");
+    // Auto-prepared, so followable were it not in a block.
+    warm(port, &mut holder, "SELECT count(*) FROM t WHERE x > 0");
+    assert_eq!(error_code(&query(&mut holder, "BEGIN")), None);
+    assert_eq!(error_code(&query(&mut holder, "INSERT INTO t VALUES (1)")), None);
+    let waiter = thread::spawn(move || {
+        let mut client = RawClient::login(port, USER, "app");
+        first_column(&query(&mut client, "SELECT count(*) FROM t WHERE x > 0"))
+    });
+    wait_for_waiting(port, |n| n >= 1);
+    // A plain SELECT in the block, with a client waiting.
+    assert_eq!(first_column(&query(&mut holder, "SELECT count(*) FROM t WHERE x > 0")), vec!["1"]);
+    assert_eq!(error_code(&query(&mut holder, "ROLLBACK")), None);
+    assert_eq!(waiter.join().unwrap(), vec!["0"], "the waiting request ran inside the other client's transaction");
+}
+
+/// The client ahead closes its socket while its (large) reply streams: the
+/// client behind still gets its answer, and the pool goes on.
+#[test]
+fn the_client_behind_gets_its_answer_when_the_client_ahead_leaves() {
+    own_database("pipe_leaves");
+    let lane = pglane(1, "pipe_leaves");
+    let port = lane.port;
+    let big = "SELECT repeat('x', 1000) FROM generate_series(1, 20000)";
+    warm(port, &mut RawClient::login(port, USER, "app"), "SELECT repeat('x', 1) FROM generate_series(1, 2)");
+    warm(port, &mut RawClient::login(port, USER, "app"), "SELECT 1");
+    for round in 0..3 {
+        let before = pipelined(port);
+        let mut blocker = RawClient::login(port, USER, "app");
+        assert_eq!(error_code(&query(&mut blocker, "BEGIN")), None);
+        let mut ahead = RawClient::login(port, USER, "app");
+        send_query(&mut ahead, big);
+        wait_for_waiting(port, |n| n >= 1);
+        let behind = thread::spawn(move || {
+            let mut client = RawClient::login(port, USER, "app");
+            query(&mut client, "SELECT 42")
+        });
+        wait_for_waiting(port, |n| n >= 2);
+        assert_eq!(error_code(&query(&mut blocker, "COMMIT")), None);
+        if round > 0 {
+            // Once its reply has started (round 0: at once).
+            ahead.recv();
+        }
+        drop(ahead);
+        let reply = behind.join().unwrap();
+        assert_eq!(error_code(&reply), None, "round {round}: {reply:?}");
+        assert_eq!(first_column(&reply), vec!["42"], "round {round}");
+        assert_eq!(pipelined(port), before + 1, "round {round}: the request went behind");
+        let mut next = RawClient::login(port, USER, "app");
+        assert_eq!(first_column(&query(&mut next, "SELECT 7")), vec!["7"], "round {round}");
+    }
+}
+
+/// The server connection dies while a request waits behind another
+/// client's: both clients get an error (the one behind a clear one), and
+/// the next client gets a new connection.
+#[test]
+fn the_client_behind_gets_an_error_when_the_connection_dies() {
+    own_database("pipe_dies");
+    let lane = pglane(1, "pipe_dies");
+    let port = lane.port;
+    let mut blocker = RawClient::login(port, USER, "app");
+    warm(port, &mut blocker, "SELECT pg_sleep(0)");
+    warm(port, &mut blocker, "SELECT 1");
+    assert_eq!(error_code(&query(&mut blocker, "BEGIN")), None);
+    let mut ahead = RawClient::login(port, USER, "app");
+    send_query(&mut ahead, "SELECT pg_sleep(30)");
+    wait_for_waiting(port, |n| n >= 1);
+    let behind = thread::spawn(move || {
+        let mut client = RawClient::login(port, USER, "app");
+        send_query(&mut client, "SELECT 42");
+        client.recv()
+    });
+    wait_for_waiting(port, |n| n >= 2);
+    assert_eq!(error_code(&query(&mut blocker, "COMMIT")), None);
+    // The sleep is running once nobody waits any more.
+    wait_for_waiting(port, |n| n == 0);
+    let killed = postgres().psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = 'pipe_dies'");
+    assert_eq!(killed, "1");
+    // Its RowDescription may have come first.
+    let ahead_got = std::iter::repeat_with(|| ahead.recv()).find(|m| m.tag != backend::ROW_DESCRIPTION).unwrap();
+    assert_eq!(ahead_got.tag, backend::ERROR_RESPONSE);
+    let behind_got = behind.join().unwrap();
+    assert_eq!(behind_got.tag, backend::ERROR_RESPONSE);
+    let fields = backend::decode_error_fields(&behind_got.body).unwrap();
+    assert_eq!(fields.code, "08006", "{fields:?}");
+    assert!(fields.message.contains("behind another client"), "{fields:?}");
+    let mut next = RawClient::login(port, USER, "app");
+    assert_eq!(first_column(&query(&mut next, "SELECT 7")), vec!["7"]);
+}
+
+/// pgbench through pipelined connections, in every query mode: its
+/// read-only script, its TPC-B-like one (transaction blocks, never
+/// followed), and autocommit writes (followed). No transaction fails, and
+/// every write ran exactly once: the accounts' balances add up to the
+/// history's deltas.
+#[test]
+fn pgbench_writes_through_pipelined_connections_add_up() {
+    let db = "pipe_bench";
+    own_database(db);
+    let pg = postgres();
+    let pgbench = |port: u16, args: &[&str]| {
+        let out = std::process::Command::new("pgbench")
+            .args(args)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", USER])
+            .output()
+            .expect("pgbench runs");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    pgbench(pg.port, &["-i", "-q", "-s", "1", db]);
+    let script = std::env::temp_dir().join(format!("pglane-pipe-writes-{}.sql", std::process::id()));
+    std::fs::write(
+        &script,
+        "\\set aid random(1, 100000)\n\\set delta random(-5000, 5000)\n\
+         UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;\n\
+         INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, :aid, :delta, CURRENT_TIMESTAMP);\n",
+    )
+    .unwrap();
+    let lane = pglane(2, db);
+    let mut warmer = RawClient::login(lane.port, USER, "app");
+    warm(lane.port, &mut warmer, "SELECT abalance FROM pgbench_accounts WHERE aid = 1");
+    drop(warmer);
+    let before = pipelined(lane.port);
+    for mode in ["simple", "extended", "prepared"] {
+        for script_args in [vec!["-S"], vec![], vec!["-f", script.to_str().unwrap()]] {
+            // A thread per client: in prepared mode pgbench prepares with a
+            // blocking call, which would stall a thread's other clients, one
+            // of them holding a connection in a transaction block.
+            let mut args = vec!["-n", "-M", mode, "-c", "8", "-j", "8", "-T", "2"];
+            args.extend(script_args.iter().copied());
+            args.push("app");
+            let out = pgbench(lane.port, &args);
+            assert!(out.contains("number of failed transactions: 0 (0.000%)"), "{args:?}: {out}");
+        }
+    }
+    let _ = std::fs::remove_file(&script);
+    let sums = pg.psql_db(
+        db,
+        "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(delta) FROM pgbench_history) \
+         AND (SELECT count(*) FROM pgbench_history) > 0",
+    );
+    assert_eq!(sums, "t", "the balances do not add up to the history");
+    assert!(pipelined(lane.port) > before, "nothing went behind another client's request");
+}
