@@ -227,6 +227,35 @@ fn the_client_behind_gets_its_answer_when_the_client_ahead_leaves() {
     }
 }
 
+/// A statement that ran long with a request behind it never has one
+/// behind it again: what waits behind it would wait for all of it.
+#[test]
+fn a_statement_that_ran_long_is_followed_once() {
+    own_database("pipe_slow");
+    let lane = pglane(1, "pipe_slow");
+    let port = lane.port;
+    let mut blocker = RawClient::login(port, USER, "app");
+    // The same shape as the 0.1 s sleeps below (a numeric literal).
+    warm(port, &mut blocker, "SELECT pg_sleep(0.001)");
+    warm(port, &mut blocker, "SELECT 1");
+    for (round, went_behind) in [(0, 1), (1, 0)] {
+        let before = pipelined(port);
+        assert_eq!(error_code(&query(&mut blocker, "BEGIN")), None);
+        let mut ahead = RawClient::login(port, USER, "app");
+        send_query(&mut ahead, "SELECT pg_sleep(0.1)");
+        wait_for_waiting(port, |n| n >= 1);
+        let behind = thread::spawn(move || {
+            let mut client = RawClient::login(port, USER, "app");
+            query(&mut client, "SELECT 42")
+        });
+        wait_for_waiting(port, |n| n >= 2);
+        assert_eq!(error_code(&query(&mut blocker, "COMMIT")), None);
+        assert_eq!(error_code(&ahead.until_ready()), None, "round {round}");
+        assert_eq!(first_column(&behind.join().unwrap()), vec!["42"], "round {round}");
+        assert_eq!(pipelined(port) - before, went_behind, "round {round}");
+    }
+}
+
 /// The server connection dies while a request waits behind another
 /// client's: both clients get an error (the one behind a clear one), and
 /// the next client gets a new connection.

@@ -649,14 +649,15 @@ impl Exchange {
     /// request that leaves the session as it found it, whatever the server
     /// answers. That is: outside a transaction block, nothing held back or
     /// waiting to go, no setting being followed, and due only Binds of
-    /// statements that [`pinning::leaves_session_alone`], their Describes
+    /// statements that [`pinning::leaves_session_alone`] and have not run
+    /// slowly with a request behind them (`Statement::slow`), their Describes
     /// and Executes, pglane's own answers, and a Sync last. Its replies then
     /// touch neither the connection's statements nor its settings (a failed
     /// Bind only skips to Sync), so the other client may translate its
     /// messages against them now. Negotiated portals are not followed.
     pub fn may_be_followed(&self) -> bool {
         let plain = |d: &Due| match d {
-            Due::Server { request: Request::Bind { statement: Some(s) }, .. } => leaves_session_alone(s),
+            Due::Server { request: Request::Bind { statement: Some(s) }, .. } => !s.slow.get() && leaves_session_alone(s),
             Due::Server {
                 request:
                     Request::Execute { plan: None, .. }
@@ -681,6 +682,18 @@ impl Exchange {
             && self.for_server.is_empty()
             && matches!(self.due.back(), Some(Due::Server { request: Request::Sync { .. }, .. }))
             && self.due.iter().all(plain)
+    }
+
+    /// The statements the requests in flight run (to mark them slow; see
+    /// `pool::Opening::holder_done`).
+    pub fn statements_in_flight(&self) -> Vec<Rc<Statement>> {
+        self.due
+            .iter()
+            .filter_map(|d| match d {
+                Due::Server { request: Request::Bind { statement: Some(s) }, .. } => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// ReadyForQuery messages the server still owes for what was sent.
@@ -2367,6 +2380,11 @@ mod tests {
         bind_execute_s1(&mut ex, &mut sides);
         assert!(ex.may_be_followed(), "Bind, Execute, Sync of a plain SELECT");
         assert_eq!(ex.ready_due(), 1);
+        let s1 = sides.client.get("s1").unwrap().clone();
+        assert_eq!(ex.statements_in_flight().len(), 1);
+        s1.slow.set(true);
+        assert!(!ex.may_be_followed(), "it ran slowly with a request behind it once");
+        s1.slow.set(false);
         reply(&mut ex, &mut sides, &[(b'2', b""), (b'D', b"\0\x01\0\0\0\x01x"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
         assert!(!ex.may_be_followed() && ex.is_releasable());
 

@@ -382,6 +382,9 @@ impl Session {
             }
             let release_when_idle = self.mode == PoolMode::Transaction;
             let pipelining = self.may_pipeline();
+            // A request sent behind another client's started running when
+            // that one's ended, about when the connection came.
+            let busy_since = (!self.exchange.is_quiet()).then(crate::rt::now);
             let waker_id = self.waker_id();
             let server = &mut **server;
             if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
@@ -410,7 +413,7 @@ impl Session {
                 waker_id,
                 waker_left: &mut self.waker_left,
                 saw_ready: false,
-                busy_since: None,
+                busy_since,
                 limits: Limits {
                     query: Config::optional_secs(self.config.query_timeout),
                     idle_in_transaction: Config::optional_secs(self.config.idle_transaction_timeout),
@@ -545,6 +548,9 @@ impl Session {
     /// left after it wrote makes the connection's state unknown: closed.
     async fn pass_on(&mut self, server: Lease, offer: Option<Offer>, holder_left: bool) {
         let Some(offer) = offer else { return self.give_back(server).await };
+        if offer.holder_done() {
+            debug!("a request with another behind it ran longer than {:?}: its statements are not followed again", crate::pool::opening::SLOW);
+        }
         if offer.is_abandoned() {
             if offer.follower_wrote() {
                 debug!("closing a server connection: the client behind left after it wrote");

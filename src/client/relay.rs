@@ -337,7 +337,7 @@ impl Relay<'_> {
         if let Some(pool) = self.pipelining {
             let all_sent = b.to_server.is_empty() && b.from_client.pending().is_empty() && !client_leaving && bad_tag.is_none();
             if self.offer.is_none() && all_sent && self.exchange.may_be_followed() && pool.has_follower() {
-                let opening = Opening::new(server_session.clone(), cx.waker().clone());
+                let opening = Opening::new(server_session.clone(), cx.waker().clone(), self.exchange.statements_in_flight());
                 if pool.offer(&opening) {
                     self.exchange.followed = true;
                     *self.offer = Some(Offer(opening));

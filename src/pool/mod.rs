@@ -15,7 +15,7 @@
 //! to the first waiter before it is free ([`Opening`], in `opening`): the
 //! waiter's request then goes to the server right behind the holder's.
 
-mod opening;
+pub mod opening;
 pub use opening::{Handover, Offer, Opening, OpeningLost};
 
 use std::cell::{Cell, RefCell};

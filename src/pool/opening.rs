@@ -25,6 +25,12 @@
 //! - if the follower leaves first, what it wrote makes the connection's
 //!   state unknown, so the holder closes it ([`Opening::follower_wrote`]).
 //!
+//! A statement whose run, with a request behind it, took longer than
+//! [`SLOW`] is marked (`prepare::Statement::slow`) and never has one behind
+//! it again: what waits behind a long query waits for all of it, even if
+//! another connection frees up first, so that happens at most once per
+//! statement.
+//!
 //! One follower per opening: the follower, once handed the lease, may offer
 //! it again behind its own request, so the server has the next request
 //! waiting whenever a client is waiting for one.
@@ -39,7 +45,12 @@ use std::task::{Context, Poll, Waker};
 use bytes::BytesMut;
 
 use super::Lease;
+use crate::prepare::Statement;
 use crate::server::ServerSession;
+
+/// How long the holder's request may take, from the offer to its last
+/// ReadyForQuery, before its statements are not followed again.
+pub const SLOW: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// What the follower gets when the holder is done.
 pub struct Handover {
@@ -84,11 +95,18 @@ pub struct Opening {
     holder: Waker,
     /// The follower's task, woken at the hand-over or loss.
     follower: RefCell<Option<Waker>>,
+    /// When it was offered, and the statements the holder's request runs
+    /// (see [`Opening::holder_done`]).
+    offered_at: std::time::Instant,
+    statements: Vec<Rc<Statement>>,
 }
 
 impl Opening {
-    pub fn new(session: Rc<RefCell<ServerSession>>, holder: Waker) -> Rc<Opening> {
+    /// An opening behind a request that runs `statements`, offered now.
+    pub fn new(session: Rc<RefCell<ServerSession>>, holder: Waker, statements: Vec<Rc<Statement>>) -> Rc<Opening> {
         Rc::new(Opening {
+            offered_at: crate::rt::now(),
+            statements,
             session,
             outbox: RefCell::new(BytesMut::new()),
             wrote: Cell::new(false),
@@ -152,6 +170,19 @@ impl Opening {
             to_server.extend_from_slice(&outbox);
             outbox.clear();
         }
+    }
+
+    /// The holder's request is answered (or abandoned): if that took longer
+    /// than [`SLOW`] since the offer, its statements are marked slow, and
+    /// true is returned.
+    pub fn holder_done(&self) -> bool {
+        let slow = crate::rt::now().saturating_duration_since(self.offered_at) >= SLOW;
+        if slow {
+            for s in &self.statements {
+                s.slow.set(true);
+            }
+        }
+        slow
     }
 
     /// The follower went away (before the hand-over).
