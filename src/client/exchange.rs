@@ -650,14 +650,14 @@ impl Exchange {
     /// answers. That is: outside a transaction block, nothing held back or
     /// waiting to go, no setting being followed, and due only Binds of
     /// statements that [`pinning::leaves_session_alone`] and have not run
-    /// slowly with a request behind them (`Statement::slow`), their Describes
+    /// slowly with a request behind them lately (`pool::opening::SLOW`), their Describes
     /// and Executes, pglane's own answers, and a Sync last. Its replies then
     /// touch neither the connection's statements nor its settings (a failed
     /// Bind only skips to Sync), so the other client may translate its
     /// messages against them now. Negotiated portals are not followed.
     pub fn may_be_followed(&self) -> bool {
         let plain = |d: &Due| match d {
-            Due::Server { request: Request::Bind { statement: Some(s) }, .. } => !s.slow.get() && leaves_session_alone(s),
+            Due::Server { request: Request::Bind { statement: Some(s) }, .. } => crate::pool::opening::may_follow(s) && leaves_session_alone(s),
             Due::Server {
                 request:
                     Request::Execute { plan: None, .. }
@@ -2382,9 +2382,10 @@ mod tests {
         assert_eq!(ex.ready_due(), 1);
         let s1 = sides.client.get("s1").unwrap().clone();
         assert_eq!(ex.statements_in_flight().len(), 1);
-        s1.slow.set(true);
-        assert!(!ex.may_be_followed(), "it ran slowly with a request behind it once");
-        s1.slow.set(false);
+        s1.slow_at.set(Some(crate::rt::now()));
+        assert!(!ex.may_be_followed(), "it ran slowly with a request behind it just now");
+        s1.slow_at.set(Some(crate::rt::now() - crate::pool::opening::SLOW_KEPT));
+        assert!(ex.may_be_followed(), "the mark wore off");
         reply(&mut ex, &mut sides, &[(b'2', b""), (b'D', b"\0\x01\0\0\0\x01x"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
         assert!(!ex.may_be_followed() && ex.is_releasable());
 

@@ -26,10 +26,11 @@
 //!   state unknown, so the holder closes it ([`Opening::follower_wrote`]).
 //!
 //! A statement whose run, with a request behind it, took longer than
-//! [`SLOW`] is marked (`prepare::Statement::slow`) and never has one behind
-//! it again: what waits behind a long query waits for all of it, even if
-//! another connection frees up first, so that happens at most once per
-//! statement.
+//! [`SLOW`] is marked (`prepare::Statement::slow_at`) and has none behind
+//! it for [`SLOW_KEPT`]: what waits behind a long query waits for all of
+//! it, even if another connection frees up first, so that happens at most
+//! once per statement in that time. The mark wears off so that one stall
+//! of the machine does not end pipelining of a hot statement for good.
 //!
 //! One follower per opening: the follower, once handed the lease, may offer
 //! it again behind its own request, so the server has the next request
@@ -51,6 +52,14 @@ use crate::server::ServerSession;
 /// How long the holder's request may take, from the offer to its last
 /// ReadyForQuery, before its statements are not followed again.
 pub const SLOW: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// How long a statement that ran slowly is not followed.
+pub const SLOW_KEPT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether `s` may have a request behind it now (see [`SLOW`]).
+pub fn may_follow(s: &Statement) -> bool {
+    s.slow_at.get().is_none_or(|at| crate::rt::now().saturating_duration_since(at) >= SLOW_KEPT)
+}
 
 /// What the follower gets when the holder is done.
 pub struct Handover {
@@ -176,10 +185,11 @@ impl Opening {
     /// than [`SLOW`] since the offer, its statements are marked slow, and
     /// true is returned.
     pub fn holder_done(&self) -> bool {
-        let slow = crate::rt::now().saturating_duration_since(self.offered_at) >= SLOW;
+        let now = crate::rt::now();
+        let slow = now.saturating_duration_since(self.offered_at) >= SLOW;
         if slow {
             for s in &self.statements {
-                s.slow.set(true);
+                s.slow_at.set(Some(now));
             }
         }
         slow

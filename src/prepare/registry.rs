@@ -40,9 +40,9 @@ pub struct Statement {
     /// Whether running it leaves a server session as it found it (the
     /// client's exchange works it out from the text when it first asks).
     pub leaves_session_alone: std::cell::OnceCell<bool>,
-    /// A run of it with another client's request behind it took long
-    /// (`pool::opening::SLOW`): no request goes behind it again.
-    pub slow: Cell<bool>,
+    /// When a run of it with another client's request behind it last took
+    /// long (`pool::opening::SLOW`): for a while, no request goes behind it.
+    pub slow_at: Cell<Option<std::time::Instant>>,
 }
 
 /// The sizes of one statement's DataRows, as seen by the relay. Plain data:
@@ -209,7 +209,7 @@ impl Registry {
             described: RefCell::new(None),
             rows: Cell::new(RowRecord::default()),
             leaves_session_alone: std::cell::OnceCell::new(),
-            slow: Cell::new(false),
+            slow_at: Cell::new(None),
         });
         self.by_key.borrow_mut().insert(map_key, statement.clone());
         statement
