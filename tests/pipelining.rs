@@ -235,7 +235,7 @@ fn a_statement_that_ran_long_is_not_followed_for_a_while() {
     let lane = pglane(1, "pipe_slow");
     let port = lane.port;
     let mut blocker = RawClient::login(port, USER, "app");
-    // The same shape as the 0.1 s sleeps below (a numeric literal).
+    // The same shape as the 0.2 s sleeps below (a numeric literal).
     warm(port, &mut blocker, "SELECT pg_sleep(0.001)");
     warm(port, &mut blocker, "SELECT 1");
     for (round, went_behind) in [(0, 1), (1, 0), (2, 1)] {
@@ -245,7 +245,7 @@ fn a_statement_that_ran_long_is_not_followed_for_a_while() {
         let before = pipelined(port);
         assert_eq!(error_code(&query(&mut blocker, "BEGIN")), None);
         let mut ahead = RawClient::login(port, USER, "app");
-        send_query(&mut ahead, "SELECT pg_sleep(0.1)");
+        send_query(&mut ahead, "SELECT pg_sleep(0.2)");
         wait_for_waiting(port, |n| n >= 1);
         let behind = thread::spawn(move || {
             let mut client = RawClient::login(port, USER, "app");
