@@ -190,6 +190,26 @@ fn a_request_waits_out_the_transaction_block_ahead_of_it() {
     assert_eq!(waiter.join().unwrap(), vec!["0"], "the waiting request ran inside the other client's transaction");
 }
 
+/// Lines two clients up behind a transaction block `blocker` holds on the
+/// pool's one connection: `ahead` sends `ahead_sql`, then a client (on its
+/// own thread) runs `behind` with `SELECT 42` to send; the block ends, the
+/// connection goes to `ahead`, and the one behind may go behind it.
+fn line_up<T: Send + 'static>(
+    port: u16,
+    blocker: &mut RawClient,
+    ahead_sql: &str,
+    behind: impl FnOnce(RawClient) -> T + Send + 'static,
+) -> (RawClient, thread::JoinHandle<T>) {
+    assert_eq!(error_code(&query(blocker, "BEGIN")), None);
+    let mut ahead = RawClient::login(port, USER, "app");
+    send_query(&mut ahead, ahead_sql);
+    wait_for_waiting(port, |n| n >= 1);
+    let behind = thread::spawn(move || behind(RawClient::login(port, USER, "app")));
+    wait_for_waiting(port, |n| n >= 2);
+    assert_eq!(error_code(&query(blocker, "COMMIT")), None);
+    (ahead, behind)
+}
+
 /// The client ahead closes its socket while its (large) reply streams: the
 /// client behind still gets its answer, and the pool goes on.
 #[test]
@@ -203,16 +223,7 @@ fn the_client_behind_gets_its_answer_when_the_client_ahead_leaves() {
     for round in 0..3 {
         let before = pipelined(port);
         let mut blocker = RawClient::login(port, USER, "app");
-        assert_eq!(error_code(&query(&mut blocker, "BEGIN")), None);
-        let mut ahead = RawClient::login(port, USER, "app");
-        send_query(&mut ahead, big);
-        wait_for_waiting(port, |n| n >= 1);
-        let behind = thread::spawn(move || {
-            let mut client = RawClient::login(port, USER, "app");
-            query(&mut client, "SELECT 42")
-        });
-        wait_for_waiting(port, |n| n >= 2);
-        assert_eq!(error_code(&query(&mut blocker, "COMMIT")), None);
+        let (mut ahead, behind) = line_up(port, &mut blocker, big, |mut client| query(&mut client, "SELECT 42"));
         if round > 0 {
             // Once its reply has started (round 0: at once).
             ahead.recv();
@@ -243,16 +254,8 @@ fn a_statement_that_ran_long_is_not_followed_for_a_while() {
             thread::sleep(Duration::from_millis(1100));
         }
         let before = pipelined(port);
-        assert_eq!(error_code(&query(&mut blocker, "BEGIN")), None);
-        let mut ahead = RawClient::login(port, USER, "app");
-        send_query(&mut ahead, "SELECT pg_sleep(0.2)");
-        wait_for_waiting(port, |n| n >= 1);
-        let behind = thread::spawn(move || {
-            let mut client = RawClient::login(port, USER, "app");
-            query(&mut client, "SELECT 42")
-        });
-        wait_for_waiting(port, |n| n >= 2);
-        assert_eq!(error_code(&query(&mut blocker, "COMMIT")), None);
+        let (mut ahead, behind) =
+            line_up(port, &mut blocker, "SELECT pg_sleep(0.2)", |mut client| query(&mut client, "SELECT 42"));
         assert_eq!(error_code(&ahead.until_ready()), None, "round {round}");
         assert_eq!(first_column(&behind.join().unwrap()), vec!["42"], "round {round}");
         assert_eq!(pipelined(port) - before, went_behind, "round {round}");
@@ -270,17 +273,10 @@ fn the_client_behind_gets_an_error_when_the_connection_dies() {
     let mut blocker = RawClient::login(port, USER, "app");
     warm(port, &mut blocker, "SELECT pg_sleep(0)");
     warm(port, &mut blocker, "SELECT 1");
-    assert_eq!(error_code(&query(&mut blocker, "BEGIN")), None);
-    let mut ahead = RawClient::login(port, USER, "app");
-    send_query(&mut ahead, "SELECT pg_sleep(30)");
-    wait_for_waiting(port, |n| n >= 1);
-    let behind = thread::spawn(move || {
-        let mut client = RawClient::login(port, USER, "app");
+    let (mut ahead, behind) = line_up(port, &mut blocker, "SELECT pg_sleep(30)", |mut client| {
         send_query(&mut client, "SELECT 42");
         client.recv()
     });
-    wait_for_waiting(port, |n| n >= 2);
-    assert_eq!(error_code(&query(&mut blocker, "COMMIT")), None);
     // The sleep is running once nobody waits any more.
     wait_for_waiting(port, |n| n == 0);
     let killed = postgres().psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = 'pipe_dies'");
