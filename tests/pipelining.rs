@@ -16,6 +16,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use common::{postgres, Pglane};
 use pglane::protocol::backend;
+use pglane::protocol::frame::Message;
 use pglane::protocol::frontend;
 use raw::{error_code, first_column, RawClient};
 
@@ -56,7 +57,7 @@ fn send_query(client: &mut RawClient, sql: &str) {
     client.send(&out);
 }
 
-fn query(client: &mut RawClient, sql: &str) -> Vec<pglane::protocol::frame::Message> {
+fn query(client: &mut RawClient, sql: &str) -> Vec<Message> {
     send_query(client, sql);
     client.until_ready()
 }
@@ -192,19 +193,22 @@ fn a_request_waits_out_the_transaction_block_ahead_of_it() {
 
 /// Lines two clients up behind a transaction block `blocker` holds on the
 /// pool's one connection: `ahead` sends `ahead_sql`, then a client (on its
-/// own thread) runs `behind` with `SELECT 42` to send; the block ends, the
-/// connection goes to `ahead`, and the one behind may go behind it.
+/// own thread) runs `behind`, given its login's messages too; the block
+/// ends, the connection goes to `ahead`, and the one behind may go behind it.
 fn line_up<T: Send + 'static>(
     port: u16,
     blocker: &mut RawClient,
     ahead_sql: &str,
-    behind: impl FnOnce(RawClient) -> T + Send + 'static,
+    behind: impl FnOnce(RawClient, Vec<Message>) -> T + Send + 'static,
 ) -> (RawClient, thread::JoinHandle<T>) {
     assert_eq!(error_code(&query(blocker, "BEGIN")), None);
     let mut ahead = RawClient::login(port, USER, "app");
     send_query(&mut ahead, ahead_sql);
     wait_for_waiting(port, |n| n >= 1);
-    let behind = thread::spawn(move || behind(RawClient::login(port, USER, "app")));
+    let behind = thread::spawn(move || {
+        let (client, login) = RawClient::start(port, &[("user", USER), ("database", "app")]);
+        behind(client, login)
+    });
     wait_for_waiting(port, |n| n >= 2);
     assert_eq!(error_code(&query(blocker, "COMMIT")), None);
     (ahead, behind)
@@ -223,7 +227,7 @@ fn the_client_behind_gets_its_answer_when_the_client_ahead_leaves() {
     for round in 0..3 {
         let before = pipelined(port);
         let mut blocker = RawClient::login(port, USER, "app");
-        let (mut ahead, behind) = line_up(port, &mut blocker, big, |mut client| query(&mut client, "SELECT 42"));
+        let (mut ahead, behind) = line_up(port, &mut blocker, big, |mut client, _| query(&mut client, "SELECT 42"));
         if round > 0 {
             // Once its reply has started (round 0: at once).
             ahead.recv();
@@ -255,11 +259,44 @@ fn a_statement_that_ran_long_is_not_followed_for_a_while() {
         }
         let before = pipelined(port);
         let (mut ahead, behind) =
-            line_up(port, &mut blocker, "SELECT pg_sleep(0.2)", |mut client| query(&mut client, "SELECT 42"));
+            line_up(port, &mut blocker, "SELECT pg_sleep(0.2)", |mut client, _| query(&mut client, "SELECT 42"));
         assert_eq!(error_code(&ahead.until_ready()), None, "round {round}");
         assert_eq!(first_column(&behind.join().unwrap()), vec!["42"], "round {round}");
         assert_eq!(pipelined(port) - before, went_behind, "round {round}");
     }
+}
+
+/// A cancel request for a query waiting behind another client's is held
+/// until the connection is handed over, and then cancels that query, not
+/// the one that was ahead of it.
+#[test]
+fn a_cancel_for_a_request_behind_another_waits_for_the_hand_over() {
+    own_database("pipe_cancel");
+    let lane = pglane(1, "pipe_cancel");
+    let port = lane.port;
+    let mut blocker = RawClient::login(port, USER, "app");
+    warm(port, &mut blocker, "SELECT pg_sleep(0.001)");
+    warm(port, &mut blocker, "SELECT 1");
+    let (keys, key) = std::sync::mpsc::channel();
+    let (mut ahead, behind) = line_up(port, &mut blocker, "SELECT pg_sleep(0.5)", move |mut client, login| {
+        let k = login.iter().find(|m| m.tag == backend::BACKEND_KEY_DATA).expect("BackendKeyData");
+        let pid = i32::from_be_bytes(k.body[..4].try_into().unwrap());
+        let secret = i32::from_be_bytes(k.body[4..8].try_into().unwrap());
+        send_query(&mut client, "SELECT pg_sleep(10)");
+        keys.send((pid, secret)).unwrap();
+        let started = std::time::Instant::now();
+        (client.until_ready(), started.elapsed())
+    });
+    let (pid, secret) = key.recv().unwrap();
+    // Behind the other client's sleep, not yet handed over.
+    wait_for_waiting(port, |n| n == 0);
+    let mut cancel = BytesMut::new();
+    pglane::protocol::startup::encode_cancel(&mut cancel, pid, secret);
+    std::io::Write::write_all(&mut std::net::TcpStream::connect(("127.0.0.1", port)).unwrap(), &cancel).unwrap();
+    assert_eq!(error_code(&ahead.until_ready()), None, "the query ahead was cancelled");
+    let (reply, took) = behind.join().unwrap();
+    assert_eq!(error_code(&reply).as_deref(), Some("57014"), "not cancelled after {took:?}: {reply:?}");
+    assert!(took < Duration::from_secs(8), "cancelled only after {took:?}");
 }
 
 /// The server connection dies while a request waits behind another
@@ -273,7 +310,7 @@ fn the_client_behind_gets_an_error_when_the_connection_dies() {
     let mut blocker = RawClient::login(port, USER, "app");
     warm(port, &mut blocker, "SELECT pg_sleep(0)");
     warm(port, &mut blocker, "SELECT 1");
-    let (mut ahead, behind) = line_up(port, &mut blocker, "SELECT pg_sleep(30)", |mut client| {
+    let (mut ahead, behind) = line_up(port, &mut blocker, "SELECT pg_sleep(30)", |mut client, _| {
         send_query(&mut client, "SELECT 42");
         client.recv()
     });

@@ -506,6 +506,7 @@ impl Session {
             opening.write(&self.buffers.to_server);
             self.buffers.to_server.clear();
         }
+        self.entry.following.set(true);
         let end = follow::Follow {
             client: &mut self.client,
             buffers: &mut self.buffers,
@@ -522,6 +523,8 @@ impl Session {
             taken: false,
         }
         .await;
+        self.entry.following.set(false);
+        let cancel_held = self.entry.cancel_held.take();
         self.flush_counters();
         match end {
             follow::FollowEnd::HandedOver(Handover { lease, unread, stream_left, unsent, skip_ready }) => {
@@ -529,6 +532,10 @@ impl Session {
                 self.buffers.from_server.take_over(&unread, stream_left);
                 self.skip_ready = skip_ready;
                 *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
+                if cancel_held {
+                    // The holder's request is answered: what runs now is this client's.
+                    self.send_cancel(&lease.cancel_key);
+                }
                 self.lease_started = crate::rt::now();
                 Ok(Some(lease))
             }
@@ -785,13 +792,18 @@ impl Session {
         self.buffers.to_server.clear();
         // A backend busy with an abandoned query would run it to the end
         // before noticing its socket closed: cancel it first.
-        let key = server.cancel_key.clone();
+        self.send_cancel(&server.cancel_key);
+        drop(server); // closes it
+    }
+
+    /// Sends a cancel request for what `key`'s backend runs, on its own task.
+    fn send_cancel(&self, key: &Rc<crate::server::CancelKey>) {
+        let key = key.clone();
         let timeout = Config::secs(self.config.server_connect_timeout);
         crate::rt::spawn_local(async move {
             let _ = crate::server::send_cancel(&key, timeout).await;
         })
         .detach();
-        drop(server); // closes it
     }
 
     /// Runs the cleanup on the server, then releases it (or closes it if that

@@ -54,6 +54,11 @@ pub struct ClientEntry {
     pub server: RefCell<Option<Rc<CancelKey>>>,
     /// KILL: the session must end at its next chance.
     pub killed: Cell<bool>,
+    /// Its request waits behind another client's on a server connection
+    /// not yet handed over (server pipelining): a cancel request is held in
+    /// `cancel_held` until it is, as sent now it would cancel the other's.
+    pub following: Cell<bool>,
+    pub cancel_held: Cell<bool>,
 }
 
 impl ClientEntry {
@@ -66,6 +71,8 @@ impl ClientEntry {
             state_since: Cell::new(Instant::now()),
             server: RefCell::new(None),
             killed: Cell::new(false),
+            following: Cell::new(false),
+            cancel_held: Cell::new(false),
         }
     }
 

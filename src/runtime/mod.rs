@@ -702,10 +702,13 @@ impl Shard {
     async fn cancel_local(&self, process_id: i32, secret_key: i32) {
         let key: Option<Rc<CancelKey>> = {
             let clients = self.clients.borrow();
-            clients
-                .get(&process_id)
-                .filter(|c| c.secret_key == secret_key)
-                .and_then(|c| c.server.borrow().clone())
+            let Some(client) = clients.get(&process_id).filter(|c| c.secret_key == secret_key) else { return };
+            let key = client.server.borrow().clone();
+            if key.is_none() && client.following.get() {
+                // Sent when the connection is handed over (see `ClientEntry::following`).
+                client.cancel_held.set(true);
+            }
+            key
         };
         let Some(key) = key else { return };
         let timeout = Config::secs(self.shared.config.load().server_connect_timeout);
