@@ -155,6 +155,20 @@ enum Request {
     FunctionCall,
 }
 
+impl Due {
+    /// The server answers it with a ReadyForQuery (a Sync, or a request of
+    /// the simple protocol), which ends what the server skips after an error.
+    fn ends_request(&self) -> bool {
+        matches!(
+            self,
+            Due::Server {
+                request: Request::Sync { .. } | Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall,
+                ..
+            }
+        )
+    }
+}
+
 #[derive(Debug)]
 struct Prepared {
     statement: Rc<Statement>,
@@ -698,18 +712,7 @@ impl Exchange {
 
     /// ReadyForQuery messages the server still owes for what was sent.
     pub fn ready_due(&self) -> usize {
-        self.due
-            .iter()
-            .filter(|d| {
-                matches!(
-                    d,
-                    Due::Server {
-                        request: Request::Sync { .. } | Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall,
-                        ..
-                    }
-                )
-            })
-            .count()
+        self.due.iter().filter(|d| d.ends_request()).count()
     }
 
     /// Nothing due in either direction.
@@ -1731,12 +1734,8 @@ impl Exchange {
 
     /// Whether the server's next reply belongs to a rewritten simple query.
     fn answers_rewritten_query(&self) -> bool {
-        let end = self.due.iter().find_map(|d| match d {
-            Due::Server { request: Request::Sync { rewritten }, .. } => Some(*rewritten),
-            Due::Server { request: Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall, .. } => Some(false),
-            _ => None,
-        });
-        end == Some(true)
+        let end = self.due.iter().find(|d| d.ends_request());
+        matches!(end, Some(Due::Server { request: Request::Sync { rewritten: true }, .. }))
     }
 
     fn pop_server_reply(&mut self) -> Option<Due> {
@@ -2357,8 +2356,6 @@ mod tests {
         }
     }
 
-    /// The client prepares and describes `s1` (one int4 parameter, one int4
-    /// column `v`) on its first server connection, which the server accepts.
     /// Binds and runs `s1` (prepared by `prepare_and_describe_s1`) with a Sync.
     fn bind_execute_s1(ex: &mut Exchange, sides: &mut Sides) {
         let mut p = BytesMut::new();
@@ -2475,6 +2472,8 @@ mod tests {
         }
     }
 
+    /// The client prepares and describes `s1` (one int4 parameter, one int4
+    /// column `v`) on its first server connection, which the server accepts.
     fn prepare_and_describe_s1(ex: &mut Exchange, sides: &mut Sides) {
         let mut p = BytesMut::new();
         frontend::parse(&mut p, "s1", "SELECT v FROM t WHERE id = $1", &[23]);

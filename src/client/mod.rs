@@ -454,15 +454,11 @@ impl Session {
                 }
                 RelayEnd::ServerError(e) => return Err(SessionError::Server(ServerError::Write(e))),
                 RelayEnd::ClientError(e) => {
-                    if let (Some(server), Some(offer)) = (lease.take_if(|_| offer.is_some()), offer) {
-                        self.pass_on(server, Some(offer), true).await;
-                    }
+                    self.pass_to_follower(lease.take(), offer).await;
                     return Err(SessionError::ClientProtocol(e));
                 }
                 RelayEnd::Killed => {
-                    if let (Some(server), Some(offer)) = (lease.take_if(|_| offer.is_some()), offer) {
-                        self.pass_on(server, Some(offer), true).await;
-                    }
+                    self.pass_to_follower(lease.take(), offer).await;
                     return Err(killed());
                 }
                 RelayEnd::TimedOut(deadline) => {
@@ -580,6 +576,15 @@ impl Session {
         self.exchange.reset();
         offer.hand_over(Handover { lease: server, unread, stream_left, unsent, skip_ready });
         self.shard.return_buffers(self.buffers.park_server_side());
+    }
+
+    /// The client is going with its server connection mid-conversation: if
+    /// a follower waits behind it, the connection goes to the follower (see
+    /// `pass_on`); else it is closed, by dropping it.
+    async fn pass_to_follower(&mut self, server: Option<Lease>, offer: Option<Offer>) {
+        if let (Some(server), Some(offer)) = (server, offer) {
+            self.pass_on(server, Some(offer), true).await;
+        }
     }
 
     /// Moves the relay's byte and query counters into the pool's stats.

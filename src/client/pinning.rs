@@ -139,7 +139,7 @@ pub fn leaves_session_alone(sql: &str) -> bool {
                 starts = false;
                 any = true;
             }
-            Item::Word(w) if selects && w.eq_ignore_ascii_case("into") || w.eq_ignore_ascii_case("set_config") => return false,
+            Item::Word(w) if (selects && w.eq_ignore_ascii_case("into")) || w.eq_ignore_ascii_case("set_config") => return false,
             Item::Word(_) => {}
         }
     }
@@ -382,6 +382,8 @@ impl<'a> Iterator for Words<'a> {
 mod tests {
     use super::SessionFeature::*;
     use super::*;
+    use proptest::prelude::{prop, Strategy};
+    use proptest::arbitrary::any;
 
     #[test]
     fn plain_statements_leave_the_session_alone() {
@@ -419,8 +421,6 @@ mod tests {
             assert!(!leaves_session_alone(sql), "{sql}");
         }
     }
-    use proptest::prelude::{prop, Strategy};
-    use proptest::arbitrary::any;
 
     fn pins(sql: &str) -> Option<SessionFeature> {
         session_feature(sql, |name| name.eq_ignore_ascii_case("TimeZone"))

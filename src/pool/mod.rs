@@ -345,16 +345,11 @@ impl Pool {
     pub fn offer(&self, opening: &Rc<Opening>) -> bool {
         let waiter = {
             let mut waiters = self.waiters.borrow_mut();
-            let Some(at) = waiters.iter().position(|w| w.may_follow) else { return false };
-            waiters.remove(at)
+            waiters.iter().position(|w| w.may_follow).and_then(|at| waiters.remove(at))
         };
-        match waiter {
-            Some(waiter) => {
-                waiter.grant(Grant::Behind(opening.clone()));
-                true
-            }
-            None => false,
-        }
+        let Some(waiter) = waiter else { return false };
+        waiter.grant(Grant::Behind(opening.clone()));
+        true
     }
 
     /// Wakes the waiters whose query_wait_timeout has passed by `now`, to

@@ -216,25 +216,26 @@ impl Opening {
     /// dropped (closing the connection).
     pub fn hand_over(&self, mut handover: Handover) {
         self.move_outbox(&mut handover.unsent);
-        let mut phase = self.phase.borrow_mut();
-        if matches!(*phase, Phase::Followed) {
-            *phase = Phase::HandedOver(handover);
-            drop(phase);
-            if let Some(waker) = self.follower.borrow_mut().take() {
-                waker.wake();
-            }
-        }
+        self.settle(Phase::HandedOver(handover));
     }
 
     /// The connection broke or is being closed: the follower's request is lost.
     pub fn lose(&self) {
-        let mut phase = self.phase.borrow_mut();
-        if matches!(*phase, Phase::Followed) {
-            *phase = Phase::Lost;
-            drop(phase);
-            if let Some(waker) = self.follower.borrow_mut().take() {
-                waker.wake();
+        self.settle(Phase::Lost);
+    }
+
+    /// Tells a follower that still waits how its wait ended (a follower
+    /// that left, or took the hand-over already, is told nothing).
+    fn settle(&self, end: Phase) {
+        {
+            let mut phase = self.phase.borrow_mut();
+            if !matches!(*phase, Phase::Followed) {
+                return;
             }
+            *phase = end;
+        }
+        if let Some(waker) = self.follower.borrow_mut().take() {
+            waker.wake();
         }
     }
 }
