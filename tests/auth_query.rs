@@ -21,12 +21,6 @@ fn pglane(auth_type: &str, db: &str, extra: &str) -> Pglane {
     )
 }
 
-fn own_database(name: &str) {
-    let pg = postgres();
-    pg.psql(&format!("drop database if exists {name}"));
-    pg.psql(&format!("create database {name}"));
-}
-
 fn own_role(name: &str, password: Option<&str>) {
     let pg = postgres();
     pg.psql(&format!("drop role if exists {name}"));
@@ -52,7 +46,7 @@ fn wrong_password(user: &str) -> Result<String, (String, String)> {
 
 #[tokio::test]
 async fn scram_users_log_in_with_the_servers_verifier() {
-    own_database("aq_scram_db");
+    postgres().fresh_database("aq_scram_db", None);
     own_role("aq_scram", Some("aqpass"));
     own_role("aq_nopass", None);
     let lane = pglane("scram-sha-256", "aq_scram_db", "");
@@ -74,7 +68,7 @@ async fn scram_users_log_in_with_the_servers_verifier() {
 #[tokio::test]
 async fn md5_users_log_in_with_the_servers_md5_hash() {
     // md5user is stored as an md5 hash and the harness's pg_hba asks md5 of it.
-    own_database("aq_md5_db");
+    postgres().fresh_database("aq_md5_db", None);
     own_role("aq_md5_scram", Some("scrampw"));
     let lane = pglane("md5", "aq_md5_db", "");
     assert_eq!(whoami(lane.port, "md5user", "md5pass").await, Ok("md5user".into()));
@@ -87,7 +81,7 @@ async fn md5_users_log_in_with_the_servers_md5_hash() {
 
 #[tokio::test]
 async fn lookups_share_one_auth_user_connection_and_are_cached() {
-    own_database("aq_reuse_db");
+    postgres().fresh_database("aq_reuse_db", None);
     for i in 0..4 {
         own_role(&format!("aq_reuse{i}"), Some("pw"));
     }
@@ -122,7 +116,7 @@ async fn lookups_share_one_auth_user_connection_and_are_cached() {
 
 #[tokio::test]
 async fn a_failing_auth_query_refuses_everyone_alike() {
-    own_database("aq_broken_db");
+    postgres().fresh_database("aq_broken_db", None);
     own_role("aq_broken", Some("pw"));
     let lane = pglane(
         "scram-sha-256",
@@ -143,8 +137,8 @@ async fn a_failing_auth_query_refuses_everyone_alike() {
 
 #[tokio::test]
 async fn auth_dbname_runs_the_lookup_in_another_database() {
-    own_database("aq_target_db");
-    own_database("aq_auth_db");
+    postgres().fresh_database("aq_target_db", None);
+    postgres().fresh_database("aq_auth_db", None);
     own_role("aq_dbuser", Some("dbpass"));
     // This auth_query finds users only when it runs in aq_auth_db.
     let query = "auth_query = \"SELECT rolname::text, rolpassword FROM pg_authid \

@@ -23,7 +23,7 @@ use pglane::prepare::shape::Reason;
 use pglane::protocol::backend;
 use pglane::protocol::frame::Message;
 use pglane::protocol::frontend::{self, Target};
-use raw::{error_code, first_column, tags, RawClient};
+use raw::{error_code, first_column, query, tags, RawClient};
 
 const USER: &str = "trustuser";
 
@@ -35,37 +35,7 @@ fn pglane(pool_size: usize, dbname: &str) -> Pglane {
 
 /// [`pglane`] with more settings (e.g. `binary_negotiation = true`).
 fn pglane_with(pool_size: usize, dbname: &str, extra: &str) -> Pglane {
-    Pglane::start_with_args(
-        &format!(
-            r#"pool_mode = "transaction"
-auth_type = "trust"
-admin_users = ["{USER}"]
-auto_prepare = true
-{extra}
-[databases.app]
-host = "127.0.0.1"
-port = {port}
-dbname = "{dbname}"
-pool_size = {pool_size}
-[users.{USER}]
-"#,
-            port = postgres().port
-        ),
-        &["--cores", "1"],
-    )
-}
-
-fn own_database(name: &str) {
-    let pg = postgres();
-    pg.psql(&format!("DROP DATABASE IF EXISTS {name}"));
-    pg.psql(&format!("CREATE DATABASE {name} OWNER {USER}"));
-}
-
-fn query(client: &mut RawClient, sql: &str) -> Vec<Message> {
-    let mut out = BytesMut::new();
-    frontend::query(&mut out, sql);
-    client.send(&out);
-    client.until_ready()
+    Pglane::trusting_on_one_shard(USER, &format!("auto_prepare = true\n{extra}"), dbname, pool_size)
 }
 
 fn run_ok(client: &mut RawClient, sql: &str) -> Vec<Message> {
@@ -162,7 +132,7 @@ fn the_corpus_answers_byte_for_byte_with_binary_negotiation_too() {
 /// are validated, then `compare_rounds` times through pglane and directly,
 /// comparing every reply byte for byte. Returns SHOW PREPARED's figures.
 fn corpus_byte_for_byte(db: &str, extra: &str, compare_rounds: usize) -> HashMap<String, u64> {
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let pg = postgres();
     let corpus = Corpus::parse(CORPUS);
     let mut direct = RawClient::login(pg.port, USER, db);
@@ -253,7 +223,7 @@ fn warm(lane: &Pglane, client: &mut RawClient, sql: &str) -> Vec<Message> {
 #[test]
 fn a_rewritten_query_is_a_prepared_statement_on_the_server() {
     let db = "autoprep_server";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let pg = postgres();
     pg.psql_db(db, &format!("CREATE TABLE t (a int, b text); INSERT INTO t VALUES (1, 'one'), (2, 'two'); ALTER TABLE t OWNER TO {USER}"));
     // One server connection: the statements this client's queries use are
@@ -284,7 +254,7 @@ fn a_rewritten_query_is_a_prepared_statement_on_the_server() {
 #[test]
 fn ddl_makes_every_shape_validate_again() {
     let db = "autoprep_ddl";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     postgres().psql_db(db, &format!("CREATE TABLE d (a int); INSERT INTO d VALUES (1); ALTER TABLE d OWNER TO {USER}"));
     let lane = pglane(2, db);
     let mut client = RawClient::login(lane.port, USER, "app");
@@ -325,7 +295,7 @@ fn ddl_makes_every_shape_validate_again() {
 #[test]
 fn an_error_position_points_into_the_clients_text() {
     let db = "autoprep_position";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let pg = postgres();
     pg.psql_db(db, &format!("CREATE TABLE p (a int); INSERT INTO p VALUES (42); ALTER TABLE p OWNER TO {USER}"));
     let lane = pglane(2, db);
@@ -369,7 +339,7 @@ fn unnamed_round(client: &mut RawClient, sql: &str, value: &str) -> Vec<Message>
 #[test]
 fn unnamed_statements_become_shared_named_statements() {
     let db = "autoprep_unnamed";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     postgres().psql_db(db, &format!("CREATE TABLE u (a int, b text); INSERT INTO u VALUES (1, 'one'), (2, 'two'); ALTER TABLE u OWNER TO {USER}"));
     let lane = pglane(1, db);
     let mut client = RawClient::login(lane.port, USER, "app");
@@ -410,7 +380,7 @@ fn unnamed_statements_become_shared_named_statements() {
 #[test]
 fn a_client_that_sets_search_path_is_left_alone() {
     let db = "autoprep_search_path";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     postgres().psql_db(
         db,
         &format!(
@@ -434,7 +404,7 @@ fn a_client_that_sets_search_path_is_left_alone() {
 async fn tokio_postgres_query_typed_runs_on_shared_statements() {
     use tokio_postgres::types::Type;
     let db = "autoprep_typed";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     postgres().psql_db(db, &format!("CREATE TABLE q (a int, b text); INSERT INTO q SELECT i, 'row ' || i FROM generate_series(1, 100) i; ALTER TABLE q OWNER TO {USER}"));
     let lane = pglane(2, db);
     let port = lane.port;
@@ -465,7 +435,7 @@ async fn tokio_postgres_query_typed_runs_on_shared_statements() {
 #[test]
 fn rewritten_statements_keep_their_transaction_blocks() {
     let db = "autoprep_tx";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let pg = postgres();
     pg.psql_db(db, &format!("CREATE TABLE w (a int PRIMARY KEY, b text); ALTER TABLE w OWNER TO {USER}"));
     let lane = pglane(2, db);
@@ -502,7 +472,7 @@ fn rewritten_statements_keep_their_transaction_blocks() {
 #[test]
 fn pgbench_simple_and_extended_run_rewritten_with_no_failures() {
     let db = "autoprep_bench";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let pg = postgres();
     let pgbench = |port: u16, args: &[&str]| {
         let out = std::process::Command::new("pgbench")
@@ -541,7 +511,7 @@ fn pgbench_simple_and_extended_run_rewritten_with_no_failures() {
 #[test]
 fn a_plan_made_stale_behind_pglanes_back_is_run_again_as_the_plain_query() {
     let db = "autoprep_stale";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let pg = postgres();
     pg.psql_db(db, &format!("CREATE TABLE st (a int); INSERT INTO st VALUES (1); ALTER TABLE st OWNER TO {USER}"));
     // One server connection: the statement the client's queries run is
@@ -570,7 +540,7 @@ fn a_plan_made_stale_behind_pglanes_back_is_run_again_as_the_plain_query() {
 #[test]
 fn a_literal_the_parser_refuses_does_not_condemn_its_shape() {
     let db = "autoprep_spelling";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let lane = pglane(2, db);
     let mut client = RawClient::login(lane.port, USER, "app");
     // PostgreSQL 15 takes a comment between continued strings, pg_query does
@@ -611,7 +581,7 @@ fn grown(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> HashMap
 #[test]
 fn pass_throughs_are_counted_by_reason_and_rewrites_are_timed() {
     let db = "autoprep_reasons";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let lane = pglane(2, db);
     let mut client = RawClient::login(lane.port, USER, "app");
     let all = pass_throughs(lane.port);
@@ -657,7 +627,7 @@ fn pass_throughs_are_counted_by_reason_and_rewrites_are_timed() {
 #[test]
 fn a_flood_of_new_shapes_is_bounded() {
     let db = "autoprep_flood";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let lane = pglane(2, db);
     let mut client = RawClient::login(lane.port, USER, "app");
     let before = pass_throughs(lane.port);
@@ -691,7 +661,7 @@ fn a_flood_of_new_shapes_is_bounded() {
 #[test]
 fn a_big_new_shape_is_parsed_off_the_shard_while_queries_flow() {
     let db = "autoprep_big";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let lane = pglane(2, db);
     let mut client = RawClient::login(lane.port, USER, "app");
     let mut other = RawClient::login(lane.port, USER, "app");
@@ -741,7 +711,7 @@ fn a_big_new_shape_is_parsed_off_the_shard_while_queries_flow() {
 #[test]
 fn spellings_of_one_statement_share_it_and_answer_as_directly() {
     let db = "autoprep_spellings";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let pg = postgres();
     pg.psql_db(
         db,
@@ -807,7 +777,7 @@ fn spellings_of_one_statement_share_it_and_answer_as_directly() {
 #[test]
 fn an_error_position_points_into_the_clients_spelling() {
     let db = "autoprep_respelled_position";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let pg = postgres();
     pg.psql_db(db, &format!("CREATE TABLE p (a int); INSERT INTO p VALUES (42); ALTER TABLE p OWNER TO {USER}"));
     let lane = pglane(1, db);

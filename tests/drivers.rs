@@ -201,12 +201,6 @@ fn start_pglane(db: &str, features: Features) -> Pglane {
     )
 }
 
-fn fresh_database(db: &str) {
-    let pg = postgres();
-    pg.psql(&format!("drop database if exists {db}"));
-    pg.psql(&format!("create database {db}"));
-}
-
 /// What pglane's admin console answers to `show`, as psql's unaligned rows
 /// (a header line first), or psql's error.
 fn admin(lane: &Pglane, show: &str) -> String {
@@ -242,7 +236,7 @@ fn show_prepared(lane: &Pglane) -> std::collections::HashMap<String, i64> {
 /// Runs a driver script directly and through pglane (`features`), and
 /// compares. `command(dsn_port, dbname)` builds the script's command line.
 fn direct_then_pglane(db: &str, features: Features, command: impl Fn(u16, &str) -> Command) -> (serde_json::Value, Pglane) {
-    fresh_database(db);
+    postgres().fresh_database(db, None);
     let pg = postgres();
     let direct = run_suite("the script against PostgreSQL directly", command(pg.port, db));
     let lane = start_pglane(db, features);
@@ -349,7 +343,7 @@ fn node_postgres_with_auto_prepare_and_binary_negotiation() {
 #[test]
 fn asyncpg_ddl_changing_a_cached_result_type() {
     for (db, features) in [("drivers_asyncpg_ddl", Features::Plain), ("drivers_asyncpg_ddl_auto", Features::AutoPrepareAndNegotiation)] {
-        fresh_database(db);
+        postgres().fresh_database(db, None);
         let pg = postgres();
         let step = |port: u16, db: &str| {
             let mut cmd = asyncpg_command(port, db);

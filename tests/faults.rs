@@ -56,12 +56,6 @@ fn pglane_for(port: u16, dbname: &str, cores: usize, pool_size: usize, extra: &s
     )
 }
 
-fn own_database(name: &str) {
-    let pg = postgres();
-    pg.psql(&format!("drop database if exists {name}"));
-    pg.psql(&format!("create database {name}"));
-}
-
 /// The server's (or pglane's) error message, or the client-side error.
 fn message(e: &tokio_postgres::Error) -> String {
     e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_else(|| e.to_string())
@@ -556,7 +550,7 @@ fn copy_data(row: &str) -> Vec<u8> {
 
 #[test]
 fn clients_vanishing_mid_query_mid_copy_and_mid_pipeline_leave_nothing_behind() {
-    own_database("fault_vanish");
+    postgres().fresh_database("fault_vanish", None);
     postgres().psql_db("fault_vanish", "create table t(id int primary key, v text)");
     // One shard, one server connection: a lost slot or a dirty connection
     // shows at once.
@@ -660,7 +654,7 @@ fn wait_for_ready(s: &mut TcpStream, status: u8) {
 
 #[test]
 fn a_client_vanishing_in_a_transaction_releases_its_locks() {
-    own_database("fault_locks");
+    postgres().fresh_database("fault_locks", None);
     postgres().psql_db("fault_locks", "create table t(id int primary key, v int); insert into t values (1, 0)");
     let lane = pglane_for(postgres().port, "fault_locks", 1, 2, "");
     for (round, how) in ["close", "terminate", "reset"].into_iter().enumerate() {

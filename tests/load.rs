@@ -63,12 +63,6 @@ fn pglane(dbname: &str, cores: usize, pool_size: usize, extra: &str) -> Pglane {
     )
 }
 
-fn own_database(name: &str) {
-    let pg = postgres();
-    pg.psql(&format!("drop database if exists {name}"));
-    pg.psql(&format!("create database {name}"));
-}
-
 fn startup_packet() -> BytesMut {
     let mut out = BytesMut::new();
     startup::encode_startup(&mut out, &[("user", "postgres"), ("database", "app")]);
@@ -120,7 +114,7 @@ fn idle_clients(wanted: usize) {
         eprintln!("idle clients: the fd limit is {limit}, so {n} clients instead of {wanted}");
     }
     assert!(n >= 1000, "fd limit {limit} is too low for this test");
-    own_database("load_idle");
+    postgres().fresh_database("load_idle", None);
     let lane = pglane("load_idle", 2, 4, &format!("max_client_conn = {}", n + 100));
     let packet = startup_packet();
     // Warm up: the pools' first server connection and login parameters.
@@ -208,7 +202,7 @@ fn ten_thousand_idle_clients() {
 #[test]
 fn floods_of_connections() {
     raise_fd_limit();
-    own_database("load_flood");
+    postgres().fresh_database("load_flood", None);
     let lane = pglane("load_flood", 2, 4, "max_client_conn = 2000");
     let packet = startup_packet();
     login(lane.port, &packet).and_then(|mut s| simple_query(&mut s, "select 1")).unwrap();
@@ -398,7 +392,7 @@ async fn tpcb_worker(port: u16, seed: u64, stop: Arc<AtomicBool>) -> (u64, Vec<S
 fn transactions_on_20_server_connections(clients: u32, secs: u64) {
     raise_fd_limit();
     let db = "load_tx";
-    own_database(db);
+    postgres().fresh_database(db, None);
     let pg = postgres();
     let init = pgbench(pg.port, &["-i", "-q", "-s", "4", db]);
     assert!(init.status.success(), "{}", text(&init));

@@ -18,48 +18,14 @@ use common::{postgres, Pglane};
 use pglane::protocol::backend;
 use pglane::protocol::frame::Message;
 use pglane::protocol::frontend;
-use raw::{error_code, first_column, RawClient};
+use raw::{error_code, first_column, query, send_query, RawClient};
 
 const USER: &str = "trustuser";
 
 /// pglane in front of server database `dbname` (as database `app`), with
 /// auto-prepare and server pipelining, one shard, `pool_size` connections.
 fn pglane(pool_size: usize, dbname: &str) -> Pglane {
-    Pglane::start_with_args(
-        &format!(
-            r#"pool_mode = "transaction"
-auth_type = "trust"
-admin_users = ["{USER}"]
-auto_prepare = true
-server_pipelining = true
-[databases.app]
-host = "127.0.0.1"
-port = {port}
-dbname = "{dbname}"
-pool_size = {pool_size}
-[users.{USER}]
-"#,
-            port = postgres().port
-        ),
-        &["--cores", "1"],
-    )
-}
-
-fn own_database(name: &str) {
-    let pg = postgres();
-    pg.psql(&format!("DROP DATABASE IF EXISTS {name}"));
-    pg.psql(&format!("CREATE DATABASE {name} OWNER {USER}"));
-}
-
-fn send_query(client: &mut RawClient, sql: &str) {
-    let mut out = BytesMut::new();
-    frontend::query(&mut out, sql);
-    client.send(&out);
-}
-
-fn query(client: &mut RawClient, sql: &str) -> Vec<Message> {
-    send_query(client, sql);
-    client.until_ready()
+    Pglane::trusting_on_one_shard(USER, "auto_prepare = true\nserver_pipelining = true", dbname, pool_size)
 }
 
 /// The sum over its rows of an admin console table's numeric column.
@@ -120,7 +86,7 @@ fn warm(port: u16, client: &mut RawClient, sql: &str) {
 /// requests went behind another's.
 #[test]
 fn clients_queued_behind_each_other_get_their_own_answers() {
-    own_database("pipe_answers");
+    postgres().fresh_database("pipe_answers", Some(USER));
     let lane = pglane(1, "pipe_answers");
     let port = lane.port;
     let clients: Vec<_> = (0..8)
@@ -171,7 +137,7 @@ fn clients_queued_behind_each_other_get_their_own_answers() {
 /// waiting for its connection must not run inside its transaction.
 #[test]
 fn a_request_waits_out_the_transaction_block_ahead_of_it() {
-    own_database("pipe_blocks");
+    postgres().fresh_database("pipe_blocks", Some(USER));
     postgres().psql_db("pipe_blocks", &format!("CREATE TABLE t (x int); ALTER TABLE t OWNER TO {USER}"));
     let lane = pglane(1, "pipe_blocks");
     let port = lane.port;
@@ -218,7 +184,7 @@ fn line_up<T: Send + 'static>(
 /// client behind still gets its answer, and the pool goes on.
 #[test]
 fn the_client_behind_gets_its_answer_when_the_client_ahead_leaves() {
-    own_database("pipe_leaves");
+    postgres().fresh_database("pipe_leaves", Some(USER));
     let lane = pglane(1, "pipe_leaves");
     let port = lane.port;
     let big = "SELECT repeat('x', 1000) FROM generate_series(1, 20000)";
@@ -246,7 +212,7 @@ fn the_client_behind_gets_its_answer_when_the_client_ahead_leaves() {
 /// for a while (a second): what waits behind it would wait for all of it.
 #[test]
 fn a_statement_that_ran_long_is_not_followed_for_a_while() {
-    own_database("pipe_slow");
+    postgres().fresh_database("pipe_slow", Some(USER));
     let lane = pglane(1, "pipe_slow");
     let port = lane.port;
     let mut blocker = RawClient::login(port, USER, "app");
@@ -271,7 +237,7 @@ fn a_statement_that_ran_long_is_not_followed_for_a_while() {
 /// the one that was ahead of it.
 #[test]
 fn a_cancel_for_a_request_behind_another_waits_for_the_hand_over() {
-    own_database("pipe_cancel");
+    postgres().fresh_database("pipe_cancel", Some(USER));
     let lane = pglane(1, "pipe_cancel");
     let port = lane.port;
     let mut blocker = RawClient::login(port, USER, "app");
@@ -304,7 +270,7 @@ fn a_cancel_for_a_request_behind_another_waits_for_the_hand_over() {
 /// the next client gets a new connection.
 #[test]
 fn the_client_behind_gets_an_error_when_the_connection_dies() {
-    own_database("pipe_dies");
+    postgres().fresh_database("pipe_dies", Some(USER));
     let lane = pglane(1, "pipe_dies");
     let port = lane.port;
     let mut blocker = RawClient::login(port, USER, "app");
@@ -338,7 +304,7 @@ fn the_client_behind_gets_an_error_when_the_connection_dies() {
 #[test]
 fn pgbench_writes_through_pipelined_connections_add_up() {
     let db = "pipe_bench";
-    own_database(db);
+    postgres().fresh_database(db, Some(USER));
     let pg = postgres();
     let pgbench = |port: u16, args: &[&str]| {
         let out = std::process::Command::new("pgbench")

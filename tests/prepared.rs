@@ -23,15 +23,9 @@ fn pglane(cores: usize, pool_size: usize, dbname: &str, extra: &str) -> Pglane {
     )
 }
 
-fn own_database(name: &str) {
-    let pg = postgres();
-    pg.psql(&format!("drop database if exists {name}"));
-    pg.psql(&format!("create database {name}"));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokio_postgres_statements_with_50_clients_on_4_server_connections() {
-    own_database("prep_many");
+    postgres().fresh_database("prep_many", None);
     let lane = pglane(2, 4, "prep_many", "");
     let port = lane.port;
     let mut tasks = Vec::new();
@@ -60,7 +54,7 @@ async fn tokio_postgres_statements_with_50_clients_on_4_server_connections() {
 #[test]
 fn pgbench_prepared_mode_has_no_failures() {
     let pg = postgres();
-    own_database("prep_bench");
+    postgres().fresh_database("prep_bench", None);
     let run = |port: u16, args: &[&str]| {
         let out = Command::new("pgbench")
             .args(args)
@@ -192,7 +186,7 @@ fn an_error_in_a_pipeline_skips_to_sync_and_prepares_nothing_after_it() {
 
 #[test]
 fn a_statement_is_re_prepared_after_ddl_changes_its_result_type() {
-    own_database("prep_ddl");
+    postgres().fresh_database("prep_ddl", None);
     postgres().psql_db("prep_ddl", "create table t(a int); insert into t values (1)");
     let lane = pglane(1, 1, "prep_ddl", "");
     let mut c = RawClient::login(lane.port, "postgres", "app");
@@ -337,7 +331,7 @@ fn discard_all_drops_only_that_clients_statements() {
 /// other search_path and says "cached plan must not change result type".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_with_different_search_paths_do_not_share_statements() {
-    own_database("prep_tenants");
+    postgres().fresh_database("prep_tenants", None);
     let pg = postgres();
     for sql in [
         "create schema tenant_a",
@@ -397,7 +391,7 @@ async fn within<T>(what: String, fut: impl std::future::Future<Output = T>) -> T
 /// on, never hang (seen once in CI: tests/drivers.rs's asyncpg DDL step).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_under_a_shared_statement_fails_each_client_once_and_never_hangs() {
-    own_database("prep_ddl_loop");
+    postgres().fresh_database("prep_ddl_loop", None);
     let lane = pglane(1, 2, "prep_ddl_loop", "");
     let (a, b) = (connect(lane.port, "postgres", "secret", "app").await, connect(lane.port, "postgres", "secret", "app").await);
     for round in 0..40 {

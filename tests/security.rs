@@ -56,12 +56,6 @@ password = "md5pass"
     )
 }
 
-fn own_database(name: &str) {
-    let pg = postgres();
-    pg.psql(&format!("drop database if exists {name}"));
-    pg.psql(&format!("create database {name}"));
-}
-
 /// A raw connection that has sent nothing yet.
 struct Wire {
     s: TcpStream,
@@ -452,7 +446,7 @@ async fn server_scram_iterations_are_capped() {
 
 #[tokio::test]
 async fn databases_not_in_the_config_are_unreachable() {
-    own_database("sec_hidden");
+    postgres().fresh_database("sec_hidden", None);
     let lane = pglane(2, 2, "scram-sha-256", "postgres");
     // The server has these databases; pglane's config does not list them.
     for db in ["sec_hidden", "postgres", "template1"] {
@@ -480,7 +474,7 @@ async fn databases_not_in_the_config_are_unreachable() {
 
 #[tokio::test]
 async fn server_connections_are_never_shared_between_users() {
-    own_database("sec_users");
+    postgres().fresh_database("sec_users", None);
     // One shard, one server connection per (database, user).
     let lane = pglane(1, 1, "scram-sha-256", "sec_users");
     let admin = connect(lane.port, "postgres", "secret", "app").await;
@@ -701,7 +695,7 @@ async fn statement_descriptions_do_not_cross_databases() {
         ("sec_left", "create table t(secret_ssn text, salary int); insert into t values ('123-45-6789', 100)"),
         ("sec_right", "create table t(x int); insert into t values (7)"),
     ] {
-        own_database(db);
+        postgres().fresh_database(db, None);
         pg.psql_db(db, ddl);
     }
     let lane = Pglane::start_with_args(
@@ -739,7 +733,7 @@ async fn statement_descriptions_do_not_cross_databases() {
 /// gets it.
 #[tokio::test]
 async fn session_state_does_not_leak_between_clients() {
-    own_database("sec_state");
+    postgres().fresh_database("sec_state", None);
     // One server connection: whoever comes next gets the same one.
     let lane = pglane(1, 1, "scram-sha-256", "sec_state");
     let a = connect(lane.port, "postgres", "secret", "app").await;

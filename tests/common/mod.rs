@@ -189,6 +189,16 @@ impl Postgres {
         self.psql_db("postgres", sql)
     }
 
+    /// Drops database `name` if it exists and creates it afresh, owned by
+    /// `owner` (else by the superuser), for a test of its own.
+    pub fn fresh_database(&self, name: &str, owner: Option<&str>) {
+        self.psql(&format!("DROP DATABASE IF EXISTS {name}"));
+        match owner {
+            Some(owner) => self.psql(&format!("CREATE DATABASE {name} OWNER {owner}")),
+            None => self.psql(&format!("CREATE DATABASE {name}")),
+        };
+    }
+
     /// Like [`Postgres::psql`] in another database.
     pub fn psql_db(&self, db: &str, sql: &str) -> String {
         self.try_psql(db, sql)
@@ -394,6 +404,29 @@ impl Pglane {
     /// not accept TCP connections within 15 s.
     pub fn start(config_body: &str) -> Pglane {
         Pglane::start_with_args(config_body, &[])
+    }
+
+    /// One shard in transaction mode, trusting `user` (also its admin), with
+    /// `settings` (config lines), serving server database `dbname` as
+    /// database `app` with `pool_size` connections.
+    pub fn trusting_on_one_shard(user: &str, settings: &str, dbname: &str, pool_size: usize) -> Pglane {
+        Pglane::start_with_args(
+            &format!(
+                r#"pool_mode = "transaction"
+auth_type = "trust"
+admin_users = ["{user}"]
+{settings}
+[databases.app]
+host = "127.0.0.1"
+port = {port}
+dbname = "{dbname}"
+pool_size = {pool_size}
+[users.{user}]
+"#,
+                port = postgres().port
+            ),
+            &["--cores", "1"],
+        )
     }
 
     /// Like [`Pglane::start`], with extra command-line arguments after

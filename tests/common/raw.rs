@@ -83,6 +83,19 @@ impl RawClient {
     }
 }
 
+/// Sends the simple query `sql`, without waiting for its answer.
+pub fn send_query(client: &mut RawClient, sql: &str) {
+    let mut out = BytesMut::new();
+    pglane::protocol::frontend::query(&mut out, sql);
+    client.send(&out);
+}
+
+/// Sends the simple query `sql` and reads its answer, up to ReadyForQuery.
+pub fn query(client: &mut RawClient, sql: &str) -> Vec<Message> {
+    send_query(client, sql);
+    client.until_ready()
+}
+
 /// The tags of `messages`, as a string (e.g. "12DCZ").
 pub fn tags(messages: &[Message]) -> String {
     messages.iter().map(|m| m.tag as char).collect()
