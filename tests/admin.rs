@@ -361,8 +361,7 @@ async fn metrics_endpoint_serves_prometheus_text() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reload_under_load_changes_pool_sizes_without_failed_queries() {
     let pg = postgres();
-    pg.psql("drop database if exists admin_reload");
-    pg.psql("create database admin_reload");
+    pg.fresh_database("admin_reload", None);
     let config_for = |pool_size: usize| config(pool_size, "").replace("dbname = \"postgres\"", "dbname = \"admin_reload\"");
     let lane = Pglane::start_with_args(&config_for(2), &["--cores", "1"]);
     let backends = || -> usize {

@@ -474,25 +474,15 @@ fn pgbench_simple_and_extended_run_rewritten_with_no_failures() {
     let db = "autoprep_bench";
     postgres().fresh_database(db, Some(USER));
     let pg = postgres();
-    let pgbench = |port: u16, args: &[&str]| {
-        let out = std::process::Command::new("pgbench")
-            .args(args)
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", USER])
-            .output()
-            .expect("pgbench runs");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "{text}");
-        text
-    };
-    pgbench(pg.port, &["-i", "-q", "-s", "1", db]);
+    common::pgbench(pg.port, USER, &["-i", "-q", "-s", "1", db]);
     let lane = pglane(4, db);
     // The shapes are validated first: under pgbench's load the parser's
     // thread, which yields to the shard's, may take a while to get to them.
-    pgbench(lane.port, &["-n", "-S", "-M", "simple", "-c", "2", "-t", "10", "app"]);
+    common::pgbench(lane.port, USER, &["-n", "-S", "-M", "simple", "-c", "2", "-t", "10", "app"]);
     wait_for_validations(lane.port);
     for mode in ["simple", "extended"] {
         let before = prepared_stats(lane.port);
-        let out = pgbench(lane.port, &["-n", "-S", "-M", mode, "-c", "8", "-j", "2", "-T", "3", "app"]);
+        let out = common::pgbench(lane.port, USER, &["-n", "-S", "-M", mode, "-c", "8", "-j", "2", "-T", "3", "app"]);
         assert!(out.contains("number of failed transactions: 0 (0.000%)"), "{out}");
         let processed: u64 = out
             .lines()

@@ -108,8 +108,7 @@ fn database() {
     static READY: OnceLock<()> = OnceLock::new();
     READY.get_or_init(|| {
         let pg = postgres();
-        pg.psql(&format!("drop database if exists {DB}"));
-        pg.psql(&format!("create database {DB}"));
+        pg.fresh_database(DB, None);
         pg.psql_db(DB, TABLE_SQL);
     });
 }

@@ -16,8 +16,7 @@ const DRIVER: &str = "/usr/share/java/postgresql.jar";
 fn jdbc_prepared_statements_20_threads_on_4_server_connections() {
     assert!(Path::new(DRIVER).exists(), "{DRIVER} missing: apt-get install libpostgresql-jdbc-java (tools/test does)");
     let pg = postgres();
-    pg.psql("drop database if exists jdbc_db");
-    pg.psql("create database jdbc_db");
+    pg.fresh_database("jdbc_db", None);
     let lane = Pglane::start_with_args(
         &format!(
             "pool_mode = \"transaction\"\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"jdbc_db\"\npool_size = 4\n[users.postgres]\npassword = \"secret\"\n",

@@ -154,8 +154,7 @@ fn side_check(side: &mut RawClient, original: &str, rewrite: &Rewrite) -> Check 
 #[test]
 fn rewritten_queries_answer_like_the_originals() {
     let pg = postgres();
-    pg.psql(&format!("DROP DATABASE IF EXISTS {DATABASE}"));
-    pg.psql(&format!("CREATE DATABASE {DATABASE} OWNER trustuser"));
+    pg.fresh_database(DATABASE, Some("trustuser"));
     let corpus = Corpus::parse(CORPUS);
     assert!(corpus.queries.len() >= 250, "{} queries", corpus.queries.len());
 

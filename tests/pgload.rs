@@ -18,8 +18,7 @@ const PROTOCOLS: [&str; 3] = ["simple", "extended", "prepared"];
 /// A fresh database for one test.
 fn database(name: &str) -> String {
     let pg = postgres();
-    pg.psql(&format!("DROP DATABASE IF EXISTS {name}"));
-    pg.psql(&format!("CREATE DATABASE {name}"));
+    pg.fresh_database(name, None);
     name.to_owned()
 }
 

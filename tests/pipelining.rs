@@ -306,17 +306,7 @@ fn pgbench_writes_through_pipelined_connections_add_up() {
     let db = "pipe_bench";
     postgres().fresh_database(db, Some(USER));
     let pg = postgres();
-    let pgbench = |port: u16, args: &[&str]| {
-        let out = std::process::Command::new("pgbench")
-            .args(args)
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", USER])
-            .output()
-            .expect("pgbench runs");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "{text}");
-        text
-    };
-    pgbench(pg.port, &["-i", "-q", "-s", "1", db]);
+    common::pgbench(pg.port, USER, &["-i", "-q", "-s", "1", db]);
     let script = std::env::temp_dir().join(format!("pglane-pipe-writes-{}.sql", std::process::id()));
     std::fs::write(
         &script,
@@ -338,7 +328,7 @@ fn pgbench_writes_through_pipelined_connections_add_up() {
             let mut args = vec!["-n", "-M", mode, "-c", "8", "-j", "8", "-T", "2"];
             args.extend(script_args.iter().copied());
             args.push("app");
-            let out = pgbench(lane.port, &args);
+            let out = common::pgbench(lane.port, USER, &args);
             assert!(out.contains("number of failed transactions: 0 (0.000%)"), "{args:?}: {out}");
         }
     }

@@ -184,8 +184,7 @@ async fn large_result_sets_arrive_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_clients_share_few_server_connections() {
     let pg = postgres();
-    pg.psql("drop database if exists many_db");
-    pg.psql("create database many_db");
+    pg.fresh_database("many_db", None);
     let lane = pglane_for_db(2, "transaction", 4, "", "many_db");
     let setup = connect(lane.port, "postgres", "secret", "app").await;
     setup.batch_execute("drop table if exists many_t; create table many_t(client int, n int)").await.unwrap();
@@ -405,8 +404,7 @@ async fn a_client_leaving_mid_transaction_leaves_a_clean_server() {
 #[test]
 fn a_socket_closed_mid_transaction_is_rolled_back() {
     let pg = postgres();
-    pg.psql("drop database if exists close_db");
-    pg.psql("create database close_db");
+    pg.fresh_database("close_db", None);
     let lane = pglane_for_db(1, "transaction", 1, r#"auth_type = "trust""#, "close_db");
     let out = psql(lane.port, "drop table if exists close_t; create table close_t(v int)");
     assert!(out.status.success());
@@ -429,24 +427,11 @@ fn a_socket_closed_mid_transaction_is_rolled_back() {
     assert_eq!(stuck, "0");
 }
 
-fn pgbench(port: u16, args: &[&str]) -> String {
-    let out = Command::new("pgbench")
-        .args(args)
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
-        .env("PGPASSWORD", "secret")
-        .output()
-        .expect("pgbench runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "pgbench {args:?} failed:\n{text}");
-    text
-}
-
 #[test]
 fn pgbench_select_only_through_pglane_has_no_failures() {
     let pg = postgres();
-    pg.psql("drop database if exists bench_pool");
-    pg.psql("create database bench_pool");
-    pgbench(pg.port, &["-i", "-q", "-s", "1", "bench_pool"]);
+    pg.fresh_database("bench_pool", None);
+    common::pgbench(pg.port, "postgres", &["-i", "-q", "-s", "1", "bench_pool"]);
     let lane = Pglane::start_with_args(
         &format!(
             "pool_mode = \"transaction\"\n[databases.bench_pool]\nhost = \"127.0.0.1\"\nport = {}\npool_size = 4\n[users.postgres]\npassword = \"secret\"\n",
@@ -455,7 +440,7 @@ fn pgbench_select_only_through_pglane_has_no_failures() {
         &["--cores", "2"],
     );
     for mode in ["simple", "extended"] {
-        let out = pgbench(lane.port, &["-n", "-S", "-M", mode, "-c", "16", "-j", "2", "-T", "3", "bench_pool"]);
+        let out = common::pgbench(lane.port, "postgres", &["-n", "-S", "-M", mode, "-c", "16", "-j", "2", "-T", "3", "bench_pool"]);
         let processed: u64 = out
             .lines()
             .find_map(|l| l.strip_prefix("number of transactions actually processed: "))

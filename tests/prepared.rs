@@ -5,7 +5,6 @@ mod common;
 #[path = "common/raw.rs"]
 mod raw;
 
-use std::process::Command;
 
 use bytes::BytesMut;
 use common::{connect, postgres, Pglane};
@@ -55,20 +54,9 @@ async fn tokio_postgres_statements_with_50_clients_on_4_server_connections() {
 fn pgbench_prepared_mode_has_no_failures() {
     let pg = postgres();
     postgres().fresh_database("prep_bench", None);
-    let run = |port: u16, args: &[&str]| {
-        let out = Command::new("pgbench")
-            .args(args)
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
-            .env("PGPASSWORD", "secret")
-            .output()
-            .unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "{text}");
-        text
-    };
-    run(pg.port, &["-i", "-q", "-s", "1", "prep_bench"]);
+    common::pgbench(pg.port, "postgres", &["-i", "-q", "-s", "1", "prep_bench"]);
     let lane = pglane(2, 4, "prep_bench", "");
-    let out = run(lane.port, &["-n", "-S", "-M", "prepared", "-c", "16", "-j", "2", "-T", "3", "app"]);
+    let out = common::pgbench(lane.port, "postgres", &["-n", "-S", "-M", "prepared", "-c", "16", "-j", "2", "-T", "3", "app"]);
     assert!(out.contains("number of failed transactions: 0 (0.000%)"), "{out}");
     assert!(!out.contains("number of transactions actually processed: 0/"), "{out}");
 }

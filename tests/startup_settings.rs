@@ -22,8 +22,7 @@ fn start(mode: &str) -> Pglane {
     let pg = postgres();
     static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     READY.get_or_init(|| {
-        pg.psql(&format!("drop database if exists {DB}"));
-        pg.psql(&format!("create database {DB}"));
+        pg.fresh_database(DB, None);
         pg.psql_db(
             DB,
             "create schema app_schema; create table app_schema.marker (v text); insert into app_schema.marker values ('app');

@@ -8,8 +8,7 @@ use common::{connect, postgres, Pglane};
 
 fn start(dbname: &str, extra: &str) -> Pglane {
     let pg = postgres();
-    pg.psql(&format!("drop database if exists {dbname}"));
-    pg.psql(&format!("create database {dbname}"));
+    pg.fresh_database(dbname, None);
     Pglane::start_with_args(
         &format!(
             "pool_mode = \"transaction\"\n{extra}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{dbname}\"\npool_size = 1\n[users.postgres]\npassword = \"secret\"\n",

@@ -689,6 +689,21 @@ pub fn pglane_bin() -> PathBuf {
     std::env::var_os("PGLANE_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pglane")), PathBuf::from)
 }
 
+/// Runs pgbench against 127.0.0.1:`port` as `user` (the harness's
+/// password for `postgres`; trusted roles ignore it) with `args`, and
+/// returns what it printed; panics with that if it failed.
+pub fn pgbench(port: u16, user: &str, args: &[&str]) -> String {
+    let out = Command::new("pgbench")
+        .args(args)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", user])
+        .env("PGPASSWORD", "secret")
+        .output()
+        .expect("pgbench runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "pgbench {args:?} failed:\n{text}");
+    text
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
