@@ -22,10 +22,20 @@ use raw::{error_code, first_column, query, send_query, RawClient};
 
 const USER: &str = "trustuser";
 
+/// With auto-prepare: simple queries run as prepared statements.
+const AUTO_PREPARE: &str = "auto_prepare = true";
+/// Without: simple queries and unnamed statements pass through as sent.
+const AS_SENT: &str = "auto_prepare = false";
+
 /// pglane in front of server database `dbname` (as database `app`), with
 /// auto-prepare and server pipelining, one shard, `pool_size` connections.
 fn pglane(pool_size: usize, dbname: &str) -> Pglane {
-    Pglane::trusting_on_one_shard(USER, "auto_prepare = true\nserver_pipelining = true", dbname, pool_size)
+    pglane_with(AUTO_PREPARE, pool_size, dbname)
+}
+
+/// The same with auto-prepare set by `auto_prepare`.
+fn pglane_with(auto_prepare: &str, pool_size: usize, dbname: &str) -> Pglane {
+    Pglane::trusting_on_one_shard(USER, &format!("{auto_prepare}\nserver_pipelining = true"), dbname, pool_size)
 }
 
 /// The sum over its rows of an admin console table's numeric column.
@@ -80,23 +90,43 @@ fn warm(port: u16, client: &mut RawClient, sql: &str) {
     panic!("{sql} was never rewritten");
 }
 
-/// Eight clients on one server connection, half with simple queries
-/// (auto-prepared), half with a named prepared statement, one request in
-/// seven failing: each gets its own rows and its own errors, and most
-/// requests went behind another's.
+/// How a client of [`own_answers`] sends its requests.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Simple,
+    Named,
+    Unnamed,
+}
+
+/// Eight clients on one server connection, one request in seven failing:
+/// each gets its own rows and its own errors, and many requests went behind
+/// another's. With auto-prepare, clients send simple queries (run as
+/// registry statements), a named prepared statement and the unnamed
+/// statement (also the registry's); without it, only what passes through as
+/// sent: simple queries and the unnamed statement.
 #[test]
 fn clients_queued_behind_each_other_get_their_own_answers() {
-    postgres().fresh_database("pipe_answers", Some(USER));
-    let lane = pglane(1, "pipe_answers");
-    let port = lane.port;
+    let runs = [
+        (AUTO_PREPARE, "pipe_answers", &[Kind::Simple, Kind::Named, Kind::Unnamed][..]),
+        (AS_SENT, "pipe_answers_as_sent", &[Kind::Simple, Kind::Unnamed][..]),
+    ];
+    for (auto_prepare, db, kinds) in runs {
+        postgres().fresh_database(db, Some(USER));
+        let lane = pglane_with(auto_prepare, 1, db);
+        own_answers(lane.port, auto_prepare, kinds);
+    }
+}
+
+fn own_answers(port: u16, auto_prepare: &str, kinds: &[Kind]) {
+    const SQL: &str = "SELECT $1::int * 1000 + $2::int / $3::int";
     let clients: Vec<_> = (0..8)
         .map(|c: u32| {
+            let kind = kinds[c as usize % kinds.len()];
             thread::spawn(move || {
                 let mut client = RawClient::login(port, USER, "app");
-                let extended = c % 2 == 1;
-                if extended {
+                if kind == Kind::Named {
                     let mut p = BytesMut::new();
-                    frontend::parse(&mut p, "s", "SELECT $1::int * 1000 + $2::int / $3::int", &[]);
+                    frontend::parse(&mut p, "s", SQL, &[]);
                     frontend::sync(&mut p);
                     client.send(&p);
                     assert_eq!(error_code(&client.until_ready()), None);
@@ -104,17 +134,21 @@ fn clients_queued_behind_each_other_get_their_own_answers() {
                 for n in 0..300u32 {
                     let fails = n % 7 == 3;
                     let divisor = if fails { 0 } else { 1 };
-                    let reply = if extended {
+                    let reply = if kind == Kind::Simple {
+                        query(&mut client, &format!("SELECT {c} * 1000 + {n} / {divisor}"))
+                    } else {
                         let mut p = BytesMut::new();
+                        let statement = if kind == Kind::Named { "s" } else { "" };
+                        if kind == Kind::Unnamed {
+                            frontend::parse(&mut p, "", SQL, &[]);
+                        }
                         let (a, b, d) = (c.to_string(), n.to_string(), divisor.to_string());
                         let params = [Some(a.as_bytes()), Some(b.as_bytes()), Some(d.as_bytes())];
-                        frontend::bind(&mut p, "", "s", &[], params.into_iter(), &[]);
+                        frontend::bind(&mut p, "", statement, &[], params.into_iter(), &[]);
                         frontend::execute(&mut p, "", 0);
                         frontend::sync(&mut p);
                         client.send(&p);
                         client.until_ready()
-                    } else {
-                        query(&mut client, &format!("SELECT {c} * 1000 + {n} / {divisor}"))
                     };
                     if fails {
                         assert_eq!(error_code(&reply).as_deref(), Some("22012"), "client {c}, request {n}");
@@ -130,7 +164,7 @@ fn clients_queued_behind_each_other_get_their_own_answers() {
         c.join().expect("a client failed");
     }
     let behind = pipelined(port);
-    assert!(behind > 100, "only {behind} of 2,400 requests went behind another client's");
+    assert!(behind > 100, "{auto_prepare}: only {behind} of 2,400 requests went behind another client's");
 }
 
 /// A client inside a transaction block is never followed: the request
@@ -158,18 +192,31 @@ fn a_request_waits_out_the_transaction_block_ahead_of_it() {
 }
 
 /// Lines two clients up behind a transaction block `blocker` holds on the
-/// pool's one connection: `ahead` sends `ahead_sql`, then a client (on its
-/// own thread) runs `behind`, given its login's messages too; the block
-/// ends, the connection goes to `ahead`, and the one behind may go behind it.
+/// pool's one connection: a new client sends `ahead_sql`, then another (on
+/// its own thread) runs `behind`, given its login's messages too; the block
+/// ends, the connection goes to the one ahead, and the one behind may go
+/// behind it.
 fn line_up<T: Send + 'static>(
     port: u16,
     blocker: &mut RawClient,
     ahead_sql: &str,
     behind: impl FnOnce(RawClient, Vec<Message>) -> T + Send + 'static,
 ) -> (RawClient, thread::JoinHandle<T>) {
-    assert_eq!(error_code(&query(blocker, "BEGIN")), None);
     let mut ahead = RawClient::login(port, USER, "app");
-    send_query(&mut ahead, ahead_sql);
+    let behind = line_up_behind(port, blocker, &mut ahead, ahead_sql, behind);
+    (ahead, behind)
+}
+
+/// [`line_up`] with a client `ahead` already logged in.
+fn line_up_behind<T: Send + 'static>(
+    port: u16,
+    blocker: &mut RawClient,
+    ahead: &mut RawClient,
+    ahead_sql: &str,
+    behind: impl FnOnce(RawClient, Vec<Message>) -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    assert_eq!(error_code(&query(blocker, "BEGIN")), None);
+    send_query(ahead, ahead_sql);
     wait_for_waiting(port, |n| n >= 1);
     let behind = thread::spawn(move || {
         let (client, login) = RawClient::start(port, &[("user", USER), ("database", "app")]);
@@ -177,7 +224,7 @@ fn line_up<T: Send + 'static>(
     });
     wait_for_waiting(port, |n| n >= 2);
     assert_eq!(error_code(&query(blocker, "COMMIT")), None);
-    (ahead, behind)
+    behind
 }
 
 /// The client ahead closes its socket while its (large) reply streams: the
@@ -229,6 +276,38 @@ fn a_statement_that_ran_long_is_not_followed_for_a_while() {
         assert_eq!(error_code(&ahead.until_ready()), None, "round {round}");
         assert_eq!(first_column(&behind.join().unwrap()), vec!["42"], "round {round}");
         assert_eq!(pipelined(port) - before, went_behind, "round {round}");
+    }
+}
+
+/// A query passed through as sent has no statement to mark: the client
+/// whose query ran long with a request behind it has none behind its
+/// queries for a while; another client's are followed.
+#[test]
+fn a_client_whose_query_ran_long_is_not_followed_for_a_while() {
+    postgres().fresh_database("pipe_slow_as_sent", Some(USER));
+    let lane = pglane_with(AS_SENT, 1, "pipe_slow_as_sent");
+    let port = lane.port;
+    let mut blocker = RawClient::login(port, USER, "app");
+    let mut ahead = RawClient::login(port, USER, "app");
+    for (round, went_behind) in [(0, 1), (1, 0), (2, 1)] {
+        if round == 2 {
+            thread::sleep(Duration::from_millis(1100));
+        }
+        let before = pipelined(port);
+        let behind = line_up_behind(port, &mut blocker, &mut ahead, "SELECT pg_sleep(0.2)", |mut client, _| {
+            query(&mut client, "SELECT 42")
+        });
+        assert_eq!(error_code(&ahead.until_ready()), None, "round {round}");
+        assert_eq!(first_column(&behind.join().unwrap()), vec!["42"], "round {round}");
+        assert_eq!(pipelined(port) - before, went_behind, "round {round}");
+        if round == 1 {
+            // Another client's query, straight after, is followed.
+            let (mut other, behind) =
+                line_up(port, &mut blocker, "SELECT pg_sleep(0.01)", |mut client, _| query(&mut client, "SELECT 43"));
+            assert_eq!(error_code(&other.until_ready()), None);
+            assert_eq!(first_column(&behind.join().unwrap()), vec!["43"]);
+            assert_eq!(pipelined(port) - before, 1, "another client's query was not followed");
+        }
     }
 }
 
@@ -296,11 +375,11 @@ fn the_client_behind_gets_an_error_when_the_connection_dies() {
     assert_eq!(first_column(&query(&mut next, "SELECT 7")), vec!["7"]);
 }
 
-/// pgbench through pipelined connections, in every query mode: its
-/// read-only script, its TPC-B-like one (transaction blocks, never
-/// followed), and autocommit writes (followed). No transaction fails, and
-/// every write ran exactly once: the accounts' balances add up to the
-/// history's deltas.
+/// pgbench through pipelined connections, in every query mode, with and
+/// without auto-prepare: its read-only script, its TPC-B-like one
+/// (transaction blocks, never followed), and autocommit writes (followed).
+/// No transaction fails, and every write ran exactly once: the accounts'
+/// balances add up to the history's deltas.
 #[test]
 fn pgbench_writes_through_pipelined_connections_add_up() {
     let db = "pipe_bench";
@@ -315,22 +394,26 @@ fn pgbench_writes_through_pipelined_connections_add_up() {
          INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, :aid, :delta, CURRENT_TIMESTAMP);\n",
     )
     .unwrap();
-    let lane = pglane(2, db);
-    let mut warmer = RawClient::login(lane.port, USER, "app");
-    warm(lane.port, &mut warmer, "SELECT abalance FROM pgbench_accounts WHERE aid = 1");
-    drop(warmer);
-    let before = pipelined(lane.port);
-    for mode in ["simple", "extended", "prepared"] {
-        for script_args in [vec!["-S"], vec![], vec!["-f", script.to_str().unwrap()]] {
-            // A thread per client: in prepared mode pgbench prepares with a
-            // blocking call, which would stall a thread's other clients, one
-            // of them holding a connection in a transaction block.
-            let mut args = vec!["-n", "-M", mode, "-c", "8", "-j", "8", "-T", "2"];
-            args.extend(script_args.iter().copied());
-            args.push("app");
-            let out = common::pgbench(lane.port, USER, &args);
-            assert!(out.contains("number of failed transactions: 0 (0.000%)"), "{args:?}: {out}");
+    for auto_prepare in [AUTO_PREPARE, AS_SENT] {
+        let lane = pglane_with(auto_prepare, 2, db);
+        if auto_prepare == AUTO_PREPARE {
+            let mut warmer = RawClient::login(lane.port, USER, "app");
+            warm(lane.port, &mut warmer, "SELECT abalance FROM pgbench_accounts WHERE aid = 1");
         }
+        let before = pipelined(lane.port);
+        for mode in ["simple", "extended", "prepared"] {
+            for script_args in [vec!["-S"], vec![], vec!["-f", script.to_str().unwrap()]] {
+                // A thread per client: in prepared mode pgbench prepares with a
+                // blocking call, which would stall a thread's other clients, one
+                // of them holding a connection in a transaction block.
+                let mut args = vec!["-n", "-M", mode, "-c", "8", "-j", "8", "-T", "2"];
+                args.extend(script_args.iter().copied());
+                args.push("app");
+                let out = common::pgbench(lane.port, USER, &args);
+                assert!(out.contains("number of failed transactions: 0 (0.000%)"), "{auto_prepare}, {args:?}: {out}");
+            }
+        }
+        assert!(pipelined(lane.port) > before, "{auto_prepare}: nothing went behind another client's request");
     }
     let _ = std::fs::remove_file(&script);
     let sums = pg.psql_db(
@@ -339,5 +422,4 @@ fn pgbench_writes_through_pipelined_connections_add_up() {
          AND (SELECT count(*) FROM pgbench_history) > 0",
     );
     assert_eq!(sums, "t", "the balances do not add up to the history");
-    assert!(pipelined(lane.port) > before, "nothing went behind another client's request");
 }

@@ -124,8 +124,13 @@ enum Due {
 #[derive(Debug)]
 enum Request {
     /// `undo` is what to take back if the server skips or refuses it.
-    Parse { undo: Option<Prepared> },
-    Bind { statement: Option<Rc<Statement>> },
+    /// `plain`: of the unnamed statement, passed through, with a text that
+    /// [`pinning::leaves_session_alone`] (worked out with server pipelining
+    /// only; see [`Exchange::may_be_followed`]).
+    Parse { undo: Option<Prepared>, plain: bool },
+    /// `plain`: of the unnamed statement passed through, whose text was
+    /// plain (as for Parse).
+    Bind { statement: Option<Rc<Statement>>, plain: bool },
     /// `cache` is the statement whose description to remember from the
     /// answer; `portal` the plan of a negotiated portal described.
     Describe { cache: Option<Rc<Statement>>, portal: Option<Rc<Plan>> },
@@ -147,7 +152,9 @@ enum Request {
     Execute { plan: Option<Rc<Plan>>, rows_of: Option<Rc<Statement>> },
     /// `rewritten`: the Sync ending a rewritten simple query.
     Sync { rewritten: bool },
-    Query,
+    /// `plain`: passed through, and its text leaves the session alone (as
+    /// for Parse).
+    Query { plain: bool },
     /// An empty query in place of the client's `DEALLOCATE name`: its
     /// EmptyQueryResponse becomes the client's CommandComplete. `execute`:
     /// the Execute of a portal of it, else a simple query.
@@ -162,7 +169,7 @@ impl Due {
         matches!(
             self,
             Due::Server {
-                request: Request::Sync { .. } | Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall,
+                request: Request::Sync { .. } | Request::Query { .. } | Request::Deallocate { execute: false } | Request::FunctionCall,
                 ..
             }
         )
@@ -199,6 +206,9 @@ pub struct Exchange {
     /// This client Parsed the unnamed statement on the server connection it
     /// holds (what another client left there is not its to use).
     unnamed_parsed: bool,
+    /// The text of the unnamed statement it Parsed last, passed through,
+    /// leaves the session alone (see [`Request::Parse`]).
+    unnamed_plain: bool,
     /// The server's unnamed statement is an empty query standing for the
     /// client's `DEALLOCATE name`, and this portal (if any) was bound from it.
     deallocate_unnamed: bool,
@@ -233,6 +243,15 @@ pub struct Exchange {
     /// (see [`Exchange::may_be_followed`]): nothing of this one's may be
     /// sent any more, a stale plan's rerun included.
     pub followed: bool,
+    /// Server pipelining may apply to this client: what passes through is
+    /// scanned for whether it leaves the session alone (see
+    /// [`Exchange::may_be_followed`]). Without it nothing is scanned for that.
+    pipelining: bool,
+    /// When a request of this client's last ran longer than
+    /// `pool::opening::SLOW` with another behind it: its passed-through
+    /// requests (which have no registry statement to carry the mark) are not
+    /// followed for a while after.
+    slow_at: Option<std::time::Instant>,
     /// The client's simple query being answered only resets settings
     /// (`pinning::Resets::only`): a reported setting it changes goes back to
     /// the client's startup value. Cleared when that query's ReadyForQuery
@@ -577,6 +596,21 @@ impl Exchange {
         Exchange { auto: auto_prepare.map(AutoPrepare::new), ..Exchange::default() }
     }
 
+    /// Server pipelining may apply to this client (see [`Exchange::may_be_followed`]).
+    pub fn with_pipelining(self) -> Exchange {
+        Exchange { pipelining: true, ..self }
+    }
+
+    pub fn pipelining(&self) -> bool {
+        self.pipelining
+    }
+
+    /// A request of this client's ran longer than `pool::opening::SLOW` with
+    /// another client's behind it.
+    pub fn ran_slowly(&mut self) {
+        self.slow_at = Some(crate::rt::now());
+    }
+
     /// The client's transaction is over and its server connection goes back:
     /// what was about that connection is forgotten, the client's own state
     /// (auto-prepare, its unnamed statement) is kept.
@@ -593,6 +627,7 @@ impl Exchange {
             describing,
             pending_change,
             unnamed_parsed,
+            unnamed_plain,
             deallocate_unnamed,
             deallocate_portal,
             held,
@@ -608,6 +643,8 @@ impl Exchange {
             realign,
             resetting,
             followed,
+            pipelining: _,
+            slow_at: _,
         } = self;
         *tracker = Tracker::default();
         if due.capacity() > DUE_KEPT {
@@ -618,6 +655,7 @@ impl Exchange {
         *describing = BytesMut::new();
         *pending_change = None;
         *unnamed_parsed = false;
+        *unnamed_plain = false;
         *deallocate_unnamed = false;
         *deallocate_portal = None;
         *held = BytesMut::new();
@@ -662,16 +700,30 @@ impl Exchange {
     /// right behind what this one has sent: everything sent is a whole
     /// request that leaves the session as it found it, whatever the server
     /// answers. That is: outside a transaction block, nothing held back or
-    /// waiting to go, no setting being followed, and due only Binds of
-    /// statements that [`pinning::leaves_session_alone`] and have not run
-    /// slowly with a request behind them lately (`pool::opening::SLOW`), their Describes
-    /// and Executes, pglane's own answers, and a Sync last. Its replies then
-    /// touch neither the connection's statements nor its settings (a failed
-    /// Bind only skips to Sync), so the other client may translate its
-    /// messages against them now. Negotiated portals are not followed.
+    /// waiting to go, no setting being followed, and due only
+    /// - Binds of registry statements that [`pinning::leaves_session_alone`]
+    ///   and have not run slowly with a request behind them lately
+    ///   (`pool::opening::SLOW`);
+    /// - with pipelining on for this client, simple queries and unnamed
+    ///   statements' Parses and Binds passed through whose text leaves the
+    ///   session alone, unless this client's requests ran slowly lately
+    ///   ([`Exchange::ran_slowly`]);
+    /// - their Describes and Executes, pglane's own answers;
+    /// and last what ends a request (a Sync or a simple query). Its replies
+    /// then touch neither the connection's statements nor its settings (a
+    /// failed Parse of the unnamed statement or Bind only skips to Sync), so
+    /// the other client may translate its messages against them now.
+    /// Negotiated portals are not followed.
     pub fn may_be_followed(&self) -> bool {
+        let passed_may_follow = crate::pool::opening::may_follow(self.slow_at);
         let plain = |d: &Due| match d {
-            Due::Server { request: Request::Bind { statement: Some(s) }, .. } => crate::pool::opening::may_follow(s) && leaves_session_alone(s),
+            Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } => {
+                crate::pool::opening::may_follow(s.slow_at.get()) && leaves_session_alone(s)
+            }
+            Due::Server {
+                request: Request::Query { plain: true } | Request::Parse { undo: None, plain: true } | Request::Bind { statement: None, plain: true },
+                ..
+            } => passed_may_follow,
             Due::Server {
                 request:
                     Request::Execute { plan: None, .. }
@@ -694,7 +746,7 @@ impl Exchange {
             && self.pinned.is_none()
             && self.failure.is_none()
             && self.for_server.is_empty()
-            && matches!(self.due.back(), Some(Due::Server { request: Request::Sync { .. }, .. }))
+            && self.due.back().is_some_and(Due::ends_request)
             && self.due.iter().all(plain)
     }
 
@@ -704,7 +756,7 @@ impl Exchange {
         self.due
             .iter()
             .filter_map(|d| match d {
-                Due::Server { request: Request::Bind { statement: Some(s) }, .. } => Some(s.clone()),
+                Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } => Some(s.clone()),
                 _ => None,
             })
             .collect()
@@ -773,7 +825,8 @@ impl Exchange {
                     if let Ok((portal, _, _)) = bind {
                         self.negotiator.bound(portal, None, None);
                     }
-                    self.pass_request(message, to_server, Request::Bind { statement: None })
+                    let plain = self.unnamed_plain && matches!(bind, Ok((_, "", _)));
+                    self.pass_request(message, to_server, Request::Bind { statement: None, plain })
                 }
             },
             frontend::DESCRIBE => match names::split_target(body) {
@@ -827,6 +880,7 @@ impl Exchange {
             frontend::QUERY => {
                 // A simple query replaces the unnamed statement and portal.
                 self.unnamed_parsed = false;
+                self.unnamed_plain = false;
                 self.unnamed = None;
                 self.deallocate_unnamed = false;
                 if self.deallocate_portal.as_deref() == Some("") {
@@ -854,7 +908,7 @@ impl Exchange {
                         self.pending_change = Some(Change::ResetAll);
                     }
                 }
-                self.deallocate(body, st, to_server) || self.rewrite_query(body, st, to_server) || self.pass_request(message, to_server, Request::Query)
+                self.deallocate(body, st, to_server) || self.rewrite_query(body, st, to_server) || self.pass_query(message, body, to_server)
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
             frontend::COPY_DONE | frontend::COPY_FAIL => {
@@ -946,7 +1000,7 @@ impl Exchange {
                 matches!(
                     d,
                     Due::Server { request: Request::Sync { .. } | Request::FunctionCall | Request::Deallocate { .. }, .. }
-                        | Due::Server { request: Request::Query, forward: true }
+                        | Due::Server { request: Request::Query { .. }, forward: true }
                 )
             })
     }
@@ -959,7 +1013,7 @@ impl Exchange {
         let next_server_reply = self.due.iter().find(|d| matches!(d, Due::Server { .. }));
         matches!(
             next_server_reply,
-            Some(Due::Server { request: Request::Execute { plan: Some(_), .. }, .. } | Due::Server { request: Request::Query, forward: false })
+            Some(Due::Server { request: Request::Execute { plan: Some(_), .. }, .. } | Due::Server { request: Request::Query { .. }, forward: false })
         )
     }
 
@@ -1009,9 +1063,13 @@ impl Exchange {
 
     fn parse(&mut self, message: &[u8], body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
         let parsed = names::split_parse(body);
+        // The text leaves the session alone (scanned with pipelining only).
+        let mut plain = false;
         if let Ok((_, rest)) = &parsed {
             let text = names::query_bytes(rest);
-            if !self.quiet.contains(text) {
+            if let Some(quiet_plain) = self.quiet.get(text) {
+                plain = quiet_plain;
+            } else {
                 let sql = names::parse_query(rest);
                 self.watch_session_state(sql);
                 if st.negotiation.is_some() {
@@ -1020,8 +1078,9 @@ impl Exchange {
                 if let Some(auto) = self.auto.as_mut() {
                     auto.notice_search_path(sql);
                 }
+                plain = self.pipelining && self.pinned.is_none() && pinning::leaves_session_alone(sql);
                 if self.is_quiet_text(sql) {
-                    self.quiet.remember(text);
+                    self.quiet.remember(text, plain);
                 }
             }
         }
@@ -1034,8 +1093,10 @@ impl Exchange {
             Ok((name, rest)) if !name.is_empty() => (name, rest),
             Ok(("", rest)) if self.maps_unnamed() => return self.parse_unnamed(rest, st, to_server),
             _ => {
+                let plain = plain && matches!(parsed, Ok(("", _)));
                 self.unnamed_parsed = true;
-                self.pass(message, to_server, Request::Parse { undo: None });
+                self.unnamed_plain = plain;
+                self.pass(message, to_server, Request::Parse { undo: None, plain });
                 return true;
             }
         };
@@ -1068,7 +1129,7 @@ impl Exchange {
         names::put_parse(to_server, &statement.server_name, rest);
         st.registry.count(|s| s.server_parses += 1);
         let undo = Some(Prepared { statement, client_name: Some(name.to_owned()) });
-        self.due.push_back(Due::Server { request: Request::Parse { undo }, forward: true });
+        self.due.push_back(Due::Server { request: Request::Parse { undo, plain: false }, forward: true });
         true
     }
 
@@ -1089,7 +1150,7 @@ impl Exchange {
         names::put_parse(to_server, &statement.server_name, rest);
         st.registry.count(|c| c.server_parses += 1);
         let undo = Some(Prepared { statement, client_name: None });
-        self.due.push_back(Due::Server { request: Request::Parse { undo }, forward: true });
+        self.due.push_back(Due::Server { request: Request::Parse { undo, plain: false }, forward: true });
         true
     }
 
@@ -1103,7 +1164,7 @@ impl Exchange {
         }
         let (plan, rows_of) = self.send_bind(s, portal, rest, st, to_server);
         self.negotiator.bound(portal, plan, rows_of);
-        self.expect(Request::Bind { statement: Some(s.clone()) });
+        self.expect(Request::Bind { statement: Some(s.clone()), plain: false });
         true
     }
 
@@ -1189,9 +1250,10 @@ impl Exchange {
             return false;
         }
         frontend::parse(to_server, "", "", &[]);
-        self.expect(Request::Parse { undo: None });
+        self.expect(Request::Parse { undo: None, plain: false });
         self.unnamed = None;
         self.unnamed_parsed = true;
+        self.unnamed_plain = false;
         self.deallocate_unnamed = true;
         true
     }
@@ -1270,7 +1332,7 @@ impl Exchange {
                 c.rewrite_ns += ns;
             }
         });
-        self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement) }, forward: false });
+        self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement), plain: false }, forward: false });
         self.expect(Request::QueryDescribe { plan: plan.clone() });
         self.expect(Request::Execute { plan, rows_of });
         self.expect(Request::Sync { rewritten: true });
@@ -1321,7 +1383,7 @@ impl Exchange {
         names::put_parse(to_server, &s.server_name, &s.key);
         st.registry.count(|c| c.server_parses += 1);
         let undo = Some(Prepared { statement: s.clone(), client_name: None });
-        self.due.push_back(Due::Server { request: Request::Parse { undo }, forward: false });
+        self.due.push_back(Due::Server { request: Request::Parse { undo, plain: false }, forward: false });
     }
 
     /// Records `s` on the server connection, closing the statement it evicts.
@@ -1348,6 +1410,16 @@ impl Exchange {
     fn pass_request(&mut self, message: &[u8], to_server: &mut BytesMut, request: Request) -> bool {
         self.pass(message, to_server, request);
         true
+    }
+
+    /// A simple query as the client sent it; with pipelining, marked plain
+    /// if it leaves the session alone.
+    fn pass_query(&mut self, message: &[u8], body: &[u8], to_server: &mut BytesMut) -> bool {
+        let plain = self.pipelining
+            && self.pinned.is_none()
+            && self.pending_change.is_none()
+            && frontend::decode_query(body).is_ok_and(pinning::leaves_session_alone);
+        self.pass_request(message, to_server, Request::Query { plain })
     }
 
     fn expect(&mut self, request: Request) {
@@ -1395,7 +1467,7 @@ impl Exchange {
         if let Some(sql) = client.sql_to_apply_over(server) {
             frontend::query(to_server, &sql);
             self.tracker.client_sent(frontend::QUERY);
-            self.due.push_back(Due::Server { request: Request::Query, forward: false });
+            self.due.push_back(Due::Server { request: Request::Query { plain: false }, forward: false });
             server.take_values_of(client);
         }
     }
@@ -1405,7 +1477,7 @@ impl Exchange {
     pub fn from_server(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_client: &mut BytesMut) -> bool {
         self.answer_local(to_client);
         let body = &message[HEADER_LEN..];
-        if let Some(Due::Server { request: Request::Query, forward: false }) = self.due.front() {
+        if let Some(Due::Server { request: Request::Query { .. }, forward: false }) = self.due.front() {
             // The reply to align_settings: nothing of it reaches the client.
             match tag {
                 backend::PARAMETER_STATUS => {
@@ -1460,7 +1532,7 @@ impl Exchange {
                 self.server_error(body, st)
             }
             backend::PARSE_COMPLETE => {
-                if let Some(Due::Server { request: Request::Parse { undo }, forward: f }) = self.pop_server_reply() {
+                if let Some(Due::Server { request: Request::Parse { undo, .. }, forward: f }) = self.pop_server_reply() {
                     if let Some(p) = undo {
                         p.statement.validated.set(true);
                     }
@@ -1586,11 +1658,11 @@ impl Exchange {
                             }
                             break;
                         }
-                        Due::Server { request: Request::Query, forward: true } => {
+                        Due::Server { request: Request::Query { .. }, forward: true } => {
                             self.resetting = false;
                             break;
                         }
-                        Due::Server { request: Request::Query | Request::Deallocate { execute: false } | Request::FunctionCall, .. } => break,
+                        Due::Server { request: Request::Query { .. } | Request::Deallocate { execute: false } | Request::FunctionCall, .. } => break,
                         _ => {}
                     }
                 }
@@ -1717,7 +1789,7 @@ impl Exchange {
                     frontend::query(&mut self.for_server, &running.sql);
                 }
                 self.tracker.client_sent(frontend::QUERY);
-                self.due.push_back(Due::Server { request: Request::Query, forward: true });
+                self.due.push_back(Due::Server { request: Request::Query { plain: false }, forward: true });
                 st.registry.count(|c| c.reruns += 1);
                 false
             }
@@ -1749,7 +1821,7 @@ impl Exchange {
     /// goes on to its ReadyForQuery), the server now skips everything up to
     /// Sync, so what pglane recorded for those requests is undone.
     fn server_error(&mut self, body: &[u8], st: &mut Statements<'_>) {
-        if matches!(self.due.front(), Some(Due::Server { request: Request::Query | Request::Deallocate { execute: false } | Request::Sync { .. }, .. }) | None) {
+        if matches!(self.due.front(), Some(Due::Server { request: Request::Query { .. } | Request::Deallocate { execute: false } | Request::Sync { .. }, .. }) | None) {
             return;
         }
         let stale_plan = backend::decode_error_fields(body).is_ok_and(|e| e.code == "0A000");
@@ -1760,7 +1832,7 @@ impl Exchange {
             }
             let Some(due) = self.due.pop_front() else { break };
             match due {
-                Due::Server { request: Request::Parse { undo: Some(p) }, .. } => {
+                Due::Server { request: Request::Parse { undo: Some(p), .. }, .. } => {
                     if self.unnamed.as_ref().is_some_and(|u| Rc::ptr_eq(u, &p.statement)) {
                         self.unnamed = None;
                     }
@@ -1770,7 +1842,7 @@ impl Exchange {
                     }
                     st.registry.forget_failed(&p.statement);
                 }
-                Due::Server { request: Request::Bind { statement: Some(s) }, .. } if first && stale_plan => {
+                Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } if first && stale_plan => {
                     // "cached plan must not change result type": close it here,
                     // and let new Parses of the text prepare it afresh.
                     st.server.mark_stale(s.id);
@@ -1807,7 +1879,7 @@ impl Exchange {
             self.rows_seen(|| negotiate::largest_data_row(bytes), registry);
         }
         self.tracker.server_sent(tag, &[]);
-        debug_assert!(!matches!(self.due.front(), Some(Due::Server { request: Request::Query, forward: false })), "rows_need_whole");
+        debug_assert!(!matches!(self.due.front(), Some(Due::Server { request: Request::Query { .. }, forward: false })), "rows_need_whole");
         to_client.extend_from_slice(bytes);
     }
 }
@@ -2429,6 +2501,70 @@ mod tests {
         frontend::sync(&mut p);
         send(&mut ex, &mut sides, p);
         assert!(!ex.may_be_followed(), "set_config");
+    }
+
+    /// With pipelining on, requests passed through as the client sent them
+    /// (simple queries, the unnamed statement without auto-prepare) may be
+    /// followed too when their text leaves the session alone.
+    #[test]
+    fn a_plain_request_passed_through_may_be_followed() {
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(None).with_pipelining();
+        let answer = [(b'T', &b"\0\0"[..]), (b'C', b"SELECT 0\0"), (b'Z', b"I")];
+        query(&mut ex, &mut sides, "SELECT abalance FROM pgbench_accounts WHERE aid = 7");
+        assert!(ex.may_be_followed(), "a plain simple query");
+        assert_eq!(ex.ready_due(), 1);
+        reply(&mut ex, &mut sides, &answer);
+        for sql in ["SELECT 1 INTO t", "CREATE TABLE t (a int)", "SELECT set_config('a.b', 'c', false)", "BEGIN; SELECT 1", "SET work_mem = '1MB'"] {
+            query(&mut ex, &mut sides, sql);
+            assert!(!ex.may_be_followed(), "{sql}");
+            reply(&mut ex, &mut sides, &[(b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+        }
+
+        // The unnamed statement, as pgbench -M extended sends it.
+        let unnamed = |sql: &str| {
+            let mut p = BytesMut::new();
+            frontend::parse(&mut p, "", sql, &[]);
+            frontend::bind(&mut p, "", "", &[], [Some(&b"1"[..])].into_iter(), &[]);
+            frontend::describe(&mut p, Target::Portal, "");
+            frontend::execute(&mut p, "", 0);
+            frontend::sync(&mut p);
+            p
+        };
+        let answer = [(b'1', &b""[..]), (b'2', b""), (b'n', b""), (b'C', b"UPDATE 0\0"), (b'Z', b"I")];
+        for round in 0..2 {
+            // The second time its text is known quiet, and so is its answer.
+            send(&mut ex, &mut sides, unnamed("UPDATE t SET a = a + 1 WHERE a = $1"));
+            assert!(ex.may_be_followed(), "a plain unnamed statement, round {round}");
+            reply(&mut ex, &mut sides, &answer);
+            send(&mut ex, &mut sides, unnamed("CREATE TABLE t (a int)"));
+            assert!(!ex.may_be_followed(), "DDL, round {round}");
+            reply(&mut ex, &mut sides, &answer);
+        }
+
+        // A Bind of an unnamed statement Parsed earlier is as plain as that
+        // statement was, whatever is Parsed after it.
+        let mut p = BytesMut::new();
+        frontend::bind(&mut p, "", "", &[], [Some(&b"1"[..])].into_iter(), &[]);
+        frontend::execute(&mut p, "", 0);
+        p.extend_from_slice(&unnamed("SELECT $1::int"));
+        send(&mut ex, &mut sides, p);
+        assert!(!ex.may_be_followed(), "the first Bind runs the CREATE TABLE");
+        reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"CREATE TABLE\0")]);
+        reply(&mut ex, &mut sides, &answer);
+
+        // A client whose request ran slowly with another behind it.
+        ex.ran_slowly();
+        query(&mut ex, &mut sides, "SELECT 1");
+        assert!(!ex.may_be_followed(), "it ran slowly just now");
+        ex.slow_at = Some(crate::rt::now() - crate::pool::opening::SLOW_KEPT);
+        assert!(ex.may_be_followed(), "the mark wore off");
+        reply(&mut ex, &mut sides, &[(b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+
+        // Without pipelining nothing is scanned for it.
+        let mut ex = Exchange::new(None);
+        query(&mut ex, &mut sides, "SELECT 1");
+        assert!(!ex.may_be_followed());
     }
 
     /// A rewritten simple query, once followed, is not run again after a

@@ -102,6 +102,10 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     };
     let mode = config.pool_mode_for(&database, &user);
     let auto_prepare = config.auto_prepare_policy();
+    let exchange = match config.server_pipelining && !config.binary_negotiation && mode == PoolMode::Transaction {
+        true => Exchange::new(auto_prepare).with_pipelining(),
+        false => Exchange::new(auto_prepare),
+    };
     let mut session = Session {
         shard: shard.clone(),
         buffers: Buffers::new(config.max_message_size),
@@ -112,7 +116,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         mode,
         process_id,
         entry,
-        exchange: Exchange::new(auto_prepare),
+        exchange,
         lease_started: Instant::now(),
         settings: settings::Settings::default(),
         startup_applied: false,
@@ -479,7 +483,7 @@ impl Session {
 
     /// Server pipelining applies to this client now (see `pool::Opening`).
     fn may_pipeline(&self) -> bool {
-        self.config.server_pipelining && !self.config.binary_negotiation && self.mode == PoolMode::Transaction && self.startup_applied
+        self.exchange.pipelining() && self.startup_applied
     }
 
     /// A server connection for the client's next request: one of its own,
@@ -552,6 +556,7 @@ impl Session {
     async fn pass_on(&mut self, server: Lease, offer: Option<Offer>, holder_left: bool) {
         let Some(offer) = offer else { return self.give_back(server).await };
         if offer.holder_done() {
+            self.exchange.ran_slowly();
             debug!("a request with another behind it ran longer than {:?}: its statements are not followed again", crate::pool::opening::SLOW);
         }
         if offer.is_abandoned() {

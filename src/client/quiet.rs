@@ -10,6 +10,9 @@
 //! once is quiet for good: this remembers one client's last few quiet texts,
 //! and a repeat is recognized by comparing bytes, without decoding or
 //! scanning it again.
+//! With server pipelining one more scan asks whether the text leaves the
+//! server session alone (`pinning::leaves_session_alone`); that answer, as
+//! pure, is kept with the text.
 //!
 //! Simple queries are not cached: their literals make nearly every text a
 //! new one, and a miss costs more than the scans it would save.
@@ -29,27 +32,39 @@ const MAX_LEN: usize = 512;
 #[derive(Debug, Default)]
 pub struct QuietTexts {
     texts: Vec<Vec<u8>>,
+    /// Whether each text leaves the server session alone (the caller's
+    /// answer, kept with it; see `pinning::leaves_session_alone`).
+    plain: Vec<bool>,
     /// The entry the next text replaces once all are in use.
     next: usize,
 }
 
 impl QuietTexts {
     pub fn contains(&self, text: &[u8]) -> bool {
-        self.texts.iter().any(|t| t.as_slice() == text)
+        self.get(text).is_some()
     }
 
-    /// Remembers `text`, which every scan found quiet.
-    pub fn remember(&mut self, text: &[u8]) {
+    /// For a text found quiet before, what the caller said of it: whether
+    /// it leaves the session alone.
+    pub fn get(&self, text: &[u8]) -> Option<bool> {
+        self.texts.iter().position(|t| t.as_slice() == text).map(|i| self.plain[i])
+    }
+
+    /// Remembers `text`, which every scan found quiet, and whether it
+    /// leaves the session alone.
+    pub fn remember(&mut self, text: &[u8], plain: bool) {
         if text.len() > MAX_LEN || self.contains(text) {
             return;
         }
         if self.texts.len() < ENTRIES {
             self.texts.push(text.to_vec());
+            self.plain.push(plain);
             return;
         }
         let entry = &mut self.texts[self.next];
         entry.clear();
         entry.extend_from_slice(text);
+        self.plain[self.next] = plain;
         self.next = (self.next + 1) % ENTRIES;
     }
 }
@@ -63,11 +78,13 @@ mod tests {
         let mut quiet = QuietTexts::default();
         let texts: Vec<String> = (0..ENTRIES + 2).map(|i| format!("select {i}")).collect();
         for t in &texts {
-            quiet.remember(t.as_bytes());
+            quiet.remember(t.as_bytes(), false);
         }
         assert!(!quiet.contains(texts[0].as_bytes()));
         assert!(!quiet.contains(texts[1].as_bytes()));
         assert!(texts[2..].iter().all(|t| quiet.contains(t.as_bytes())));
+        quiet.remember(b"select 1", true);
+        assert_eq!(quiet.get(b"select 1"), Some(true), "an entry replaced takes the new text's answer");
         assert!(!quiet.contains(b"select"), "whole texts only, not prefixes");
     }
 
@@ -75,7 +92,7 @@ mod tests {
     fn long_texts_are_not_kept() {
         let mut quiet = QuietTexts::default();
         let long = vec![b'x'; MAX_LEN + 1];
-        quiet.remember(&long);
+        quiet.remember(&long, false);
         assert!(!quiet.contains(&long));
     }
 
@@ -83,10 +100,10 @@ mod tests {
     fn a_repeat_does_not_take_a_second_entry() {
         let mut quiet = QuietTexts::default();
         for _ in 0..3 * ENTRIES {
-            quiet.remember(b"select 1");
+            quiet.remember(b"select 1", true);
         }
-        quiet.remember(b"select 2");
-        assert!(quiet.contains(b"select 1") && quiet.contains(b"select 2"));
+        quiet.remember(b"select 2", false);
+        assert_eq!((quiet.get(b"select 1"), quiet.get(b"select 2")), (Some(true), Some(false)));
         assert_eq!(quiet.texts.len(), 2);
     }
 }

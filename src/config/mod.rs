@@ -190,8 +190,8 @@ pub struct Config {
     pub binary_negotiation: bool,
     /// Server pipelining (transaction mode): when a client's request in
     /// flight leaves the server session as it found it (plain SELECT,
-    /// INSERT, UPDATE, DELETE of prepared or auto-prepared statements,
-    /// outside a transaction block), the next waiting client's request is
+    /// INSERT, UPDATE, DELETE, as simple queries or statements, outside a
+    /// transaction block), the next waiting client's request is
     /// sent right behind it, and the connection handed over when the first
     /// is answered, so a busy server never waits for the pooler between
     /// transactions. The cost: a request queued behind a long one waits for

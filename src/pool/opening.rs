@@ -27,10 +27,13 @@
 //!
 //! A statement whose run, with a request behind it, took longer than
 //! [`SLOW`] is marked (`prepare::Statement::slow_at`) and has none behind
-//! it for [`SLOW_KEPT`]: what waits behind a long query waits for all of
-//! it, even if another connection frees up first, so that happens at most
-//! once per statement in that time. The mark wears off so that one stall
-//! of the machine does not end pipelining of a hot statement for good.
+//! it for [`SLOW_KEPT`]; so is the client for what it sends as it is (a
+//! simple query or unnamed statement passed through has no registry
+//! statement to mark; `client::exchange::Exchange::ran_slowly`). What waits
+//! behind a long query waits for all of it, even if another connection
+//! frees up first, so that happens at most once per statement (or client)
+//! in that time. The mark wears off so that one stall of the machine does
+//! not end pipelining of a hot statement for good.
 //!
 //! One follower per opening: the follower, once handed the lease, may offer
 //! it again behind its own request, so the server has the next request
@@ -59,9 +62,10 @@ pub const SLOW: std::time::Duration = std::time::Duration::from_millis(100);
 /// How long a statement that ran slowly is not followed.
 pub const SLOW_KEPT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Whether `s` may have a request behind it now (see [`SLOW`]).
-pub fn may_follow(s: &Statement) -> bool {
-    s.slow_at.get().is_none_or(|at| crate::rt::now().saturating_duration_since(at) >= SLOW_KEPT)
+/// Whether what ran slowly at `slow_at` (a statement, or a client's
+/// passed-through requests) may have a request behind it now (see [`SLOW`]).
+pub fn may_follow(slow_at: Option<std::time::Instant>) -> bool {
+    slow_at.is_none_or(|at| crate::rt::now().saturating_duration_since(at) >= SLOW_KEPT)
 }
 
 /// What the follower gets when the holder is done.
