@@ -10,13 +10,13 @@ use pglane::client::settings::Settings;
 use pglane::prepare::auto::{Decision, Job};
 use pglane::prepare::lexer::{LexOptions, Lexed};
 use pglane::prepare::{ClientStatements, Registry, ServerStatements};
-use pglane::protocol::frame::HEADER_LEN;
-use pglane::protocol::names;
-use std::task::{Context, Poll, Waker};
 use pglane::protocol::backend::{self, FieldDescription, TransactionStatus};
+use pglane::protocol::frame::HEADER_LEN;
 use pglane::protocol::frame::{split_message, Scanner};
 use pglane::protocol::frontend;
+use pglane::protocol::names;
 use std::hint::black_box;
+use std::task::{Context, Poll, Waker};
 
 const SELECT: &str = "SELECT abalance FROM pgbench_accounts WHERE aid = 12345;";
 
@@ -25,7 +25,15 @@ fn reply() -> BytesMut {
     let mut out = BytesMut::new();
     backend::row_description(
         &mut out,
-        &[FieldDescription { name: "abalance".into(), table_oid: 16_400, column: 3, type_oid: 23, type_size: 4, type_modifier: -1, format: 0 }],
+        &[FieldDescription {
+            name: "abalance".into(),
+            table_oid: 16_400,
+            column: 3,
+            type_oid: 23,
+            type_size: 4,
+            type_modifier: -1,
+            format: 0,
+        }],
     );
     backend::data_row(&mut out, &[Some(b"-4321")]);
     backend::command_complete(&mut out, "SELECT 1");
@@ -149,7 +157,14 @@ fn validate(registry: &Registry, sql: &str) {
     lexed.lex(sql, LexOptions::default()).unwrap();
     let rewritten = lexed.rewritten(sql);
     let (hash, types) = (lexed.shape_hash(), lexed.param_types());
-    let job = |epoch| Job { hash, sql: rewritten.as_str().into(), param_types: types.into(), original: sql.into(), options: LexOptions::default(), epoch };
+    let job = |epoch| Job {
+        hash,
+        sql: rewritten.as_str().into(),
+        param_types: types.into(),
+        original: sql.into(),
+        options: LexOptions::default(),
+        epoch,
+    };
     registry.shapes.note(job, hash, &rewritten, types, 1);
     let Poll::Ready(job) = registry.shapes.poll_job(&mut Context::from_waker(Waker::noop())) else { panic!("queued") };
     let mut parse = BytesMut::new();

@@ -263,10 +263,8 @@ impl Relay {
 
 fn main() -> io::Result<()> {
     let args = Args::parse();
-    let mut routes = vec![Route {
-        listener: TcpListener::bind(("127.0.0.1", args.listen))?.into(),
-        server: Server::Tcp(args.server),
-    }];
+    let mut routes =
+        vec![Route { listener: TcpListener::bind(("127.0.0.1", args.listen))?.into(), server: Server::Tcp(args.server) }];
     if let (Some(path), Some(server)) = (args.listen_unix, args.server_unix) {
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path)?;

@@ -90,12 +90,8 @@ fn miss_path(c: &mut Criterion) {
     for (name, sql) in queries() {
         let mut lexed = Lexed::new();
         lexed.lex(sql, LexOptions::default()).expect("lexes");
-        group.bench_function(format!("validate/{name}"), |b| {
-            b.iter(|| black_box(shape::validate(black_box(sql), &lexed)))
-        });
-        group.bench_function(format!("pg_query_parse/{name}"), |b| {
-            b.iter(|| black_box(pg_query::parse(black_box(sql)).is_ok()))
-        });
+        group.bench_function(format!("validate/{name}"), |b| b.iter(|| black_box(shape::validate(black_box(sql), &lexed))));
+        group.bench_function(format!("pg_query_parse/{name}"), |b| b.iter(|| black_box(pg_query::parse(black_box(sql)).is_ok())));
         group.bench_function(format!("pg_query_normalize/{name}"), |b| {
             b.iter(|| black_box(pg_query::normalize(black_box(sql)).is_ok()))
         });
@@ -143,7 +139,13 @@ struct Nanoseconds;
 
 impl ValueFormatter for Nanoseconds {
     fn scale_values(&self, ns: f64, values: &mut [f64]) -> &'static str {
-        let (factor, unit) = if ns < 1e3 { (1.0, "ns") } else if ns < 1e6 { (1e-3, "µs") } else { (1e-6, "ms") };
+        let (factor, unit) = if ns < 1e3 {
+            (1.0, "ns")
+        } else if ns < 1e6 {
+            (1e-3, "µs")
+        } else {
+            (1e-6, "ms")
+        };
         values.iter_mut().for_each(|v| *v *= factor);
         unit
     }

@@ -43,9 +43,7 @@ fn numeric_binary(negative: bool, digits: &str, scale: usize) -> Vec<u8> {
     let first = groups.iter().position(|&g| g != 0).unwrap_or(groups.len());
     let last = groups.iter().rposition(|&g| g != 0).map_or(first, |l| l + 1);
     let mut b = Vec::new();
-    for field in
-        [(last - first) as u16, (weight - first as i16) as u16, if negative { 0x4000 } else { 0 }, scale as u16]
-    {
+    for field in [(last - first) as u16, (weight - first as i16) as u16, if negative { 0x4000 } else { 0 }, scale as u16] {
         b.extend_from_slice(&field.to_be_bytes());
     }
     for g in &groups[first..last] {
@@ -67,11 +65,8 @@ fn cases() -> Vec<(&'static str, u32, Vec<Vec<u8>>)> {
     // Prices and quantities: numeric(12,2)-like, some numeric(20,6).
     let numeric = (0..VALUES)
         .map(|_| {
-            let (digits, scale): (String, usize) = if r.below(4) == 0 {
-                (r.below(10u64.pow(18)).to_string(), 6)
-            } else {
-                (r.below(10_000_000).to_string(), 2)
-            };
+            let (digits, scale): (String, usize) =
+                if r.below(4) == 0 { (r.below(10u64.pow(18)).to_string(), 6) } else { (r.below(10_000_000).to_string(), 2) };
             let digits = format!("{}{digits}", "0".repeat((scale + 1).saturating_sub(digits.len())));
             numeric_binary(r.below(10) == 0, &digits, scale)
         })
@@ -92,11 +87,7 @@ fn cases() -> Vec<(&'static str, u32, Vec<Vec<u8>>)> {
         ("int8", oid::INT8, int8),
         ("numeric", oid::NUMERIC, numeric),
         ("timestamp", oid::TIMESTAMP, timestamp),
-        (
-            "timestamptz",
-            oid::TIMESTAMPTZ,
-            (0..VALUES).map(|i| (i as i64 * 987_654_321_123).to_be_bytes().to_vec()).collect(),
-        ),
+        ("timestamptz", oid::TIMESTAMPTZ, (0..VALUES).map(|i| (i as i64 * 987_654_321_123).to_be_bytes().to_vec()).collect()),
         ("float8", oid::FLOAT8, float8),
     ]
 }

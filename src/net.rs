@@ -16,8 +16,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_lite::{AsyncRead, AsyncWrite};
 use crate::rt::net::Socket;
+use futures_lite::{AsyncRead, AsyncWrite};
 
 use crate::config::ServerAddress;
 
@@ -57,9 +57,7 @@ impl Stream {
     pub fn is_quiet_and_open(&self) -> bool {
         let mut byte = 0u8;
         // SAFETY: recv into one valid byte of our own stack, on a socket we own.
-        let n = unsafe {
-            libc::recv(self.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
-        };
+        let n = unsafe { libc::recv(self.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
         n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
     }
 
@@ -70,9 +68,7 @@ impl Stream {
     pub fn has_unread_bytes(&self) -> bool {
         let mut byte = 0u8;
         // SAFETY: recv into one valid byte of our own stack, on a socket we own.
-        let n = unsafe {
-            libc::recv(self.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
-        };
+        let n = unsafe { libc::recv(self.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
         n > 0
     }
 

@@ -24,7 +24,23 @@ fn start(cores: usize, pool_size: usize, extra: &str) -> Pglane {
 /// psql's unaligned output (header line first) of an admin command.
 fn admin(port: u16, user: &str, password: &str, command: &str) -> Result<Vec<String>, String> {
     let out = Command::new("psql")
-        .args(["-X", "-A", "-F", "|", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", user, "-c", command, "pgbouncer"])
+        .args([
+            "-X",
+            "-A",
+            "-F",
+            "|",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            user,
+            "-c",
+            command,
+            "pgbouncer",
+        ])
         .env("PGPASSWORD", password)
         .output()
         .expect("psql runs");
@@ -203,7 +219,11 @@ async fn kill_ends_a_client_in_the_middle_of_its_query() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(!query.is_finished(), "{mode}");
         admin(lane.port, "postgres", "secret", "KILL app").unwrap();
-        let e = tokio::time::timeout(Duration::from_secs(20), query).await.expect("KILL must not wait for the query").unwrap().unwrap_err();
+        let e = tokio::time::timeout(Duration::from_secs(20), query)
+            .await
+            .expect("KILL must not wait for the query")
+            .unwrap()
+            .unwrap_err();
         let closed = e.is_closed() || e.as_db_error().is_some_and(|d| d.code().code() == "57P01");
         assert!(closed, "{mode}: {e:?}");
     }

@@ -118,15 +118,10 @@ async fn lookups_share_one_auth_user_connection_and_are_cached() {
 async fn a_failing_auth_query_refuses_everyone_alike() {
     postgres().fresh_database("aq_broken_db", None);
     own_role("aq_broken", Some("pw"));
-    let lane = pglane(
-        "scram-sha-256",
-        "aq_broken_db",
-        "auth_query = \"SELECT usename, passwd FROM no_such_table WHERE usename=$1\"",
-    );
-    let failed = Err((
-        "08006".to_string(),
-        "pglane could not look up the password (auth_query failed); see pglane's log".to_string(),
-    ));
+    let lane =
+        pglane("scram-sha-256", "aq_broken_db", "auth_query = \"SELECT usename, passwd FROM no_such_table WHERE usename=$1\"");
+    let failed =
+        Err(("08006".to_string(), "pglane could not look up the password (auth_query failed); see pglane's log".to_string()));
     assert_eq!(whoami(lane.port, "aq_broken", "pw").await, failed);
     assert_eq!(whoami(lane.port, "aq_broken_nobody", "pw").await, failed);
     assert!(lane.log().contains("no_such_table"), "the reason is logged");
@@ -143,10 +138,8 @@ async fn auth_dbname_runs_the_lookup_in_another_database() {
     // This auth_query finds users only when it runs in aq_auth_db.
     let query = "auth_query = \"SELECT rolname::text, rolpassword FROM pg_authid \
                  WHERE rolname = $1 AND current_database() = 'aq_auth_db'\"\n";
-    let auth_db = format!(
-        "[databases.authdb]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"aq_auth_db\"\npool_size = 1\n",
-        postgres().port
-    );
+    let auth_db =
+        format!("[databases.authdb]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"aq_auth_db\"\npool_size = 1\n", postgres().port);
     let elsewhere = pglane("scram-sha-256", "aq_target_db", &format!("{query}auth_dbname = \"authdb\"\n{auth_db}"));
     assert_eq!(whoami(elsewhere.port, "aq_dbuser", "dbpass").await, Ok("aq_dbuser".into()));
     assert_eq!(whoami(elsewhere.port, "aq_dbuser", "wrong").await, wrong_password("aq_dbuser"));

@@ -97,11 +97,7 @@ fn comparable(m: &Message) -> (u8, Vec<u8>) {
 }
 
 fn describe(messages: &[Message]) -> String {
-    messages
-        .iter()
-        .map(|m| format!("{}{:?}", m.tag as char, String::from_utf8_lossy(&m.body)))
-        .collect::<Vec<_>>()
-        .join(" ")
+    messages.iter().map(|m| format!("{}{:?}", m.tag as char, String::from_utf8_lossy(&m.body))).collect::<Vec<_>>().join(" ")
 }
 
 /// Whether a corpus entry may run in this test: statements that change the
@@ -165,38 +161,42 @@ fn corpus_byte_for_byte(db: &str, extra: &str, compare_rounds: usize) -> HashMap
     assert_eq!(pass_throughs(lane.port)["queue_full"], 0, "{validated:?}");
     assert!(validated["shapes"] >= 250, "{validated:?}");
 
-    let literal_reasons: Vec<&str> =
-        Reason::ALL.iter().filter(|r| r.is_about_the_literals()).map(|r| r.as_str()).collect();
+    let literal_reasons: Vec<&str> = Reason::ALL.iter().filter(|r| r.is_about_the_literals()).map(|r| r.as_str()).collect();
     let mut failures = String::new();
     let (mut rewritten, mut errors) = (0, 0);
     let mut not_rewritten = Vec::new();
     for round in 0..compare_rounds {
-    // The last round's counts are the ones checked below.
-    (rewritten, errors) = (0, 0);
-    not_rewritten.clear();
-    for (sql, expect) in &entries {
-        let before = prepared_stats(lane.port)["rewrites"];
-        let through = run(&mut client, sql);
-        let was_rewritten = prepared_stats(lane.port)["rewrites"] > before;
-        let want = run(&mut direct, sql);
-        if want.iter().map(comparable).ne(through.iter().map(comparable)) {
-            let _ = writeln!(failures, "\n{sql}\n  rewritten: {was_rewritten}\n  direct {}\n  pglane {}", describe(&want), describe(&through));
-        }
-        match (expect, was_rewritten) {
-            // Refused for how it spells a literal: another query of its shape
-            // may have been validated, and then it runs as that shape (its
-            // answer is still compared above).
-            (Expect::Pass(reason), true) if literal_reasons.contains(&reason.as_str()) => {}
-            (Expect::Pass(reason), true) => {
-                let _ = writeln!(failures, "\n{sql}\n  expected to pass through ({reason}), was rewritten");
+        // The last round's counts are the ones checked below.
+        (rewritten, errors) = (0, 0);
+        not_rewritten.clear();
+        for (sql, expect) in &entries {
+            let before = prepared_stats(lane.port)["rewrites"];
+            let through = run(&mut client, sql);
+            let was_rewritten = prepared_stats(lane.port)["rewrites"] > before;
+            let want = run(&mut direct, sql);
+            if want.iter().map(comparable).ne(through.iter().map(comparable)) {
+                let _ = writeln!(
+                    failures,
+                    "\n{sql}\n  rewritten: {was_rewritten}\n  direct {}\n  pglane {}",
+                    describe(&want),
+                    describe(&through)
+                );
             }
-            (Expect::Rewrite, false) => not_rewritten.push(sql.as_str()),
-            _ => {}
+            match (expect, was_rewritten) {
+                // Refused for how it spells a literal: another query of its shape
+                // may have been validated, and then it runs as that shape (its
+                // answer is still compared above).
+                (Expect::Pass(reason), true) if literal_reasons.contains(&reason.as_str()) => {}
+                (Expect::Pass(reason), true) => {
+                    let _ = writeln!(failures, "\n{sql}\n  expected to pass through ({reason}), was rewritten");
+                }
+                (Expect::Rewrite, false) => not_rewritten.push(sql.as_str()),
+                _ => {}
+            }
+            rewritten += usize::from(was_rewritten);
+            errors += usize::from(was_rewritten && error_code(&through).is_some());
         }
-        rewritten += usize::from(was_rewritten);
-        errors += usize::from(was_rewritten && error_code(&through).is_some());
-    }
-    println!("compare round {} done", round + 1);
+        println!("compare round {} done", round + 1);
     }
     println!(
         "{} entries: {rewritten} rewritten ({errors} of them errors), all answered as directly; {} expected rewrites passed \
@@ -225,7 +225,10 @@ fn a_rewritten_query_is_a_prepared_statement_on_the_server() {
     let db = "autoprep_server";
     postgres().fresh_database(db, Some(USER));
     let pg = postgres();
-    pg.psql_db(db, &format!("CREATE TABLE t (a int, b text); INSERT INTO t VALUES (1, 'one'), (2, 'two'); ALTER TABLE t OWNER TO {USER}"));
+    pg.psql_db(
+        db,
+        &format!("CREATE TABLE t (a int, b text); INSERT INTO t VALUES (1, 'one'), (2, 'two'); ALTER TABLE t OWNER TO {USER}"),
+    );
     // One server connection: the statements this client's queries use are
     // the ones pg_prepared_statements shows it.
     let lane = pglane(1, db);
@@ -269,7 +272,8 @@ fn ddl_makes_every_shape_validate_again() {
     let validations = prepared_stats(lane.port)["validations"];
     assert_eq!(prepared_stats(lane.port)["shapes"], 0, "DDL clears the shapes");
     let reply = run_ok(&mut client, sql);
-    let fields = reply.iter().find(|m| m.tag == backend::ROW_DESCRIPTION).map(|m| backend::decode_row_description(&m.body).unwrap());
+    let fields =
+        reply.iter().find(|m| m.tag == backend::ROW_DESCRIPTION).map(|m| backend::decode_row_description(&m.body).unwrap());
     assert_eq!(fields.map(|f| f.len()), Some(2));
     assert_eq!(prepared_stats(lane.port)["rewrites"], before + 1, "passed through until validated again");
     wait_for_validations(lane.port);
@@ -340,7 +344,10 @@ fn unnamed_round(client: &mut RawClient, sql: &str, value: &str) -> Vec<Message>
 fn unnamed_statements_become_shared_named_statements() {
     let db = "autoprep_unnamed";
     postgres().fresh_database(db, Some(USER));
-    postgres().psql_db(db, &format!("CREATE TABLE u (a int, b text); INSERT INTO u VALUES (1, 'one'), (2, 'two'); ALTER TABLE u OWNER TO {USER}"));
+    postgres().psql_db(
+        db,
+        &format!("CREATE TABLE u (a int, b text); INSERT INTO u VALUES (1, 'one'), (2, 'two'); ALTER TABLE u OWNER TO {USER}"),
+    );
     let lane = pglane(1, db);
     let mut client = RawClient::login(lane.port, USER, "app");
     let sql = "SELECT b FROM u WHERE a = $1";
@@ -565,7 +572,11 @@ fn pass_throughs(port: u16) -> HashMap<String, u64> {
 
 /// How much each reason's count grew.
 fn grown(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> HashMap<String, u64> {
-    after.iter().filter(|(k, v)| **v > before.get(*k).copied().unwrap_or(0)).map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0))).collect()
+    after
+        .iter()
+        .filter(|(k, v)| **v > before.get(*k).copied().unwrap_or(0))
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .collect()
 }
 
 #[test]
@@ -725,12 +736,24 @@ fn spellings_of_one_statement_share_it_and_answer_as_directly() {
     let families: &[(&str, &[&str])] = &[
         (
             "SELECT id, \"Name\" AS n, val * 2 FROM sp WHERE id = 1",
-            &["select ID, \"Name\" as N, VAL*2 from SP where ID=2", "SELECT id,\n  \"Name\" AS n, /* c */ val * 2 FROM sp -- c\n WHERE id = 3;"],
+            &[
+                "select ID, \"Name\" as N, VAL*2 from SP where ID=2",
+                "SELECT id,\n  \"Name\" AS n, /* c */ val * 2 FROM sp -- c\n WHERE id = 3;",
+            ],
         ),
-        ("SELECT count(*) AS Total, sum(val) FROM sp WHERE val > 1.5", &["select COUNT(*) as total, SUM(VAL) from sp where VAL > 2.5"]),
+        (
+            "SELECT count(*) AS Total, sum(val) FROM sp WHERE val > 1.5",
+            &["select COUNT(*) as total, SUM(VAL) from sp where VAL > 2.5"],
+        ),
         ("SELECT 'x' || id AS Label FROM sp ORDER BY 1 LIMIT 2", &["SELECT 'y'||ID as LABEL from sp order by 1 limit 1"]),
-        ("INSERT INTO sp VALUES (10, 'a', 1) RETURNING id AS Inserted, val::TEXT", &["insert into SP values (11,'b',2) returning ID as inserted, VAL::text"]),
-        ("UPDATE sp SET val = val + 1 WHERE id = 1 RETURNING val, \"Name\"", &["Update SP Set VAL = VAL + 7 Where ID = 2 Returning VAL, \"Name\""]),
+        (
+            "INSERT INTO sp VALUES (10, 'a', 1) RETURNING id AS Inserted, val::TEXT",
+            &["insert into SP values (11,'b',2) returning ID as inserted, VAL::text"],
+        ),
+        (
+            "UPDATE sp SET val = val + 1 WHERE id = 1 RETURNING val, \"Name\"",
+            &["Update SP Set VAL = VAL + 7 Where ID = 2 Returning VAL, \"Name\""],
+        ),
         ("SELECT 1/0 AS Boom FROM sp WHERE id = 1", &["select 1/0 as boom from sp where id = 1"]),
         ("INSERT INTO sp VALUES (1, 'dup', 0)", &["insert into sp values (1, 'again', 0)"]),
     ];

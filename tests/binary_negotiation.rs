@@ -199,7 +199,11 @@ fn admin_stat(lane: &Pglane, show: &str, column: &str) -> i64 {
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().expect("header").split('|').collect();
     let i = header.iter().position(|h| *h == column).unwrap_or_else(|| panic!("no {column} in {header:?}"));
-    lines.map(|l| l.split('|').collect::<Vec<_>>()).filter(|r| r.len() == header.len()).map(|r| r[i].parse::<i64>().unwrap()).sum()
+    lines
+        .map(|l| l.split('|').collect::<Vec<_>>())
+        .filter(|r| r.len() == header.len())
+        .map(|r| r[i].parse::<i64>().unwrap())
+        .sum()
 }
 
 fn data_rows(replies: &[(u8, Vec<u8>)]) -> usize {
@@ -435,7 +439,11 @@ fn floats_are_byte_identical_under_every_extra_float_digits() {
                 let before = prepared_stat(&lane, "values_transcoded");
                 let replies = same_replies(direct, through, &run("q", &[]), &format!("efd {efd} by {how}, round {round}"));
                 assert_eq!(data_rows(&replies), 1028);
-                assert_eq!(prepared_stat(&lane, "values_transcoded") - before, values, "efd {efd} by {how}: every value transcoded");
+                assert_eq!(
+                    prepared_stat(&lane, "values_transcoded") - before,
+                    values,
+                    "efd {efd} by {how}: every value transcoded"
+                );
                 rounds += 1;
             }
         }
@@ -583,7 +591,10 @@ fn jdbc_uuid_fetch_same_values_direct_and_through_pglane() {
         }
         server_bytes.push(from_server);
     }
-    assert!(server_bytes[1] < server_bytes[0] - 20 * (runs as i64 - 2) * rows as i64, "bytes from server, off/on: {server_bytes:?}");
+    assert!(
+        server_bytes[1] < server_bytes[0] - 20 * (runs as i64 - 2) * rows as i64,
+        "bytes from server, off/on: {server_bytes:?}"
+    );
 }
 
 /// Compiles tests/jdbc/UuidFetch.java into `dir`/classes.
@@ -656,7 +667,10 @@ fn jdbc_prepare_threshold_0_through_auto_prepare_and_negotiation() {
     assert!(transcoded >= (runs as i64 - 1) * rows as i64, "{transcoded} values transcoded");
     // A uuid is 16 bytes in binary, 36 as text (give or take the few
     // replies to pglane's own messages, which the client does not get).
-    assert!(to_client - from_server > 20 * (runs as i64 - 1) * rows as i64 - 64 * 1024, "from server {from_server}, to client {to_client}");
+    assert!(
+        to_client - from_server > 20 * (runs as i64 - 1) * rows as i64 - 64 * 1024,
+        "from server {from_server}, to client {to_client}"
+    );
 }
 
 /// The measurement behind bench/RESULTS.md (run it with bench/uuid-fetch):
@@ -860,7 +874,10 @@ fn bench_server_text_vs_binary_by_type() {
     let only = std::env::var("PGLANE_FORMAT_CASES").unwrap_or_default();
     for (i, (name, select)) in cases.iter().enumerate().filter(|(_, (name, _))| name.starts_with(only.as_str())) {
         let table = format!("fmt_{i}");
-        pg.psql_db(DB, &format!("drop table if exists {table}; create table {table} as {select}; grant select on {table} to public"));
+        pg.psql_db(
+            DB,
+            &format!("drop table if exists {table}; create table {table} as {select}; grant select on {table} to public"),
+        );
         pg.psql_db(DB, &format!("vacuum analyze {table}"));
         let mut client = RawClient::login(pg.port, "trustuser", DB);
         client.send(&simple("select pg_backend_pid()"));
@@ -884,7 +901,14 @@ fn bench_server_text_vs_binary_by_type() {
         };
         let cpu = |f: usize| median(samples[f].iter().map(|s| s.0).collect());
         let bytes = |f: usize| median(samples[f].iter().map(|s| s.1).collect());
-        println!("| {name} | {:.2} | {:.2} | {:.2}x | {:.0} | {:.0} |", cpu(0) / 100.0, cpu(1) / 100.0, cpu(1) / cpu(0), bytes(0), bytes(1));
+        println!(
+            "| {name} | {:.2} | {:.2} | {:.2}x | {:.0} | {:.0} |",
+            cpu(0) / 100.0,
+            cpu(1) / 100.0,
+            cpu(1) / cpu(0),
+            bytes(0),
+            bytes(1)
+        );
         println!("raw {name}: {:?}", samples);
         pg.psql_db(DB, &format!("drop table {table}"));
     }

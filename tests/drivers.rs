@@ -60,10 +60,7 @@ fn node_modules() -> PathBuf {
 
 fn install_node_postgres() -> PathBuf {
     let node = Command::new("node").arg("--version").output();
-    assert!(
-        node.is_ok_and(|o| o.status.success()),
-        "node not found: apt-get install nodejs npm (tools/test does)"
-    );
+    assert!(node.is_ok_and(|o| o.status.success()), "node not found: apt-get install nodejs npm (tools/test does)");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("drivers-node");
     let modules = dir.join("node_modules");
     if modules.join("pg/package.json").exists() {
@@ -106,12 +103,7 @@ struct Watch<'a> {
 /// Runs `cmd`, killing it after `timeout`; a slow run's `watch` output is
 /// added to its stderr.
 fn run_watched(cmd: &mut Command, timeout: Duration, watch: Option<Watch<'_>>) -> Result<Output, String> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
     let mut stdout = child.stdout.take().ok_or("no stdout")?;
     let mut stderr = child.stderr.take().ok_or("no stderr")?;
     let out = std::thread::spawn(move || {
@@ -166,11 +158,7 @@ fn run_suite_through(lane: &Pglane, what: &str, cmd: Command) -> serde_json::Val
 
 fn run_suite_watched(what: &str, mut cmd: Command, watch: Option<Watch<'_>>) -> serde_json::Value {
     let out = run_watched(&mut cmd, SCRIPT_TIMEOUT, watch).unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    let summary = out
-        .stdout
-        .lines()
-        .last()
-        .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok());
+    let summary = out.stdout.lines().last().and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok());
     match summary {
         Some(summary) if out.success && summary["failed"].as_array().is_some_and(|f| f.is_empty()) => summary,
         _ => panic!("{what} failed\n--- stdout ---\n{}\n--- stderr ---\n{}", out.stdout, out.stderr),
@@ -209,7 +197,22 @@ fn admin(lane: &Pglane, show: &str) -> String {
     let psql = if psql.exists() { psql } else { PathBuf::from("psql") };
     let out = Command::new(psql)
         .env("PGPASSWORD", SUPERUSER_PASSWORD)
-        .args(["-X", "-A", "-F", "|", "-h", "127.0.0.1", "-p", &lane.port.to_string(), "-U", SUPERUSER, "-d", "pgbouncer", "-c", show])
+        .args([
+            "-X",
+            "-A",
+            "-F",
+            "|",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &lane.port.to_string(),
+            "-U",
+            SUPERUSER,
+            "-d",
+            "pgbouncer",
+            "-c",
+            show,
+        ])
         .output()
         .expect("psql runs");
     if out.status.success() {
@@ -226,11 +229,7 @@ fn show_prepared(lane: &Pglane) -> std::collections::HashMap<String, i64> {
     let header: Vec<&str> = lines.next().unwrap_or_default().split('|').collect();
     let row: Vec<&str> = lines.next().unwrap_or_default().split('|').collect();
     assert!(row.len() == header.len(), "SHOW PREPARED: {text}");
-    header
-        .into_iter()
-        .zip(row)
-        .filter_map(|(h, v)| Some((h.to_owned(), v.parse().ok()?)))
-        .collect()
+    header.into_iter().zip(row).filter_map(|(h, v)| Some((h.to_owned(), v.parse().ok()?))).collect()
 }
 
 /// Runs a driver script directly and through pglane (`features`), and
@@ -243,10 +242,7 @@ fn direct_then_pglane(db: &str, features: Features, command: impl Fn(u16, &str) 
     let through = run_suite_through(&lane, "the script through pglane", command(lane.port, "app"));
     assert_eq!(direct["results"], through["results"], "results differ between PostgreSQL and pglane");
     assert_eq!(direct["checksum"], through["checksum"]);
-    assert!(
-        direct["results"].as_object().is_some_and(|r| r.len() >= 40),
-        "the script checked too little: {direct}"
-    );
+    assert!(direct["results"].as_object().is_some_and(|r| r.len() >= 40), "the script checked too little: {direct}");
     let log = lane.log();
     assert!(!log.contains("client pinned"), "a client was pinned:\n{log}");
     if let Features::AutoPrepareAndNegotiation = features {
@@ -267,8 +263,7 @@ fn psycopg_command(port: u16, db: &str) -> Command {
 
 fn asyncpg_command(port: u16, db: &str) -> Command {
     let mut cmd = Command::new(python_with("asyncpg", "python3-asyncpg"));
-    cmd.arg(script("asyncpg_suite.py"))
-        .arg(format!("postgresql://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"));
+    cmd.arg(script("asyncpg_suite.py")).arg(format!("postgresql://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"));
     cmd
 }
 
@@ -342,7 +337,9 @@ fn node_postgres_with_auto_prepare_and_binary_negotiation() {
 /// ("insufficient data in buffer"; same-size types would decode wrongly).
 #[test]
 fn asyncpg_ddl_changing_a_cached_result_type() {
-    for (db, features) in [("drivers_asyncpg_ddl", Features::Plain), ("drivers_asyncpg_ddl_auto", Features::AutoPrepareAndNegotiation)] {
+    for (db, features) in
+        [("drivers_asyncpg_ddl", Features::Plain), ("drivers_asyncpg_ddl_auto", Features::AutoPrepareAndNegotiation)]
+    {
         postgres().fresh_database(db, None);
         let pg = postgres();
         let step = |port: u16, db: &str| {

@@ -68,7 +68,25 @@ fn sqlstate(e: &tokio_postgres::Error) -> String {
 /// `psql -c sql` through pglane, bounded; Ok(stdout) or Err(stderr).
 fn psql(port: u16, sql: &str) -> Result<String, String> {
     let out = Command::new("timeout")
-        .args(["20", "psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-c", sql, "app"])
+        .args([
+            "20",
+            "psql",
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-c",
+            sql,
+            "app",
+        ])
         .env("PGCONNECT_TIMEOUT", "10")
         .output()
         .expect("run psql");
@@ -190,7 +208,13 @@ impl Tally {
 
 /// `workers` clients, each reconnecting as needed, running short write
 /// transactions through pglane until `stop`.
-fn start_load(rt: &tokio::runtime::Runtime, port: u16, workers: usize, stop: Arc<AtomicBool>, tally: Arc<Tally>) -> Vec<tokio::task::JoinHandle<()>> {
+fn start_load(
+    rt: &tokio::runtime::Runtime,
+    port: u16,
+    workers: usize,
+    stop: Arc<AtomicBool>,
+    tally: Arc<Tally>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     (0..workers)
         .map(|w| {
             let (stop, tally) = (stop.clone(), tally.clone());
@@ -215,7 +239,9 @@ fn start_load(rt: &tokio::runtime::Runtime, port: u16, workers: usize, stop: Arc
                     }
                     let c = client.as_ref().unwrap();
                     n += 1;
-                    let sql = format!("begin; insert into fault_t values ({w}, {n}); select count(*) from fault_t where w = {w}; commit");
+                    let sql = format!(
+                        "begin; insert into fault_t values ({w}, {n}); select count(*) from fault_t where w = {w}; commit"
+                    );
                     match tokio::time::timeout(HANG, c.batch_execute(&sql)).await {
                         Ok(Ok(())) => {
                             tally.ok.fetch_add(1, Ordering::Relaxed);
@@ -407,8 +433,13 @@ fn a_frozen_server_is_detected_by_the_timeouts_that_exist() {
             .err()
             .expect("no server connection can be opened");
         let took = started.elapsed();
-        assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(8), "server_connect_timeout = 1 s fired after {took:?}");
-        eprintln!("frozen postmaster: a login needing a new server connection failed after {took:?} (server_connect_timeout = 1 s)");
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(8),
+            "server_connect_timeout = 1 s fired after {took:?}"
+        );
+        eprintln!(
+            "frozen postmaster: a login needing a new server connection failed after {took:?} (server_connect_timeout = 1 s)"
+        );
         assert_eq!(sqlstate(&e), "08006", "{}", message(&e));
         assert!(message(&e).contains("timed out"), "{}", message(&e));
         drop(frozen);
@@ -432,7 +463,10 @@ fn a_frozen_server_is_detected_by_the_timeouts_that_exist() {
         let started = Instant::now();
         let e = tokio::time::timeout(HANG, c.batch_execute("select 1")).await.expect("hang").unwrap_err();
         let took = started.elapsed();
-        assert!(took >= Duration::from_millis(1800) && took < Duration::from_secs(10), "query_wait_timeout = 2 s fired after {took:?}");
+        assert!(
+            took >= Duration::from_millis(1800) && took < Duration::from_secs(10),
+            "query_wait_timeout = 2 s fired after {took:?}"
+        );
         eprintln!("frozen backend: another client of the full pool got query_wait_timeout after {took:?} (2 s)");
         assert!(message(&e).contains("query_wait_timeout"), "{}", message(&e));
         // Thawed, the stuck query completes and everything goes on.
@@ -447,8 +481,14 @@ fn a_frozen_server_is_detected_by_the_timeouts_that_exist() {
     // 3. With query_timeout, a query on a frozen backend is given up: the
     //    client gets 57014, the connection is dropped, and the next client
     //    gets a fresh server connection while the old backend is still frozen.
-    let lane = pglane_for(pg.port, "postgres", 1, 1, "query_timeout = 1
-query_wait_timeout = 10");
+    let lane = pglane_for(
+        pg.port,
+        "postgres",
+        1,
+        1,
+        "query_timeout = 1
+query_wait_timeout = 10",
+    );
     rt.block_on(async {
         let a = try_connect(lane.port, "postgres", "secret", "app").await.unwrap();
         // Simple queries only: a dropped tokio-postgres Statement sends a
@@ -463,7 +503,8 @@ query_wait_timeout = 10");
         assert_eq!(sqlstate(&e), "57014", "{}", message(&e));
         let b = try_connect(lane.port, "postgres", "secret", "app").await.unwrap();
         let started = Instant::now();
-        let other: i32 = tokio::time::timeout(HANG, b.query_one("select pg_backend_pid()", &[])).await.expect("hang").unwrap().get(0);
+        let other: i32 =
+            tokio::time::timeout(HANG, b.query_one("select pg_backend_pid()", &[])).await.expect("hang").unwrap().get(0);
         assert_ne!(other, pid);
         assert!(started.elapsed() < Duration::from_secs(15), "the next client waited {:?}", started.elapsed());
     });
@@ -620,7 +661,10 @@ fn clients_vanishing_mid_query_mid_copy_and_mid_pipeline_leave_nothing_behind() 
     // may take a moment to exit).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let n: i64 = postgres().psql("select count(*) from pg_stat_activity where datname = 'fault_vanish' and backend_type = 'client backend'").parse().unwrap();
+        let n: i64 = postgres()
+            .psql("select count(*) from pg_stat_activity where datname = 'fault_vanish' and backend_type = 'client backend'")
+            .parse()
+            .unwrap();
         if n <= 1 {
             break;
         }
@@ -677,7 +721,11 @@ fn a_client_vanishing_in_a_transaction_releases_its_locks() {
         }
         // Another client updates the same row: the lock must be gone at once
         // (lock_timeout turns a leftover lock into an error, not a wait).
-        still_serving(&lane, "set lock_timeout = '4s'; update t set v = v + 1 where id = 1 returning v", &(round + 1).to_string());
+        still_serving(
+            &lane,
+            "set lock_timeout = '4s'; update t set v = v + 1 where id = 1 returning v",
+            &(round + 1).to_string(),
+        );
     }
     let v = postgres().psql_db("fault_locks", "select v from t");
     assert_eq!(v, "3", "a vanished client's update was committed");

@@ -24,12 +24,12 @@ use std::fmt::Write as _;
 
 use bytes::BytesMut;
 use common::postgres;
+use corpus::{Corpus, Expect, CORPUS};
 use pglane::prepare::lexer::{LexOptions, Lexed};
 use pglane::prepare::shape::{self, Rewrite, Verdict};
 use pglane::protocol::backend::{self, ErrorFields, FieldDescription};
 use pglane::protocol::frame::Message;
 use pglane::protocol::frontend::{self, Target};
-use corpus::{Corpus, Expect, CORPUS};
 use raw::RawClient;
 
 const DATABASE: &str = "lexer_corpus";
@@ -51,9 +51,7 @@ impl Answer {
             match m.tag {
                 backend::ROW_DESCRIPTION => answer.fields = Some(backend::decode_row_description(&m.body).unwrap()),
                 backend::DATA_ROW => answer.rows.push(m.body.to_vec()),
-                backend::COMMAND_COMPLETE => {
-                    answer.tag = Some(backend::decode_command_complete(&m.body).unwrap().to_owned())
-                }
+                backend::COMMAND_COMPLETE => answer.tag = Some(backend::decode_command_complete(&m.body).unwrap().to_owned()),
                 backend::ERROR_RESPONSE => answer.error = Some(backend::decode_error_fields(&m.body).unwrap()),
                 backend::NOTICE_RESPONSE => answer.notices.push(backend::decode_error_fields(&m.body).unwrap()),
                 _ => {}
@@ -196,16 +194,11 @@ fn rewritten_queries_answer_like_the_originals() {
                 continue;
             }
             (Check::Refuse(why), _) => {
-                let _ =
-                    writeln!(failures, "\n{sql}\n  rewritten {}\n  refused by the server check: {why}", rewrite.sql);
+                let _ = writeln!(failures, "\n{sql}\n  rewritten {}\n  refused by the server check: {why}", rewrite.sql);
                 continue;
             }
             (_, Expect::ServerPass) => {
-                let _ = writeln!(
-                    failures,
-                    "\n{sql}\n  rewritten {}\n  expected the server check to refuse it",
-                    rewrite.sql
-                );
+                let _ = writeln!(failures, "\n{sql}\n  rewritten {}\n  expected the server check to refuse it", rewrite.sql);
                 continue;
             }
             // This query passes through. Had its shape been checked with

@@ -132,7 +132,10 @@ fn idle_clients(wanted: usize) {
                     let packet = &packet;
                     let port = lane.port;
                     scope.spawn(move || {
-                        (t..n).step_by(threads).map(|i| login(port, packet).unwrap_or_else(|e| panic!("client {i}: {e}"))).collect::<Vec<_>>()
+                        (t..n)
+                            .step_by(threads)
+                            .map(|i| login(port, packet).unwrap_or_else(|e| panic!("client {i}: {e}")))
+                            .collect::<Vec<_>>()
                     })
                 })
                 .collect();
@@ -163,7 +166,10 @@ fn idle_clients(wanted: usize) {
         let got = simple_query(c, "select 1").unwrap_or_else(|e| panic!("client {i}: {e}"));
         assert!(got.starts_with(b"T"), "client {i}");
     }
-    let servers: i64 = postgres().psql("select count(*) from pg_stat_activity where datname = 'load_idle' and backend_type = 'client backend'").parse().unwrap();
+    let servers: i64 = postgres()
+        .psql("select count(*) from pg_stat_activity where datname = 'load_idle' and backend_type = 'client backend'")
+        .parse()
+        .unwrap();
     assert!(servers <= 4, "{servers} server connections for {n} idle clients");
 
     // Gone: pglane lets go of every fd.
@@ -269,7 +275,10 @@ fn floods_of_connections() {
     };
     // (Up to pool_size = 4 server connections, one of them open at the baseline.)
     assert!(fds1 <= fds0 + 3, "pglane holds {fds1} fds after the floods (baseline {fds0})");
-    let servers: i64 = postgres().psql("select count(*) from pg_stat_activity where datname = 'load_flood' and backend_type = 'client backend'").parse().unwrap();
+    let servers: i64 = postgres()
+        .psql("select count(*) from pg_stat_activity where datname = 'load_flood' and backend_type = 'client backend'")
+        .parse()
+        .unwrap();
     assert!(servers <= 4, "{servers} server connections");
     eprintln!(
         "floods: 2000 dropped connections in {dropped:?}; 1600 login+query+terminate in {logins:?} ({:.0}/s); \
@@ -356,7 +365,8 @@ async fn tpcb_worker(port: u16, seed: u64, stop: Arc<AtomicBool>) -> (u64, Vec<S
     let mut c = c;
     let mut done = 0;
     while !stop.load(Ordering::Relaxed) && errors.is_empty() {
-        let (aid, tid, bid, delta) = (rng.gen_range(1..=400_000i32), rng.gen_range(1..=40i32), rng.gen_range(1..=4i32), rng.gen_range(-5000..=5000i32));
+        let (aid, tid, bid, delta) =
+            (rng.gen_range(1..=400_000i32), rng.gen_range(1..=40i32), rng.gen_range(1..=4i32), rng.gen_range(-5000..=5000i32));
         let r: Result<(), tokio_postgres::Error> = async {
             let tx = c.transaction().await?;
             tx.execute("update pgbench_accounts set abalance = abalance + $1 where aid = $2", &[&delta, &aid]).await?;
@@ -440,7 +450,8 @@ fn transactions_on_20_server_connections(clients: u32, secs: u64) {
     tokio_stop.store(true, Ordering::Relaxed);
     let (mut tokio_done, mut tokio_errors) = (0, Vec::new());
     for w in workers {
-        let (d, e) = rt.block_on(async { tokio::time::timeout(Duration::from_secs(60), w).await.expect("a tokio client hung").unwrap() });
+        let (d, e) =
+            rt.block_on(async { tokio::time::timeout(Duration::from_secs(60), w).await.expect("a tokio client hung").unwrap() });
         tokio_done += d;
         tokio_errors.extend(e);
     }
@@ -449,7 +460,12 @@ fn transactions_on_20_server_connections(clients: u32, secs: u64) {
     stop.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
 
-    assert!(tokio_errors.is_empty(), "{} tokio-postgres transactions failed: {:?}", tokio_errors.len(), &tokio_errors[..tokio_errors.len().min(3)]);
+    assert!(
+        tokio_errors.is_empty(),
+        "{} tokio-postgres transactions failed: {:?}",
+        tokio_errors.len(),
+        &tokio_errors[..tokio_errors.len().min(3)]
+    );
     assert!(tokio_done > 0);
     let mut total = tokio_done;
     for out in &outs {
@@ -475,7 +491,10 @@ fn transactions_on_20_server_connections(clients: u32, secs: u64) {
     assert!(max_servers <= 20, "{max_servers} server connections for pool_size 20");
     // Once every client is connected (after the first quarter), memory and
     // fds stay flat: no per-transaction leak.
-    let steady: Vec<_> = samples.iter().filter(|s| s.0 > started + Duration::from_secs(secs / 4 + 2) && s.0 < started + Duration::from_secs(secs)).collect();
+    let steady: Vec<_> = samples
+        .iter()
+        .filter(|s| s.0 > started + Duration::from_secs(secs / 4 + 2) && s.0 < started + Duration::from_secs(secs))
+        .collect();
     assert!(steady.len() >= 4, "too few samples: {samples:?}");
     let (first, last) = (steady[0], steady[steady.len() - 1]);
     let fd_range = steady.iter().map(|s| s.2).max().unwrap() - steady.iter().map(|s| s.2).min().unwrap();

@@ -134,7 +134,10 @@ async fn hba_rules_and_auth_query_carry_over_from_an_ini() {
     // The hba file rejects scramuser in app, and covers no other database.
     let rejected = try_connect(lane.port, "scramuser", "scrampass", "app").await.expect_err("rejected");
     let e = rejected.as_db_error().expect("an ErrorResponse");
-    assert_eq!((e.code().code(), e.message()), ("28000", "pg_hba.conf rejects connection for host \"127.0.0.1\", user \"scramuser\", database \"app\", no encryption"));
+    assert_eq!(
+        (e.code().code(), e.message()),
+        ("28000", "pg_hba.conf rejects connection for host \"127.0.0.1\", user \"scramuser\", database \"app\", no encryption")
+    );
     let uncovered = try_connect(lane.port, "postgres", "secret", "scram_app").await.expect_err("no line");
     assert!(uncovered.as_db_error().is_some_and(|e| e.message().starts_with("no pg_hba.conf entry")), "{uncovered:?}");
 }

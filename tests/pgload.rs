@@ -101,7 +101,12 @@ fn json_path() -> PathBuf {
 }
 
 fn show(output: &Output) -> String {
-    format!("status {}\n--- stdout ---\n{}\n--- stderr ---\n{}", output.status, String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+    format!(
+        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
 
 /// Runs and checks a clean run: exit 0, `connections * per_connection`
@@ -171,7 +176,13 @@ fn uuid_fetch_every_protocol_and_format() {
     every_protocol(&db, &["-b", "uuid-fetch", "--rows", "2000"], 2, 2000);
     // Binary uuids are 16 bytes, text ones 36: the wire shows it.
     let bytes = |format: &str| {
-        let r = run_clean(&Target::direct(&db), &["-b", "uuid-fetch", "--rows", "2000", "-M", "extended", "--result-format", format], 1, 1, 2000);
+        let r = run_clean(
+            &Target::direct(&db),
+            &["-b", "uuid-fetch", "--rows", "2000", "-M", "extended", "--result-format", format],
+            1,
+            1,
+            2000,
+        );
         r["bytes_received"].as_u64().unwrap()
     };
     let (text, binary) = (bytes("text"), bytes("binary"));
@@ -209,10 +220,15 @@ fn custom_script_with_variables() {
     let lane = pglane(&db);
     for protocol in PROTOCOLS {
         for target in [Target::direct(&db), Target::pglane(&lane), Target::pglane_session(&lane)] {
-            let (output, report) = pgload(&target, &["-f", script.to_str().unwrap(), "-M", protocol, "-c", "3", "-t", "10", "--seed", "42"]);
+            let (output, report) =
+                pgload(&target, &["-f", script.to_str().unwrap(), "-M", protocol, "-c", "3", "-t", "10", "--seed", "42"]);
             assert!(output.status.success(), "{}", show(&output));
             let r = report.expect("JSON report");
-            assert_eq!((r["transactions"].as_u64(), r["failed"].as_u64(), r["statements"].as_u64()), (Some(30), Some(0), Some(120)), "{r:#}");
+            assert_eq!(
+                (r["transactions"].as_u64(), r["failed"].as_u64(), r["statements"].as_u64()),
+                (Some(30), Some(0), Some(120)),
+                "{r:#}"
+            );
             // 1..=5 rows from the first SELECT, 1 from the second, per transaction.
             let rows = r["rows"].as_u64().unwrap();
             assert!((60..=180).contains(&rows), "{rows} rows: {r:#}");
@@ -226,7 +242,8 @@ fn sql_errors_are_counted_by_sqlstate() {
     let db = database("pgload_errors");
     let script = write_script(&std::env::temp_dir(), "errors", "\\set d random(0, 1)\nSELECT 1 / :d::int4;\n");
     for protocol in PROTOCOLS {
-        let (output, report) = pgload(&Target::direct(&db), &["-f", script.to_str().unwrap(), "-M", protocol, "-c", "2", "-t", "50", "--seed", "7"]);
+        let (output, report) =
+            pgload(&Target::direct(&db), &["-f", script.to_str().unwrap(), "-M", protocol, "-c", "2", "-t", "50", "--seed", "7"]);
         assert_eq!(output.status.code(), Some(2), "failures exit 2: {}", show(&output));
         let r = report.expect("a report even when transactions failed");
         let failed = r["failed"].as_u64().unwrap();
@@ -256,7 +273,8 @@ fn every_login_method_and_the_unix_socket() {
         assert!(output.status.success(), "{user}: {}", show(&output));
         assert!(String::from_utf8_lossy(&output.stdout).contains("transactions: 3 ok, 0 failed"), "{user}: {}", show(&output));
     }
-    let unix = Target { name: "unix", host: pg.socket_dir.display().to_string(), port: pg.port, user: SUPERUSER, db: "postgres".into() };
+    let unix =
+        Target { name: "unix", host: pg.socket_dir.display().to_string(), port: pg.port, user: SUPERUSER, db: "postgres".into() };
     let r = run_clean(&unix, &["-f", file], 2, 5, 1);
     assert!(r["server"].as_str().unwrap().ends_with(&format!(".s.PGSQL.{}", pg.port)), "{r:#}");
 
@@ -273,7 +291,8 @@ fn every_login_method_and_the_unix_socket() {
 fn open_loop_rate_and_duration() {
     let db = database("pgload_rate");
     let script = write_script(&std::env::temp_dir(), "rate", "SELECT 1;\n");
-    let (output, report) = pgload(&Target::direct(&db), &["-f", script.to_str().unwrap(), "-c", "2", "-R", "200", "-T", "1500ms"]);
+    let (output, report) =
+        pgload(&Target::direct(&db), &["-f", script.to_str().unwrap(), "-c", "2", "-R", "200", "-T", "1500ms"]);
     assert!(output.status.success(), "{}", show(&output));
     let r = report.unwrap();
     let tx = r["transactions"].as_u64().unwrap();

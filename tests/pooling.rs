@@ -64,7 +64,22 @@ fn rows(messages: &[SimpleQueryMessage]) -> Vec<Vec<String>> {
 
 fn psql(port: u16, sql: &str) -> std::process::Output {
     Command::new("psql")
-        .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-c", sql, "app"])
+        .args([
+            "-X",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-c",
+            sql,
+            "app",
+        ])
         .env("PGPASSWORD", "secret")
         .output()
         .expect("psql runs")
@@ -77,7 +92,13 @@ async fn simple_and_extended_queries() {
     let got = c.simple_query("select 1 as a, 'x' as b; select null::int").await.unwrap();
     assert_eq!(rows(&got), vec![vec!["1".to_string(), "x".into()], vec!["NULL".into()]]);
     // query_typed: one unnamed Parse/Bind/Execute/Sync round trip.
-    let row = c.query_typed("select $1::int4 + 1, $2::text", &[(&41i32, tokio_postgres::types::Type::INT4), (&"hé", tokio_postgres::types::Type::TEXT)]).await.unwrap();
+    let row = c
+        .query_typed(
+            "select $1::int4 + 1, $2::text",
+            &[(&41i32, tokio_postgres::types::Type::INT4), (&"hé", tokio_postgres::types::Type::TEXT)],
+        )
+        .await
+        .unwrap();
     assert_eq!(row[0].get::<_, i32>(0), 42);
     assert_eq!(row[0].get::<_, &str>(1), "hé");
     // A named prepared statement used inside one transaction stays on one server.
@@ -195,7 +216,10 @@ async fn many_clients_share_few_server_connections() {
             let c = connect(port, "postgres", "secret", "app").await;
             for n in 0..10 {
                 c.batch_execute(&format!("begin; insert into many_t values ({client}, {n}); commit")).await.unwrap();
-                let r = c.query_typed("select count(*) from many_t where client = $1", &[(&client, tokio_postgres::types::Type::INT4)]).await.unwrap();
+                let r = c
+                    .query_typed("select count(*) from many_t where client = $1", &[(&client, tokio_postgres::types::Type::INT4)])
+                    .await
+                    .unwrap();
                 assert_eq!(r[0].get::<_, i64>(0), n + 1);
             }
         }));
@@ -206,10 +230,7 @@ async fn many_clients_share_few_server_connections() {
     let total: i64 = setup.query_one("select count(*) from many_t", &[]).await.unwrap().get(0);
     assert_eq!(total, 2000);
     // pglane never held more than pool_size server connections to the database.
-    let servers: i64 = pg
-        .psql("select count(*) from pg_stat_activity where datname = 'many_db'")
-        .parse()
-        .unwrap();
+    let servers: i64 = pg.psql("select count(*) from pg_stat_activity where datname = 'many_db'").parse().unwrap();
     assert!(servers <= 4, "{servers} server connections for pool_size 4");
 }
 
@@ -360,8 +381,12 @@ fn malformed_startup_packets_get_an_error_and_harm_no_one() {
 
 #[test]
 fn oversized_and_unknown_messages_close_only_that_client() {
-    let lane = pglane("transaction", 2, r#"auth_type = "trust"
-max_message_size = 1048576"#);
+    let lane = pglane(
+        "transaction",
+        2,
+        r#"auth_type = "trust"
+max_message_size = 1048576"#,
+    );
     let mut s = raw_login(lane.port);
     s.write_all(&[b'Q', 0x10, 0, 0, 0]).unwrap(); // 256 MiB Query
     let reply = read_to_close(&mut s);
@@ -440,7 +465,8 @@ fn pgbench_select_only_through_pglane_has_no_failures() {
         &["--cores", "2"],
     );
     for mode in ["simple", "extended"] {
-        let out = common::pgbench(lane.port, "postgres", &["-n", "-S", "-M", mode, "-c", "16", "-j", "2", "-T", "3", "bench_pool"]);
+        let out =
+            common::pgbench(lane.port, "postgres", &["-n", "-S", "-M", mode, "-c", "16", "-j", "2", "-T", "3", "bench_pool"]);
         let processed: u64 = out
             .lines()
             .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
@@ -455,7 +481,10 @@ fn pgbench_select_only_through_pglane_has_no_failures() {
 #[test]
 fn check_validates_config_files() {
     let bin = &common::pglane_bin();
-    let ok = Command::new(bin).args(["--check", "--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/pglane.toml")]).output().unwrap();
+    let ok = Command::new(bin)
+        .args(["--check", "--config", concat!(env!("CARGO_MANIFEST_DIR"), "/config/pglane.toml")])
+        .output()
+        .unwrap();
     assert!(ok.status.success(), "{ok:?}");
     let dir = std::env::temp_dir().join(format!("pglane-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -502,7 +531,9 @@ async fn shutdown_lets_the_open_transaction_finish() {
     // Between transactions the client is told pglane is going away.
     let e = c.simple_query("select 2").await.unwrap_err();
     match e.as_db_error() {
-        Some(db) => assert_eq!((db.code().code(), db.message()), ("57P01", "terminating connection because pglane is shutting down")),
+        Some(db) => {
+            assert_eq!((db.code().code(), db.message()), ("57P01", "terminating connection because pglane is shutting down"))
+        }
         None => assert!(e.is_closed(), "{e:?}"),
     }
     // With no client left, pglane exits by itself, successfully.
@@ -530,11 +561,8 @@ async fn servers_reached_over_a_unix_socket() {
     );
     let c = connect(lane.port, "postgres", "secret", "app").await;
     // The server sees a unix-socket client: no client address.
-    let addr: Option<String> = c
-        .query_one("select client_addr::text from pg_stat_activity where pid = pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let addr: Option<String> =
+        c.query_one("select client_addr::text from pg_stat_activity where pid = pg_backend_pid()", &[]).await.unwrap().get(0);
     assert_eq!(addr, None);
     let rows = c.query("select generate_series(1, 1000)", &[]).await.unwrap();
     assert_eq!(rows.len(), 1000);
@@ -558,7 +586,20 @@ async fn clients_on_a_unix_socket() {
 
     // psql finds it the way it finds PostgreSQL's: -h <dir> -p <port>.
     let out = Command::new("psql")
-        .args(["-X", "-A", "-t", "-h", dir.to_str().unwrap(), "-p", &lane.port.to_string(), "-U", "postgres", "-c", "select 40 + 2", "app"])
+        .args([
+            "-X",
+            "-A",
+            "-t",
+            "-h",
+            dir.to_str().unwrap(),
+            "-p",
+            &lane.port.to_string(),
+            "-U",
+            "postgres",
+            "-c",
+            "select 40 + 2",
+            "app",
+        ])
         .env("PGPASSWORD", "secret")
         .output()
         .unwrap();

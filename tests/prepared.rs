@@ -5,7 +5,6 @@ mod common;
 #[path = "common/raw.rs"]
 mod raw;
 
-
 use bytes::BytesMut;
 use common::{connect, postgres, Pglane};
 use pglane::protocol::frontend::{self, Target};
@@ -384,7 +383,11 @@ async fn ddl_under_a_shared_statement_fails_each_client_once_and_never_hangs() {
     let (a, b) = (connect(lane.port, "postgres", "secret", "app").await, connect(lane.port, "postgres", "secret", "app").await);
     for round in 0..40 {
         let table = format!("ddl_{round}");
-        a.batch_execute(&format!("create table {table} (id int primary key, v int); insert into {table} values (1, 10), (2, 20)")).await.unwrap();
+        a.batch_execute(&format!(
+            "create table {table} (id int primary key, v int); insert into {table} values (1, 10), (2, 20)"
+        ))
+        .await
+        .unwrap();
         let q = format!("select v from {table} where id = $1");
         let (sa, sb) = (a.prepare(&q).await.unwrap(), b.prepare(&q).await.unwrap());
         let v: i32 = a.query_one(&sa, &[&1i32]).await.unwrap().get(0);
@@ -393,10 +396,14 @@ async fn ddl_under_a_shared_statement_fails_each_client_once_and_never_hangs() {
         assert_eq!(v, 20);
         a.batch_execute(&format!("alter table {table} alter column v type text")).await.unwrap();
         for (name, client, old, id, want) in [("a", &a, &sa, 1i32, "10"), ("b", &b, &sb, 2i32, "20")] {
-            let err = within(format!("round {round}: {name}'s stale statement"), client.query_one(old, &[&id])).await.unwrap_err();
+            let err =
+                within(format!("round {round}: {name}'s stale statement"), client.query_one(old, &[&id])).await.unwrap_err();
             assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "round {round}: {name}: {err}");
             let fresh = within(format!("round {round}: {name} prepares again"), client.prepare(&q)).await.unwrap();
-            let v: String = within(format!("round {round}: {name}'s fresh statement"), client.query_one(&fresh, &[&id])).await.unwrap().get(0);
+            let v: String = within(format!("round {round}: {name}'s fresh statement"), client.query_one(&fresh, &[&id]))
+                .await
+                .unwrap()
+                .get(0);
             assert_eq!(v, want, "round {round}: {name}");
         }
     }

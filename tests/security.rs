@@ -167,10 +167,7 @@ fn sasl_response(w: &mut Wire, data: &[u8]) {
 
 /// Replaces the value of attribute `key` (e.g. `p=`) in a SCRAM message.
 fn replace_attr(msg: &str, key: &str, value: &str) -> String {
-    msg.split(',')
-        .map(|a| if a.starts_with(key) { format!("{key}{value}") } else { a.to_string() })
-        .collect::<Vec<_>>()
-        .join(",")
+    msg.split(',').map(|a| if a.starts_with(key) { format!("{key}{value}") } else { a.to_string() }).collect::<Vec<_>>().join(",")
 }
 
 #[test]
@@ -462,7 +459,8 @@ async fn databases_not_in_the_config_are_unreachable() {
         }
     }
     // Not even tried on the server.
-    let n = postgres().psql("select count(*) from pg_stat_activity where datname = 'sec_hidden' and backend_type = 'client backend'");
+    let n =
+        postgres().psql("select count(*) from pg_stat_activity where datname = 'sec_hidden' and backend_type = 'client backend'");
     assert_eq!(n, "0");
     // A wrong password is refused as such whatever the database, so an
     // unauthenticated client cannot learn which databases are configured.
@@ -788,7 +786,9 @@ fn rows_of(messages: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<String>> 
     messages
         .iter()
         .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some((0..r.len()).map(|i| r.get(i).unwrap_or("NULL").to_owned()).collect()),
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).unwrap_or("NULL").to_owned()).collect())
+            }
             _ => None,
         })
         .collect()

@@ -100,12 +100,18 @@ async fn startup_application_name_reaches_the_server() {
     .await
     .unwrap();
     tokio::spawn(conn);
-    let name: String = c.query_one("select application_name::text from pg_stat_activity where pid = pg_backend_pid()", &[]).await.unwrap().get(0);
+    let name: String = c
+        .query_one("select application_name::text from pg_stat_activity where pid = pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(name, "reporting");
 }
 
 /// A client whose notifications arrive on `notes`.
-async fn connect_listening(port: u16) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<tokio_postgres::Notification>) {
+async fn connect_listening(
+    port: u16,
+) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<tokio_postgres::Notification>) {
     use futures_util::StreamExt;
     let (client, mut connection) = tokio_postgres::Config::new()
         .host("127.0.0.1")

@@ -10,7 +10,6 @@ mod common;
 #[allow(dead_code)]
 mod raw;
 
-
 use bytes::BytesMut;
 use common::{connect, postgres, Pglane};
 use pglane::protocol::{backend, frontend};
@@ -116,12 +115,16 @@ async fn options_follow_their_client_across_server_connections_and_nowhere_else(
 fn startup_parameters_are_carried_in_both_modes() {
     for mode in ["transaction", "session"] {
         let lane = start(mode);
-        let params = [("user", "postgres"), ("database", "app"), ("search_path", "app_schema, public"), ("extra_float_digits", "-4")];
+        let params =
+            [("user", "postgres"), ("database", "app"), ("search_path", "app_schema, public"), ("extra_float_digits", "-4")];
         let mut a = RawClient::login_with(lane.port, &params);
         let mut b = RawClient::login(lane.port, "postgres", "app");
         for _ in 0..2 {
             let mut out = BytesMut::new();
-            frontend::query(&mut out, "select v || ' ' || current_setting('extra_float_digits') || ' ' || 0.1::float8 / 3 from marker");
+            frontend::query(
+                &mut out,
+                "select v || ' ' || current_setting('extra_float_digits') || ' ' || 0.1::float8 / 3 from marker",
+            );
             a.send(&out);
             assert_eq!(first_column(&a.until_ready()), ["app -4 0.033333333333"], "{mode}");
             b.send(&out);
@@ -148,7 +151,10 @@ fn startup_parameters_are_carried_in_both_modes() {
             }
         }
         let mut out = BytesMut::new();
-        frontend::query(&mut out, "select current_setting('extra_float_digits') || ' ' || current_setting('search_path') || ' ' || v from marker");
+        frontend::query(
+            &mut out,
+            "select current_setting('extra_float_digits') || ' ' || current_setting('search_path') || ' ' || v from marker",
+        );
         direct.send(&out);
         a.send(&out);
         assert_eq!(first_column(&a.until_ready()), first_column(&direct.until_ready()), "{mode}");
@@ -164,19 +170,25 @@ fn a_refused_startup_value_ends_that_session_only() {
     let lane = start("transaction");
     let direct_params = [("user", "trustuser"), ("database", DB), ("statement_timeout", "soon")];
     let (_, direct) = RawClient::start(postgres().port, &direct_params);
-    let direct_error = direct.iter().find(|m| m.tag == backend::ERROR_RESPONSE).map(|m| backend::decode_error_fields(&m.body).unwrap());
+    let direct_error =
+        direct.iter().find(|m| m.tag == backend::ERROR_RESPONSE).map(|m| backend::decode_error_fields(&m.body).unwrap());
     let direct_error = direct_error.expect("PostgreSQL refuses the value");
 
     for _ in 0..3 {
-        let mut bad = RawClient::login_with(lane.port, &[("user", "postgres"), ("database", "app"), ("statement_timeout", "soon")]);
+        let mut bad =
+            RawClient::login_with(lane.port, &[("user", "postgres"), ("database", "app"), ("statement_timeout", "soon")]);
         let mut out = BytesMut::new();
         frontend::query(&mut out, "create table must_not_exist (a int)");
         bad.send(&out);
         let m = bad.recv();
         assert_eq!(m.tag, backend::ERROR_RESPONSE);
         let e = backend::decode_error_fields(&m.body).unwrap();
-        assert_eq!((e.severity.as_str(), e.code.as_str(), e.message.as_str()), ("FATAL", direct_error.code.as_str(), direct_error.message.as_str()));
-        let mut good = RawClient::login_with(lane.port, &[("user", "postgres"), ("database", "app"), ("search_path", "app_schema")]);
+        assert_eq!(
+            (e.severity.as_str(), e.code.as_str(), e.message.as_str()),
+            ("FATAL", direct_error.code.as_str(), direct_error.message.as_str())
+        );
+        let mut good =
+            RawClient::login_with(lane.port, &[("user", "postgres"), ("database", "app"), ("search_path", "app_schema")]);
         let mut out = BytesMut::new();
         frontend::query(&mut out, "select v from marker");
         good.send(&out);
@@ -215,7 +227,9 @@ fn a_setting_given_twice_resolves_as_on_postgresql() {
 async fn resets_return_reported_settings_to_the_startup_value() {
     let pg = postgres();
     let lane = start("transaction");
-    for reset in ["RESET TimeZone", "RESET ALL", "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;", "DISCARD ALL"] {
+    for reset in
+        ["RESET TimeZone", "RESET ALL", "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;", "DISCARD ALL"]
+    {
         for (port, db) in [(pg.port, DB), (lane.port, "app")] {
             let c = connect_with_options(port, db, "-c TimeZone=Asia/Tokyo").await;
             assert_eq!(show(&c, "TimeZone").await, "Asia/Tokyo");

@@ -347,9 +347,21 @@ async fn verify_full_to_the_server() {
     assert_eq!(text.len(), 3_000_000);
     let rows = client.query("select g from generate_series(1, 100000) g", &[]).await.unwrap();
     assert_eq!(rows.len(), 100_000);
-    let out = psql(both.port, "postgres", "sslmode=require", &["select sum(length(x)) from (select repeat('y', 1000) x from generate_series(1, 5000)) t"]).unwrap();
+    let out = psql(
+        both.port,
+        "postgres",
+        "sslmode=require",
+        &["select sum(length(x)) from (select repeat('y', 1000) x from generate_series(1, 5000)) t"],
+    )
+    .unwrap();
     assert_eq!(out, "5000000");
-    let out = psql(both.port, "postgres", "sslmode=require", &["select count(*), sum(length(r)) from (select repeat('z', 300) r from generate_series(1, 20000)) t", "select 'after'"]).unwrap();
+    let out = psql(
+        both.port,
+        "postgres",
+        "sslmode=require",
+        &["select count(*), sum(length(r)) from (select repeat('z', 300) r from generate_series(1, 20000)) t", "select 'after'"],
+    )
+    .unwrap();
     assert_eq!(out, "20000|6000000\nafter");
 }
 

@@ -98,9 +98,7 @@ impl Session {
         // The startup ParameterStatus messages went to RawClient::login, and
         // a SET that changes nothing reports nothing: read the starting
         // values back instead. Every later change arrives as ParameterStatus.
-        for name in
-            ["server_encoding", "integer_datetimes", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone"]
-        {
+        for name in ["server_encoding", "integer_datetimes", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone"] {
             let value = session.show(name);
             session.settings.apply(name, &value);
         }
@@ -185,10 +183,8 @@ impl Session {
             self.client.send(&buf);
             let reply = self.client.until_ready();
             if let Some(code) = raw::error_code(&reply) {
-                let fields = reply
-                    .iter()
-                    .find(|m| m.tag == backend::ERROR_RESPONSE)
-                    .map(|m| backend::decode_error_fields(&m.body));
+                let fields =
+                    reply.iter().find(|m| m.tag == backend::ERROR_RESPONSE).map(|m| backend::decode_error_fields(&m.body));
                 panic!("executing a batch failed with {code}: {fields:?}\nbatch: {batch:?}");
             }
             let rows: Vec<Option<Vec<u8>>> = reply
@@ -277,12 +273,7 @@ fn binary_array(element_oid: u32, dims: &[(i32, i32)], elements: &[Option<Vec<u8
 
 /// Random arrays (mostly one-dimensional, some empty, some with other lower
 /// bounds or more dimensions) of elements drawn from `element`.
-fn arrays(
-    rng: &mut StdRng,
-    element_oid: u32,
-    count: usize,
-    mut element: impl FnMut(&mut StdRng) -> Vec<u8>,
-) -> Vec<Param> {
+fn arrays(rng: &mut StdRng, element_oid: u32, count: usize, mut element: impl FnMut(&mut StdRng) -> Vec<u8>) -> Vec<Param> {
     let mut values = vec![Param::Binary(binary_array(element_oid, &[], &[])), Param::Null];
     for _ in 0..count {
         let dims: Vec<(i32, i32)> = match rng.gen_range(0..10) {
@@ -583,8 +574,7 @@ fn numerics(rng: &mut StdRng, count: usize) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let digits =
-        |rng: &mut StdRng, n: usize| -> String { (0..n).map(|_| char::from(b'0' + rng.gen_range(0..10))).collect() };
+    let digits = |rng: &mut StdRng, n: usize| -> String { (0..n).map(|_| char::from(b'0' + rng.gen_range(0..10))).collect() };
     for _ in 0..count {
         let sign = if rng.gen_bool(0.3) { "-" } else { "" };
         let int_len = match rng.gen_range(0..4) {
@@ -622,14 +612,13 @@ fn numerics(rng: &mut StdRng, count: usize) -> Vec<String> {
 /// Strings with quoting hazards and non-ASCII text.
 fn strings(rng: &mut StdRng, count: usize) -> Vec<String> {
     const PIECES: &[&str] = &[
-        "a", "Z", "0", " ", "  ", "\t", "\n", "\r", "\u{b}", "\u{c}", "\"", "\\", "{", "}", ",", "'", "NULL", "null",
-        "é", "ß", "日本", "🦀", "\u{200b}", "x y", "[1:2]", "=", ";", "(", ")",
+        "a", "Z", "0", " ", "  ", "\t", "\n", "\r", "\u{b}", "\u{c}", "\"", "\\", "{", "}", ",", "'", "NULL", "null", "é", "ß",
+        "日本", "🦀", "\u{200b}", "x y", "[1:2]", "=", ";", "(", ")",
     ];
-    let mut values: Vec<String> =
-        ["", "NULL", "null", "NuLl", " ", "a b", "a,b", "{x}", "\"", "\\", "é", "🦀🦀", "plain"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+    let mut values: Vec<String> = ["", "NULL", "null", "NuLl", " ", "a b", "a,b", "{x}", "\"", "\\", "é", "🦀🦀", "plain"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     for _ in 0..count {
         let n = rng.gen_range(0..12);
         values.push((0..n).map(|_| PIECES[rng.gen_range(0..PIECES.len())]).collect());
@@ -652,9 +641,8 @@ fn json_documents(rng: &mut StdRng, count: usize) -> Vec<String> {
                 format!("[{}{}]", space(rng), items.join(&format!(",{}", space(rng))))
             }
             _ => {
-                let items: Vec<String> = (0..rng.gen_range(0..4))
-                    .map(|i| format!("\"k{}\"{}:{}", i % 2, space(rng), value(rng, depth + 1)))
-                    .collect();
+                let items: Vec<String> =
+                    (0..rng.gen_range(0..4)).map(|i| format!("\"k{}\"{}:{}", i % 2, space(rng), value(rng, depth + 1))).collect();
                 format!("{{{}}}", items.join(", "))
             }
         }
@@ -730,24 +718,9 @@ fn bool_integers_oid_uuid() {
     s.check("uuid", "SELECT $1", oid::UUID, &binary_params(uuids.clone(), |u| u.to_vec()));
 
     s.check("bool[]", "SELECT $1", 1000, &arrays(&mut rng, oid::BOOL, n(50), |r| vec![u8::from(r.gen::<bool>())]));
-    s.check(
-        "int8[]",
-        "SELECT $1",
-        1016,
-        &arrays(&mut rng, oid::INT8, n(100), |r| r.gen::<i64>().to_be_bytes().to_vec()),
-    );
-    s.check(
-        "int4[]",
-        "SELECT $1",
-        1007,
-        &arrays(&mut rng, oid::INT4, n(100), |r| r.gen::<i32>().to_be_bytes().to_vec()),
-    );
-    s.check(
-        "int2[]",
-        "SELECT $1",
-        1005,
-        &arrays(&mut rng, oid::INT2, n(50), |r| r.gen::<i16>().to_be_bytes().to_vec()),
-    );
+    s.check("int8[]", "SELECT $1", 1016, &arrays(&mut rng, oid::INT8, n(100), |r| r.gen::<i64>().to_be_bytes().to_vec()));
+    s.check("int4[]", "SELECT $1", 1007, &arrays(&mut rng, oid::INT4, n(100), |r| r.gen::<i32>().to_be_bytes().to_vec()));
+    s.check("int2[]", "SELECT $1", 1005, &arrays(&mut rng, oid::INT2, n(50), |r| r.gen::<i16>().to_be_bytes().to_vec()));
     s.check("oid[]", "SELECT $1", 1028, &arrays(&mut rng, oid::OID, n(50), |r| r.gen::<u32>().to_be_bytes().to_vec()));
     s.check("uuid[]", "SELECT $1", 2951, &arrays(&mut rng, oid::UUID, n(50), |r| r.gen::<[u8; 16]>().to_vec()));
 }
@@ -771,13 +744,7 @@ fn numeric_all_of_it() {
     let arrays: Vec<Param> = (0..n(150))
         .map(|_| {
             let items: Vec<String> = (0..pick.gen_range(0..6))
-                .map(|_| {
-                    if pick.gen_ratio(1, 6) {
-                        "NULL".into()
-                    } else {
-                        elements[pick.gen_range(0..elements.len())].clone()
-                    }
-                })
+                .map(|_| if pick.gen_ratio(1, 6) { "NULL".into() } else { elements[pick.gen_range(0..elements.len())].clone() })
                 .collect();
             Param::Text(format!("{{{}}}", items.join(",")))
         })
@@ -890,8 +857,7 @@ fn dates_times_and_timestamps_under_every_date_style() {
     let pool = dates(&mut rng, n(100));
     let date_arrays = arrays(&mut rng, oid::DATE, n(60), |r| pool[r.gen_range(0..pool.len())].to_be_bytes().to_vec());
     let pool = timestamps(&mut rng, n(100));
-    let ts_arrays =
-        arrays(&mut rng, oid::TIMESTAMP, n(60), |r| pool[r.gen_range(0..pool.len())].to_be_bytes().to_vec());
+    let ts_arrays = arrays(&mut rng, oid::TIMESTAMP, n(60), |r| pool[r.gen_range(0..pool.len())].to_be_bytes().to_vec());
     let time_arrays = arrays(&mut rng, oid::TIME, n(40), |r| r.gen_range(0..=USECS_PER_DAY).to_be_bytes().to_vec());
     for style in DATE_STYLES {
         s.set_reported("DateStyle", &format!("'{style}'"));
@@ -931,8 +897,7 @@ fn timestamptz_in_fixed_zones_under_every_date_style() {
     let mut rng = rng(7);
     let values = binary_params(timestamps(&mut rng, n(250)), |t| t.to_be_bytes().to_vec());
     let pool = timestamps(&mut rng, n(50));
-    let tz_arrays =
-        arrays(&mut rng, oid::TIMESTAMPTZ, n(20), |r| pool[r.gen_range(0..pool.len())].to_be_bytes().to_vec());
+    let tz_arrays = arrays(&mut rng, oid::TIMESTAMPTZ, n(20), |r| pool[r.gen_range(0..pool.len())].to_be_bytes().to_vec());
     for zone in FIXED_ZONES {
         s.simple(&format!("SET TIME ZONE {zone}"));
         for style in DATE_STYLES {
@@ -972,17 +937,7 @@ fn inet_and_cidr() {
     s.check("inet", "SELECT $1", oid::INET, &binary_params(inets(&mut rng, n(600), false), |b| b));
     s.check("cidr", "SELECT $1", oid::CIDR, &binary_params(inets(&mut rng, n(600), true), |b| b));
     let pool = inets(&mut rng, n(50), false);
-    s.check(
-        "inet[]",
-        "SELECT $1",
-        1041,
-        &arrays(&mut rng, oid::INET, n(50), |r| pool[r.gen_range(0..pool.len())].clone()),
-    );
+    s.check("inet[]", "SELECT $1", 1041, &arrays(&mut rng, oid::INET, n(50), |r| pool[r.gen_range(0..pool.len())].clone()));
     let pool = inets(&mut rng, n(50), true);
-    s.check(
-        "cidr[]",
-        "SELECT $1",
-        651,
-        &arrays(&mut rng, oid::CIDR, n(50), |r| pool[r.gen_range(0..pool.len())].clone()),
-    );
+    s.check("cidr[]", "SELECT $1", 651, &arrays(&mut rng, oid::CIDR, n(50), |r| pool[r.gen_range(0..pool.len())].clone()));
 }

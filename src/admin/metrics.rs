@@ -12,8 +12,8 @@ use std::time::Duration;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 
 use crate::net::Stream;
-use crate::runtime::snapshot::ShardSnapshot;
 use crate::rt::with_timeout;
+use crate::runtime::snapshot::ShardSnapshot;
 use crate::runtime::{ClientState, Shard};
 
 /// Largest request head read.
@@ -67,28 +67,73 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
         pools.iter().map(|(shard, p)| (labels(*shard, &p.database, &p.user), f(p))).collect::<Vec<_>>()
     };
     family("pglane_pool_clients_active", "gauge", "Clients not waiting for a server.", per_pool(&|p| p.active_clients as u64));
-    family("pglane_pool_clients_waiting", "gauge", "Clients waiting for a server connection.", per_pool(&|p| p.waiting_clients as u64));
-    family("pglane_pool_servers_open", "gauge", "Server connections open (lent, idle or logging in).", per_pool(&|p| p.open as u64));
+    family(
+        "pglane_pool_clients_waiting",
+        "gauge",
+        "Clients waiting for a server connection.",
+        per_pool(&|p| p.waiting_clients as u64),
+    );
+    family(
+        "pglane_pool_servers_open",
+        "gauge",
+        "Server connections open (lent, idle or logging in).",
+        per_pool(&|p| p.open as u64),
+    );
     family("pglane_pool_servers_idle", "gauge", "Idle server connections.", per_pool(&|p| p.idle as u64));
     family("pglane_pool_size", "gauge", "This shard's share of pool_size.", per_pool(&|p| p.max_size as u64));
-    family("pglane_pool_max_wait_microseconds", "gauge", "Longest current wait for a server connection.", per_pool(&|p| p.max_wait.as_micros() as u64));
+    family(
+        "pglane_pool_max_wait_microseconds",
+        "gauge",
+        "Longest current wait for a server connection.",
+        per_pool(&|p| p.max_wait.as_micros() as u64),
+    );
     family("pglane_pool_transactions_total", "counter", "Transactions served.", per_pool(&|p| p.stats.xact_count));
     family("pglane_pool_queries_total", "counter", "Queries and Syncs answered.", per_pool(&|p| p.stats.query_count));
-    family("pglane_pool_received_bytes_total", "counter", "Bytes from clients to servers.", per_pool(&|p| p.stats.bytes_received));
+    family(
+        "pglane_pool_received_bytes_total",
+        "counter",
+        "Bytes from clients to servers.",
+        per_pool(&|p| p.stats.bytes_received),
+    );
     family("pglane_pool_sent_bytes_total", "counter", "Bytes from servers to clients.", per_pool(&|p| p.stats.bytes_sent));
-    family("pglane_pool_server_received_bytes_total", "counter", "Bytes read from servers.", per_pool(&|p| p.stats.bytes_from_server));
-    family("pglane_pool_transaction_microseconds_total", "counter", "Time clients held server connections.", per_pool(&|p| p.stats.xact_time_us));
+    family(
+        "pglane_pool_server_received_bytes_total",
+        "counter",
+        "Bytes read from servers.",
+        per_pool(&|p| p.stats.bytes_from_server),
+    );
+    family(
+        "pglane_pool_transaction_microseconds_total",
+        "counter",
+        "Time clients held server connections.",
+        per_pool(&|p| p.stats.xact_time_us),
+    );
     family("pglane_pool_query_microseconds_total", "counter", "Time in queries.", per_pool(&|p| p.stats.query_time_us));
-    family("pglane_pool_wait_microseconds_total", "counter", "Time clients waited for server connections.", per_pool(&|p| p.stats.wait_time_us));
+    family(
+        "pglane_pool_wait_microseconds_total",
+        "counter",
+        "Time clients waited for server connections.",
+        per_pool(&|p| p.stats.wait_time_us),
+    );
     family(
         "pglane_pool_pipelined_total",
         "counter",
         "Requests sent to a server behind another client's (server_pipelining).",
         per_pool(&|p| p.stats.pipelined),
     );
-    family("pglane_pool_wait_timeouts_total", "counter", "Clients that gave up waiting (query_wait_timeout).", per_pool(&|p| p.stats.wait_timeouts));
+    family(
+        "pglane_pool_wait_timeouts_total",
+        "counter",
+        "Clients that gave up waiting (query_wait_timeout).",
+        per_pool(&|p| p.stats.wait_timeouts),
+    );
     family("pglane_pool_server_connects_total", "counter", "Server connections opened.", per_pool(&|p| p.stats.connects));
-    family("pglane_pool_server_connect_failures_total", "counter", "Server connections that failed to open.", per_pool(&|p| p.stats.connect_failures));
+    family(
+        "pglane_pool_server_connect_failures_total",
+        "counter",
+        "Server connections that failed to open.",
+        per_pool(&|p| p.stats.connect_failures),
+    );
 
     let shard_label = |s: &ShardSnapshot| format!("{{shard=\"{}\"}}", s.shard);
     let per_shard = |f: &dyn Fn(&ShardSnapshot) -> u64| snapshots.iter().map(|s| (shard_label(s), f(s))).collect::<Vec<_>>();
@@ -100,14 +145,49 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
         per_shard(&|s| s.clients.iter().filter(|c| c.state == ClientState::Waiting).count() as u64),
     );
     family("pglane_prepared_statements", "gauge", "Statements in the shard's registry.", per_shard(&|s| s.statements as u64));
-    family("pglane_prepared_client_parses_total", "counter", "Named Parse messages from clients.", per_shard(&|s| s.prepare.client_parses));
-    family("pglane_prepared_server_parses_total", "counter", "Parse messages sent to servers.", per_shard(&|s| s.prepare.server_parses));
-    family("pglane_prepared_parses_answered_total", "counter", "Client Parses answered without a server.", per_shard(&|s| s.prepare.parses_answered));
-    family("pglane_prepared_describes_answered_total", "counter", "Describes answered from the cache.", per_shard(&|s| s.prepare.describes_answered));
-    family("pglane_prepared_evictions_total", "counter", "Statements closed on servers to make room.", per_shard(&|s| s.prepare.evictions));
+    family(
+        "pglane_prepared_client_parses_total",
+        "counter",
+        "Named Parse messages from clients.",
+        per_shard(&|s| s.prepare.client_parses),
+    );
+    family(
+        "pglane_prepared_server_parses_total",
+        "counter",
+        "Parse messages sent to servers.",
+        per_shard(&|s| s.prepare.server_parses),
+    );
+    family(
+        "pglane_prepared_parses_answered_total",
+        "counter",
+        "Client Parses answered without a server.",
+        per_shard(&|s| s.prepare.parses_answered),
+    );
+    family(
+        "pglane_prepared_describes_answered_total",
+        "counter",
+        "Describes answered from the cache.",
+        per_shard(&|s| s.prepare.describes_answered),
+    );
+    family(
+        "pglane_prepared_evictions_total",
+        "counter",
+        "Statements closed on servers to make room.",
+        per_shard(&|s| s.prepare.evictions),
+    );
     family("pglane_auto_prepare_shapes", "gauge", "Query shapes in the auto-prepare cache.", per_shard(&|s| s.prepare.shapes));
-    family("pglane_auto_prepare_rewrites_total", "counter", "Simple queries run as a prepared statement.", per_shard(&|s| s.prepare.rewrites));
-    family("pglane_auto_prepare_pass_throughs_total", "counter", "Simple queries passed through unchanged with auto-prepare on.", per_shard(&|s| s.prepare.pass_throughs));
+    family(
+        "pglane_auto_prepare_rewrites_total",
+        "counter",
+        "Simple queries run as a prepared statement.",
+        per_shard(&|s| s.prepare.rewrites),
+    );
+    family(
+        "pglane_auto_prepare_pass_throughs_total",
+        "counter",
+        "Simple queries passed through unchanged with auto-prepare on.",
+        per_shard(&|s| s.prepare.pass_throughs),
+    );
     let reasons = snapshots
         .iter()
         .flat_map(|s| {
@@ -117,22 +197,102 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
                 .map(move |(reason, n)| (format!("{{shard=\"{}\",reason=\"{}\"}}", s.shard, reason.label()), n))
         })
         .collect();
-    family("pglane_auto_prepare_pass_throughs_by_reason_total", "counter", "Simple queries passed through unchanged with auto-prepare on, by reason.", reasons);
-    family("pglane_auto_prepare_rewrite_timed_nanoseconds_total", "counter", "Time spent lexing, looking up and rewriting the timed queries run as a prepared statement (one query in 16 is timed).", per_shard(&|s| s.prepare.rewrite_ns));
-    family("pglane_auto_prepare_rewrites_timed_total", "counter", "Rewritten queries timed.", per_shard(&|s| s.prepare.rewrites_timed));
-    family("pglane_auto_prepare_pass_through_timed_nanoseconds_total", "counter", "Time spent lexing and looking up the timed queries passed through.", per_shard(&|s| s.prepare.pass_through_ns));
-    family("pglane_auto_prepare_pass_throughs_timed_total", "counter", "Passed-through queries timed.", per_shard(&|s| s.prepare.pass_through_timed));
-    family("pglane_auto_prepare_shapes_queued", "gauge", "Query shapes waiting for validation.", per_shard(&|s| s.prepare.shapes_queued));
-    family("pglane_auto_prepare_parses_in_flight", "gauge", "Query shapes being parsed off the shard thread.", per_shard(&|s| s.prepare.parses_in_flight));
-    family("pglane_auto_prepare_respellings_total", "counter", "Spellings of a query shape that took another spelling's verdict.", per_shard(&|s| s.prepare.respellings));
-    family("pglane_auto_prepare_validations_total", "counter", "Query shapes checked on a side connection.", per_shard(&|s| s.prepare.validations));
-    family("pglane_auto_prepare_validation_failures_total", "counter", "Query shapes found not rewritable.", per_shard(&|s| s.prepare.validation_failures));
-    family("pglane_auto_prepare_reruns_total", "counter", "Rewritten queries with a stale plan run again as plain queries.", per_shard(&|s| s.prepare.reruns));
-    family("pglane_auto_prepare_unnamed_mapped_total", "counter", "Unnamed statements run as a shared named statement.", per_shard(&|s| s.prepare.unnamed_mapped));
-    family("pglane_negotiated_portals_total", "counter", "Binds that asked the server for binary on a text client's behalf.", per_shard(&|s| s.prepare.portals_negotiated));
-    family("pglane_transcoded_values_total", "counter", "Values transcoded from binary to the client's text.", per_shard(&|s| s.prepare.values_transcoded));
-    family("pglane_negotiated_big_rows_total", "counter", "Negotiated DataRows over the small-row cap, transcoded whole.", per_shard(&|s| s.prepare.big_rows));
-    family("pglane_negotiation_big_row_statements_total", "counter", "Statements whose columns of unbounded size are no longer negotiated: a row went over the small-row cap.", per_shard(&|s| s.prepare.big_row_statements));
+    family(
+        "pglane_auto_prepare_pass_throughs_by_reason_total",
+        "counter",
+        "Simple queries passed through unchanged with auto-prepare on, by reason.",
+        reasons,
+    );
+    family(
+        "pglane_auto_prepare_rewrite_timed_nanoseconds_total",
+        "counter",
+        "Time spent lexing, looking up and rewriting the timed queries run as a prepared statement (one query in 16 is timed).",
+        per_shard(&|s| s.prepare.rewrite_ns),
+    );
+    family(
+        "pglane_auto_prepare_rewrites_timed_total",
+        "counter",
+        "Rewritten queries timed.",
+        per_shard(&|s| s.prepare.rewrites_timed),
+    );
+    family(
+        "pglane_auto_prepare_pass_through_timed_nanoseconds_total",
+        "counter",
+        "Time spent lexing and looking up the timed queries passed through.",
+        per_shard(&|s| s.prepare.pass_through_ns),
+    );
+    family(
+        "pglane_auto_prepare_pass_throughs_timed_total",
+        "counter",
+        "Passed-through queries timed.",
+        per_shard(&|s| s.prepare.pass_through_timed),
+    );
+    family(
+        "pglane_auto_prepare_shapes_queued",
+        "gauge",
+        "Query shapes waiting for validation.",
+        per_shard(&|s| s.prepare.shapes_queued),
+    );
+    family(
+        "pglane_auto_prepare_parses_in_flight",
+        "gauge",
+        "Query shapes being parsed off the shard thread.",
+        per_shard(&|s| s.prepare.parses_in_flight),
+    );
+    family(
+        "pglane_auto_prepare_respellings_total",
+        "counter",
+        "Spellings of a query shape that took another spelling's verdict.",
+        per_shard(&|s| s.prepare.respellings),
+    );
+    family(
+        "pglane_auto_prepare_validations_total",
+        "counter",
+        "Query shapes checked on a side connection.",
+        per_shard(&|s| s.prepare.validations),
+    );
+    family(
+        "pglane_auto_prepare_validation_failures_total",
+        "counter",
+        "Query shapes found not rewritable.",
+        per_shard(&|s| s.prepare.validation_failures),
+    );
+    family(
+        "pglane_auto_prepare_reruns_total",
+        "counter",
+        "Rewritten queries with a stale plan run again as plain queries.",
+        per_shard(&|s| s.prepare.reruns),
+    );
+    family(
+        "pglane_auto_prepare_unnamed_mapped_total",
+        "counter",
+        "Unnamed statements run as a shared named statement.",
+        per_shard(&|s| s.prepare.unnamed_mapped),
+    );
+    family(
+        "pglane_negotiated_portals_total",
+        "counter",
+        "Binds that asked the server for binary on a text client's behalf.",
+        per_shard(&|s| s.prepare.portals_negotiated),
+    );
+    family(
+        "pglane_transcoded_values_total",
+        "counter",
+        "Values transcoded from binary to the client's text.",
+        per_shard(&|s| s.prepare.values_transcoded),
+    );
+    family(
+        "pglane_negotiated_big_rows_total",
+        "counter",
+        "Negotiated DataRows over the small-row cap, transcoded whole.",
+        per_shard(&|s| s.prepare.big_rows),
+    );
+    family(
+        "pglane_negotiation_big_row_statements_total",
+        "counter",
+        "Statements whose columns of unbounded size are no longer negotiated: a row went over the small-row cap.",
+        per_shard(&|s| s.prepare.big_row_statements),
+    );
     out
 }
 
@@ -154,12 +314,24 @@ mod tests {
     #[test]
     fn pass_throughs_are_labelled_by_reason() {
         use crate::prepare::auto::PassThrough;
-        let mut shard = ShardSnapshot { shard: 2, pools: vec![], clients: vec![], servers: vec![], prepare: Default::default(), statements: 0, disabled: vec![] };
+        let mut shard = ShardSnapshot {
+            shard: 2,
+            pools: vec![],
+            clients: vec![],
+            servers: vec![],
+            prepare: Default::default(),
+            statements: 0,
+            disabled: vec![],
+        };
         shard.prepare.pass_through_reasons.count(PassThrough::QueueFull);
         shard.prepare.rewrite_ns = 5_500;
         let text = render(&[shard], 0);
-        assert!(text.contains("pglane_auto_prepare_pass_throughs_by_reason_total{shard=\"2\",reason=\"queue_full\"} 1\n"), "{text}");
-        assert!(text.contains("pglane_auto_prepare_pass_throughs_by_reason_total{shard=\"2\",reason=\"lexer_multiple_statements\"} 0\n"));
+        assert!(
+            text.contains("pglane_auto_prepare_pass_throughs_by_reason_total{shard=\"2\",reason=\"queue_full\"} 1\n"),
+            "{text}"
+        );
+        assert!(text
+            .contains("pglane_auto_prepare_pass_throughs_by_reason_total{shard=\"2\",reason=\"lexer_multiple_statements\"} 0\n"));
         assert!(text.contains("pglane_auto_prepare_rewrite_timed_nanoseconds_total{shard=\"2\"} 5500\n"));
     }
 

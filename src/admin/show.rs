@@ -82,17 +82,47 @@ fn pools(snapshots: &[ShardSnapshot]) -> Vec<crate::runtime::snapshot::PoolSnaps
 
 pub fn pools_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
-        ("database", TEXT), ("user", TEXT), ("cl_active", INT4), ("cl_waiting", INT4), ("cl_active_cancel_req", INT4),
-        ("cl_waiting_cancel_req", INT4), ("sv_active", INT4), ("sv_active_cancel", INT4), ("sv_being_canceled", INT4),
-        ("sv_idle", INT4), ("sv_used", INT4), ("sv_tested", INT4), ("sv_login", INT4), ("maxwait", INT4),
-        ("maxwait_us", INT4), ("pool_mode", TEXT),
+        ("database", TEXT),
+        ("user", TEXT),
+        ("cl_active", INT4),
+        ("cl_waiting", INT4),
+        ("cl_active_cancel_req", INT4),
+        ("cl_waiting_cancel_req", INT4),
+        ("sv_active", INT4),
+        ("sv_active_cancel", INT4),
+        ("sv_being_canceled", INT4),
+        ("sv_idle", INT4),
+        ("sv_used", INT4),
+        ("sv_tested", INT4),
+        ("sv_login", INT4),
+        ("maxwait", INT4),
+        ("maxwait_us", INT4),
+        ("pool_mode", TEXT),
     ]);
     for p in pools(snapshots) {
-        let active_servers = snapshots.iter().flat_map(|s| &s.servers).filter(|v| v.active && v.database == p.database && v.user == p.user).count();
+        let active_servers = snapshots
+            .iter()
+            .flat_map(|s| &s.servers)
+            .filter(|v| v.active && v.database == p.database && v.user == p.user)
+            .count();
         let login = p.open.saturating_sub(p.idle + active_servers);
         t.push(vec![
-            s(&p.database), s(&p.user), s(p.active_clients), s(p.waiting_clients), s(0), s(0), s(active_servers), s(0), s(0),
-            s(p.idle), s(0), s(0), s(login), s(p.max_wait.as_secs()), s(p.max_wait.subsec_micros()), s(mode_name(p.mode)),
+            s(&p.database),
+            s(&p.user),
+            s(p.active_clients),
+            s(p.waiting_clients),
+            s(0),
+            s(0),
+            s(active_servers),
+            s(0),
+            s(0),
+            s(p.idle),
+            s(0),
+            s(0),
+            s(login),
+            s(p.max_wait.as_secs()),
+            s(p.max_wait.subsec_micros()),
+            s(mode_name(p.mode)),
         ]);
     }
     t
@@ -111,19 +141,41 @@ fn stats_by_database(snapshots: &[ShardSnapshot]) -> Vec<(String, PoolStats)> {
 /// last stats_period); the *_time averages are per transaction or query.
 pub fn stats_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
     let mut t = Table::new(&[
-        ("database", TEXT), ("total_xact_count", NUMERIC), ("total_query_count", NUMERIC), ("total_received", NUMERIC),
-        ("total_sent", NUMERIC), ("total_xact_time", NUMERIC), ("total_query_time", NUMERIC), ("total_wait_time", NUMERIC),
-        ("avg_xact_count", NUMERIC), ("avg_query_count", NUMERIC), ("avg_recv", NUMERIC), ("avg_sent", NUMERIC),
-        ("avg_xact_time", NUMERIC), ("avg_query_time", NUMERIC), ("avg_wait_time", NUMERIC),
+        ("database", TEXT),
+        ("total_xact_count", NUMERIC),
+        ("total_query_count", NUMERIC),
+        ("total_received", NUMERIC),
+        ("total_sent", NUMERIC),
+        ("total_xact_time", NUMERIC),
+        ("total_query_time", NUMERIC),
+        ("total_wait_time", NUMERIC),
+        ("avg_xact_count", NUMERIC),
+        ("avg_query_count", NUMERIC),
+        ("avg_recv", NUMERIC),
+        ("avg_sent", NUMERIC),
+        ("avg_xact_time", NUMERIC),
+        ("avg_query_time", NUMERIC),
+        ("avg_wait_time", NUMERIC),
     ]);
     let secs = uptime.as_secs().max(1);
     for (db, st) in stats_by_database(snapshots) {
         let per = |v: u64, n: u64| if n == 0 { 0 } else { v / n };
         t.push(vec![
-            s(db), s(st.xact_count), s(st.query_count), s(st.bytes_received), s(st.bytes_sent), s(st.xact_time_us),
-            s(st.query_time_us), s(st.wait_time_us), s(st.xact_count / secs), s(st.query_count / secs),
-            s(st.bytes_received / secs), s(st.bytes_sent / secs), s(per(st.xact_time_us, st.xact_count)),
-            s(per(st.query_time_us, st.query_count)), s(per(st.wait_time_us, st.xact_count)),
+            s(db),
+            s(st.xact_count),
+            s(st.query_count),
+            s(st.bytes_received),
+            s(st.bytes_sent),
+            s(st.xact_time_us),
+            s(st.query_time_us),
+            s(st.wait_time_us),
+            s(st.xact_count / secs),
+            s(st.query_count / secs),
+            s(st.bytes_received / secs),
+            s(st.bytes_sent / secs),
+            s(per(st.xact_time_us, st.xact_count)),
+            s(per(st.query_time_us, st.query_count)),
+            s(per(st.wait_time_us, st.xact_count)),
         ]);
     }
     t
@@ -131,23 +183,52 @@ pub fn stats_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
 
 pub fn stats_totals_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
-        ("database", TEXT), ("xact_count", NUMERIC), ("query_count", NUMERIC), ("bytes_received", NUMERIC),
-        ("bytes_sent", NUMERIC), ("xact_time", NUMERIC), ("query_time", NUMERIC), ("wait_time", NUMERIC),
-        ("server_bytes_received", NUMERIC), ("pipelined", NUMERIC),
+        ("database", TEXT),
+        ("xact_count", NUMERIC),
+        ("query_count", NUMERIC),
+        ("bytes_received", NUMERIC),
+        ("bytes_sent", NUMERIC),
+        ("xact_time", NUMERIC),
+        ("query_time", NUMERIC),
+        ("wait_time", NUMERIC),
+        ("server_bytes_received", NUMERIC),
+        ("pipelined", NUMERIC),
     ]);
     for (db, st) in stats_by_database(snapshots) {
         t.push(vec![
-            s(db), s(st.xact_count), s(st.query_count), s(st.bytes_received), s(st.bytes_sent), s(st.xact_time_us),
-            s(st.query_time_us), s(st.wait_time_us), s(st.bytes_from_server), s(st.pipelined),
+            s(db),
+            s(st.xact_count),
+            s(st.query_count),
+            s(st.bytes_received),
+            s(st.bytes_sent),
+            s(st.xact_time_us),
+            s(st.query_time_us),
+            s(st.wait_time_us),
+            s(st.bytes_from_server),
+            s(st.pipelined),
         ]);
     }
     t
 }
 
 const CONNECTION_COLUMNS: [(&str, u32); 18] = [
-    ("type", TEXT), ("user", TEXT), ("database", TEXT), ("state", TEXT), ("addr", TEXT), ("port", INT4),
-    ("local_addr", TEXT), ("local_port", INT4), ("connect_time", TEXT), ("request_time", TEXT), ("wait", INT4),
-    ("wait_us", INT4), ("close_needed", INT4), ("ptr", TEXT), ("link", TEXT), ("remote_pid", INT4), ("tls", TEXT),
+    ("type", TEXT),
+    ("user", TEXT),
+    ("database", TEXT),
+    ("state", TEXT),
+    ("addr", TEXT),
+    ("port", INT4),
+    ("local_addr", TEXT),
+    ("local_port", INT4),
+    ("connect_time", TEXT),
+    ("request_time", TEXT),
+    ("wait", INT4),
+    ("wait_us", INT4),
+    ("close_needed", INT4),
+    ("ptr", TEXT),
+    ("link", TEXT),
+    ("remote_pid", INT4),
+    ("tls", TEXT),
     ("application_name", TEXT),
 ];
 
@@ -159,10 +240,24 @@ pub fn clients_table(snapshots: &[ShardSnapshot], listen: &str) -> Table {
         let waiting = c.state == crate::runtime::ClientState::Waiting;
         let wait = if waiting { c.state_for } else { Duration::ZERO };
         t.push(vec![
-            s("C"), s(&c.info.user), s(&c.info.database), s(c.state.as_str()), s(&c.info.addr), s(c.info.port),
-            s(&local_addr), s(local_port), s(format_time(c.connected_at)), s(format_time(now - c.state_for)),
-            s(wait.as_secs()), s(wait.subsec_micros()), s(0), s(format!("c{:x}", c.process_id)),
-            c.server_pid.map(|p| format!("s{p:x}")), s(c.process_id), s(c.info.tls.as_deref().unwrap_or("")), s(&c.info.application_name),
+            s("C"),
+            s(&c.info.user),
+            s(&c.info.database),
+            s(c.state.as_str()),
+            s(&c.info.addr),
+            s(c.info.port),
+            s(&local_addr),
+            s(local_port),
+            s(format_time(c.connected_at)),
+            s(format_time(now - c.state_for)),
+            s(wait.as_secs()),
+            s(wait.subsec_micros()),
+            s(0),
+            s(format!("c{:x}", c.process_id)),
+            c.server_pid.map(|p| format!("s{p:x}")),
+            s(c.process_id),
+            s(c.info.tls.as_deref().unwrap_or("")),
+            s(&c.info.application_name),
         ]);
     }
     t
@@ -173,9 +268,24 @@ pub fn servers_table(snapshots: &[ShardSnapshot]) -> Table {
     for v in snapshots.iter().flat_map(|s| &s.servers) {
         let (addr, port) = split_addr(&v.address);
         t.push(vec![
-            s("S"), s(&v.user), s(&v.database), s(if v.active { "active" } else { "idle" }), s(addr), s(port), None, s(0),
-            s(format_time(v.connected_at)), s(format_time(v.connected_at)), s(0), s(0), s(0),
-            s(format!("s{:x}", v.remote_pid)), v.client_pid.map(|p| format!("c{p:x}")), s(v.remote_pid), s(v.tls.as_deref().unwrap_or("")), s(""),
+            s("S"),
+            s(&v.user),
+            s(&v.database),
+            s(if v.active { "active" } else { "idle" }),
+            s(addr),
+            s(port),
+            None,
+            s(0),
+            s(format_time(v.connected_at)),
+            s(format_time(v.connected_at)),
+            s(0),
+            s(0),
+            s(0),
+            s(format!("s{:x}", v.remote_pid)),
+            v.client_pid.map(|p| format!("c{p:x}")),
+            s(v.remote_pid),
+            s(v.tls.as_deref().unwrap_or("")),
+            s(""),
         ]);
     }
     t
@@ -190,9 +300,19 @@ fn split_addr(addr: &str) -> (String, u16) {
 
 pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
     let mut t = Table::new(&[
-        ("name", TEXT), ("host", TEXT), ("port", INT4), ("database", TEXT), ("force_user", TEXT), ("pool_size", INT4),
-        ("min_pool_size", INT4), ("reserve_pool", INT4), ("pool_mode", TEXT), ("max_connections", INT4),
-        ("current_connections", INT4), ("paused", INT4), ("disabled", INT4),
+        ("name", TEXT),
+        ("host", TEXT),
+        ("port", INT4),
+        ("database", TEXT),
+        ("force_user", TEXT),
+        ("pool_size", INT4),
+        ("min_pool_size", INT4),
+        ("reserve_pool", INT4),
+        ("pool_mode", TEXT),
+        ("max_connections", INT4),
+        ("current_connections", INT4),
+        ("paused", INT4),
+        ("disabled", INT4),
     ]);
     let all = pools(snapshots);
     for (name, db) in &config.databases {
@@ -201,8 +321,19 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
         let paused = mine.clone().any(|p| p.paused);
         let disabled = snapshots.iter().any(|s| s.disabled.contains(name));
         t.push(vec![
-            s(name), s(&db.host), s(db.port), s(db.dbname.as_deref().unwrap_or(name)), db.user.clone(), s(db.pool_size), s(0),
-            s(0), db.pool_mode.map(mode_name).map(str::to_owned), s(0), s(current), s(i32::from(paused)), s(i32::from(disabled)),
+            s(name),
+            s(&db.host),
+            s(db.port),
+            s(db.dbname.as_deref().unwrap_or(name)),
+            db.user.clone(),
+            s(db.pool_size),
+            s(0),
+            s(0),
+            db.pool_mode.map(mode_name).map(str::to_owned),
+            s(0),
+            s(current),
+            s(i32::from(paused)),
+            s(i32::from(disabled)),
         ]);
     }
     t
@@ -225,18 +356,68 @@ pub fn config_table(config: &Config) -> Table {
         ("pool_mode", mode_name(config.pool_mode).into(), defaults.as_ref().map(|d| mode_name(d.pool_mode).into()), true),
         ("auth_type", format!("{:?}", config.auth_type), None, true),
         ("max_client_conn", config.max_client_conn.to_string(), defaults.as_ref().map(|d| d.max_client_conn.to_string()), true),
-        ("query_wait_timeout", config.query_wait_timeout.to_string(), defaults.as_ref().map(|d| d.query_wait_timeout.to_string()), true),
-        ("server_connect_timeout", config.server_connect_timeout.to_string(), defaults.as_ref().map(|d| d.server_connect_timeout.to_string()), true),
-        ("client_login_timeout", config.client_login_timeout.to_string(), defaults.as_ref().map(|d| d.client_login_timeout.to_string()), true),
-        ("shutdown_timeout", config.shutdown_timeout.to_string(), defaults.as_ref().map(|d| d.shutdown_timeout.to_string()), true),
-        ("max_message_size", config.max_message_size.to_string(), defaults.as_ref().map(|d| d.max_message_size.to_string()), true),
-        ("spin_before_park_us", config.spin_before_park_us.to_string(), defaults.as_ref().map(|d| d.spin_before_park_us.to_string()), true),
+        (
+            "query_wait_timeout",
+            config.query_wait_timeout.to_string(),
+            defaults.as_ref().map(|d| d.query_wait_timeout.to_string()),
+            true,
+        ),
+        (
+            "server_connect_timeout",
+            config.server_connect_timeout.to_string(),
+            defaults.as_ref().map(|d| d.server_connect_timeout.to_string()),
+            true,
+        ),
+        (
+            "client_login_timeout",
+            config.client_login_timeout.to_string(),
+            defaults.as_ref().map(|d| d.client_login_timeout.to_string()),
+            true,
+        ),
+        (
+            "shutdown_timeout",
+            config.shutdown_timeout.to_string(),
+            defaults.as_ref().map(|d| d.shutdown_timeout.to_string()),
+            true,
+        ),
+        (
+            "max_message_size",
+            config.max_message_size.to_string(),
+            defaults.as_ref().map(|d| d.max_message_size.to_string()),
+            true,
+        ),
+        (
+            "spin_before_park_us",
+            config.spin_before_park_us.to_string(),
+            defaults.as_ref().map(|d| d.spin_before_park_us.to_string()),
+            true,
+        ),
         ("server_reset_query", config.server_reset_query.clone(), defaults.as_ref().map(|d| d.server_reset_query.clone()), true),
-        ("max_prepared_statements", config.max_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_prepared_statements.to_string()), true),
-        ("max_client_prepared_statements", config.max_client_prepared_statements.to_string(), defaults.as_ref().map(|d| d.max_client_prepared_statements.to_string()), true),
+        (
+            "max_prepared_statements",
+            config.max_prepared_statements.to_string(),
+            defaults.as_ref().map(|d| d.max_prepared_statements.to_string()),
+            true,
+        ),
+        (
+            "max_client_prepared_statements",
+            config.max_client_prepared_statements.to_string(),
+            defaults.as_ref().map(|d| d.max_client_prepared_statements.to_string()),
+            true,
+        ),
         ("auto_prepare", config.auto_prepare.to_string(), defaults.as_ref().map(|d| d.auto_prepare.to_string()), true),
-        ("auto_prepare_after", config.auto_prepare_after.to_string(), defaults.as_ref().map(|d| d.auto_prepare_after.to_string()), true),
-        ("binary_negotiation", config.binary_negotiation.to_string(), defaults.as_ref().map(|d| d.binary_negotiation.to_string()), true),
+        (
+            "auto_prepare_after",
+            config.auto_prepare_after.to_string(),
+            defaults.as_ref().map(|d| d.auto_prepare_after.to_string()),
+            true,
+        ),
+        (
+            "binary_negotiation",
+            config.binary_negotiation.to_string(),
+            defaults.as_ref().map(|d| d.binary_negotiation.to_string()),
+            true,
+        ),
         ("admin_users", config.admin_users.join(","), Some(String::new()), true),
         ("stats_users", config.stats_users.join(","), Some(String::new()), true),
         ("cores", config.cores.map(|c| c.to_string()).unwrap_or_default(), Some(String::new()), false),
@@ -281,8 +462,15 @@ pub fn lists_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
 /// SHOW SHARDS: how the load spreads over the cores.
 pub fn shards_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
-        ("shard", INT4), ("clients", INT4), ("active_clients", INT4), ("waiting_clients", INT4), ("servers", INT4),
-        ("idle_servers", INT4), ("xact_count", NUMERIC), ("query_count", NUMERIC), ("statements", INT4),
+        ("shard", INT4),
+        ("clients", INT4),
+        ("active_clients", INT4),
+        ("waiting_clients", INT4),
+        ("servers", INT4),
+        ("idle_servers", INT4),
+        ("xact_count", NUMERIC),
+        ("query_count", NUMERIC),
+        ("statements", INT4),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -293,8 +481,15 @@ pub fn shards_table(snapshots: &[ShardSnapshot]) -> Table {
         let waiting = sh.clients.iter().filter(|c| c.state == crate::runtime::ClientState::Waiting).count();
         let idle = sh.servers.iter().filter(|v| !v.active).count();
         t.push(vec![
-            s(sh.shard), s(sh.clients.len()), s(active), s(waiting), s(sh.servers.len()), s(idle), s(totals.xact_count),
-            s(totals.query_count), s(sh.statements),
+            s(sh.shard),
+            s(sh.clients.len()),
+            s(active),
+            s(waiting),
+            s(sh.servers.len()),
+            s(idle),
+            s(totals.xact_count),
+            s(totals.query_count),
+            s(sh.statements),
         ]);
     }
     t
@@ -303,28 +498,60 @@ pub fn shards_table(snapshots: &[ShardSnapshot]) -> Table {
 /// SHOW PREPARED: the statement registries.
 pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
-        ("shard", INT4), ("statements", INT4), ("client_parses", NUMERIC), ("server_parses", NUMERIC),
-        ("parses_answered", NUMERIC), ("describes_answered", NUMERIC), ("evictions", NUMERIC),
-        ("shapes", INT4), ("rewrites", NUMERIC), ("pass_throughs", NUMERIC), ("validations", NUMERIC),
-        ("validation_failures", NUMERIC), ("unnamed_mapped", NUMERIC), ("reruns", NUMERIC),
-        ("portals_negotiated", NUMERIC), ("values_transcoded", NUMERIC), ("transcode_bytes_saved", NUMERIC),
-        ("shapes_queued", INT4), ("parses_in_flight", INT4), ("avg_rewrite_ns", NUMERIC),
+        ("shard", INT4),
+        ("statements", INT4),
+        ("client_parses", NUMERIC),
+        ("server_parses", NUMERIC),
+        ("parses_answered", NUMERIC),
+        ("describes_answered", NUMERIC),
+        ("evictions", NUMERIC),
+        ("shapes", INT4),
+        ("rewrites", NUMERIC),
+        ("pass_throughs", NUMERIC),
+        ("validations", NUMERIC),
+        ("validation_failures", NUMERIC),
+        ("unnamed_mapped", NUMERIC),
+        ("reruns", NUMERIC),
+        ("portals_negotiated", NUMERIC),
+        ("values_transcoded", NUMERIC),
+        ("transcode_bytes_saved", NUMERIC),
+        ("shapes_queued", INT4),
+        ("parses_in_flight", INT4),
+        ("avg_rewrite_ns", NUMERIC),
         ("avg_pass_through_ns", NUMERIC),
         ("respellings", NUMERIC),
-        ("big_rows", NUMERIC), ("big_row_statements", NUMERIC),
+        ("big_rows", NUMERIC),
+        ("big_row_statements", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
     for sh in sorted {
         let p = sh.prepare;
         t.push(vec![
-            s(sh.shard), s(sh.statements), s(p.client_parses), s(p.server_parses), s(p.parses_answered),
-            s(p.describes_answered), s(p.evictions), s(p.shapes), s(p.rewrites), s(p.pass_throughs),
-            s(p.validations), s(p.validation_failures), s(p.unnamed_mapped), s(p.reruns),
-            s(p.portals_negotiated), s(p.values_transcoded), s(p.transcode_bytes_saved),
-            s(p.shapes_queued), s(p.parses_in_flight), s(average(p.rewrite_ns, p.rewrites_timed)),
-            s(average(p.pass_through_ns, p.pass_through_timed)), s(p.respellings),
-            s(p.big_rows), s(p.big_row_statements),
+            s(sh.shard),
+            s(sh.statements),
+            s(p.client_parses),
+            s(p.server_parses),
+            s(p.parses_answered),
+            s(p.describes_answered),
+            s(p.evictions),
+            s(p.shapes),
+            s(p.rewrites),
+            s(p.pass_throughs),
+            s(p.validations),
+            s(p.validation_failures),
+            s(p.unnamed_mapped),
+            s(p.reruns),
+            s(p.portals_negotiated),
+            s(p.values_transcoded),
+            s(p.transcode_bytes_saved),
+            s(p.shapes_queued),
+            s(p.parses_in_flight),
+            s(average(p.rewrite_ns, p.rewrites_timed)),
+            s(average(p.pass_through_ns, p.pass_through_timed)),
+            s(p.respellings),
+            s(p.big_rows),
+            s(p.big_row_statements),
         ]);
     }
     t
@@ -372,7 +599,15 @@ mod tests {
     }
 
     fn shard(id: usize, pools: Vec<PoolSnapshot>) -> ShardSnapshot {
-        ShardSnapshot { shard: id, pools, clients: vec![], servers: vec![], prepare: Default::default(), statements: 0, disabled: vec![] }
+        ShardSnapshot {
+            shard: id,
+            pools,
+            clients: vec![],
+            servers: vec![],
+            prepare: Default::default(),
+            statements: 0,
+            disabled: vec![],
+        }
     }
 
     #[test]

@@ -286,7 +286,9 @@ fn parse_connection(word: &str) -> Result<Connection, String> {
         "host" => Ok(Connection::Host),
         "hostssl" => Ok(Connection::HostSsl),
         "hostnossl" => Ok(Connection::HostNoSsl),
-        "hostgssenc" | "hostnogssenc" => Err(format!("connection type \"{word}\" is not supported: pglane does not do GSSAPI encryption")),
+        "hostgssenc" | "hostnogssenc" => {
+            Err(format!("connection type \"{word}\" is not supported: pglane does not do GSSAPI encryption"))
+        }
         "include" | "include_if_exists" | "include_dir" => Err(format!("\"{word}\" directives are not supported by pglane")),
         _ => Err(format!("invalid connection type \"{word}\"")),
     }
@@ -497,9 +499,15 @@ mod tests {
     #[test]
     fn refusals_are_worded_like_postgres() {
         let c = client("127.0.0.1", false, "app", "alice");
-        assert_eq!(no_entry_message(&c), "no pg_hba.conf entry for host \"127.0.0.1\", user \"alice\", database \"app\", no encryption");
+        assert_eq!(
+            no_entry_message(&c),
+            "no pg_hba.conf entry for host \"127.0.0.1\", user \"alice\", database \"app\", no encryption"
+        );
         let c = client("::ffff:10.0.0.1", true, "app", "alice");
-        assert_eq!(rejected_message(&c), "pg_hba.conf rejects connection for host \"10.0.0.1\", user \"alice\", database \"app\", SSL encryption");
+        assert_eq!(
+            rejected_message(&c),
+            "pg_hba.conf rejects connection for host \"10.0.0.1\", user \"alice\", database \"app\", SSL encryption"
+        );
     }
 
     #[test]

@@ -43,21 +43,11 @@ pub fn md5_salted_response(md5_hash: &str, salt: [u8; 4]) -> String {
 /// stored (so they only work for the user name they were created for). A
 /// SCRAM verifier cannot check an md5 response and yields
 /// [`AuthError::IncompatibleSecret`]. Any malformed response is `Ok(false)`.
-pub fn verify_md5(
-    secret: &Secret,
-    user: &str,
-    salt: [u8; 4],
-    response: &[u8],
-) -> Result<bool, AuthError> {
+pub fn verify_md5(secret: &Secret, user: &str, salt: [u8; 4], response: &[u8]) -> Result<bool, AuthError> {
     let stored_hash: Cow<'_, str> = match secret {
         Secret::Plain(password) => Cow::Owned(md5_password_hash(user, password)),
         Secret::Md5(hash) => Cow::Borrowed(hash),
-        Secret::Scram(_) => {
-            return Err(AuthError::IncompatibleSecret {
-                method: "md5",
-                secret: secret.kind(),
-            })
-        }
+        Secret::Scram(_) => return Err(AuthError::IncompatibleSecret { method: "md5", secret: secret.kind() }),
     };
     let expected = md5_salted_response(&stored_hash, salt);
     Ok(constant_time_eq(expected.as_bytes(), response))
@@ -97,28 +87,19 @@ mod tests {
 
     #[test]
     fn password_hash_matches_python_hashlib() {
-        assert_eq!(
-            md5_password_hash("postgres", "secret"),
-            POSTGRES_SECRET_HASH
-        );
+        assert_eq!(md5_password_hash("postgres", "secret"), POSTGRES_SECRET_HASH);
     }
 
     #[test]
     fn password_hash_matches_postgres_15() {
         // `SET password_encryption = 'md5'; CREATE ROLE bob PASSWORD 'secret'`
         // on PostgreSQL 15, then `SELECT rolpassword FROM pg_authid`.
-        assert_eq!(
-            md5_password_hash("bob", "secret"),
-            "md521f3163f8f86fa10bdefbfbd502a8f06"
-        );
+        assert_eq!(md5_password_hash("bob", "secret"), "md521f3163f8f86fa10bdefbfbd502a8f06");
     }
 
     #[test]
     fn salted_response_matches_python_hashlib() {
-        assert_eq!(
-            md5_salted_response(POSTGRES_SECRET_HASH, SALT),
-            POSTGRES_SECRET_RESPONSE
-        );
+        assert_eq!(md5_salted_response(POSTGRES_SECRET_HASH, SALT), POSTGRES_SECRET_RESPONSE);
     }
 
     #[test]
@@ -130,24 +111,14 @@ mod tests {
     #[test]
     fn verifies_against_plaintext_secret() {
         let secret = Secret::Plain("secret".into());
-        let ok = verify_md5(
-            &secret,
-            "postgres",
-            SALT,
-            POSTGRES_SECRET_RESPONSE.as_bytes(),
-        );
+        let ok = verify_md5(&secret, "postgres", SALT, POSTGRES_SECRET_RESPONSE.as_bytes());
         assert_eq!(ok, Ok(true));
     }
 
     #[test]
     fn verifies_against_md5_secret() {
         let secret = Secret::Md5(POSTGRES_SECRET_HASH.into());
-        let ok = verify_md5(
-            &secret,
-            "postgres",
-            SALT,
-            POSTGRES_SECRET_RESPONSE.as_bytes(),
-        );
+        let ok = verify_md5(&secret, "postgres", SALT, POSTGRES_SECRET_RESPONSE.as_bytes());
         assert_eq!(ok, Ok(true));
     }
 
@@ -155,37 +126,17 @@ mod tests {
     fn rejects_wrong_password_user_or_salt() {
         let response = POSTGRES_SECRET_RESPONSE.as_bytes();
         let wrong_password = Secret::Plain("Secret".into());
-        assert_eq!(
-            verify_md5(&wrong_password, "postgres", SALT, response),
-            Ok(false)
-        );
+        assert_eq!(verify_md5(&wrong_password, "postgres", SALT, response), Ok(false));
         let right_password = Secret::Plain("secret".into());
-        assert_eq!(
-            verify_md5(&right_password, "postgre", SALT, response),
-            Ok(false)
-        );
-        assert_eq!(
-            verify_md5(&right_password, "postgres", [1, 2, 3, 5], response),
-            Ok(false)
-        );
+        assert_eq!(verify_md5(&right_password, "postgre", SALT, response), Ok(false));
+        assert_eq!(verify_md5(&right_password, "postgres", [1, 2, 3, 5], response), Ok(false));
     }
 
     #[test]
     fn scram_secret_cannot_verify_md5() {
         let secret = Secret::Scram(ScramSecret::from_password("secret", b"salt", 1));
-        let err = verify_md5(
-            &secret,
-            "postgres",
-            SALT,
-            POSTGRES_SECRET_RESPONSE.as_bytes(),
-        );
-        assert_eq!(
-            err,
-            Err(AuthError::IncompatibleSecret {
-                method: "md5",
-                secret: "SCRAM-SHA-256"
-            })
-        );
+        let err = verify_md5(&secret, "postgres", SALT, POSTGRES_SECRET_RESPONSE.as_bytes());
+        assert_eq!(err, Err(AuthError::IncompatibleSecret { method: "md5", secret: "SCRAM-SHA-256" }));
     }
 
     #[test]
@@ -193,14 +144,8 @@ mod tests {
         let secret = Secret::Plain("secret".into());
         let with_nul = format!("{POSTGRES_SECRET_RESPONSE}\0");
         let upper = POSTGRES_SECRET_RESPONSE.to_ascii_uppercase();
-        let garbage: [&[u8]; 6] = [
-            b"",
-            b"md5",
-            &[0xff, 0xfe, 0x00],
-            &POSTGRES_SECRET_RESPONSE.as_bytes()[..34],
-            with_nul.as_bytes(),
-            upper.as_bytes(),
-        ];
+        let garbage: [&[u8]; 6] =
+            [b"", b"md5", &[0xff, 0xfe, 0x00], &POSTGRES_SECRET_RESPONSE.as_bytes()[..34], with_nul.as_bytes(), upper.as_bytes()];
         for response in garbage {
             assert_eq!(verify_md5(&secret, "postgres", SALT, response), Ok(false));
         }

@@ -50,10 +50,7 @@ pub enum AuthError {
         "{method} authentication is impossible with a stored {secret} secret; \
          store the password in plaintext or in {method} form"
     )]
-    IncompatibleSecret {
-        method: &'static str,
-        secret: &'static str,
-    },
+    IncompatibleSecret { method: &'static str, secret: &'static str },
     /// A SCRAM message was not valid UTF-8.
     #[error("malformed SCRAM message: not valid UTF-8")]
     NotUtf8,
@@ -95,9 +92,7 @@ pub enum AuthError {
     #[error("SCRAM exchange out of order: {0}")]
     OutOfOrder(&'static str),
     /// The server's signature did not prove it knows the secret (client side only).
-    #[error(
-        "SCRAM server signature does not match; the server could not prove it knows the password"
-    )]
+    #[error("SCRAM server signature does not match; the server could not prove it knows the password")]
     ServerSignatureMismatch,
     /// The server ended the exchange with `e=<error>` (client side only).
     #[error("SCRAM authentication rejected by server: {0}")]
@@ -148,8 +143,7 @@ pub(crate) mod test_vectors {
     pub const RFC7677_CLIENT_FIRST: &str = "n,,n=user,r=rOprNGfwEbeRWgbNEkqO";
     pub const RFC7677_SERVER_FIRST: &str =
         "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
-    pub const RFC7677_CLIENT_FINAL: &str =
-        "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
+    pub const RFC7677_CLIENT_FINAL: &str = "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
         p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=";
     pub const RFC7677_SERVER_FINAL: &str = "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=";
     /// The verifier for the RFC 7677 password and salt, computed with python's
@@ -179,18 +173,12 @@ mod tests {
 
     #[test]
     fn error_messages_name_the_problem() {
-        let err = AuthError::IncompatibleSecret {
-            method: "md5",
-            secret: "SCRAM-SHA-256",
-        };
+        let err = AuthError::IncompatibleSecret { method: "md5", secret: "SCRAM-SHA-256" };
         assert_eq!(
             err.to_string(),
             "md5 authentication is impossible with a stored SCRAM-SHA-256 secret; \
              store the password in plaintext or in md5 form"
         );
-        assert_eq!(
-            AuthError::MissingAttribute('r').to_string(),
-            "malformed SCRAM message: attribute 'r' is missing"
-        );
+        assert_eq!(AuthError::MissingAttribute('r').to_string(), "malformed SCRAM message: attribute 'r' is missing");
     }
 }

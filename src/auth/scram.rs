@@ -110,10 +110,7 @@ impl SaltedPasswordCache {
 
 impl fmt::Debug for SaltedPasswordCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SaltedPasswordCache")
-            .field("capacity", &self.capacity)
-            .field("entries", &self.entries.len())
-            .finish()
+        f.debug_struct("SaltedPasswordCache").field("capacity", &self.capacity).field("entries", &self.entries.len()).finish()
     }
 }
 
@@ -174,11 +171,7 @@ fn recover_client_key(stored: &Key, auth_message: &str, proof: &Key) -> Option<K
 
 /// AuthMessage := client-first-message-bare "," server-first-message ","
 ///                client-final-message-without-proof
-fn auth_message(
-    client_first_bare: &str,
-    server_first: &str,
-    client_final_without_proof: &str,
-) -> String {
+fn auth_message(client_first_bare: &str, server_first: &str, client_final_without_proof: &str) -> String {
     format!("{client_first_bare},{server_first},{client_final_without_proof}")
 }
 
@@ -245,11 +238,7 @@ fn parse_client_first(message: &str) -> Result<ClientFirst<'_>, AuthError> {
     attributes.require(b'n')?;
     let nonce = parse_nonce(attributes.require(b'r')?)?;
     attributes.skip_extensions()?;
-    Ok(ClientFirst {
-        gs2_header,
-        bare,
-        nonce,
-    })
+    Ok(ClientFirst { gs2_header, bare, nonce })
 }
 
 /// Splits `gs2-cbind-flag "," [authzid] ","` off the front of a client-first-message.
@@ -264,15 +253,9 @@ fn split_gs2_header(message: &str) -> Result<(&str, &str), AuthError> {
     match cbind_flag {
         "n" | "y" => {}
         flag if flag.starts_with("p=") => {
-            return Err(AuthError::Unsupported(
-                "channel binding (only SCRAM-SHA-256 is offered, not SCRAM-SHA-256-PLUS)",
-            ))
+            return Err(AuthError::Unsupported("channel binding (only SCRAM-SHA-256 is offered, not SCRAM-SHA-256-PLUS)"))
         }
-        _ => {
-            return Err(AuthError::MalformedMessage(
-                "invalid gs2 channel-binding flag",
-            ))
-        }
+        _ => return Err(AuthError::MalformedMessage("invalid gs2 channel-binding flag")),
     }
     if authzid.starts_with("a=") {
         return Err(AuthError::Unsupported("authorization identity (a=)"));
@@ -287,20 +270,13 @@ fn split_gs2_header(message: &str) -> Result<(&str, &str), AuthError> {
 /// always last, so everything before the final comma is the
 /// client-final-message-without-proof that goes into the AuthMessage.
 fn parse_client_final(message: &str) -> Result<ClientFinal<'_>, AuthError> {
-    let (without_proof, proof) = message
-        .rsplit_once(',')
-        .ok_or(AuthError::MissingAttribute('p'))?;
+    let (without_proof, proof) = message.rsplit_once(',').ok_or(AuthError::MissingAttribute('p'))?;
     let proof = decode_key(Attributes::new(proof).require(b'p')?, 'p')?;
     let mut attributes = Attributes::new(without_proof);
     let channel_binding = decode_base64(attributes.require(b'c')?, 'c')?;
     let nonce = attributes.require(b'r')?;
     attributes.skip_extensions()?;
-    Ok(ClientFinal {
-        without_proof,
-        channel_binding,
-        nonce,
-        proof,
-    })
+    Ok(ClientFinal { without_proof, channel_binding, nonce, proof })
 }
 
 /// `[m=…,] r=<nonce>,s=<b64 salt>,i=<iterations>[,extensions]`
@@ -313,11 +289,7 @@ fn parse_server_first(message: &str) -> Result<ServerFirst<'_>, AuthError> {
     }
     let iterations = parse_iteration_count(attributes.require(b'i')?)?;
     attributes.skip_extensions()?;
-    Ok(ServerFirst {
-        nonce,
-        salt,
-        iterations,
-    })
+    Ok(ServerFirst { nonce, salt, iterations })
 }
 
 /// `v=<b64 server signature>[,extensions]` or `e=<error>[,extensions]`.
@@ -330,10 +302,7 @@ fn parse_server_final(message: &str) -> Result<Key, AuthError> {
             attributes.skip_extensions()?;
             Ok(signature)
         }
-        Some((found, _)) => Err(AuthError::UnexpectedAttribute {
-            expected: 'v',
-            found: char::from(found),
-        }),
+        Some((found, _)) => Err(AuthError::UnexpectedAttribute { expected: 'v', found: char::from(found) }),
         None => Err(AuthError::MissingAttribute('v')),
     }
 }
@@ -359,9 +328,7 @@ pub(crate) fn parse_iteration_count(text: &str) -> Result<u32, AuthError> {
 }
 
 fn decode_base64(text: &str, attribute: char) -> Result<Vec<u8>, AuthError> {
-    BASE64
-        .decode(text)
-        .map_err(|_| AuthError::InvalidBase64(attribute))
+    BASE64.decode(text).map_err(|_| AuthError::InvalidBase64(attribute))
 }
 
 fn decode_key(text: &str, attribute: char) -> Result<Key, AuthError> {
@@ -379,9 +346,7 @@ struct Attributes<'a> {
 
 impl<'a> Attributes<'a> {
     fn new(message: &'a str) -> Self {
-        Attributes {
-            remaining: Some(message),
-        }
+        Attributes { remaining: Some(message) }
     }
 
     /// The next attribute as (key, value), or `None` at the end.
@@ -402,10 +367,7 @@ impl<'a> Attributes<'a> {
         match self.next()? {
             Some((found, value)) if found == key => Ok(value),
             Some((b'm', _)) => Err(AuthError::Unsupported("mandatory extension (m=)")),
-            Some((found, _)) => Err(AuthError::UnexpectedAttribute {
-                expected: char::from(key),
-                found: char::from(found),
-            }),
+            Some((found, _)) => Err(AuthError::UnexpectedAttribute { expected: char::from(key), found: char::from(found) }),
             None => Err(AuthError::MissingAttribute(char::from(key))),
         }
     }
@@ -422,9 +384,7 @@ impl<'a> Attributes<'a> {
 fn parse_attribute(attribute: &str) -> Result<(u8, &str), AuthError> {
     match attribute.as_bytes() {
         [key, b'=', ..] if key.is_ascii_alphabetic() => Ok((*key, &attribute[2..])),
-        _ => Err(AuthError::MalformedMessage(
-            "expected an attribute of the form x=value",
-        )),
+        _ => Err(AuthError::MalformedMessage("expected an attribute of the form x=value")),
     }
 }
 
@@ -475,19 +435,12 @@ impl ScramServer {
         match secret {
             Secret::Scram(scram) => Ok(Self::new(scram.clone())),
             Secret::Plain(password) => Ok(Self::new(ScramSecret::generate(password))),
-            Secret::Md5(_) => Err(AuthError::IncompatibleSecret {
-                method: SCRAM_SHA_256,
-                secret: secret.kind(),
-            }),
+            Secret::Md5(_) => Err(AuthError::IncompatibleSecret { method: SCRAM_SHA_256, secret: secret.kind() }),
         }
     }
 
     fn with_server_nonce(secret: ScramSecret, server_nonce: String) -> Self {
-        ScramServer {
-            secret,
-            server_nonce,
-            state: ServerState::AwaitingClientFirst,
-        }
+        ScramServer { secret, server_nonce, state: ServerState::AwaitingClientFirst }
     }
 
     /// Takes the client-first-message (`n,,n=<user>,r=<nonce>`; gs2 flag `y`
@@ -495,9 +448,7 @@ impl ScramServer {
     /// server-first-message `r=<nonce>,s=<salt>,i=<iterations>`.
     pub fn handle_client_first(&mut self, message: &[u8]) -> Result<Vec<u8>, AuthError> {
         if !matches!(self.state, ServerState::AwaitingClientFirst) {
-            return Err(AuthError::OutOfOrder(
-                "client-first-message was already handled",
-            ));
+            return Err(AuthError::OutOfOrder("client-first-message was already handled"));
         }
         match self.start_exchange(message) {
             Ok(exchange) => {
@@ -517,15 +468,11 @@ impl ScramServer {
     /// A well-formed but wrong proof is [`AuthError::WrongPassword`].
     pub fn handle_client_final(&mut self, message: &[u8]) -> Result<Vec<u8>, AuthError> {
         let ServerState::AwaitingClientFinal(exchange) = &self.state else {
-            return Err(AuthError::OutOfOrder(
-                "client-final-message must follow a handled client-first-message",
-            ));
+            return Err(AuthError::OutOfOrder("client-final-message must follow a handled client-first-message"));
         };
         let outcome = finish_exchange(&self.secret, exchange, message);
         self.state = match &outcome {
-            Ok((client_key, _)) => ServerState::Succeeded {
-                client_key: *client_key,
-            },
+            Ok((client_key, _)) => ServerState::Succeeded { client_key: *client_key },
             Err(_) => ServerState::Failed,
         };
         outcome.map(|(_, reply)| reply)
@@ -548,11 +495,7 @@ impl ScramServer {
     fn start_exchange(&self, message: &[u8]) -> Result<Exchange, AuthError> {
         let client_first = parse_client_first(utf8(message)?)?;
         let nonce = format!("{}{}", client_first.nonce, self.server_nonce);
-        let server_first = format!(
-            "r={nonce},s={},i={}",
-            BASE64.encode(&self.secret.salt),
-            self.secret.iterations
-        );
+        let server_first = format!("r={nonce},s={},i={}", BASE64.encode(&self.secret.salt), self.secret.iterations);
         Ok(Exchange {
             gs2_header: client_first.gs2_header.to_owned(),
             client_first_bare: client_first.bare.to_owned(),
@@ -564,11 +507,7 @@ impl ScramServer {
 
 /// Checks a client-final-message against the exchange so far; on success the
 /// recovered ClientKey and the server-final-message.
-fn finish_exchange(
-    secret: &ScramSecret,
-    exchange: &Exchange,
-    message: &[u8],
-) -> Result<(Key, Vec<u8>), AuthError> {
+fn finish_exchange(secret: &ScramSecret, exchange: &Exchange, message: &[u8]) -> Result<(Key, Vec<u8>), AuthError> {
     let client_final = parse_client_final(utf8(message)?)?;
     if client_final.channel_binding != exchange.gs2_header.as_bytes() {
         return Err(AuthError::ChannelBindingMismatch);
@@ -576,18 +515,11 @@ fn finish_exchange(
     if client_final.nonce != exchange.nonce {
         return Err(AuthError::NonceMismatch);
     }
-    let auth_message = auth_message(
-        &exchange.client_first_bare,
-        &exchange.server_first,
-        client_final.without_proof,
-    );
-    let client_key = recover_client_key(&secret.stored_key, &auth_message, &client_final.proof)
-        .ok_or(AuthError::WrongPassword)?;
+    let auth_message = auth_message(&exchange.client_first_bare, &exchange.server_first, client_final.without_proof);
+    let client_key =
+        recover_client_key(&secret.stored_key, &auth_message, &client_final.proof).ok_or(AuthError::WrongPassword)?;
     let signature = server_signature(&secret.server_key, &auth_message);
-    Ok((
-        client_key,
-        format!("v={}", BASE64.encode(signature)).into_bytes(),
-    ))
+    Ok((client_key, format!("v={}", BASE64.encode(signature)).into_bytes()))
 }
 
 impl fmt::Debug for ScramServer {
@@ -598,10 +530,7 @@ impl fmt::Debug for ScramServer {
             ServerState::Succeeded { .. } => "succeeded",
             ServerState::Failed => "failed",
         };
-        f.debug_struct("ScramServer")
-            .field("secret", &self.secret)
-            .field("state", &state)
-            .finish_non_exhaustive()
+        f.debug_struct("ScramServer").field("secret", &self.secret).field("state", &state).finish_non_exhaustive()
     }
 }
 
@@ -646,10 +575,7 @@ pub struct ScramClient {
 
 enum Credentials {
     Password(String),
-    ClientKey {
-        client_key: Key,
-        server_key: Option<Key>,
-    },
+    ClientKey { client_key: Key, server_key: Option<Key> },
 }
 
 enum ClientState {
@@ -666,10 +592,7 @@ impl Credentials {
                 let salted = cache.get_or_derive(password, salt, iterations);
                 (client_key(&salted), Some(server_key(&salted)))
             }
-            Credentials::ClientKey {
-                client_key,
-                server_key,
-            } => (*client_key, *server_key),
+            Credentials::ClientKey { client_key, server_key } => (*client_key, *server_key),
         }
     }
 }
@@ -689,10 +612,7 @@ impl ScramClient {
     /// server is not authenticated.
     #[must_use]
     pub fn with_client_key(client_key: [u8; 32], server_key_check: Option<[u8; 32]>) -> Self {
-        let credentials = Credentials::ClientKey {
-            client_key,
-            server_key: server_key_check,
-        };
+        let credentials = Credentials::ClientKey { client_key, server_key: server_key_check };
         Self::with_credentials(credentials, random_nonce())
     }
 
@@ -737,15 +657,9 @@ impl ScramClient {
     /// [`handle_server_first`](Self::handle_server_first), taking the
     /// SaltedPassword from `cache` when it holds one for the server's salt
     /// and iteration count, and adding it otherwise.
-    pub fn handle_server_first_cached(
-        &mut self,
-        message: &[u8],
-        cache: &mut SaltedPasswordCache,
-    ) -> Result<Vec<u8>, AuthError> {
+    pub fn handle_server_first_cached(&mut self, message: &[u8], cache: &mut SaltedPasswordCache) -> Result<Vec<u8>, AuthError> {
         if !matches!(self.state, ClientState::AwaitingServerFirst) {
-            return Err(AuthError::OutOfOrder(
-                "server-first-message was already handled",
-            ));
+            return Err(AuthError::OutOfOrder("server-first-message was already handled"));
         }
         match self.answer_server_first(message, cache) {
             Ok((reply, server_signature)) => {
@@ -763,15 +677,11 @@ impl ScramClient {
     /// ServerKey is known); `e=<error>` becomes [`AuthError::ServerError`].
     pub fn verify_server_final(&self, message: &[u8]) -> Result<(), AuthError> {
         let ClientState::AwaitingServerFinal { server_signature } = &self.state else {
-            return Err(AuthError::OutOfOrder(
-                "server-final-message must follow a handled server-first-message",
-            ));
+            return Err(AuthError::OutOfOrder("server-final-message must follow a handled server-first-message"));
         };
         let received = parse_server_final(utf8(message)?)?;
         match server_signature {
-            Some(expected) if !constant_time_eq(expected, &received) => {
-                Err(AuthError::ServerSignatureMismatch)
-            }
+            Some(expected) if !constant_time_eq(expected, &received) => Err(AuthError::ServerSignatureMismatch),
             _ => Ok(()),
         }
     }
@@ -781,26 +691,16 @@ impl ScramClient {
     }
 
     /// The client-final-message, and the server signature to expect if known.
-    fn answer_server_first(
-        &self,
-        message: &[u8],
-        cache: &mut SaltedPasswordCache,
-    ) -> Result<(Vec<u8>, Option<Key>), AuthError> {
+    fn answer_server_first(&self, message: &[u8], cache: &mut SaltedPasswordCache) -> Result<(Vec<u8>, Option<Key>), AuthError> {
         let server_first_text = utf8(message)?;
         let server_first = parse_server_first(server_first_text)?;
         check_server_nonce(&self.nonce, server_first.nonce)?;
         if server_first.iterations > self.max_iterations {
-            return Err(AuthError::TooManyIterations {
-                iterations: server_first.iterations,
-                max: self.max_iterations,
-            });
+            return Err(AuthError::TooManyIterations { iterations: server_first.iterations, max: self.max_iterations });
         }
-        let (client_key, server_key) =
-            self.credentials
-                .keys(&server_first.salt, server_first.iterations, cache);
+        let (client_key, server_key) = self.credentials.keys(&server_first.salt, server_first.iterations, cache);
         let without_proof = format!("c={CHANNEL_BINDING_NO_BINDING},r={}", server_first.nonce);
-        let auth_message =
-            auth_message(&self.client_first_bare(), server_first_text, &without_proof);
+        let auth_message = auth_message(&self.client_first_bare(), server_first_text, &without_proof);
         let proof = client_proof(&client_key, &auth_message);
         let expected_signature = server_key.map(|key| server_signature(&key, &auth_message));
         let reply = format!("{without_proof},p={}", BASE64.encode(proof));
@@ -827,10 +727,7 @@ impl fmt::Debug for ScramClient {
             ClientState::AwaitingServerFinal { .. } => "awaiting server-final-message",
             ClientState::Failed => "failed",
         };
-        f.debug_struct("ScramClient")
-            .field("credentials", &credentials)
-            .field("state", &state)
-            .finish_non_exhaustive()
+        f.debug_struct("ScramClient").field("credentials", &credentials).field("state", &state).finish_non_exhaustive()
     }
 }
 
@@ -847,8 +744,7 @@ impl ScramClient {
     /// A password client with a fixed nonce and `n=` user name (which must not
     /// need saslname escaping), to reproduce test vectors.
     fn with_fixed_nonce(password: &str, username: &str, nonce: &str) -> Self {
-        let mut client =
-            Self::with_credentials(Credentials::Password(password.to_owned()), nonce.to_owned());
+        let mut client = Self::with_credentials(Credentials::Password(password.to_owned()), nonce.to_owned());
         client.username = username.to_owned();
         client
     }
@@ -881,9 +777,7 @@ mod tests {
     /// A server that has answered the RFC 7677 client-first-message.
     fn rfc7677_server_after_first() -> ScramServer {
         let mut server = ScramServer::with_fixed_nonce(rfc7677_secret(), RFC7677_SERVER_NONCE);
-        server
-            .handle_client_first(RFC7677_CLIENT_FIRST.as_bytes())
-            .expect("RFC client-first is valid");
+        server.handle_client_first(RFC7677_CLIENT_FIRST.as_bytes()).expect("RFC client-first is valid");
         server
     }
 
@@ -897,10 +791,7 @@ mod tests {
 
     #[test]
     fn gs2_constants_agree() {
-        assert_eq!(
-            BASE64.encode(GS2_HEADER_NO_BINDING),
-            CHANNEL_BINDING_NO_BINDING
-        );
+        assert_eq!(BASE64.encode(GS2_HEADER_NO_BINDING), CHANNEL_BINDING_NO_BINDING);
     }
 
     #[test]
@@ -921,18 +812,13 @@ mod tests {
         assert_eq!(text(client.client_first()), RFC7677_CLIENT_FIRST);
         let client_final = client.handle_server_first(RFC7677_SERVER_FIRST.as_bytes());
         assert_eq!(client_final.map(text).as_deref(), Ok(RFC7677_CLIENT_FINAL));
-        assert_eq!(
-            client.verify_server_final(RFC7677_SERVER_FINAL.as_bytes()),
-            Ok(())
-        );
+        assert_eq!(client.verify_server_final(RFC7677_SERVER_FINAL.as_bytes()), Ok(()));
     }
 
     #[test]
     fn client_first_has_empty_user_and_random_nonce() {
         let first = text(ScramClient::new("pw").client_first());
-        let nonce = first
-            .strip_prefix("n,,n=,r=")
-            .expect("shape n,,n=,r=<nonce>");
+        let nonce = first.strip_prefix("n,,n=,r=").expect("shape n,,n=,r=<nonce>");
         assert_eq!(nonce.len(), 24);
         assert_eq!(parse_nonce(nonce), Ok(nonce));
         assert_ne!(ScramClient::new("pw").client_first(), first.into_bytes());
@@ -941,8 +827,7 @@ mod tests {
     #[test]
     fn server_nonces_are_random() {
         let secret = rfc7677_secret();
-        let reply =
-            |server: &mut ScramServer| server.handle_client_first(RFC7677_CLIENT_FIRST.as_bytes());
+        let reply = |server: &mut ScramServer| server.handle_client_first(RFC7677_CLIENT_FIRST.as_bytes());
         let first = reply(&mut ScramServer::new(secret.clone()));
         let second = reply(&mut ScramServer::new(secret));
         assert!(first.is_ok() && second.is_ok());
@@ -964,39 +849,25 @@ mod tests {
         let secret = ScramSecret::from_password("s3cret", b"salt", 16);
         let mut server = ScramServer::new(secret);
         let mut client = ScramClient::new("s3cret!");
-        let server_first = server
-            .handle_client_first(&client.client_first())
-            .expect("first");
+        let server_first = server.handle_client_first(&client.client_first()).expect("first");
         let client_final = client.handle_server_first(&server_first).expect("final");
-        assert_eq!(
-            server.handle_client_final(&client_final),
-            Err(AuthError::WrongPassword)
-        );
+        assert_eq!(server.handle_client_final(&client_final), Err(AuthError::WrongPassword));
         assert_eq!(server.client_key(), None);
-        assert!(matches!(
-            server.handle_client_final(&client_final),
-            Err(AuthError::OutOfOrder(_))
-        ));
+        assert!(matches!(server.handle_client_final(&client_final), Err(AuthError::OutOfOrder(_))));
     }
 
     #[test]
     fn tampered_proof_is_wrong_password() {
         let mut server = rfc7677_server_after_first();
         let tampered = RFC7677_CLIENT_FINAL.replace("p=dHzb", "p=dHzc");
-        assert_eq!(
-            server.handle_client_final(tampered.as_bytes()),
-            Err(AuthError::WrongPassword)
-        );
+        assert_eq!(server.handle_client_final(tampered.as_bytes()), Err(AuthError::WrongPassword));
     }
 
     #[test]
     fn tampered_nonce_is_rejected() {
         let mut server = rfc7677_server_after_first();
         let tampered = RFC7677_CLIENT_FINAL.replace("$k0,", "$k1,");
-        assert_eq!(
-            server.handle_client_final(tampered.as_bytes()),
-            Err(AuthError::NonceMismatch)
-        );
+        assert_eq!(server.handle_client_final(tampered.as_bytes()), Err(AuthError::NonceMismatch));
     }
 
     #[test]
@@ -1004,74 +875,42 @@ mod tests {
         // Anything in the AuthMessage changing invalidates the proof.
         let mut server = ScramServer::new(rfc7677_secret());
         let mut client = ScramClient::new(RFC7677_PASSWORD);
-        let server_first = text(
-            server
-                .handle_client_first(&client.client_first())
-                .expect("first"),
-        );
+        let server_first = text(server.handle_client_first(&client.client_first()).expect("first"));
         let tampered = format!("{server_first},x=injected");
-        let client_final = client
-            .handle_server_first(tampered.as_bytes())
-            .expect("final");
-        assert_eq!(
-            server.handle_client_final(&client_final),
-            Err(AuthError::WrongPassword)
-        );
+        let client_final = client.handle_server_first(tampered.as_bytes()).expect("final");
+        assert_eq!(server.handle_client_final(&client_final), Err(AuthError::WrongPassword));
     }
 
     #[test]
     fn client_rejects_server_nonce_that_does_not_extend_its_own() {
         let salt_and_iterations = ",s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
-        for nonce in [
-            "rOprNGfwEbeRWgbNEkqO",
-            "rOprNGfwEbeRWgbNEkqX%hv",
-            "X",
-            "rOprNGfwEbeRWgbNEkq",
-        ] {
+        for nonce in ["rOprNGfwEbeRWgbNEkqO", "rOprNGfwEbeRWgbNEkqX%hv", "X", "rOprNGfwEbeRWgbNEkq"] {
             let mut client = rfc7677_client();
             let server_first = format!("r={nonce}{salt_and_iterations}");
-            assert_eq!(
-                client.handle_server_first(server_first.as_bytes()),
-                Err(AuthError::NonceMismatch),
-                "{nonce}"
-            );
+            assert_eq!(client.handle_server_first(server_first.as_bytes()), Err(AuthError::NonceMismatch), "{nonce}");
         }
     }
 
     #[test]
     fn client_detects_forged_server_signature() {
         let mut client = rfc7677_client();
-        client
-            .handle_server_first(RFC7677_SERVER_FIRST.as_bytes())
-            .expect("final");
+        client.handle_server_first(RFC7677_SERVER_FIRST.as_bytes()).expect("final");
         let forged = RFC7677_SERVER_FINAL.replace("v=6rri", "v=6rrj");
-        assert_eq!(
-            client.verify_server_final(forged.as_bytes()),
-            Err(AuthError::ServerSignatureMismatch)
-        );
+        assert_eq!(client.verify_server_final(forged.as_bytes()), Err(AuthError::ServerSignatureMismatch));
     }
 
     #[test]
     fn recovered_client_key_logs_in_to_a_second_server() {
         let secret = ScramSecret::from_password("s3cret", b"per-user salt", 4096);
         let mut first_server = ScramServer::new(secret.clone());
-        assert_eq!(
-            exchange(&mut ScramClient::new("s3cret"), &mut first_server),
-            Ok(())
-        );
+        assert_eq!(exchange(&mut ScramClient::new("s3cret"), &mut first_server), Ok(()));
         let client_key = first_server.client_key().expect("key after success");
 
         let mut checked = ScramClient::with_client_key(client_key, Some(secret.server_key));
-        assert_eq!(
-            exchange(&mut checked, &mut ScramServer::new(secret.clone())),
-            Ok(())
-        );
+        assert_eq!(exchange(&mut checked, &mut ScramServer::new(secret.clone())), Ok(()));
 
         let mut unchecked = ScramClient::with_client_key(client_key, None);
-        assert_eq!(
-            exchange(&mut unchecked, &mut ScramServer::new(secret.clone())),
-            Ok(())
-        );
+        assert_eq!(exchange(&mut unchecked, &mut ScramServer::new(secret.clone())), Ok(()));
     }
 
     #[test]
@@ -1079,10 +918,7 @@ mod tests {
         let secret = ScramSecret::from_password("s3cret", b"salt", 16);
         let client_key = client_key(&salted_password(b"s3cret", b"salt", 16));
         let mut client = ScramClient::with_client_key(client_key, Some([7; 32]));
-        assert_eq!(
-            exchange(&mut client, &mut ScramServer::new(secret)),
-            Err(AuthError::ServerSignatureMismatch)
-        );
+        assert_eq!(exchange(&mut client, &mut ScramServer::new(secret)), Err(AuthError::ServerSignatureMismatch));
     }
 
     #[test]
@@ -1090,10 +926,7 @@ mod tests {
         let client_key = client_key(&salted_password(b"s3cret", b"salt one", 16));
         let other_verifier = ScramSecret::from_password("s3cret", b"salt two", 16);
         let mut client = ScramClient::with_client_key(client_key, None);
-        assert_eq!(
-            exchange(&mut client, &mut ScramServer::new(other_verifier)),
-            Err(AuthError::WrongPassword)
-        );
+        assert_eq!(exchange(&mut client, &mut ScramServer::new(other_verifier)), Err(AuthError::WrongPassword));
     }
 
     #[test]
@@ -1105,10 +938,7 @@ mod tests {
 
         let mut wrong = ScramClient::new("correct horse ");
         let mut server = ScramServer::from_secret(&secret).expect("SCRAM secret");
-        assert_eq!(
-            exchange(&mut wrong, &mut server),
-            Err(AuthError::WrongPassword)
-        );
+        assert_eq!(exchange(&mut wrong, &mut server), Err(AuthError::WrongPassword));
     }
 
     #[test]
@@ -1117,10 +947,7 @@ mod tests {
         let mut server = ScramServer::from_secret(&secret).expect("plaintext works");
         assert_eq!(exchange(&mut ScramClient::new("pw"), &mut server), Ok(()));
         let mut server = ScramServer::from_secret(&secret).expect("plaintext works");
-        assert_eq!(
-            exchange(&mut ScramClient::new("wrong"), &mut server),
-            Err(AuthError::WrongPassword)
-        );
+        assert_eq!(exchange(&mut ScramClient::new("wrong"), &mut server), Err(AuthError::WrongPassword));
     }
 
     #[test]
@@ -1128,38 +955,25 @@ mod tests {
         let secret = Secret::parse("md553f48b7c4b76a86ce72276c5755f217d").expect("md5");
         assert_eq!(
             ScramServer::from_secret(&secret).map(|_| ()),
-            Err(AuthError::IncompatibleSecret {
-                method: "SCRAM-SHA-256",
-                secret: "md5"
-            })
+            Err(AuthError::IncompatibleSecret { method: "SCRAM-SHA-256", secret: "md5" })
         );
     }
 
     #[test]
     fn gs2_flag_y_is_accepted_with_matching_binding_echo() {
         let mut server = ScramServer::with_fixed_nonce(rfc7677_secret(), "S");
-        server
-            .handle_client_first(b"y,,n=user,r=abc")
-            .expect("y accepted");
+        server.handle_client_first(b"y,,n=user,r=abc").expect("y accepted");
         // The echo must be base64("y,,"); "biws" (the RFC vector's) is a mismatch.
         let final_with_wrong_echo = b"c=biws,r=abcS,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=";
-        assert_eq!(
-            server.handle_client_final(final_with_wrong_echo),
-            Err(AuthError::ChannelBindingMismatch)
-        );
+        assert_eq!(server.handle_client_final(final_with_wrong_echo), Err(AuthError::ChannelBindingMismatch));
 
         let secret = rfc7677_secret();
         let mut server = ScramServer::with_fixed_nonce(secret, "S");
-        server
-            .handle_client_first(b"y,,n=user,r=abc")
-            .expect("y accepted");
+        server.handle_client_first(b"y,,n=user,r=abc").expect("y accepted");
         let salted = salted_password(b"pencil", &rfc7677_secret().salt, 4096);
         let server_first = format!("r=abcS,s={RFC7677_SALT},i=4096");
         let without_proof = "c=eSws,r=abcS";
-        let proof = client_proof(
-            &client_key(&salted),
-            &auth_message("n=user,r=abc", &server_first, without_proof),
-        );
+        let proof = client_proof(&client_key(&salted), &auth_message("n=user,r=abc", &server_first, without_proof));
         let client_final = format!("{without_proof},p={}", BASE64.encode(proof));
         assert!(server.handle_client_final(client_final.as_bytes()).is_ok());
     }
@@ -1167,16 +981,11 @@ mod tests {
     #[test]
     fn extensions_are_ignored_but_covered_by_the_proof() {
         let mut server = ScramServer::with_fixed_nonce(rfc7677_secret(), "S");
-        server
-            .handle_client_first(b"n,,n=user,r=abc,x=ext")
-            .expect("extension ignored");
+        server.handle_client_first(b"n,,n=user,r=abc,x=ext").expect("extension ignored");
         let salted = salted_password(b"pencil", &rfc7677_secret().salt, 4096);
         let server_first = format!("r=abcS,s={RFC7677_SALT},i=4096");
         let without_proof = "c=biws,r=abcS,y=another";
-        let proof = client_proof(
-            &client_key(&salted),
-            &auth_message("n=user,r=abc,x=ext", &server_first, without_proof),
-        );
+        let proof = client_proof(&client_key(&salted), &auth_message("n=user,r=abc,x=ext", &server_first, without_proof));
         let client_final = format!("{without_proof},p={}", BASE64.encode(proof));
         assert!(server.handle_client_final(client_final.as_bytes()).is_ok());
     }
@@ -1184,10 +993,7 @@ mod tests {
     #[test]
     fn unsupported_client_features_are_rejected() {
         let cases: [(&[u8], AuthError); 4] = [
-            (
-                b"p=tls-server-end-point,,n=,r=abc",
-                AuthError::Unsupported(""),
-            ),
+            (b"p=tls-server-end-point,,n=,r=abc", AuthError::Unsupported("")),
             (b"n,a=admin,n=,r=abc", AuthError::Unsupported("")),
             (b"n,,m=mandatory,n=,r=abc", AuthError::Unsupported("")),
             (b"n,x=admin,n=,r=abc", AuthError::MalformedMessage("")),
@@ -1206,55 +1012,31 @@ mod tests {
     #[test]
     fn server_error_is_reported_with_its_text() {
         let mut client = rfc7677_client();
-        client
-            .handle_server_first(RFC7677_SERVER_FIRST.as_bytes())
-            .expect("final");
-        assert_eq!(
-            client.verify_server_final(b"e=invalid-proof"),
-            Err(AuthError::ServerError("invalid-proof".into()))
-        );
+        client.handle_server_first(RFC7677_SERVER_FIRST.as_bytes()).expect("final");
+        assert_eq!(client.verify_server_final(b"e=invalid-proof"), Err(AuthError::ServerError("invalid-proof".into())));
     }
 
     #[test]
     fn steps_out_of_order_are_rejected() {
         let mut server = ScramServer::new(rfc7677_secret());
-        assert!(matches!(
-            server.handle_client_final(RFC7677_CLIENT_FINAL.as_bytes()),
-            Err(AuthError::OutOfOrder(_))
-        ));
+        assert!(matches!(server.handle_client_final(RFC7677_CLIENT_FINAL.as_bytes()), Err(AuthError::OutOfOrder(_))));
         let mut server = rfc7677_server_after_first();
-        assert!(matches!(
-            server.handle_client_first(RFC7677_CLIENT_FIRST.as_bytes()),
-            Err(AuthError::OutOfOrder(_))
-        ));
+        assert!(matches!(server.handle_client_first(RFC7677_CLIENT_FIRST.as_bytes()), Err(AuthError::OutOfOrder(_))));
         // An out-of-order call does not disturb the exchange in progress.
-        assert!(server
-            .handle_client_final(RFC7677_CLIENT_FINAL.as_bytes())
-            .is_ok());
+        assert!(server.handle_client_final(RFC7677_CLIENT_FINAL.as_bytes()).is_ok());
         assert!(server.client_key().is_some());
 
         let mut client = rfc7677_client();
-        assert!(matches!(
-            client.verify_server_final(RFC7677_SERVER_FINAL.as_bytes()),
-            Err(AuthError::OutOfOrder(_))
-        ));
-        client
-            .handle_server_first(RFC7677_SERVER_FIRST.as_bytes())
-            .expect("final");
-        assert!(matches!(
-            client.handle_server_first(RFC7677_SERVER_FIRST.as_bytes()),
-            Err(AuthError::OutOfOrder(_))
-        ));
+        assert!(matches!(client.verify_server_final(RFC7677_SERVER_FINAL.as_bytes()), Err(AuthError::OutOfOrder(_))));
+        client.handle_server_first(RFC7677_SERVER_FIRST.as_bytes()).expect("final");
+        assert!(matches!(client.handle_server_first(RFC7677_SERVER_FIRST.as_bytes()), Err(AuthError::OutOfOrder(_))));
     }
 
     #[test]
     fn failed_client_step_ends_the_exchange() {
         let mut client = rfc7677_client();
         assert!(client.handle_server_first(b"garbage").is_err());
-        assert!(matches!(
-            client.handle_server_first(RFC7677_SERVER_FIRST.as_bytes()),
-            Err(AuthError::OutOfOrder(_))
-        ));
+        assert!(matches!(client.handle_server_first(RFC7677_SERVER_FIRST.as_bytes()), Err(AuthError::OutOfOrder(_))));
     }
 
     #[test]
@@ -1283,11 +1065,7 @@ mod tests {
         ];
         for &message in cases {
             let result = ScramServer::new(rfc7677_secret()).handle_client_first(message);
-            assert!(
-                result.is_err(),
-                "{:?} accepted",
-                String::from_utf8_lossy(message)
-            );
+            assert!(result.is_err(), "{:?} accepted", String::from_utf8_lossy(message));
         }
         let non_utf8 = ScramServer::new(rfc7677_secret()).handle_client_first(b"n,,n=\xff,r=abc");
         assert_eq!(non_utf8, Err(AuthError::NotUtf8));
@@ -1300,65 +1078,25 @@ mod tests {
         let cases: Vec<(String, AuthError)> = vec![
             (String::new(), AuthError::MissingAttribute('p')),
             ("c=biws".into(), AuthError::MissingAttribute('p')),
-            (
-                format!("c=biws,{NONCE}"),
-                AuthError::UnexpectedAttribute {
-                    expected: 'p',
-                    found: 'r',
-                },
-            ),
+            (format!("c=biws,{NONCE}"), AuthError::UnexpectedAttribute { expected: 'p', found: 'r' }),
             (PROOF.into(), AuthError::MissingAttribute('p')),
             (format!(",{PROOF}"), AuthError::MalformedMessage("")),
             (format!("c=biws,{NONCE},p="), AuthError::InvalidBase64('p')),
-            (
-                format!("c=biws,{NONCE},p=!!!!"),
-                AuthError::InvalidBase64('p'),
-            ),
-            (
-                format!("c=biws,{NONCE},p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndQ=="),
-                AuthError::InvalidBase64('p'),
-            ),
-            (
-                format!("c=bi!s,{NONCE},{PROOF}"),
-                AuthError::InvalidBase64('c'),
-            ),
-            (
-                format!("c=,{NONCE},{PROOF}"),
-                AuthError::ChannelBindingMismatch,
-            ),
-            (
-                format!("{NONCE},c=biws,{PROOF}"),
-                AuthError::UnexpectedAttribute {
-                    expected: 'c',
-                    found: 'r',
-                },
-            ),
+            (format!("c=biws,{NONCE},p=!!!!"), AuthError::InvalidBase64('p')),
+            (format!("c=biws,{NONCE},p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndQ=="), AuthError::InvalidBase64('p')),
+            (format!("c=bi!s,{NONCE},{PROOF}"), AuthError::InvalidBase64('c')),
+            (format!("c=,{NONCE},{PROOF}"), AuthError::ChannelBindingMismatch),
+            (format!("{NONCE},c=biws,{PROOF}"), AuthError::UnexpectedAttribute { expected: 'c', found: 'r' }),
             (format!("c=biws,{PROOF}"), AuthError::MissingAttribute('r')),
             (format!("c=biws,r=,{PROOF}"), AuthError::NonceMismatch),
-            (
-                format!("c=biws,{NONCE},{PROOF},x=1"),
-                AuthError::UnexpectedAttribute {
-                    expected: 'p',
-                    found: 'x',
-                },
-            ),
-            (
-                format!("c=biws,{NONCE},,{PROOF}"),
-                AuthError::MalformedMessage(""),
-            ),
-            (
-                format!("c=biws,{NONCE},{PROOF}\0"),
-                AuthError::InvalidBase64('p'),
-            ),
+            (format!("c=biws,{NONCE},{PROOF},x=1"), AuthError::UnexpectedAttribute { expected: 'p', found: 'x' }),
+            (format!("c=biws,{NONCE},,{PROOF}"), AuthError::MalformedMessage("")),
+            (format!("c=biws,{NONCE},{PROOF}\0"), AuthError::InvalidBase64('p')),
         ];
         for (message, expected) in cases {
             let result = rfc7677_server_after_first().handle_client_final(message.as_bytes());
             let err = result.expect_err(&message);
-            assert_eq!(
-                std::mem::discriminant(&err),
-                std::mem::discriminant(&expected),
-                "{message:?}: {err:?}"
-            );
+            assert_eq!(std::mem::discriminant(&err), std::mem::discriminant(&expected), "{message:?}: {err:?}");
             if !matches!(expected, AuthError::MalformedMessage(_)) {
                 assert_eq!(err, expected, "{message:?}");
             }
@@ -1377,79 +1115,27 @@ mod tests {
             ("r=".into(), AuthError::InvalidNonce),
             (NONCE.into(), AuthError::MissingAttribute('s')),
             (format!("{NONCE},s=,i=4096"), AuthError::InvalidBase64('s')),
-            (
-                format!("{NONCE},s=!!!!,i=4096"),
-                AuthError::InvalidBase64('s'),
-            ),
-            (
-                format!("{NONCE},s=W22ZaJ0SNY7soEsUEjb6gQ,i=4096"),
-                AuthError::InvalidBase64('s'),
-            ),
+            (format!("{NONCE},s=!!!!,i=4096"), AuthError::InvalidBase64('s')),
+            (format!("{NONCE},s=W22ZaJ0SNY7soEsUEjb6gQ,i=4096"), AuthError::InvalidBase64('s')),
             (format!("{NONCE},{SALT}"), AuthError::MissingAttribute('i')),
-            (
-                format!("{NONCE},{SALT},i="),
-                AuthError::InvalidIterationCount,
-            ),
-            (
-                format!("{NONCE},{SALT},i=0"),
-                AuthError::InvalidIterationCount,
-            ),
-            (
-                format!("{NONCE},{SALT},i=-1"),
-                AuthError::InvalidIterationCount,
-            ),
-            (
-                format!("{NONCE},{SALT},i=+4096"),
-                AuthError::InvalidIterationCount,
-            ),
-            (
-                format!("{NONCE},{SALT},i= 4096"),
-                AuthError::InvalidIterationCount,
-            ),
-            (
-                format!("{NONCE},{SALT},i=4096x"),
-                AuthError::InvalidIterationCount,
-            ),
-            (
-                format!("{NONCE},{SALT},i=4294967296"),
-                AuthError::InvalidIterationCount,
-            ),
-            (
-                format!("{NONCE},{SALT},i={huge}"),
-                AuthError::InvalidIterationCount,
-            ),
-            (
-                format!("{NONCE},{SALT},i=4096,"),
-                AuthError::MalformedMessage(""),
-            ),
-            (
-                format!("{SALT},{NONCE},i=4096"),
-                AuthError::UnexpectedAttribute {
-                    expected: 'r',
-                    found: 's',
-                },
-            ),
-            (
-                format!("m=ext,{NONCE},{SALT},i=4096"),
-                AuthError::Unsupported(""),
-            ),
-            (
-                format!("{NONCE}\u{e9},{SALT},i=4096"),
-                AuthError::InvalidNonce,
-            ),
+            (format!("{NONCE},{SALT},i="), AuthError::InvalidIterationCount),
+            (format!("{NONCE},{SALT},i=0"), AuthError::InvalidIterationCount),
+            (format!("{NONCE},{SALT},i=-1"), AuthError::InvalidIterationCount),
+            (format!("{NONCE},{SALT},i=+4096"), AuthError::InvalidIterationCount),
+            (format!("{NONCE},{SALT},i= 4096"), AuthError::InvalidIterationCount),
+            (format!("{NONCE},{SALT},i=4096x"), AuthError::InvalidIterationCount),
+            (format!("{NONCE},{SALT},i=4294967296"), AuthError::InvalidIterationCount),
+            (format!("{NONCE},{SALT},i={huge}"), AuthError::InvalidIterationCount),
+            (format!("{NONCE},{SALT},i=4096,"), AuthError::MalformedMessage("")),
+            (format!("{SALT},{NONCE},i=4096"), AuthError::UnexpectedAttribute { expected: 'r', found: 's' }),
+            (format!("m=ext,{NONCE},{SALT},i=4096"), AuthError::Unsupported("")),
+            (format!("{NONCE}\u{e9},{SALT},i=4096"), AuthError::InvalidNonce),
         ];
         for (message, expected) in cases {
-            let err = rfc7677_client()
-                .handle_server_first(message.as_bytes())
-                .expect_err(&message);
-            assert_eq!(
-                std::mem::discriminant(&err),
-                std::mem::discriminant(&expected),
-                "{message:?}: {err:?}"
-            );
+            let err = rfc7677_client().handle_server_first(message.as_bytes()).expect_err(&message);
+            assert_eq!(std::mem::discriminant(&err), std::mem::discriminant(&expected), "{message:?}: {err:?}");
         }
-        let non_utf8 =
-            rfc7677_client().handle_server_first(b"r=rOprNGfwEbeRWgbNEkqO\xff,s=AA==,i=1");
+        let non_utf8 = rfc7677_client().handle_server_first(b"r=rOprNGfwEbeRWgbNEkqO\xff,s=AA==,i=1");
         assert_eq!(non_utf8, Err(AuthError::NotUtf8));
     }
 
@@ -1457,9 +1143,7 @@ mod tests {
     fn server_first_extensions_are_accepted() {
         let mut client = rfc7677_client();
         let with_extension = format!("{RFC7677_SERVER_FIRST},x=ext");
-        assert!(client
-            .handle_server_first(with_extension.as_bytes())
-            .is_ok());
+        assert!(client.handle_server_first(with_extension.as_bytes()).is_ok());
     }
 
     #[test]
@@ -1478,21 +1162,13 @@ mod tests {
         ];
         for &message in cases {
             let mut client = rfc7677_client();
-            client
-                .handle_server_first(RFC7677_SERVER_FIRST.as_bytes())
-                .expect("final");
+            client.handle_server_first(RFC7677_SERVER_FIRST.as_bytes()).expect("final");
             let result = client.verify_server_final(message);
-            assert!(
-                result.is_err(),
-                "{:?} accepted",
-                String::from_utf8_lossy(message)
-            );
+            assert!(result.is_err(), "{:?} accepted", String::from_utf8_lossy(message));
             // Without a ServerKey nothing is compared, but parsing is just as strict.
             let mut keyless = ScramClient::with_client_key([0; 32], None);
             keyless.nonce = RFC7677_CLIENT_NONCE.to_owned();
-            keyless
-                .handle_server_first(RFC7677_SERVER_FIRST.as_bytes())
-                .expect("final");
+            keyless.handle_server_first(RFC7677_SERVER_FIRST.as_bytes()).expect("final");
             assert!(keyless.verify_server_final(message).is_err());
         }
     }
@@ -1501,12 +1177,10 @@ mod tests {
     fn every_truncation_of_valid_messages_is_handled_without_panic() {
         // Prefixes may still be valid (or not); what matters is no panic.
         for end in 0..=RFC7677_CLIENT_FIRST.len() {
-            let _ = ScramServer::new(rfc7677_secret())
-                .handle_client_first(&RFC7677_CLIENT_FIRST.as_bytes()[..end]);
+            let _ = ScramServer::new(rfc7677_secret()).handle_client_first(&RFC7677_CLIENT_FIRST.as_bytes()[..end]);
         }
         for end in 0..=RFC7677_CLIENT_FINAL.len() {
-            let _ = rfc7677_server_after_first()
-                .handle_client_final(&RFC7677_CLIENT_FINAL.as_bytes()[..end]);
+            let _ = rfc7677_server_after_first().handle_client_final(&RFC7677_CLIENT_FINAL.as_bytes()[..end]);
         }
         for end in 0..=RFC7677_SERVER_FIRST.len() {
             let prefix = &RFC7677_SERVER_FIRST.as_bytes()[..end];
@@ -1523,22 +1197,8 @@ mod tests {
         assert_eq!(parse_iteration_count("1"), Ok(1));
         assert_eq!(parse_iteration_count("4096"), Ok(4096));
         assert_eq!(parse_iteration_count("4294967295"), Ok(u32::MAX));
-        for bad in [
-            "",
-            "0",
-            "00",
-            "-5",
-            "+5",
-            "4 096",
-            "0x10",
-            "4294967296",
-            "１２",
-        ] {
-            assert_eq!(
-                parse_iteration_count(bad),
-                Err(AuthError::InvalidIterationCount),
-                "{bad}"
-            );
+        for bad in ["", "0", "00", "-5", "+5", "4 096", "0x10", "4294967296", "１２"] {
+            assert_eq!(parse_iteration_count(bad), Err(AuthError::InvalidIterationCount), "{bad}");
         }
     }
 
@@ -1547,10 +1207,7 @@ mod tests {
         let secret = rfc7677_secret(); // 4096 iterations
         let mut server = ScramServer::new(secret.clone());
         let mut client = ScramClient::new(RFC7677_PASSWORD).with_max_iterations(4095);
-        assert_eq!(
-            exchange(&mut client, &mut server),
-            Err(AuthError::TooManyIterations { iterations: 4096, max: 4095 })
-        );
+        assert_eq!(exchange(&mut client, &mut server), Err(AuthError::TooManyIterations { iterations: 4096, max: 4095 }));
         let message = AuthError::TooManyIterations { iterations: 4096, max: 4095 }.to_string();
         assert!(message.contains("server_scram_max_iterations"), "{message}");
         // The limit itself is allowed, and the default is well above PostgreSQL's.

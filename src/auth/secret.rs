@@ -125,9 +125,7 @@ fn looks_like_md5_hex(hex: &str) -> bool {
 
 fn parse_md5_hex(hex: &str) -> Result<String, AuthError> {
     if hex.len() != MD5_HEX_LEN || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(AuthError::InvalidSecret(
-            "an md5 secret must be \"md5\" followed by exactly 32 hex digits",
-        ));
+        return Err(AuthError::InvalidSecret("an md5 secret must be \"md5\" followed by exactly 32 hex digits"));
     }
     // The hex text itself is hashed into md5 responses, so its case matters.
     Ok(format!("{MD5_PREFIX}{}", hex.to_ascii_lowercase()))
@@ -198,23 +196,13 @@ impl ScramSecret {
     /// Parses what follows `SCRAM-SHA-256$`: `<iter>:<salt>$<StoredKey>:<ServerKey>`.
     /// `$` and `:` are not base64 characters, so splitting on them is unambiguous.
     fn parse_body(body: &str) -> Result<ScramSecret, AuthError> {
-        const SHAPE: &str =
-            "a SCRAM secret must look like SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>";
-        let (parameters, keys) = body
-            .split_once('$')
-            .ok_or(AuthError::InvalidSecret(SHAPE))?;
-        let (iterations, salt) = parameters
-            .split_once(':')
-            .ok_or(AuthError::InvalidSecret(SHAPE))?;
-        let (stored_key, server_key) = keys
-            .split_once(':')
-            .ok_or(AuthError::InvalidSecret(SHAPE))?;
+        const SHAPE: &str = "a SCRAM secret must look like SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>";
+        let (parameters, keys) = body.split_once('$').ok_or(AuthError::InvalidSecret(SHAPE))?;
+        let (iterations, salt) = parameters.split_once(':').ok_or(AuthError::InvalidSecret(SHAPE))?;
+        let (stored_key, server_key) = keys.split_once(':').ok_or(AuthError::InvalidSecret(SHAPE))?;
         Ok(ScramSecret {
-            iterations: scram::parse_iteration_count(iterations).map_err(|_| {
-                AuthError::InvalidSecret(
-                    "SCRAM iteration count must be an integer in 1..=4294967295",
-                )
-            })?,
+            iterations: scram::parse_iteration_count(iterations)
+                .map_err(|_| AuthError::InvalidSecret("SCRAM iteration count must be an integer in 1..=4294967295"))?,
             salt: decode_salt(salt)?,
             stored_key: decode_key(stored_key, "SCRAM StoredKey must be base64 of 32 bytes")?,
             server_key: decode_key(server_key, "SCRAM ServerKey must be base64 of 32 bytes")?,
@@ -236,27 +224,19 @@ impl fmt::Debug for ScramSecret {
 fn decode_salt(text: &str) -> Result<Vec<u8>, AuthError> {
     match BASE64.decode(text) {
         Ok(salt) if !salt.is_empty() => Ok(salt),
-        _ => Err(AuthError::InvalidSecret(
-            "SCRAM salt must be non-empty base64",
-        )),
+        _ => Err(AuthError::InvalidSecret("SCRAM salt must be non-empty base64")),
     }
 }
 
 fn decode_key(text: &str, problem: &'static str) -> Result<[u8; KEY_LEN], AuthError> {
-    BASE64
-        .decode(text)
-        .ok()
-        .and_then(|bytes| <[u8; KEY_LEN]>::try_from(bytes).ok())
-        .ok_or(AuthError::InvalidSecret(problem))
+    BASE64.decode(text).ok().and_then(|bytes| <[u8; KEY_LEN]>::try_from(bytes).ok()).ok_or(AuthError::InvalidSecret(problem))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::auth::test_vectors::{
-        POSTGRES_15_PASSWORD, POSTGRES_15_SECRET, RFC7677_SALT, RFC7677_SECRET,
-    };
+    use crate::auth::test_vectors::{POSTGRES_15_PASSWORD, POSTGRES_15_SECRET, RFC7677_SALT, RFC7677_SECRET};
 
     fn scram(secret: Secret) -> ScramSecret {
         match secret {
@@ -276,8 +256,7 @@ mod tests {
     #[test]
     fn from_password_reproduces_postgres_verifier() {
         let parsed = scram(Secret::parse(POSTGRES_15_SECRET).expect("valid secret"));
-        let derived =
-            ScramSecret::from_password(POSTGRES_15_PASSWORD, &parsed.salt, parsed.iterations);
+        let derived = ScramSecret::from_password(POSTGRES_15_PASSWORD, &parsed.salt, parsed.iterations);
         assert_eq!(derived, parsed);
     }
 
@@ -315,20 +294,8 @@ mod tests {
 
     #[test]
     fn everything_else_is_plaintext() {
-        for text in [
-            "",
-            "secret",
-            "md5",
-            "md5isgreat",
-            "SCRAM-SHA-256",
-            "scram-sha-256$x",
-            "md5 53f4",
-        ] {
-            assert_eq!(
-                Secret::parse(text),
-                Ok(Secret::Plain(text.into())),
-                "{text:?}"
-            );
+        for text in ["", "secret", "md5", "md5isgreat", "SCRAM-SHA-256", "scram-sha-256$x", "md5 53f4"] {
+            assert_eq!(Secret::parse(text), Ok(Secret::Plain(text.into())), "{text:?}");
         }
         let plain: Secret = "hunter2".parse().expect("plaintext");
         assert_eq!(plain.plaintext(), Some("hunter2"));
@@ -353,10 +320,7 @@ mod tests {
             "md553f48b7c4b76a86ce72276c5755f217g",  // 32 chars, one not hex
             "md5123",
         ] {
-            assert!(
-                matches!(Secret::parse(text), Err(AuthError::InvalidSecret(_))),
-                "{text:?}"
-            );
+            assert!(matches!(Secret::parse(text), Err(AuthError::InvalidSecret(_))), "{text:?}");
         }
     }
 
@@ -376,10 +340,7 @@ mod tests {
             format!("SCRAM-SHA-256$-1:c2FsdA==${stored}:{server}"),
             format!("SCRAM-SHA-256$+4096:c2FsdA==${stored}:{server}"),
             format!("SCRAM-SHA-256$4294967296:c2FsdA==${stored}:{server}"),
-            format!(
-                "SCRAM-SHA-256${}:c2FsdA==${stored}:{server}",
-                "9".repeat(10_000)
-            ),
+            format!("SCRAM-SHA-256${}:c2FsdA==${stored}:{server}", "9".repeat(10_000)),
             format!("SCRAM-SHA-256$4096:${stored}:{server}"),
             format!("SCRAM-SHA-256$4096:c2FsdA=${stored}:{server}"),
             format!("SCRAM-SHA-256$4096:c2F!dA==${stored}:{server}"),
@@ -392,10 +353,7 @@ mod tests {
             String::from("SCRAM-SHA-256$4096:c2FsdA==$\u{e9}:\u{e9}"),
         ];
         for text in &cases {
-            assert!(
-                matches!(Secret::parse(text), Err(AuthError::InvalidSecret(_))),
-                "{text:?}"
-            );
+            assert!(matches!(Secret::parse(text), Err(AuthError::InvalidSecret(_))), "{text:?}");
         }
     }
 
@@ -410,16 +368,10 @@ mod tests {
     fn debug_output_is_redacted() {
         let plain = format!("{:?}", Secret::Plain("hunter2".into()));
         assert!(!plain.contains("hunter2"), "{plain}");
-        let md5 = format!(
-            "{:?}",
-            Secret::parse("md553f48b7c4b76a86ce72276c5755f217d").expect("md5")
-        );
+        let md5 = format!("{:?}", Secret::parse("md553f48b7c4b76a86ce72276c5755f217d").expect("md5"));
         assert!(!md5.contains("53f48"), "{md5}");
         let scram = format!("{:?}", Secret::parse(RFC7677_SECRET).expect("scram"));
-        assert!(
-            !scram.contains("WG5d8") && !scram.contains("wfPLw"),
-            "{scram}"
-        );
+        assert!(!scram.contains("WG5d8") && !scram.contains("wfPLw"), "{scram}");
         assert!(scram.contains("4096"), "{scram}");
     }
 

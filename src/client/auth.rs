@@ -17,11 +17,11 @@ use futures_lite::AsyncWriteExt;
 use tracing::warn;
 
 use super::SessionError;
+use crate::auth::hba::{self, HbaMethod};
 use crate::auth::md5::verify_md5;
+use crate::auth::mock;
 use crate::auth::scram::{ClientKeys, ScramServer, SCRAM_SHA_256};
 use crate::auth::secret::{ScramSecret, Secret};
-use crate::auth::hba::{self, HbaMethod};
-use crate::auth::mock;
 use crate::config::{AuthType, Config};
 use crate::net::{read_message, ReadError, Stream};
 use crate::protocol::backend::{self, ErrorFields};
@@ -95,7 +95,10 @@ enum Exchange {
     Md5(Option<Secret>),
     /// `genuine` is false for a mock verifier: the login fails whatever the
     /// client sends.
-    Scram { verifier: ScramSecret, genuine: bool },
+    Scram {
+        verifier: ScramSecret,
+        genuine: bool,
+    },
 }
 
 /// Picks the exchange for `method` and the user's stored secret, if any.
@@ -279,8 +282,7 @@ mod tests {
 
     #[test]
     fn an_unknown_user_is_shown_the_salt_a_plaintext_user_would_be() {
-        let Exchange::Scram { verifier: mock, .. } = exchange_for(Method::ScramSha256, "alice", None, |_| unreachable!())
-        else {
+        let Exchange::Scram { verifier: mock, .. } = exchange_for(Method::ScramSha256, "alice", None, |_| unreachable!()) else {
             panic!("scram expected")
         };
         let real = mock::scram_secret_for_password("alice", "pw");

@@ -57,8 +57,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
-use super::negotiate::{self, NegotiateError, Negotiator, Plan};
 pub use super::negotiate::Negotiation;
+use super::negotiate::{self, NegotiateError, Negotiator, Plan};
 use super::pinning::{self, SessionFeature};
 use super::quiet::QuietTexts;
 use super::settings::{self, Change, Settings, Value};
@@ -127,38 +127,63 @@ enum Request {
     /// `plain`: of the unnamed statement, passed through, with a text that
     /// [`pinning::leaves_session_alone`] (worked out with server pipelining
     /// only; see [`Exchange::may_be_followed`]).
-    Parse { undo: Option<Prepared>, plain: bool },
+    Parse {
+        undo: Option<Prepared>,
+        plain: bool,
+    },
     /// `plain`: of the unnamed statement passed through, whose text was
     /// plain (as for Parse).
-    Bind { statement: Option<Rc<Statement>>, plain: bool },
+    Bind {
+        statement: Option<Rc<Statement>>,
+        plain: bool,
+    },
     /// `cache` is the statement whose description to remember from the
     /// answer; `portal` the plan of a negotiated portal described.
-    Describe { cache: Option<Rc<Statement>>, portal: Option<Rc<Plan>> },
+    Describe {
+        cache: Option<Rc<Statement>>,
+        portal: Option<Rc<Plan>>,
+    },
     /// Describe of a rewritten simple query's portal: its RowDescription is
     /// the client's (in text, when `plan` negotiated it), its NoData is not.
-    QueryDescribe { plan: Option<Rc<Plan>> },
+    QueryDescribe {
+        plan: Option<Rc<Plan>>,
+    },
     /// `evicted` names a statement pglane closed to make room.
-    Close { evicted: Option<Rc<str>> },
+    Close {
+        evicted: Option<Rc<str>>,
+    },
     /// pglane's Describe of a statement it just prepared on this server
     /// connection for a client's Bind, while clients hold its cached
     /// description `expected`: the result type must be the same.
-    CheckResult { statement: Rc<Statement>, expected: Bytes },
+    CheckResult {
+        statement: Rc<Statement>,
+        expected: Bytes,
+    },
     /// An Execute of no portal, sent to make the server fail (and skip to
     /// Sync) where a changed result type fails on a direct connection; its
     /// error reaches the client as 0A000.
     StaleResult,
     /// `plan`: the portal was negotiated, its DataRows are transcoded.
     /// `rows_of`: the statement whose row record its rows update.
-    Execute { plan: Option<Rc<Plan>>, rows_of: Option<Rc<Statement>> },
+    Execute {
+        plan: Option<Rc<Plan>>,
+        rows_of: Option<Rc<Statement>>,
+    },
     /// `rewritten`: the Sync ending a rewritten simple query.
-    Sync { rewritten: bool },
+    Sync {
+        rewritten: bool,
+    },
     /// `plain`: passed through, and its text leaves the session alone (as
     /// for Parse).
-    Query { plain: bool },
+    Query {
+        plain: bool,
+    },
     /// An empty query in place of the client's `DEALLOCATE name`: its
     /// EmptyQueryResponse becomes the client's CommandComplete. `execute`:
     /// the Execute of a portal of it, else a simple query.
-    Deallocate { execute: bool },
+    Deallocate {
+        execute: bool,
+    },
     FunctionCall,
 }
 
@@ -169,7 +194,10 @@ impl Due {
         matches!(
             self,
             Due::Server {
-                request: Request::Sync { .. } | Request::Query { .. } | Request::Deallocate { execute: false } | Request::FunctionCall,
+                request: Request::Sync { .. }
+                    | Request::Query { .. }
+                    | Request::Deallocate { execute: false }
+                    | Request::FunctionCall,
                 ..
             }
         )
@@ -326,7 +354,13 @@ impl AutoPrepare {
 
     /// The validated statement to run the simple query `sql` as, or why it
     /// passes through. A miss queues the shape for validation (per the policy).
-    fn statement_for(&mut self, sql: &str, ready: Ready, settings: &Settings, registry: &Registry) -> Result<Rc<Statement>, PassThrough> {
+    fn statement_for(
+        &mut self,
+        sql: &str,
+        ready: Ready,
+        settings: &Settings,
+        registry: &Registry,
+    ) -> Result<Rc<Statement>, PassThrough> {
         if self.notice_search_path(sql) {
             return Err(PassThrough::SearchPath);
         }
@@ -536,7 +570,10 @@ fn same_result(expected: &[u8], tag: u8, body: &[u8]) -> bool {
     match (backend::decode_row_description(old_body), backend::decode_row_description(body)) {
         (Ok(old), Ok(new)) => {
             old.len() == new.len()
-                && old.iter().zip(&new).all(|(a, b)| a.name == b.name && a.type_oid == b.type_oid && a.type_modifier == b.type_modifier)
+                && old
+                    .iter()
+                    .zip(&new)
+                    .all(|(a, b)| a.name == b.name && a.type_oid == b.type_oid && a.type_modifier == b.type_modifier)
         }
         _ => true,
     }
@@ -572,7 +609,8 @@ fn changes_schema(tag: &[u8]) -> bool {
 
 /// A followed SET/RESET in a simple query sent outside a transaction block.
 fn follow_change(body: &[u8], status: backend::TransactionStatus) -> Option<Change> {
-    let starts_like_set = body.len() > 4 && (body[..3].eq_ignore_ascii_case(b"set") || body[..5.min(body.len())].eq_ignore_ascii_case(b"reset"));
+    let starts_like_set =
+        body.len() > 4 && (body[..3].eq_ignore_ascii_case(b"set") || body[..5.min(body.len())].eq_ignore_ascii_case(b"reset"));
     if !starts_like_set || status != backend::TransactionStatus::Idle {
         return None;
     }
@@ -721,7 +759,10 @@ impl Exchange {
                 crate::pool::opening::may_follow(s.slow_at.get()) && leaves_session_alone(s)
             }
             Due::Server {
-                request: Request::Query { plain: true } | Request::Parse { undo: None, plain: true } | Request::Bind { statement: None, plain: true },
+                request:
+                    Request::Query { plain: true }
+                    | Request::Parse { undo: None, plain: true }
+                    | Request::Bind { statement: None, plain: true },
                 ..
             } => passed_may_follow,
             Due::Server {
@@ -908,13 +949,16 @@ impl Exchange {
                         self.pending_change = Some(Change::ResetAll);
                     }
                 }
-                self.deallocate(body, st, to_server) || self.rewrite_query(body, st, to_server) || self.pass_query(message, body, to_server)
+                self.deallocate(body, st, to_server)
+                    || self.rewrite_query(body, st, to_server)
+                    || self.pass_query(message, body, to_server)
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
             frontend::COPY_DONE | frontend::COPY_FAIL => {
                 // Syncs sent while the server was in COPY FROM STDIN are ignored by it.
                 for _ in 0..self.tracker.syncs_ignored_by_copy() {
-                    if let Some(i) = self.due.iter().rposition(|d| matches!(d, Due::Server { request: Request::Sync { .. }, .. })) {
+                    if let Some(i) = self.due.iter().rposition(|d| matches!(d, Due::Server { request: Request::Sync { .. }, .. }))
+                    {
                         self.due.remove(i);
                     }
                 }
@@ -954,7 +998,8 @@ impl Exchange {
     /// pglane's own ahead of the Bind, whose answer is cached and not
     /// forwarded: later Binds of it can be negotiated.
     fn learn_description(&mut self, s: &Rc<Statement>, st: &Statements<'_>, to_server: &mut BytesMut) {
-        let being_learned = |d: &Due| matches!(d, Due::Server { request: Request::Describe { cache: Some(c), .. }, .. } if Rc::ptr_eq(c, s));
+        let being_learned =
+            |d: &Due| matches!(d, Due::Server { request: Request::Describe { cache: Some(c), .. }, .. } if Rc::ptr_eq(c, s));
         if st.negotiation.is_none() || s.description.borrow().is_some() || self.due.iter().any(being_learned) {
             return;
         }
@@ -1013,7 +1058,10 @@ impl Exchange {
         let next_server_reply = self.due.iter().find(|d| matches!(d, Due::Server { .. }));
         matches!(
             next_server_reply,
-            Some(Due::Server { request: Request::Execute { plan: Some(_), .. }, .. } | Due::Server { request: Request::Query { .. }, forward: false })
+            Some(
+                Due::Server { request: Request::Execute { plan: Some(_), .. }, .. }
+                    | Due::Server { request: Request::Query { .. }, forward: false }
+            )
         )
     }
 
@@ -1186,7 +1234,9 @@ impl Exchange {
         let record = s.rows.get();
         let plan = self.negotiate_bind(s, portal, rest, negotiate::small_rows(record), st);
         match &plan {
-            Some((plan, params)) => names::put_bind_with_result_formats(to_server, portal, &s.server_name, params, plan.server_formats()),
+            Some((plan, params)) => {
+                names::put_bind_with_result_formats(to_server, portal, &s.server_name, params, plan.server_formats())
+            }
             None => names::put_bind(to_server, portal, &s.server_name, rest),
         }
         let watch = match &plan {
@@ -1579,7 +1629,8 @@ impl Exchange {
             backend::ROW_DESCRIPTION | backend::NO_DATA => {
                 if let Some(Due::Server { request: Request::CheckResult { .. }, .. }) = self.due.front() {
                     forward = false;
-                    if let Some(Due::Server { request: Request::CheckResult { statement, expected }, .. }) = self.due.pop_front() {
+                    if let Some(Due::Server { request: Request::CheckResult { statement, expected }, .. }) = self.due.pop_front()
+                    {
                         self.result_checked(&statement, &expected, tag, body, st);
                     }
                 } else if let Some(Due::Server { request: Request::QueryDescribe { plan }, .. }) = self.due.front() {
@@ -1589,38 +1640,42 @@ impl Exchange {
                     if let (true, Some(plan)) = (forward, plan.clone()) {
                         forward = false;
                         if let Err(e) = plan.client_row_description(body, to_client) {
-                            tracing::error!("binary format negotiation: RowDescription of a rewritten query: {e}; ending the session");
+                            tracing::error!(
+                                "binary format negotiation: RowDescription of a rewritten query: {e}; ending the session"
+                            );
                             self.failure = Some(e.into());
                         }
                     }
                     self.due.pop_front();
                 } else {
-                forward = !self.describe_is_pglanes();
-                if let Some(Due::Server { request: Request::Describe { portal: Some(plan), .. }, .. }) = self.due.front() {
-                    let plan = plan.clone();
-                    if tag == backend::ROW_DESCRIPTION {
-                        forward = false;
-                        if let Err(e) = plan.client_row_description(body, to_client) {
-                            tracing::error!("binary format negotiation: portal RowDescription: {e}; ending the session");
-                            self.failure = Some(e.into());
+                    forward = !self.describe_is_pglanes();
+                    if let Some(Due::Server { request: Request::Describe { portal: Some(plan), .. }, .. }) = self.due.front() {
+                        let plan = plan.clone();
+                        if tag == backend::ROW_DESCRIPTION {
+                            forward = false;
+                            if let Err(e) = plan.client_row_description(body, to_client) {
+                                tracing::error!("binary format negotiation: portal RowDescription: {e}; ending the session");
+                                self.failure = Some(e.into());
+                            }
                         }
                     }
-                }
-                if let Some(Due::Server { request: Request::Describe { cache, .. }, .. }) = self.due.front() {
-                    if let Some(s) = cache {
-                        if !self.describing.is_empty() {
-                            let mut description = std::mem::take(&mut self.describing);
-                            description.extend_from_slice(message);
-                            let description = description.freeze();
-                            *s.described.borrow_mut() = Some(description.clone());
-                            *s.description.borrow_mut() = Some(description);
+                    if let Some(Due::Server { request: Request::Describe { cache, .. }, .. }) = self.due.front() {
+                        if let Some(s) = cache {
+                            if !self.describing.is_empty() {
+                                let mut description = std::mem::take(&mut self.describing);
+                                description.extend_from_slice(message);
+                                let description = description.freeze();
+                                *s.described.borrow_mut() = Some(description.clone());
+                                *s.description.borrow_mut() = Some(description);
+                            }
                         }
+                        self.due.pop_front();
                     }
-                    self.due.pop_front();
-                }
                 }
             }
-            backend::EMPTY_QUERY_RESPONSE if matches!(self.due.front(), Some(Due::Server { request: Request::Deallocate { .. }, .. })) => {
+            backend::EMPTY_QUERY_RESPONSE
+                if matches!(self.due.front(), Some(Due::Server { request: Request::Deallocate { .. }, .. })) =>
+            {
                 forward = false;
                 backend::command_complete(to_client, "DEALLOCATE");
                 if let Some(Due::Server { request: Request::Deallocate { execute: true }, .. }) = self.due.front() {
@@ -1662,7 +1717,10 @@ impl Exchange {
                             self.resetting = false;
                             break;
                         }
-                        Due::Server { request: Request::Query { .. } | Request::Deallocate { execute: false } | Request::FunctionCall, .. } => break,
+                        Due::Server {
+                            request: Request::Query { .. } | Request::Deallocate { execute: false } | Request::FunctionCall,
+                            ..
+                        } => break,
                         _ => {}
                     }
                 }
@@ -1730,7 +1788,10 @@ impl Exchange {
 
     /// The Describe being answered is one pglane sent for itself.
     fn describe_is_pglanes(&self) -> bool {
-        matches!(self.due.front(), Some(Due::Server { request: Request::Describe { .. } | Request::CheckResult { .. }, forward: false }))
+        matches!(
+            self.due.front(),
+            Some(Due::Server { request: Request::Describe { .. } | Request::CheckResult { .. }, forward: false })
+        )
     }
 
     /// A ParameterStatus: the server connection now has this value, and so
@@ -1821,7 +1882,13 @@ impl Exchange {
     /// goes on to its ReadyForQuery), the server now skips everything up to
     /// Sync, so what pglane recorded for those requests is undone.
     fn server_error(&mut self, body: &[u8], st: &mut Statements<'_>) {
-        if matches!(self.due.front(), Some(Due::Server { request: Request::Query { .. } | Request::Deallocate { execute: false } | Request::Sync { .. }, .. }) | None) {
+        if matches!(
+            self.due.front(),
+            Some(Due::Server {
+                request: Request::Query { .. } | Request::Deallocate { execute: false } | Request::Sync { .. },
+                ..
+            }) | None
+        ) {
             return;
         }
         let stale_plan = backend::decode_error_fields(body).is_ok_and(|e| e.code == "0A000");
@@ -1879,7 +1946,10 @@ impl Exchange {
             self.rows_seen(|| negotiate::largest_data_row(bytes), registry);
         }
         self.tracker.server_sent(tag, &[]);
-        debug_assert!(!matches!(self.due.front(), Some(Due::Server { request: Request::Query { .. }, forward: false })), "rows_need_whole");
+        debug_assert!(
+            !matches!(self.due.front(), Some(Due::Server { request: Request::Query { .. }, forward: false })),
+            "rows_need_whole"
+        );
         to_client.extend_from_slice(bytes);
     }
 }
@@ -2012,7 +2082,11 @@ mod tests {
         assert_eq!(query_text(&sent[0]), "SELECT pg_catalog.set_config('search_path', 'app, public', false);");
         assert!(ex.rows_need_whole(), "set_config's row must not stream to the client");
         let row_description = [0u8, 1, b's', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25, 255, 255, 255, 255, 255, 255, 0, 0];
-        let got = reply_whole(&mut ex, &mut sides, &[(b'T', &row_description), (b'D', b"\0\x01\0\0\0\x03app"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        let got = reply_whole(
+            &mut ex,
+            &mut sides,
+            &[(b'T', &row_description), (b'D', b"\0\x01\0\0\0\x03app"), (b'C', b"SELECT 1\0"), (b'Z', b"I")],
+        );
         assert!(got.is_empty(), "{got:?}");
         assert!(!ex.rows_need_whole());
 
@@ -2144,7 +2218,15 @@ mod tests {
         let got = reply(
             &mut ex,
             &mut sides,
-            &[(b'1', b""), (b'2', b""), (b'T', b"\0\x01name\0\0\0\0\0\0\0\0\0\0\x19\xff\xff\xff\xff\xff\xff\0\0"), (b'D', b"\0\x01\0\0\0\x01x"), (b'N', b"SNOTICE\0Mhi\0\0"), (b'C', b"SELECT 1\0"), (b'Z', b"I")],
+            &[
+                (b'1', b""),
+                (b'2', b""),
+                (b'T', b"\0\x01name\0\0\0\0\0\0\0\0\0\0\x19\xff\xff\xff\xff\xff\xff\0\0"),
+                (b'D', b"\0\x01\0\0\0\x01x"),
+                (b'N', b"SNOTICE\0Mhi\0\0"),
+                (b'C', b"SELECT 1\0"),
+                (b'Z', b"I"),
+            ],
         );
         assert_eq!(tags(&got), "TDNCZ", "no ParseComplete, no BindComplete");
         assert!(ex.is_releasable());
@@ -2350,7 +2432,11 @@ mod tests {
         let name = names::split_parse(&sent[0].1).unwrap().0.to_owned();
         assert!(name.starts_with("pglane_0_"), "{name}");
         assert_eq!(names::split_bind(&sent[1].1).unwrap().1, name);
-        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        let got = reply(
+            &mut ex,
+            &mut sides,
+            &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")],
+        );
         assert_eq!(tags(&got), "12DCZ");
         // Again, on another server connection: Parse answered here, prepared there on the way.
         ex.reset();
@@ -2358,7 +2444,11 @@ mod tests {
         let (sent, answered) = parse(&mut ex, &mut sides);
         assert!(answered.is_empty(), "the ParseComplete pglane gives waits for the server's reply: {answered:?}");
         assert_eq!(tags(&sent), "PBES", "the injected Parse of the shared statement");
-        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+        let got = reply(
+            &mut ex,
+            &mut sides,
+            &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")],
+        );
         assert_eq!(tags(&got), "12DCZ", "pglane's ParseComplete, then the server's replies but its injected Parse's");
         assert_eq!(sides.registry.stats().unnamed_mapped, 2);
     }
@@ -2515,7 +2605,13 @@ mod tests {
         assert!(ex.may_be_followed(), "a plain simple query");
         assert_eq!(ex.ready_due(), 1);
         reply(&mut ex, &mut sides, &answer);
-        for sql in ["SELECT 1 INTO t", "CREATE TABLE t (a int)", "SELECT set_config('a.b', 'c', false)", "BEGIN; SELECT 1", "SET work_mem = '1MB'"] {
+        for sql in [
+            "SELECT 1 INTO t",
+            "CREATE TABLE t (a int)",
+            "SELECT set_config('a.b', 'c', false)",
+            "BEGIN; SELECT 1",
+            "SET work_mem = '1MB'",
+        ] {
             query(&mut ex, &mut sides, sql);
             assert!(!ex.may_be_followed(), "{sql}");
             reply(&mut ex, &mut sides, &[(b'C', b"SELECT 0\0"), (b'Z', b"I")]);
@@ -2673,7 +2769,11 @@ mod tests {
                 let got = reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C34000\0Mportal does not exist\0\0"), (b'Z', b"I")]);
                 assert_eq!(tags(&got), "EZ");
                 let e = backend::decode_error_fields(&got[0].1).unwrap();
-                assert_eq!((e.code.as_str(), e.message.as_str()), ("0A000", "cached plan must not change result type"), "not the server's own error");
+                assert_eq!(
+                    (e.code.as_str(), e.message.as_str()),
+                    ("0A000", "cached plan must not change result type"),
+                    "not the server's own error"
+                );
                 assert!(got[0].1.windows(22).any(|w| w == b"RRevalidateCachedQuery"));
                 assert!(ex.is_quiet());
                 // Preparing the text again gives a fresh statement.

@@ -113,7 +113,9 @@ impl Follow<'_> {
             Ok(ClientStop::Drained) if b.from_client.eof => return Some(Poll::Ready(FollowEnd::ClientLeft)),
             Ok(ClientStop::Drained) => {}
             Ok(ClientStop::Terminate) => return Some(Poll::Ready(FollowEnd::ClientLeft)),
-            Ok(ClientStop::BadTag(tag)) => return Some(Poll::Ready(FollowEnd::ClientError(ProtocolError::UnexpectedMessage(tag)))),
+            Ok(ClientStop::BadTag(tag)) => {
+                return Some(Poll::Ready(FollowEnd::ClientError(ProtocolError::UnexpectedMessage(tag))))
+            }
             Err(e) => return Some(Poll::Ready(FollowEnd::ClientError(e))),
         }
         if progress {

@@ -12,10 +12,10 @@ mod auth;
 pub(crate) mod auth_query;
 mod autoprep;
 pub mod deallocate;
-mod follow;
 pub mod exchange;
-pub mod negotiate;
+mod follow;
 mod inbox;
+pub mod negotiate;
 pub mod pinning;
 mod quiet;
 mod relay;
@@ -43,8 +43,8 @@ use crate::server::ServerError;
 
 use crate::prepare::ClientStatements;
 use exchange::Exchange;
-use relay::{Buffers, Deadline, Limits, Relay, RelayEnd};
 pub use relay::ServerSide;
+use relay::{Buffers, Deadline, Limits, Relay, RelayEnd};
 
 /// How long a departing client's server connection may take to roll back or
 /// reset before pglane closes it instead.
@@ -125,7 +125,9 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         skip_ready: 0,
     };
     match session.run(&params).await {
-        Ok(()) => info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client closed the connection"),
+        Ok(()) => {
+            info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client closed the connection")
+        }
         Err(e) => {
             info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client session ended: {e}");
             if let Some(fields) = e.client_message() {
@@ -144,7 +146,9 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
 enum Target {
     Pool(Rc<Pool>),
     /// The admin console; `may_control` for admin_users (not only stats_users).
-    Admin { may_control: bool },
+    Admin {
+        may_control: bool,
+    },
 }
 
 /// Why a login or session ended early.
@@ -172,7 +176,9 @@ impl SessionError {
             SessionError::ClientProtocol(e) => Some(ErrorFields::fatal("08P01", format!("protocol violation: {e}"))),
             SessionError::ClientIo(_) | SessionError::ClientClosed => None,
             SessionError::Refused(fields) => Some(fields.clone()),
-            SessionError::Server(ServerError::Refused(fields)) => Some(ErrorFields { severity: "FATAL".into(), ..fields.clone() }),
+            SessionError::Server(ServerError::Refused(fields)) => {
+                Some(ErrorFields { severity: "FATAL".into(), ..fields.clone() })
+            }
             SessionError::Server(e) => Some(ErrorFields::fatal("08006", e.to_string())),
             SessionError::Pool(PoolError::WaitTimeout) => Some(ErrorFields::fatal("08P01", "query_wait_timeout")),
             SessionError::Pool(PoolError::Server(ServerError::Refused(fields))) => {
@@ -210,7 +216,10 @@ async fn login(
                     // yet would be read as if they came through TLS
                     // (CVE-2021-23214): refuse them.
                     if stream.has_unread_bytes() {
-                        return Err(SessionError::Refused(ErrorFields::fatal("08P01", "received unencrypted data after SSL request")));
+                        return Err(SessionError::Refused(ErrorFields::fatal(
+                            "08P01",
+                            "received unencrypted data after SSL request",
+                        )));
                     }
                     stream.write_all(b"S").await?;
                     crate::net::tls::accept(stream, tls.clone()).await?;
@@ -380,7 +389,10 @@ impl Session {
                         _ => {} // dropping the lease closes it
                     }
                     return Err(refused.unwrap_or_else(|| {
-                        SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
+                        SessionError::Refused(ErrorFields::fatal(
+                            "08006",
+                            "server connection failed while applying startup settings",
+                        ))
                     }));
                 }
             }
@@ -451,10 +463,7 @@ impl Session {
                     return Err(shutting_down());
                 }
                 RelayEnd::ServerClosed => {
-                    return Err(SessionError::Refused(ErrorFields::fatal(
-                        "08006",
-                        "server closed the connection unexpectedly",
-                    )))
+                    return Err(SessionError::Refused(ErrorFields::fatal("08006", "server closed the connection unexpectedly")))
                 }
                 RelayEnd::ServerError(e) => return Err(SessionError::Server(ServerError::Write(e))),
                 RelayEnd::ClientError(e) => {
@@ -557,7 +566,10 @@ impl Session {
         let Some(offer) = offer else { return self.give_back(server).await };
         if offer.holder_done() {
             self.exchange.ran_slowly();
-            debug!("a request with another behind it ran longer than {:?}: its statements are not followed again", crate::pool::opening::SLOW);
+            debug!(
+                "a request with another behind it ran longer than {:?}: its statements are not followed again",
+                crate::pool::opening::SLOW
+            );
         }
         if offer.is_abandoned() {
             if offer.follower_wrote() {
@@ -612,8 +624,14 @@ impl Session {
     /// and the first ReadyForQuery. The settings of the startup packet become
     /// the client's own, carried to every server connection it gets
     /// (`settings`); a packet pglane cannot carry is refused.
-    async fn greet(&mut self, startup: &StartupParams, server_params: &[(String, String)], process_id: i32) -> Result<(), SessionError> {
-        let asked = settings::from_startup(startup).map_err(|e| SessionError::Refused(ErrorFields::fatal("42601", e.to_string())))?;
+    async fn greet(
+        &mut self,
+        startup: &StartupParams,
+        server_params: &[(String, String)],
+        process_id: i32,
+    ) -> Result<(), SessionError> {
+        let asked =
+            settings::from_startup(startup).map_err(|e| SessionError::Refused(ErrorFields::fatal("42601", e.to_string())))?;
         self.settings = settings::Settings::from_startup_values(&asked);
         // Nothing of the client's own to check with a server first.
         self.startup_applied = self.settings.is_empty();

@@ -178,9 +178,7 @@ pub fn negotiable(type_oid: u32, small_rows: bool) -> bool {
             | oid::FLOAT4
             | oid::FLOAT8
     );
-    bounded
-        || (small_rows
-            && (type_oid == oid::BYTEA || oid::array_element(type_oid).is_some()))
+    bounded || (small_rows && (type_oid == oid::BYTEA || oid::array_element(type_oid).is_some()))
 }
 
 /// Executions of a statement pglane watches, un-negotiated, before it
@@ -265,7 +263,15 @@ impl Plan {
         let columns: Box<[Option<Transcoder>]> = types
             .iter()
             .zip(client_formats.iter())
-            .map(|(&t, &format)| if format == FORMAT_TEXT && negotiable(t, small_rows) { transcoder_for(t, settings) } else { None })
+            .map(
+                |(&t, &format)| {
+                    if format == FORMAT_TEXT && negotiable(t, small_rows) {
+                        transcoder_for(t, settings)
+                    } else {
+                        None
+                    }
+                },
+            )
             .collect();
         if columns.iter().all(Option::is_none) {
             return None;
@@ -516,14 +522,23 @@ mod tests {
 
     fn settings() -> TextSettings {
         let mut s = TextSettings::default();
-        for (n, v) in [("DateStyle", "ISO, MDY"), ("IntervalStyle", "postgres"), ("TimeZone", "UTC"), ("integer_datetimes", "on")] {
+        for (n, v) in [("DateStyle", "ISO, MDY"), ("IntervalStyle", "postgres"), ("TimeZone", "UTC"), ("integer_datetimes", "on")]
+        {
             s.apply(n, v);
         }
         s
     }
 
     fn field(type_oid: u32) -> FieldDescription {
-        FieldDescription { name: format!("c{type_oid}"), table_oid: 0, column: 0, type_oid, type_size: -1, type_modifier: -1, format: 0 }
+        FieldDescription {
+            name: format!("c{type_oid}"),
+            table_oid: 0,
+            column: 0,
+            type_oid,
+            type_size: -1,
+            type_modifier: -1,
+            format: 0,
+        }
     }
 
     /// A cached description: ParameterDescription + RowDescription.
@@ -686,7 +701,8 @@ mod tests {
 
     #[test]
     fn rows_are_transcoded_field_by_field() {
-        let plan = Plan::new(&[oid::UUID, oid::INT4, oid::FLOAT8, oid::NUMERIC], &[0, 1, 0, 0], &settings(), 1 << 20, false).unwrap();
+        let plan =
+            Plan::new(&[oid::UUID, oid::INT4, oid::FLOAT8, oid::NUMERIC], &[0, 1, 0, 0], &settings(), 1 << 20, false).unwrap();
         let uuid = [0x12u8, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0, 1, 2, 3, 4, 5, 6, 7];
         let int4 = 42i32.to_be_bytes();
         // numeric -12.50: ndigits 2, weight 0, sign -, dscale 2, digits 12 5000
@@ -696,7 +712,10 @@ mod tests {
         let mut out = BytesMut::new();
         let stats = transcode_row(&body[HEADER_LEN..], &plan, &mut out).unwrap();
         let mut expected = BytesMut::new();
-        backend::data_row(&mut expected, &[Some(b"12345678-9abc-def0-0001-020304050607"), Some(&int4), Some(b"1.5"), Some(b"-12.50")]);
+        backend::data_row(
+            &mut expected,
+            &[Some(b"12345678-9abc-def0-0001-020304050607"), Some(&int4), Some(b"1.5"), Some(b"-12.50")],
+        );
         assert_eq!(out, expected);
         assert_eq!(stats, RowStats { values: 2, bytes_saved: (36 - 16) + (6 - 12) });
 
@@ -716,7 +735,10 @@ mod tests {
         assert!(matches!(transcode_row(&short[HEADER_LEN..], &plan, &mut out), Err(NegotiateError::Transcode { column: 0, .. })));
         let mut one = BytesMut::new();
         backend::data_row(&mut one, &[None]);
-        assert!(matches!(transcode_row(&one[HEADER_LEN..], &plan, &mut out), Err(NegotiateError::Columns { expected: 2, actual: 1 })));
+        assert!(matches!(
+            transcode_row(&one[HEADER_LEN..], &plan, &mut out),
+            Err(NegotiateError::Columns { expected: 2, actual: 1 })
+        ));
         assert!(matches!(transcode_row(b"\x00\x01\x00\x00", &plan, &mut out), Err(NegotiateError::Protocol(_))));
         assert_eq!(&out[..], b"kept");
     }
@@ -735,7 +757,10 @@ mod tests {
         let m = split_message(&mut out, 1000).unwrap().unwrap();
         let got = backend::decode_row_description(&m.body).unwrap();
         assert_eq!(got.iter().map(|f| f.format).collect::<Vec<_>>(), vec![0, 1, 0]);
-        assert_eq!(got.iter().map(|f| (f.name.as_str(), f.type_oid)).collect::<Vec<_>>(), vec![("c2950", 2950), ("c20", 20), ("c1114", 1114)]);
+        assert_eq!(
+            got.iter().map(|f| (f.name.as_str(), f.type_oid)).collect::<Vec<_>>(),
+            vec![("c2950", 2950), ("c20", 20), ("c1114", 1114)]
+        );
         let mut wrong = BytesMut::new();
         backend::row_description(&mut wrong, &fields[..2]);
         assert!(plan.client_row_description(&wrong[HEADER_LEN..], &mut BytesMut::new()).is_err());
@@ -758,7 +783,11 @@ mod tests {
         server.set("extra_float_digits", Value::Startup("-15".into()));
         assert_eq!(server_text_settings(&login, &defaults, &server).extra_float_digits, Some(-15), "a startup value pglane set");
         server.set("extra_float_digits", Value::Sql("2.6".into()));
-        assert_eq!(server_text_settings(&login, &defaults, &server).extra_float_digits, None, "PostgreSQL rounds, pglane does not guess");
+        assert_eq!(
+            server_text_settings(&login, &defaults, &server).extra_float_digits,
+            None,
+            "PostgreSQL rounds, pglane does not guess"
+        );
         server.set("extra_float_digits", Value::Unknown);
         server.set("bytea_output", Value::Unknown);
         let s = server_text_settings(&login, &defaults, &server);
@@ -925,7 +954,15 @@ mod exchange_tests {
         assert_eq!(frontend::split_bind_results(rest).unwrap().1, Vec::<i16>::new());
         let mut described = BytesMut::new();
         backend::parameter_description(&mut described, &[]);
-        let field = FieldDescription { name: "u".into(), table_oid: 0, column: 0, type_oid: oid::UUID, type_size: 16, type_modifier: -1, format: 0 };
+        let field = FieldDescription {
+            name: "u".into(),
+            table_oid: 0,
+            column: 0,
+            type_oid: oid::UUID,
+            type_size: 16,
+            type_modifier: -1,
+            format: 0,
+        };
         backend::row_description(&mut described, &[field]);
         described.extend_from_slice(&result(UUID_TEXT));
         let got = f.server(described);
@@ -999,7 +1036,15 @@ mod exchange_tests {
         let mut parsed = BytesMut::new();
         backend::parse_complete(&mut parsed);
         feed(&mut f, parsed, false);
-        let field = |name: &str, type_oid| FieldDescription { name: name.into(), table_oid: 0, column: 0, type_oid, type_size: -1, type_modifier: -1, format: 0 };
+        let field = |name: &str, type_oid| FieldDescription {
+            name: name.into(),
+            table_oid: 0,
+            column: 0,
+            type_oid,
+            type_size: -1,
+            type_modifier: -1,
+            format: 0,
+        };
 
         // Watched, un-negotiated: the first run also describes it.
         for run in 0..SMALL_ROWS_AFTER {
@@ -1056,7 +1101,15 @@ mod exchange_tests {
         let mut reply = BytesMut::new();
         backend::parse_complete(&mut reply);
         backend::parameter_description(&mut reply, &[]);
-        let field = |name: &str, type_oid| FieldDescription { name: name.into(), table_oid: 0, column: 0, type_oid, type_size: -1, type_modifier: -1, format: 0 };
+        let field = |name: &str, type_oid| FieldDescription {
+            name: name.into(),
+            table_oid: 0,
+            column: 0,
+            type_oid,
+            type_size: -1,
+            type_modifier: -1,
+            format: 0,
+        };
         backend::row_description(&mut reply, &[field("u", oid::UUID), field("b", oid::BYTEA)]);
         backend::ready_for_query(&mut reply, TransactionStatus::Idle);
         feed(&mut f, reply, false);

@@ -211,10 +211,14 @@ impl<'a> FeatureScan<'a> {
             return Some(SessionFeature::UnfollowedSet);
         }
         let starts_with = |prefix: &str| word.len() >= prefix.len() && word[..prefix.len()].eq_ignore_ascii_case(prefix);
-        if (starts_with("pg_advisory_lock") || starts_with("pg_try_advisory_lock")) && !contains_ignore_ascii_case(word.as_bytes(), b"_xact_") {
+        if (starts_with("pg_advisory_lock") || starts_with("pg_try_advisory_lock"))
+            && !contains_ignore_ascii_case(word.as_bytes(), b"_xact_")
+        {
             return Some(SessionFeature::AdvisoryLock);
         }
-        if (is("temp") || is("temporary")) && ["create", "global", "local", "into", "replace"].iter().any(|w| self.previous.eq_ignore_ascii_case(w)) {
+        if (is("temp") || is("temporary"))
+            && ["create", "global", "local", "into", "replace"].iter().any(|w| self.previous.eq_ignore_ascii_case(w))
+        {
             return Some(SessionFeature::TempObject);
         }
         if is("hold") && self.previous.eq_ignore_ascii_case("with") {
@@ -292,7 +296,8 @@ impl<'a> ResetScan<'a> {
                         self.first = Some(word);
                     }
                     Some(f) => {
-                        self.all |= self.words_in_statement == 2 && f.eq_ignore_ascii_case("reset") && word.eq_ignore_ascii_case("all");
+                        self.all |=
+                            self.words_in_statement == 2 && f.eq_ignore_ascii_case("reset") && word.eq_ignore_ascii_case("all");
                     }
                 }
             }
@@ -382,8 +387,8 @@ impl<'a> Iterator for Words<'a> {
 mod tests {
     use super::SessionFeature::*;
     use super::*;
-    use proptest::prelude::{prop, Strategy};
     use proptest::arbitrary::any;
+    use proptest::prelude::{prop, Strategy};
 
     #[test]
     fn plain_statements_leave_the_session_alone() {
@@ -541,10 +546,36 @@ mod tests {
     /// the empty one.
     fn scanned_words() -> impl Strategy<Value = String> {
         let words = prop::sample::select(vec![
-            "listen", "prepare", "transaction", "set", "session", "reset", "all", "local", "constraints",
-            "pg_advisory_lock", "pg_try_advisory_lock_shared", "pg_advisory_xact_lock", "temp", "temporary",
-            "create", "global", "into", "replace", "hold", "with", "discard", "set_config", "timezone",
-            "work_mem", "select", "offset", "attempt", "threshold", "x", "1",
+            "listen",
+            "prepare",
+            "transaction",
+            "set",
+            "session",
+            "reset",
+            "all",
+            "local",
+            "constraints",
+            "pg_advisory_lock",
+            "pg_try_advisory_lock_shared",
+            "pg_advisory_xact_lock",
+            "temp",
+            "temporary",
+            "create",
+            "global",
+            "into",
+            "replace",
+            "hold",
+            "with",
+            "discard",
+            "set_config",
+            "timezone",
+            "work_mem",
+            "select",
+            "offset",
+            "attempt",
+            "threshold",
+            "x",
+            "1",
         ]);
         let gaps = prop::sample::select(vec![" ", ";", "; ", "(", "'", "\"", "--", "\n", "/*", "*/", "$$", "", "_"]);
         prop::collection::vec((words, gaps, any::<bool>()), 0..12).prop_map(|items| {
@@ -575,5 +606,4 @@ mod tests {
         assert_eq!(pins("select 1 offset 5"), None);
         assert!(may_name_session_state("select 'x' /* LISTEN */"));
     }
-
 }

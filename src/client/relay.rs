@@ -240,7 +240,12 @@ enum Step {
 }
 
 /// Writes as much of `out` as the socket takes, counting it. `Ready(Ok(true))` if it wrote.
-pub(super) fn poll_send(cx: &mut Context<'_>, stream: &mut Stream, out: &mut BytesMut, count: &mut u64) -> Poll<io::Result<bool>> {
+pub(super) fn poll_send(
+    cx: &mut Context<'_>,
+    stream: &mut Stream,
+    out: &mut BytesMut,
+    count: &mut u64,
+) -> Poll<io::Result<bool>> {
     if out.is_empty() {
         return Poll::Ready(Ok(false));
     }
@@ -387,7 +392,8 @@ impl Relay<'_> {
                             b.counters.queries += 1;
                             if self.exchange.is_quiet() {
                                 if let Some(since) = self.busy_since.take() {
-                                    b.counters.query_time_us += crate::rt::now().saturating_duration_since(since).as_micros() as u64;
+                                    b.counters.query_time_us +=
+                                        crate::rt::now().saturating_duration_since(since).as_micros() as u64;
                                 }
                             }
                         }
@@ -428,8 +434,7 @@ impl Relay<'_> {
             return Step::Progress;
         }
         // Only between transactions does a shutdown end the relay.
-        let between_transactions =
-            self.exchange.is_releasable() && b.from_client.pending().is_empty() && b.to_client.is_empty();
+        let between_transactions = self.exchange.is_releasable() && b.from_client.pending().is_empty() && b.to_client.is_empty();
         if self.shutdown.poll_fired_once(self.waker_id, cx, self.waker_left) && between_transactions {
             return Step::Done(RelayEnd::Shutdown);
         }

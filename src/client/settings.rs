@@ -35,7 +35,8 @@ use crate::prepare::lexer::contains_ignore_ascii_case;
 use crate::protocol::startup::StartupParams;
 
 /// Reported settings pglane carries between server connections.
-pub const REPORTED: [&str; 6] = ["application_name", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone", "standard_conforming_strings"];
+pub const REPORTED: [&str; 6] =
+    ["application_name", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone", "standard_conforming_strings"];
 
 /// Unreported settings pglane follows from the client's SQL.
 pub const FOLLOWED: [&str; 8] = [
@@ -230,7 +231,9 @@ impl Settings {
                 match value {
                     Value::Reported(v) => sql.push_str(&format!("SET \"{name}\" = {};", quote(v))),
                     Value::Sql(v) => sql.push_str(&format!("SET \"{name}\" = {v};")),
-                    Value::Startup(v) => sql.push_str(&format!("SELECT pg_catalog.set_config({}, {}, false);", quote(name), quote(v))),
+                    Value::Startup(v) => {
+                        sql.push_str(&format!("SELECT pg_catalog.set_config({}, {}, false);", quote(name), quote(v)))
+                    }
                     // Only a server's value is ever unknown.
                     Value::Unknown => sql.push_str(&format!("RESET \"{name}\";")),
                 }
@@ -353,7 +356,9 @@ pub fn is_carried(name: &str) -> bool {
 /// Does `SET <name> ...` (as a client spells it) change a setting carried
 /// through ParameterStatus? Includes SET TIME ZONE and SET NAMES.
 pub fn is_carried_name(name: &str) -> bool {
-    REPORTED.iter().any(|r| r.eq_ignore_ascii_case(name)) || name.eq_ignore_ascii_case("time") || name.eq_ignore_ascii_case("names")
+    REPORTED.iter().any(|r| r.eq_ignore_ascii_case(name))
+        || name.eq_ignore_ascii_case("time")
+        || name.eq_ignore_ascii_case("names")
 }
 
 /// Recognizes `SET [SESSION] name {TO|=} value` and `RESET name|ALL` of a
@@ -410,7 +415,10 @@ mod tests {
     #[test]
     fn set_and_reset_statements() {
         assert_eq!(parse_change("SET search_path = app, public"), Some(Change::Set("search_path".into(), "app, public".into())));
-        assert_eq!(parse_change("set session search_path to \"$user\", public;"), Some(Change::Set("search_path".into(), "\"$user\", public".into())));
+        assert_eq!(
+            parse_change("set session search_path to \"$user\", public;"),
+            Some(Change::Set("search_path".into(), "\"$user\", public".into()))
+        );
         assert_eq!(parse_change("SET statement_timeout TO '5s'"), Some(Change::Set("statement_timeout".into(), "'5s'".into())));
         assert_eq!(parse_change("SET lock_timeout = DEFAULT"), Some(Change::Reset("lock_timeout".into())));
         assert_eq!(parse_change("reset search_path"), Some(Change::Reset("search_path".into())));
@@ -546,7 +554,10 @@ mod tests {
         s.forget_output_settings_named_in("select pg_catalog.set_config($1, $2, false)", false);
         assert_eq!(s.get("bytea_output"), Some(&Value::Unknown));
         // An unknown value is made known again by a RESET.
-        assert_eq!(Settings::default().sql_to_apply_over(&s).as_deref(), Some("RESET \"bytea_output\";RESET \"extra_float_digits\";RESET \"search_path\";"));
+        assert_eq!(
+            Settings::default().sql_to_apply_over(&s).as_deref(),
+            Some("RESET \"bytea_output\";RESET \"extra_float_digits\";RESET \"search_path\";")
+        );
         s.forget_output_settings_named_in("select 1", false);
         let mut s = Settings::default();
         s.forget_output_settings_named_in("select 1; reset all", false);

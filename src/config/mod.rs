@@ -395,7 +395,10 @@ pub struct User {
 /// Where a server lives.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ServerAddress {
-    Tcp { host: String, port: u16 },
+    Tcp {
+        host: String,
+        port: u16,
+    },
     /// Path of the socket file (`<dir>/.s.PGSQL.<port>`).
     Unix(PathBuf),
 }
@@ -461,8 +464,7 @@ impl Config {
 
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         Self::parse(&text)
     }
 
@@ -588,10 +590,8 @@ impl Config {
             (_, Some(_)) => return Err(invalid("auth_hba_file is read only with auth_type = \"hba\"")),
             (_, None) => return Ok(()),
         };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| invalid(format!("auth_hba_file {}: {e}", path.display())))?;
-        let hba = crate::auth::hba::Hba::parse(&text)
-            .map_err(|e| invalid(format!("auth_hba_file {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| invalid(format!("auth_hba_file {}: {e}", path.display())))?;
+        let hba = crate::auth::hba::Hba::parse(&text).map_err(|e| invalid(format!("auth_hba_file {}: {e}", path.display())))?;
         let _ = self.hba.set(hba);
         Ok(())
     }
@@ -611,9 +611,7 @@ impl Config {
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.listen
-            .parse()
-            .map_err(|_| invalid(format!("listen = {:?} is not an address like \"127.0.0.1:6432\"", self.listen)))
+        self.listen.parse().map_err(|_| invalid(format!("listen = {:?} is not an address like \"127.0.0.1:6432\"", self.listen)))
     }
 
     pub fn pool_mode_for(&self, database: &str, user: &str) -> PoolMode {
@@ -712,7 +710,9 @@ password = "secret"
         assert!(bad("admin_users", "query_wait_timeout = 1e300\nadmin_users").contains("query_wait_timeout"));
         assert!(bad("admin_users", "shutdown_timeout = 0\nadmin_users").contains("shutdown_timeout"));
         assert!(bad("admin_users", "query_timeout = -1\nadmin_users").contains("query_timeout"));
-        assert!(Config::parse(&MINIMAL.replace("admin_users", "query_timeout = 0\nclient_idle_timeout = 30\nadmin_users")).is_ok());
+        assert!(
+            Config::parse(&MINIMAL.replace("admin_users", "query_timeout = 0\nclient_idle_timeout = 30\nadmin_users")).is_ok()
+        );
         assert!(bad("password = \"secret\"", "password = \"SCRAM-SHA-256$x\"").contains("users.postgres"));
         // Under md5 a SCRAM secret is fine: that user is checked with SCRAM.
         let md5_with_scram = MINIMAL.replace("pool_mode = \"transaction\"", "auth_type = \"md5\"").replace(

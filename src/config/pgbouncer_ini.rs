@@ -211,11 +211,7 @@ pub fn import(path: &Path, text: &str, files: &dyn Fn(&Path) -> io::Result<Strin
 }
 
 /// [`import`] straight to a validated config.
-pub fn parse(
-    path: &Path,
-    text: &str,
-    files: &dyn Fn(&Path) -> io::Result<String>,
-) -> Result<(Config, Vec<Warning>), IniError> {
+pub fn parse(path: &Path, text: &str, files: &dyn Fn(&Path) -> io::Result<String>) -> Result<(Config, Vec<Warning>), IniError> {
     import(path, text, files)?.into_config()
 }
 
@@ -388,7 +384,9 @@ impl Translation<'_> {
         }
         // 0 means "off" in both, except that PgBouncer's server_lifetime = 0
         // means "use each server connection once", which pglane does not do.
-        for timeout in ["server_idle_timeout", "server_lifetime", "client_idle_timeout", "idle_transaction_timeout", "query_timeout"] {
+        for timeout in
+            ["server_idle_timeout", "server_lifetime", "client_idle_timeout", "idle_transaction_timeout", "query_timeout"]
+        {
             if let Some(line) = settings.remove(timeout) {
                 let value = seconds(&line, timeout)?;
                 let value = if value == UNLIMITED_SECONDS { 0.0 } else { value };
@@ -491,7 +489,14 @@ impl Translation<'_> {
                 _ => return Err(invalid(&line, key, &format!("expected {MODES}"))),
             }
         }
-        for key in ["client_tls_cert_file", "client_tls_key_file", "client_tls_ca_file", "server_tls_ca_file", "server_tls_cert_file", "server_tls_key_file"] {
+        for key in [
+            "client_tls_cert_file",
+            "client_tls_key_file",
+            "client_tls_ca_file",
+            "server_tls_ca_file",
+            "server_tls_cert_file",
+            "server_tls_key_file",
+        ] {
             if let Some(line) = settings.remove(key) {
                 self.set(key, line.value);
             }
@@ -571,8 +576,7 @@ impl Translation<'_> {
         })?;
         let others = hosts.count();
         if others > 0 {
-            let message =
-                format!("database {database} lists {} hosts; pglane connects to the first, {first}, only", others + 1);
+            let message = format!("database {database} lists {} hosts; pglane connects to the first, {first}, only", others + 1);
             self.warn(at, "host", &message);
         }
         if first.starts_with('@') {
@@ -609,11 +613,8 @@ impl Translation<'_> {
             return Err(unsupported_value(line, "auth_file", "write the path without ~"));
         }
         let path = ini::resolve(&line.at.file, &line.value);
-        let text = (self.files)(&path).map_err(|source| IniError::ReadIncluded {
-            at: line.at.clone(),
-            path: path.clone(),
-            source,
-        })?;
+        let text =
+            (self.files)(&path).map_err(|source| IniError::ReadIncluded { at: line.at.clone(), path: path.clone(), source })?;
         userlist::parse(&path, &text)
     }
 
@@ -637,10 +638,8 @@ impl Translation<'_> {
 
     /// The method pglane checks clients with (see the module docs).
     fn auth_type(&mut self, line: Option<&Line>, users: &[userlist::Entry]) -> Result<&'static str, IniError> {
-        let md5_users: Vec<&userlist::Entry> = users
-            .iter()
-            .filter(|user| matches!(user.secret.as_deref().map(Secret::parse), Some(Ok(Secret::Md5(_)))))
-            .collect();
+        let md5_users: Vec<&userlist::Entry> =
+            users.iter().filter(|user| matches!(user.secret.as_deref().map(Secret::parse), Some(Ok(Secret::Md5(_))))).collect();
         match (requested_auth_type(line)?, md5_users.first()) {
             // Each line names its method; md5 lines check SCRAM secrets with SCRAM.
             (Requested::Hba, _) => Ok("hba"),

@@ -17,12 +17,7 @@ const TY: &str = "array";
 /// MAXDIM.
 const MAX_DIMENSIONS: usize = 6;
 
-pub(super) fn write(
-    element: Scalar,
-    element_oid: u32,
-    binary: &[u8],
-    out: &mut BytesMut,
-) -> Result<(), TranscodeError> {
+pub(super) fn write(element: Scalar, element_oid: u32, binary: &[u8], out: &mut BytesMut) -> Result<(), TranscodeError> {
     let mut input = Reader(binary);
     let ndim = usize::try_from(input.i32()?)
         .ok()
@@ -40,8 +35,7 @@ pub(super) fn write(
     for d in 0..ndim {
         let length = input.i32()?;
         let lower = input.i32()?;
-        let length =
-            usize::try_from(length).map_err(|_| TranscodeError::Invalid { ty: TY, reason: "negative dimension" })?;
+        let length = usize::try_from(length).map_err(|_| TranscodeError::Invalid { ty: TY, reason: "negative dimension" })?;
         if length > 0 && lower.checked_add(length as i32 - 1).is_none() {
             return Err(TranscodeError::Invalid { ty: TY, reason: "upper bound out of range" });
         }
@@ -165,8 +159,7 @@ impl<'a> Reader<'a> {
         if len == -1 {
             return Ok(None);
         }
-        let len =
-            usize::try_from(len).map_err(|_| TranscodeError::Invalid { ty: TY, reason: "negative element length" })?;
+        let len = usize::try_from(len).map_err(|_| TranscodeError::Invalid { ty: TY, reason: "negative element length" })?;
         if len > self.0.len() {
             return Err(TranscodeError::Truncated { ty: TY });
         }

@@ -27,9 +27,7 @@ pub(super) fn write_bytea(binary: &[u8], style: ByteaOutput, out: &mut BytesMut)
                 match byte {
                     b'\\' => out.extend_from_slice(b"\\\\"),
                     0x20..=0x7e => out.extend_from_slice(&[byte]),
-                    _ => {
-                        out.extend_from_slice(&[b'\\', b'0' + (byte >> 6), b'0' + ((byte >> 3) & 7), b'0' + (byte & 7)])
-                    }
+                    _ => out.extend_from_slice(&[b'\\', b'0' + (byte >> 6), b'0' + ((byte >> 3) & 7), b'0' + (byte & 7)]),
                 }
             }
         }

@@ -43,8 +43,7 @@ const TZDISP_LIMIT: i32 = 16 * 3600;
 /// ABCDEFGHIJ BC`), so one reservation covers each value.
 const MAX_TIMESTAMP_TEXT: usize = 64;
 
-const MONTHS: [&[u8; 3]; 12] =
-    [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
+const MONTHS: [&[u8; 3]; 12] = [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
 const DAYS: [&[u8; 3]; 7] = [b"Sun", b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat"];
 
 pub(super) fn write_date(binary: &[u8], style: DateStyle, out: &mut BytesMut) -> Result<(), TranscodeError> {
@@ -361,8 +360,7 @@ mod tests {
             y += 4799;
         }
         let century = y / 100;
-        (y * 365 - 32_167 + y / 4 - century + century / 4 + 7834 * m / 256 + i64::from(day) - POSTGRES_EPOCH_JDATE)
-            as i32
+        (y * 365 - 32_167 + y / 4 - century + century / 4 + 7834 * m / 256 + i64::from(day) - POSTGRES_EPOCH_JDATE) as i32
     }
 
     fn date(days: i32, style: DateStyle) -> String {
@@ -385,11 +383,7 @@ mod tests {
     }
 
     fn at(year: i32, month: u32, day: u32, h: i64, m: i64, s: i64, us: i64) -> i64 {
-        i64::from(days(year, month, day)) * USECS_PER_DAY
-            + h * USECS_PER_HOUR
-            + m * USECS_PER_MINUTE
-            + s * USECS_PER_SEC
-            + us
+        i64::from(days(year, month, day)) * USECS_PER_DAY + h * USECS_PER_HOUR + m * USECS_PER_MINUTE + s * USECS_PER_SEC + us
     }
 
     #[test]

@@ -181,15 +181,7 @@ fn write_sql_standard(mut f: Fields, out: &mut BytesMut) {
     // One sign in front of the whole value, when the value allows it.
     if has_negative && sql_standard_value {
         out.extend_from_slice(b"-");
-        f = Fields {
-            year: -f.year,
-            mon: -f.mon,
-            mday: -f.mday,
-            hour: -f.hour,
-            min: -f.min,
-            sec: -f.sec,
-            usec: -f.usec,
-        };
+        f = Fields { year: -f.year, mon: -f.mon, mday: -f.mday, hour: -f.hour, min: -f.min, sec: -f.sec, usec: -f.usec };
     }
 
     let hours_minutes = |hour: u64, min: u32, out: &mut BytesMut| {
@@ -312,12 +304,8 @@ mod tests {
 
     #[test]
     fn extremes_do_not_overflow() {
-        for style in [
-            IntervalStyle::Postgres,
-            IntervalStyle::PostgresVerbose,
-            IntervalStyle::SqlStandard,
-            IntervalStyle::Iso8601,
-        ] {
+        for style in [IntervalStyle::Postgres, IntervalStyle::PostgresVerbose, IntervalStyle::SqlStandard, IntervalStyle::Iso8601]
+        {
             text(i64::MIN, i32::MIN, i32::MIN, style);
             text(i64::MAX, i32::MAX, i32::MAX, style);
         }

@@ -23,8 +23,7 @@ pub(super) fn write_cidr(binary: &[u8], out: &mut BytesMut) -> Result<(), Transc
 }
 
 fn write_network(ty: &'static str, binary: &[u8], is_cidr: bool, out: &mut BytesMut) -> Result<(), TranscodeError> {
-    let (&[family, bits, _is_cidr, len], address) =
-        binary.split_first_chunk::<4>().ok_or(TranscodeError::Truncated { ty })?;
+    let (&[family, bits, _is_cidr, len], address) = binary.split_first_chunk::<4>().ok_or(TranscodeError::Truncated { ty })?;
     let width = match family {
         FAMILY_V4 => 32,
         FAMILY_V6 => 128,

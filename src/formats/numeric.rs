@@ -59,8 +59,7 @@ pub(super) fn write_numeric(binary: &[u8], out: &mut BytesMut) -> Result<(), Tra
         POSITIVE | NEGATIVE => {}
         _ => return Err(TranscodeError::Invalid { ty: TY, reason: "unknown sign" }),
     }
-    let ndigits =
-        usize::try_from(ndigits).map_err(|_| TranscodeError::Invalid { ty: TY, reason: "negative digit count" })?;
+    let ndigits = usize::try_from(ndigits).map_err(|_| TranscodeError::Invalid { ty: TY, reason: "negative digit count" })?;
     if digits.len() != 2 * ndigits {
         return Err(TranscodeError::Length { ty: TY, expected: 8 + 2 * ndigits, actual: binary.len() });
     }

@@ -403,10 +403,7 @@ mod tests {
     #[test]
     fn date_style_as_reported() {
         assert_eq!(DateStyle::parse("ISO, MDY"), Some(DateStyle::ISO_MDY));
-        assert_eq!(
-            DateStyle::parse("German, DMY"),
-            Some(DateStyle { format: DateStyleFormat::German, order: DateOrder::Dmy })
-        );
+        assert_eq!(DateStyle::parse("German, DMY"), Some(DateStyle { format: DateStyleFormat::German, order: DateOrder::Dmy }));
         assert_eq!(
             DateStyle::parse("Postgres, YMD"),
             Some(DateStyle { format: DateStyleFormat::Postgres, order: DateOrder::Ymd })
@@ -424,7 +421,18 @@ mod tests {
         assert_eq!(s.extra_float_digits, Some(-15));
         assert!(s.apply("extra_float_digits", "4"));
         assert_eq!(s.extra_float_digits, None);
-        for (text, digits) in [(" 3 ", Some(3)), ("+2", Some(2)), ("0", Some(0)), ("-0", Some(0)), ("-010", None), ("03", None), ("0x3", None), ("2.5", None), ("", None), ("-", None)] {
+        for (text, digits) in [
+            (" 3 ", Some(3)),
+            ("+2", Some(2)),
+            ("0", Some(0)),
+            ("-0", Some(0)),
+            ("-010", None),
+            ("03", None),
+            ("0x3", None),
+            ("2.5", None),
+            ("", None),
+            ("-", None),
+        ] {
             s.apply("extra_float_digits", text);
             assert_eq!(s.extra_float_digits, digits, "{text:?}");
         }

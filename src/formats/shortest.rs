@@ -77,10 +77,7 @@ pub(super) fn shortest_f64(value: f64) -> FloatingDecimal {
     let (e2, m2) = if ieee_exponent == 0 {
         (1 - DOUBLE_BIAS - DOUBLE_MANTISSA_BITS as i32 - 2, ieee_mantissa)
     } else {
-        (
-            ieee_exponent as i32 - DOUBLE_BIAS - DOUBLE_MANTISSA_BITS as i32 - 2,
-            (1u64 << DOUBLE_MANTISSA_BITS) | ieee_mantissa,
-        )
+        (ieee_exponent as i32 - DOUBLE_BIAS - DOUBLE_MANTISSA_BITS as i32 - 2, (1u64 << DOUBLE_MANTISSA_BITS) | ieee_mantissa)
     };
     // Step 2: the interval of valid decimals, (mm, mp) around mv, ends
     // excluded (PostgreSQL's acceptBounds is always false).
@@ -175,10 +172,7 @@ pub(super) fn shortest_f32(value: f32) -> FloatingDecimal {
     let (e2, m2) = if ieee_exponent == 0 {
         (1 - FLOAT_BIAS - FLOAT_MANTISSA_BITS as i32 - 2, ieee_mantissa)
     } else {
-        (
-            ieee_exponent as i32 - FLOAT_BIAS - FLOAT_MANTISSA_BITS as i32 - 2,
-            (1u32 << FLOAT_MANTISSA_BITS) | ieee_mantissa,
-        )
+        (ieee_exponent as i32 - FLOAT_BIAS - FLOAT_MANTISSA_BITS as i32 - 2, (1u32 << FLOAT_MANTISSA_BITS) | ieee_mantissa)
     };
     let mv = 4 * m2;
     let mp = 4 * m2 + 2;

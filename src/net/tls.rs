@@ -51,10 +51,7 @@ pub struct Contexts {
 
 impl fmt::Debug for Contexts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Contexts")
-            .field("clients", &self.clients.is_some())
-            .field("servers", &self.servers.is_some())
-            .finish()
+        f.debug_struct("Contexts").field("clients", &self.clients.is_some()).field("servers", &self.servers.is_some()).finish()
     }
 }
 
@@ -76,11 +73,7 @@ impl Contexts {
                 }
                 Some(Arc::new(server_config(cert, key, ca.filter(|_| mode.verifies()))?))
             }
-            _ => {
-                return Err(format!(
-                    "client_tls_sslmode = \"{mode}\" needs client_tls_cert_file and client_tls_key_file"
-                ))
-            }
+            _ => return Err(format!("client_tls_sslmode = \"{mode}\" needs client_tls_cert_file and client_tls_key_file")),
         };
 
         let cert = optional(&config.server_tls_cert_file, "server_tls_cert_file", read_certs)?;
@@ -250,10 +243,9 @@ fn read_certs(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, St
 fn read_key(key: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     let pem = read_file(key, path)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
-        pem::Error::NoItemsFound => format!(
-            "{key} {}: no PEM private key (BEGIN PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY) in it",
-            path.display()
-        ),
+        pem::Error::NoItemsFound => {
+            format!("{key} {}: no PEM private key (BEGIN PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY) in it", path.display())
+        }
         e => format!("{key} {}: {e}", path.display()),
     })
 }
@@ -273,9 +265,8 @@ fn server_config(
     key: PrivateKeyDer<'static>,
     client_ca: Option<RootCertStore>,
 ) -> Result<ServerConfig, String> {
-    let builder = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?;
+    let builder =
+        ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions().map_err(|e| e.to_string())?;
     let builder = match client_ca {
         Some(roots) => {
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
@@ -285,9 +276,8 @@ fn server_config(
         }
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder
-        .with_single_cert(cert, key)
-        .map_err(|e| format!("client_tls_cert_file and client_tls_key_file: {e}"))?;
+    let mut config =
+        builder.with_single_cert(cert, key).map_err(|e| format!("client_tls_cert_file and client_tls_key_file: {e}"))?;
     config.alpn_protocols = vec![ALPN_POSTGRESQL.to_vec()];
     Ok(config)
 }
@@ -319,9 +309,9 @@ fn client_config(
         .dangerous()
         .with_custom_certificate_verifier(verifier);
     let mut config = match identity {
-        Some((cert, key)) => builder
-            .with_client_auth_cert(cert, key)
-            .map_err(|e| format!("server_tls_cert_file and server_tls_key_file: {e}"))?,
+        Some((cert, key)) => {
+            builder.with_client_auth_cert(cert, key).map_err(|e| format!("server_tls_cert_file and server_tls_key_file: {e}"))?
+        }
         None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = vec![ALPN_POSTGRESQL.to_vec()];
@@ -469,7 +459,8 @@ mod tests {
         let ca = ca("pglane unit test CA");
         let (cert, key) = leaf(&ca, names, rcgen::ExtendedKeyUsagePurpose::ServerAuth);
         let d = dir();
-        let (ca_path, cert_path, key_path) = (write(&d, "ca.crt", &ca.pem), write(&d, "tls.crt", &cert), write(&d, "tls.key", &key));
+        let (ca_path, cert_path, key_path) =
+            (write(&d, "ca.crt", &ca.pem), write(&d, "tls.crt", &cert), write(&d, "tls.key", &key));
         (ca, d, ca_path, cert_path, key_path)
     }
 
@@ -503,7 +494,8 @@ mod tests {
         let err = |settings: String| parse(&settings).unwrap_err();
         let e = err("client_tls_sslmode = \"require\"".into());
         assert!(e.contains("client_tls_cert_file and client_tls_key_file"), "{e}");
-        let e = err(format!("client_tls_sslmode = \"verify-ca\"\nclient_tls_cert_file = {cert:?}\nclient_tls_key_file = {key:?}"));
+        let e =
+            err(format!("client_tls_sslmode = \"verify-ca\"\nclient_tls_cert_file = {cert:?}\nclient_tls_key_file = {key:?}"));
         assert!(e.contains("needs client_tls_ca_file"), "{e}");
         let e = err("server_tls_sslmode = \"verify-full\"".into());
         assert!(e.contains("needs server_tls_ca_file"), "{e}");
@@ -520,7 +512,9 @@ mod tests {
         // A key that is not the certificate's.
         let (_, other_key) = leaf(&ca("another CA"), &["localhost"], rcgen::ExtendedKeyUsagePurpose::ServerAuth);
         let other_key = write(&d, "other.key", &other_key);
-        let e = err(format!("client_tls_sslmode = \"require\"\nclient_tls_cert_file = {cert:?}\nclient_tls_key_file = {other_key:?}"));
+        let e = err(format!(
+            "client_tls_sslmode = \"require\"\nclient_tls_cert_file = {cert:?}\nclient_tls_key_file = {other_key:?}"
+        ));
         assert!(e.contains("client_tls_cert_file and client_tls_key_file"), "{e}");
         let _ = std::fs::remove_dir_all(d);
     }

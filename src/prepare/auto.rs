@@ -104,9 +104,7 @@ impl PassThrough {
         let own = Self::OWN.len();
         match self {
             PassThrough::Lexer(u) => own + Unsupported::ALL.iter().position(|&x| x == u).unwrap_or(0),
-            PassThrough::Refused(r) => {
-                own + Unsupported::ALL.len() + Reason::ALL.iter().position(|&x| x == r).unwrap_or(0)
-            }
+            PassThrough::Refused(r) => own + Unsupported::ALL.len() + Reason::ALL.iter().position(|&x| x == r).unwrap_or(0),
             own_reason => Self::OWN.iter().position(|&x| x == own_reason).unwrap_or(0),
         }
     }
@@ -379,7 +377,13 @@ impl Shapes {
     /// with a verdict (the same hash and parameter types): if `same` finds
     /// it the same statement as the query that verdict was reached on, this
     /// spelling is cached with that verdict, and its lookup is returned.
-    pub fn respelled(&self, hash: u64, sql: &str, param_types: &[u32], mut same: impl FnMut(&Spelling) -> bool) -> Option<Lookup> {
+    pub fn respelled(
+        &self,
+        hash: u64,
+        sql: &str,
+        param_types: &[u32],
+        mut same: impl FnMut(&Spelling) -> bool,
+    ) -> Option<Lookup> {
         let candidates: Vec<(Rc<Spelling>, Decision)> = {
             let map = self.by_hash.borrow();
             map.get(&hash)?

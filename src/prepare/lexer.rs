@@ -219,15 +219,19 @@ pub fn same_place(from_sql: &str, from: &[Token], to_sql: &str, to: &[Token], po
 /// if either is not lexed. The cold path: it lexes both.
 pub fn same_statement(a: &str, a_options: LexOptions, b: &str, b_options: LexOptions) -> bool {
     let (mut x, mut y) = (Lexed::new(), Lexed::new());
-    x.lex_tokens(a, a_options).is_ok()
-        && y.lex_tokens(b, b_options).is_ok()
-        && same_tokens(a, x.tokens(), b, y.tokens())
+    x.lex_tokens(a, a_options).is_ok() && y.lex_tokens(b, b_options).is_ok() && same_tokens(a, x.tokens(), b, y.tokens())
 }
 
 /// An error position (1-based, in characters) in the statement rewritten
 /// from query `from`, as a position in `to`, another spelling of the same
 /// statement ([`same_statement`]); None if they are not.
-pub fn respelled_position(from: &str, from_options: LexOptions, to: &str, to_options: LexOptions, position: usize) -> Option<usize> {
+pub fn respelled_position(
+    from: &str,
+    from_options: LexOptions,
+    to: &str,
+    to_options: LexOptions,
+    position: usize,
+) -> Option<usize> {
     let (mut x, mut y) = (Lexed::new(), Lexed::new());
     x.lex_tokens(from, from_options).ok()?;
     y.lex_tokens(to, to_options).ok()?;
@@ -587,22 +591,7 @@ fn is_dollar_tag_cont(c: u8) -> bool {
 fn is_op_char(c: u8) -> bool {
     matches!(
         c,
-        b'~' | b'!'
-            | b'@'
-            | b'#'
-            | b'^'
-            | b'&'
-            | b'|'
-            | b'`'
-            | b'?'
-            | b'+'
-            | b'-'
-            | b'*'
-            | b'/'
-            | b'%'
-            | b'<'
-            | b'>'
-            | b'='
+        b'~' | b'!' | b'@' | b'#' | b'^' | b'&' | b'|' | b'`' | b'?' | b'+' | b'-' | b'*' | b'/' | b'%' | b'<' | b'>' | b'='
     )
 }
 
@@ -621,9 +610,8 @@ fn operator_len(run: &[u8]) -> usize {
     let comment = run.windows(2).position(|w| w == b"/*" || w == b"--");
     let mut len = comment.unwrap_or(run.len());
     if len > 1 && matches!(run[len - 1], b'+' | b'-') {
-        let qualifies = run[..len - 1]
-            .iter()
-            .any(|c| matches!(c, b'~' | b'!' | b'@' | b'#' | b'^' | b'&' | b'|' | b'`' | b'?' | b'%'));
+        let qualifies =
+            run[..len - 1].iter().any(|c| matches!(c, b'~' | b'!' | b'@' | b'#' | b'^' | b'&' | b'|' | b'`' | b'?' | b'%'));
         if !qualifies {
             while len > 1 && matches!(run[len - 1], b'+' | b'-') {
                 len -= 1;
@@ -652,7 +640,8 @@ pub(crate) fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool
     let Some((&first, rest)) = needle.split_first() else { return true };
     let Some(last_start) = haystack.len().checked_sub(needle.len()) else { return false };
     let first = first.to_ascii_lowercase();
-    (0..=last_start).any(|i| haystack[i].to_ascii_lowercase() == first && haystack[i + 1..i + needle.len()].eq_ignore_ascii_case(rest))
+    (0..=last_start)
+        .any(|i| haystack[i].to_ascii_lowercase() == first && haystack[i + 1..i + needle.len()].eq_ignore_ascii_case(rest))
 }
 
 // ---------------------------------------------------------------------------
@@ -768,9 +757,7 @@ fn pack_lowercase(word: &[u8]) -> u128 {
     let packed = match len {
         0 => return 0,
         1..=3 => {
-            u128::from(word[0])
-                | u128::from(word[len / 2]) << (8 * (len / 2))
-                | u128::from(word[len - 1]) << (8 * (len - 1))
+            u128::from(word[0]) | u128::from(word[len / 2]) << (8 * (len / 2)) | u128::from(word[len - 1]) << (8 * (len - 1))
         }
         4..=8 => {
             let first = u32::from_le_bytes(word[..4].try_into().expect("4 bytes"));
@@ -942,8 +929,7 @@ struct Frame {
 }
 
 impl Frame {
-    const ROOT: Frame =
-        Frame { bracket: false, list: List::None, typmod: false, extract: false, resume_type_name: false };
+    const ROOT: Frame = Frame { bracket: false, list: List::None, typmod: false, extract: false, resume_type_name: false };
 }
 
 /// The shape hash: a folded-multiply hash (as in foldhash / rapidhash) over
@@ -1050,17 +1036,7 @@ impl<'a, const RECORD: bool> Scanner<'a, RECORD> {
     fn new(sql: &'a [u8], options: LexOptions, out: &'a mut Lexed) -> Scanner<'a, RECORD> {
         let hash = ShapeHasher::new(out.seed);
         out.frames.push(Frame::ROOT);
-        Scanner {
-            sql,
-            pos: 0,
-            options,
-            out,
-            hash,
-            prev: Prev::Start,
-            prev_kw: Kw::None,
-            type_name: TypeName::None,
-            ended: false,
-        }
+        Scanner { sql, pos: 0, options, out, hash, prev: Prev::Start, prev_kw: Kw::None, type_name: TypeName::None, ended: false }
     }
 
     fn at(&self, pos: usize) -> Option<u8> {
@@ -1302,9 +1278,7 @@ impl<'a, const RECORD: bool> Scanner<'a, RECORD> {
             (b'x', Some(b'\''), _) => return self.string(start, start + 1, Quote::Hex),
             // National character `N'…'` is a typed literal in disguise;
             // `U&'…'` / `U&"…"` take Unicode escapes and UESCAPE.
-            (b'n', Some(b'\''), _) | (b'u', Some(b'&'), Some(b'\'' | b'"')) => {
-                return Err(Unsupported::UnsupportedLiteral)
-            }
+            (b'n', Some(b'\''), _) | (b'u', Some(b'&'), Some(b'\'' | b'"')) => return Err(Unsupported::UnsupportedLiteral),
             _ => {}
         }
         let len = self.sql[start..].iter().take_while(|&&c| is_ident_cont(c)).count();
@@ -1548,9 +1522,7 @@ impl<'a, const RECORD: bool> Scanner<'a, RECORD> {
                         return Err(Unsupported::UnsupportedLiteral);
                     }
                     // Surrogate pairs and NUL are refused rather than combined.
-                    let c = char::from_u32(parse_radix(hex, 16))
-                        .filter(|&c| c != '\0')
-                        .ok_or(Unsupported::UnsupportedLiteral)?;
+                    let c = char::from_u32(parse_radix(hex, 16)).filter(|&c| c != '\0').ok_or(Unsupported::UnsupportedLiteral)?;
                     let mut buf = [0u8; 4];
                     self.out.values.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
                     p += digits;
@@ -1732,9 +1704,7 @@ mod tests {
     /// The rewritten text, the declared types and the values.
     fn rewrite(sql: &str) -> (String, Vec<u32>, Vec<String>) {
         let lexed = lexed(sql);
-        let values = (0..lexed.slots().len())
-            .map(|i| String::from_utf8(lexed.value(i).to_vec()).expect("utf-8 value"))
-            .collect();
+        let values = (0..lexed.slots().len()).map(|i| String::from_utf8(lexed.value(i).to_vec()).expect("utf-8 value")).collect();
         (lexed.rewritten(sql), lexed.param_types().to_vec(), values)
     }
 
@@ -1885,8 +1855,7 @@ mod tests {
 
     #[test]
     fn strings() {
-        let (text, types, values) =
-            rewrite("SELECT 'a', 'it''s', '', E'tab\\there', e'\\'q\\'', $$dollar 'x'$$, $tag$a$$b$tag$");
+        let (text, types, values) = rewrite("SELECT 'a', 'it''s', '', E'tab\\there', e'\\'q\\'', $$dollar 'x'$$, $tag$a$$b$tag$");
         assert_eq!(text, "SELECT $1, $2, $3, $4, $5, $6, $7");
         assert_eq!(types, [oid::UNKNOWN; 7]);
         assert_eq!(values, ["a", "it's", "", "tab\there", "'q'", "dollar 'x'", "a$$b"]);
@@ -2108,10 +2077,7 @@ mod tests {
     fn order_by_positions_are_kept() {
         let sql = "SELECT a, b FROM t WHERE c = 1 ORDER BY 2 DESC, (1), -1 NULLS LAST, a + 1, 'x' LIMIT 10 OFFSET 5";
         let (text, types, values) = rewrite(sql);
-        assert_eq!(
-            text,
-            "SELECT a, b FROM t WHERE c = $1 ORDER BY 2 DESC, (1), -1 NULLS LAST, a + $2, 'x' LIMIT $3 OFFSET $4"
-        );
+        assert_eq!(text, "SELECT a, b FROM t WHERE c = $1 ORDER BY 2 DESC, (1), -1 NULLS LAST, a + $2, 'x' LIMIT $3 OFFSET $4");
         assert_eq!(types, [oid::INT4; 4]);
         assert_eq!(values, ["1", "1", "10", "5"]);
         assert!(kept(sql).iter().all(|(_, why)| *why == KeepReason::Position));
@@ -2119,9 +2085,8 @@ mod tests {
 
     #[test]
     fn order_by_expressions_are_values() {
-        let (text, _, _) = rewrite(
-            "SELECT a FROM t ORDER BY CASE WHEN a = 'x' THEN 1 ELSE 2 END, f(3), p <-> point(4, 5), 6::int, (SELECT 7)",
-        );
+        let (text, _, _) =
+            rewrite("SELECT a FROM t ORDER BY CASE WHEN a = 'x' THEN 1 ELSE 2 END, f(3), p <-> point(4, 5), 6::int, (SELECT 7)");
         assert_eq!(
             text,
             "SELECT a FROM t ORDER BY CASE WHEN a = $1 THEN $2 ELSE $3 END, f($4), p <-> point($5, $6), $7::int, (SELECT $8)"
@@ -2130,7 +2095,8 @@ mod tests {
 
     #[test]
     fn distinct_on_and_window_lists() {
-        let sql = "SELECT DISTINCT ON (1, a) a, rank() OVER (PARTITION BY 1 ORDER BY 2 ROWS BETWEEN 3 PRECEDING AND 4 FOLLOWING) \
+        let sql =
+            "SELECT DISTINCT ON (1, a) a, rank() OVER (PARTITION BY 1 ORDER BY 2 ROWS BETWEEN 3 PRECEDING AND 4 FOLLOWING) \
                    FROM t ORDER BY 1, a";
         let (text, _, values) = rewrite(sql);
         assert_eq!(
@@ -2160,18 +2126,19 @@ mod tests {
 
     #[test]
     fn lists_end_at_their_parenthesis() {
-        let (text, _, _) = rewrite(
-            "SELECT (SELECT a FROM t ORDER BY 1 LIMIT 1), 2 FROM u WHERE v IN (SELECT w FROM x GROUP BY w) AND y = 3",
+        let (text, _, _) =
+            rewrite("SELECT (SELECT a FROM t ORDER BY 1 LIMIT 1), 2 FROM u WHERE v IN (SELECT w FROM x GROUP BY w) AND y = 3");
+        assert_eq!(
+            text,
+            "SELECT (SELECT a FROM t ORDER BY 1 LIMIT $1), $2 FROM u WHERE v IN (SELECT w FROM x GROUP BY w) AND y = $3"
         );
-        assert_eq!(text, "SELECT (SELECT a FROM t ORDER BY 1 LIMIT $1), $2 FROM u WHERE v IN (SELECT w FROM x GROUP BY w) AND y = $3");
         let (text, _, _) = rewrite("SELECT array_agg(a ORDER BY 1), 2 FROM t");
         assert_eq!(text, "SELECT array_agg(a ORDER BY 1), $1 FROM t");
     }
 
     #[test]
     fn extract_fields_are_kept() {
-        let (text, _, _) =
-            rewrite("SELECT extract('epoch' FROM ts), EXTRACT(day FROM ts), date_part('year', ts) FROM t");
+        let (text, _, _) = rewrite("SELECT extract('epoch' FROM ts), EXTRACT(day FROM ts), date_part('year', ts) FROM t");
         assert_eq!(text, "SELECT extract('epoch' FROM ts), EXTRACT(day FROM ts), date_part($1, ts) FROM t");
         assert_eq!(kept("SELECT extract('epoch' FROM ts)")[0].1, KeepReason::ExtractField);
     }
@@ -2188,11 +2155,13 @@ mod tests {
     fn dml() {
         let (text, types, values) =
             rewrite("INSERT INTO t (a, b, c) VALUES (1, 'x', 2.5), (-2, E'y', NULL) ON CONFLICT (a) DO UPDATE SET b = 'z' RETURNING a, 'r'");
-        assert_eq!(text, "INSERT INTO t (a, b, c) VALUES ($1, $2, $3), ($4, $5, NULL) ON CONFLICT (a) DO UPDATE SET b = $6 RETURNING a, $7");
+        assert_eq!(
+            text,
+            "INSERT INTO t (a, b, c) VALUES ($1, $2, $3), ($4, $5, NULL) ON CONFLICT (a) DO UPDATE SET b = $6 RETURNING a, $7"
+        );
         assert_eq!(types, [oid::INT4, 0, oid::NUMERIC, oid::INT4, 0, 0, 0]);
         assert_eq!(values, ["1", "x", "2.5", "-2", "y", "z", "r"]);
-        let (text, _, _) =
-            rewrite("UPDATE t SET a = a + 1, b = DEFAULT WHERE c BETWEEN 2 AND 3 AND d LIKE 'x%' ESCAPE '!'");
+        let (text, _, _) = rewrite("UPDATE t SET a = a + 1, b = DEFAULT WHERE c BETWEEN 2 AND 3 AND d LIKE 'x%' ESCAPE '!'");
         assert_eq!(text, "UPDATE t SET a = a + $1, b = DEFAULT WHERE c BETWEEN $2 AND $3 AND d LIKE $4 ESCAPE $5");
         let (text, _, _) = rewrite("DELETE FROM t WHERE id IN (1, 2, 3) OR name IS DISTINCT FROM 'x'");
         assert_eq!(text, "DELETE FROM t WHERE id IN ($1, $2, $3) OR name IS DISTINCT FROM $4");
@@ -2200,8 +2169,7 @@ mod tests {
 
     #[test]
     fn arrays_jsonb_and_slices() {
-        let (text, types, _) =
-            rewrite("SELECT ARRAY[1, 2], a[1:2], a[3], j ->> 'k', j @> '{\"a\": 1}', j ? 'x', f(a := 4)");
+        let (text, types, _) = rewrite("SELECT ARRAY[1, 2], a[1:2], a[3], j ->> 'k', j @> '{\"a\": 1}', j ? 'x', f(a := 4)");
         assert_eq!(text, "SELECT ARRAY[$1, $2], a[$3:$4], a[$5], j ->> $6, j @> $7, j ? $8, f(a := $9)");
         assert_eq!(types, [23, 23, 23, 23, 23, 0, 0, 0, 23]);
     }
@@ -2321,9 +2289,7 @@ mod tests {
         assert_eq!(Kw::lookup(b"SELECT"), Kw::Select);
         assert_eq!(Kw::lookup(b"sElEcT"), Kw::Select);
         assert_eq!(Kw::lookup(b"Materialized"), Kw::Materialized);
-        for word in
-            [&b"selects"[..], b"selec", b"s", b"", b"materializedd", b"a_very_long_identifier_indeed", b"\xc3\xa9"]
-        {
+        for word in [&b"selects"[..], b"selec", b"s", b"", b"materializedd", b"a_very_long_identifier_indeed", b"\xc3\xa9"] {
             assert_eq!(Kw::lookup(word), Kw::None, "{word:?}");
         }
         for len in 1..=16 {
@@ -2370,9 +2336,21 @@ mod tests {
         assert_eq!(
             texts,
             [
-                ("SELECT", Word), ("\"A\"", Quoted), (",", Operator), ("b", Word), ("::", Operator), ("int", Word),
-                ("FROM", Word), ("t", Word), ("WHERE", Word), ("c", Word), ("=", Operator), ("'x'", Slot(oid::UNKNOWN)),
-                ("ORDER", Word), ("BY", Word), ("1", Kept),
+                ("SELECT", Word),
+                ("\"A\"", Quoted),
+                (",", Operator),
+                ("b", Word),
+                ("::", Operator),
+                ("int", Word),
+                ("FROM", Word),
+                ("t", Word),
+                ("WHERE", Word),
+                ("c", Word),
+                ("=", Operator),
+                ("'x'", Slot(oid::UNKNOWN)),
+                ("ORDER", Word),
+                ("BY", Word),
+                ("1", Kept),
             ]
         );
     }
@@ -2437,10 +2415,10 @@ mod tests {
     /// Pieces that exercise every branch of the lexer when glued at random.
     fn sqlish() -> impl Strategy<Value = String> {
         let piece = prop::sample::select(vec![
-            "SELECT", " ", "\n", "'", "''", "\"", "E'", "B'", "X'", "N'", "U&'", "$$", "$a$", "$1", "$", "--", "/*",
-            "*/", "(", ")", "[", "]", ",", ";", ":", "::", ":=", ".", "-", "+", "=", "<>", "@-", "1", "2.5", ".5",
-            "1e", "e", "ORDER", "BY", "GROUP", "DISTINCT", "ON", "AS", "extract", "interval", "now", "\\", "\\x41",
-            "\\u00e9", "\\U", "\\0", "é", "\u{a0}", "\u{b}", "\r", "x", "int", "(3)",
+            "SELECT", " ", "\n", "'", "''", "\"", "E'", "B'", "X'", "N'", "U&'", "$$", "$a$", "$1", "$", "--", "/*", "*/", "(",
+            ")", "[", "]", ",", ";", ":", "::", ":=", ".", "-", "+", "=", "<>", "@-", "1", "2.5", ".5", "1e", "e", "ORDER", "BY",
+            "GROUP", "DISTINCT", "ON", "AS", "extract", "interval", "now", "\\", "\\x41", "\\u00e9", "\\U", "\\0", "é", "\u{a0}",
+            "\u{b}", "\r", "x", "int", "(3)",
         ]);
         prop::collection::vec(piece, 0..40).prop_map(|pieces| pieces.concat())
     }

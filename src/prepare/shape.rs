@@ -266,8 +266,7 @@ impl Constant {
     fn matches(&self, kind: LiteralKind, value: &[u8]) -> bool {
         match self {
             Constant::Integer(n) => {
-                kind == LiteralKind::Int4
-                    && std::str::from_utf8(value).ok().and_then(|v| v.parse::<i64>().ok()) == Some(*n)
+                kind == LiteralKind::Int4 && std::str::from_utf8(value).ok().and_then(|v| v.parse::<i64>().ok()) == Some(*n)
             }
             // `make_const`: an int8 if it parses as one (an int4 if it fits:
             // only `-2147483648` gets here), else numeric.
@@ -283,9 +282,7 @@ impl Constant {
                 matches!(kind, LiteralKind::String | LiteralKind::EscapeString | LiteralKind::DollarString)
                     && s.as_bytes() == value
             }
-            Constant::Bits(b) => {
-                matches!(kind, LiteralKind::BitString | LiteralKind::HexString) && b.as_bytes() == value
-            }
+            Constant::Bits(b) => matches!(kind, LiteralKind::BitString | LiteralKind::HexString) && b.as_bytes() == value,
             Constant::Other => false,
         }
     }
@@ -418,12 +415,8 @@ fn check_slots(sql: &str, lexed: &Lexed, tree: &Tree) -> Result<(), Reason> {
             return Err(Reason::ValueMismatch);
         }
     }
-    let lexed_at: HashSet<usize> = lexed
-        .slots()
-        .iter()
-        .map(|slot| slot.start as usize)
-        .chain(lexed.kept().iter().map(|kept| kept.start as usize))
-        .collect();
+    let lexed_at: HashSet<usize> =
+        lexed.slots().iter().map(|slot| slot.start as usize).chain(lexed.kept().iter().map(|kept| kept.start as usize)).collect();
     for &location in tree.constants.keys() {
         if !lexed_at.contains(&location) && !starts_keyword(sql, location) {
             return Err(Reason::ConstantMismatch);
@@ -559,10 +552,7 @@ mod tests {
         assert_eq!(reason("SELECT CAST('1' AS interval day to second)"), Reason::IntervalQualifier);
         assert_eq!(reason("SELECT '1'::pg_catalog.interval(2)"), Reason::IntervalQualifier);
         // Without a qualifier, and as a typed literal (kept), all is well.
-        assert_eq!(
-            rewritten("SELECT '1 hour'::interval, interval '1' hour").sql,
-            "SELECT $1::interval, interval '1' hour"
-        );
+        assert_eq!(rewritten("SELECT '1 hour'::interval, interval '1' hour").sql, "SELECT $1::interval, interval '1' hour");
     }
 
     #[test]
@@ -615,8 +605,7 @@ mod tests {
             Tree::walk(single_statement(&parsed.protobuf).unwrap())
         };
         let reasons = |sql: &str| {
-            let mut found: Vec<(usize, Option<Reason>)> =
-                tree(sql).constants.into_iter().map(|(l, (_, r))| (l, r)).collect();
+            let mut found: Vec<(usize, Option<Reason>)> = tree(sql).constants.into_iter().map(|(l, (_, r))| (l, r)).collect();
             found.sort_unstable_by_key(|&(l, _)| l);
             found.into_iter().map(|(_, r)| r).collect::<Vec<_>>()
         };
@@ -631,7 +620,9 @@ mod tests {
         );
         assert_eq!(reasons("SELECT extract('day' FROM x)"), [Some(Reason::ExtractField)]);
         assert_eq!(
-            reasons("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n FROM r) CYCLE n SET c TO 'y' DEFAULT 'n' USING p SELECT 1"),
+            reasons(
+                "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n FROM r) CYCLE n SET c TO 'y' DEFAULT 'n' USING p SELECT 1"
+            ),
             [None, Some(Reason::ConstantRequired), Some(Reason::ConstantRequired), None]
         );
     }

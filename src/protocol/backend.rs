@@ -59,8 +59,12 @@ impl TransactionStatus {
 pub enum Authentication {
     Ok,
     CleartextPassword,
-    Md5Password { salt: [u8; 4] },
-    Sasl { mechanisms: Vec<String> },
+    Md5Password {
+        salt: [u8; 4],
+    },
+    Sasl {
+        mechanisms: Vec<String>,
+    },
     SaslContinue(Vec<u8>),
     SaslFinal(Vec<u8>),
     /// Kerberos, GSS, SSPI: methods pglane does not speak.
@@ -189,13 +193,7 @@ impl ErrorFields {
     }
 
     fn new(severity: &str, code: &str, message: impl Into<String>) -> Self {
-        ErrorFields {
-            severity: severity.to_owned(),
-            code: code.to_owned(),
-            message: message.into(),
-            detail: None,
-            hint: None,
-        }
+        ErrorFields { severity: severity.to_owned(), code: code.to_owned(), message: message.into(), detail: None, hint: None }
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
@@ -211,7 +209,14 @@ impl std::fmt::Display for ErrorFields {
 }
 
 fn put_fields(buf: &mut BytesMut, e: &ErrorFields) {
-    for (tag, value) in [(b'S', Some(&e.severity)), (b'V', Some(&e.severity)), (b'C', Some(&e.code)), (b'M', Some(&e.message)), (b'D', e.detail.as_ref()), (b'H', e.hint.as_ref())] {
+    for (tag, value) in [
+        (b'S', Some(&e.severity)),
+        (b'V', Some(&e.severity)),
+        (b'C', Some(&e.code)),
+        (b'M', Some(&e.message)),
+        (b'D', e.detail.as_ref()),
+        (b'H', e.hint.as_ref()),
+    ] {
         if let Some(v) = value {
             buf.put_u8(tag);
             put_cstr(buf, v);
@@ -521,9 +526,7 @@ pub fn decode_command_complete(body: &[u8]) -> Result<&str, ProtocolError> {
 pub fn command_tag_rows(tag: &str) -> Option<u64> {
     let (command, rest) = tag.split_once(' ')?;
     match command {
-        "SELECT" | "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "FETCH" | "MOVE" | "COPY" => {
-            rest.rsplit(' ').next()?.parse().ok()
-        }
+        "SELECT" | "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "FETCH" | "MOVE" | "COPY" => rest.rsplit(' ').next()?.parse().ok(),
         _ => None,
     }
 }
@@ -584,7 +587,8 @@ mod tests {
     #[test]
     fn error_fields_round_trip_byte_for_byte() {
         // As PostgreSQL sends it: severity twice, code, message, position, file, line, routine.
-        let body = b"SERROR\0VERROR\0C42703\0Mcolumn \"nosuch\" does not exist\0P12\0Fparse_relation.c\0L3656\0RerrorMissingColumn\0\0";
+        let body =
+            b"SERROR\0VERROR\0C42703\0Mcolumn \"nosuch\" does not exist\0P12\0Fparse_relation.c\0L3656\0RerrorMissingColumn\0\0";
         let fields = error_field_list(body).unwrap();
         assert_eq!(fields.len(), 8);
         assert_eq!(fields[4], (b'P', &b"12"[..]));
@@ -654,7 +658,8 @@ mod tests {
 
     #[test]
     fn row_description_round_trip() {
-        let fields = vec![field("aid", 23, 4, FORMAT_TEXT), field("", 2950, 16, FORMAT_BINARY), field("héllo", 25, -1, FORMAT_TEXT)];
+        let fields =
+            vec![field("aid", 23, 4, FORMAT_TEXT), field("", 2950, 16, FORMAT_BINARY), field("héllo", 25, -1, FORMAT_TEXT)];
         let mut buf = BytesMut::new();
         row_description(&mut buf, &fields);
         row_description(&mut buf, &[]);

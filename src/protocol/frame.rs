@@ -151,10 +151,7 @@ mod tests {
     #[test]
     fn header_needs_five_bytes() {
         assert_eq!(parse_header(b"Q\0\0\0", 100), Ok(None));
-        assert_eq!(
-            parse_header(&msg(b'Q', b"abc"), 100),
-            Ok(Some(Header { tag: b'Q', body_len: 3 }))
-        );
+        assert_eq!(parse_header(&msg(b'Q', b"abc"), 100), Ok(Some(Header { tag: b'Q', body_len: 3 })));
     }
 
     #[test]
@@ -195,18 +192,19 @@ mod tests {
             while scanned < stream.len() {
                 end = (end + chunk).min(stream.len());
                 let n = scanner
-                    .scan(&stream[scanned..end], 1000, |t| t == b'Z', |t, body| {
-                        seen.push((t, body.to_vec()));
-                        Flow::Continue
-                    })
+                    .scan(
+                        &stream[scanned..end],
+                        1000,
+                        |t| t == b'Z',
+                        |t, body| {
+                            seen.push((t, body.to_vec()));
+                            Flow::Continue
+                        },
+                    )
                     .unwrap();
                 scanned += n;
             }
-            assert_eq!(
-                seen,
-                vec![(b'D', vec![]), (b'C', vec![]), (b'Z', b"I".to_vec())],
-                "chunk size {chunk}"
-            );
+            assert_eq!(seen, vec![(b'D', vec![]), (b'C', vec![]), (b'Z', b"I".to_vec())], "chunk size {chunk}");
             assert!(scanner.at_boundary());
         }
     }
@@ -227,9 +225,7 @@ mod tests {
         let mut stream = msg(b'Q', b"x\0");
         stream.extend(msg(b'X', b""));
         let mut s = Scanner::default();
-        let n = s
-            .scan(&stream, 100, |_| false, |t, _| if t == b'X' { Flow::Stop } else { Flow::Continue })
-            .unwrap();
+        let n = s.scan(&stream, 100, |_| false, |t, _| if t == b'X' { Flow::Stop } else { Flow::Continue }).unwrap();
         assert_eq!(n, 7);
     }
 

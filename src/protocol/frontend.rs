@@ -27,7 +27,19 @@ pub const PASSWORD: u8 = b'p';
 pub fn is_known_tag(tag: u8) -> bool {
     matches!(
         tag,
-        QUERY | PARSE | BIND | DESCRIBE | EXECUTE | CLOSE | SYNC | FLUSH | FUNCTION_CALL | TERMINATE | COPY_DATA | COPY_DONE | COPY_FAIL
+        QUERY
+            | PARSE
+            | BIND
+            | DESCRIBE
+            | EXECUTE
+            | CLOSE
+            | SYNC
+            | FLUSH
+            | FUNCTION_CALL
+            | TERMINATE
+            | COPY_DATA
+            | COPY_DONE
+            | COPY_FAIL
     )
 }
 
@@ -309,10 +321,7 @@ mod tests {
         let mut buf = BytesMut::new();
         let params: [Option<&[u8]>; 2] = [Some(b"42"), None];
         bind(&mut buf, "p", "s1", &[0], params.into_iter(), &[1]);
-        assert_eq!(
-            &buf[..],
-            framed(BIND, b"p\0s1\0\0\x01\0\0\0\x02\0\0\0\x0242\xff\xff\xff\xff\0\x01\0\x01")
-        );
+        assert_eq!(&buf[..], framed(BIND, b"p\0s1\0\0\x01\0\0\0\x02\0\0\0\x0242\xff\xff\xff\xff\0\x01\0\x01"));
         buf.clear();
         bind(&mut buf, "", "", &[], std::iter::empty(), &[]);
         assert_eq!(&buf[..], framed(BIND, b"\0\0\0\0\0\0\0\0"));

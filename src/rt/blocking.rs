@@ -19,10 +19,8 @@ where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
-    let sender = with_local(|local| {
-        local.blocking.borrow_mut().get_or_insert_with(start_thread).clone()
-    })
-    .expect("rt::spawn_blocking outside an rt executor");
+    let sender = with_local(|local| local.blocking.borrow_mut().get_or_insert_with(start_thread).clone())
+        .expect("rt::spawn_blocking outside an rt executor");
     // A panic in `f` is caught and raised again where the task is awaited,
     // so it never ends the blocking thread.
     let (runnable, task) = async_task::Builder::new().propagate_panic(true).spawn(
@@ -48,9 +46,8 @@ mod tests {
             let other = spawn_blocking(|| std::thread::current().id()).await;
             assert_ne!(other, loop_thread);
             use futures_lite::FutureExt;
-            let panicked = std::panic::AssertUnwindSafe(spawn_blocking(|| -> u32 { panic!("a test panic") }))
-                .catch_unwind()
-                .await;
+            let panicked =
+                std::panic::AssertUnwindSafe(spawn_blocking(|| -> u32 { panic!("a test panic") })).catch_unwind().await;
             assert!(panicked.is_err(), "the panic reaches the awaiter");
             // The blocking thread survived the panic and serves the next call.
             assert_eq!(spawn_blocking(|| 7).await, 7);

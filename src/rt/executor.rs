@@ -255,7 +255,11 @@ pub fn spin_before_park(spin: Duration) {
 /// `make()`'s future with [`block_on`]. The handle's `join` gives the
 /// future's output, or the error that kept the executor from starting, or
 /// `Err` if the thread panicked.
-pub fn start_pinned<F, Fut>(name: &str, cpu: Option<usize>, make: F) -> io::Result<std::thread::JoinHandle<io::Result<Fut::Output>>>
+pub fn start_pinned<F, Fut>(
+    name: &str,
+    cpu: Option<usize>,
+    make: F,
+) -> io::Result<std::thread::JoinHandle<io::Result<Fut::Output>>>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future + 'static,

@@ -194,9 +194,8 @@ impl Reactor {
     }
 
     fn listen_for_wake_ups(&mut self) {
-        let read = opcode::Read::new(types::Fd(self.eventfd), (self.eventfd_buffer as *mut u64).cast(), 8)
-            .build()
-            .user_data(WAKE_UP);
+        let read =
+            opcode::Read::new(types::Fd(self.eventfd), (self.eventfd_buffer as *mut u64).cast(), 8).build().user_data(WAKE_UP);
         self.push(read);
     }
 

@@ -128,7 +128,17 @@ mod tests {
         block_on(async {
             let long = Timer::new(Duration::from_secs(3600));
             let short = sleep(Duration::from_millis(5));
-            futures_lite::future::or(async { long.await; 1 }, async { short.await; 2 }).await
+            futures_lite::future::or(
+                async {
+                    long.await;
+                    1
+                },
+                async {
+                    short.await;
+                    2
+                },
+            )
+            .await
         })
         .map(|winner| assert_eq!(winner, 2))
         .unwrap();

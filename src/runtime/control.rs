@@ -58,10 +58,7 @@ impl Shard {
         self.pause.next_waiter.set(id + 1);
         futures_lite::future::poll_fn(|cx| {
             if self.pause.is_paused(database) {
-                self.pause
-                    .waiters
-                    .borrow_mut()
-                    .insert(id, cx.waker().clone());
+                self.pause.waiters.borrow_mut().insert(id, cx.waker().clone());
                 Poll::Pending
             } else {
                 self.pause.waiters.borrow_mut().remove(&id);
@@ -72,11 +69,7 @@ impl Shard {
     }
 
     fn pools_of(&self, database: Option<&str>) -> Vec<Rc<Pool>> {
-        self.pools()
-            .iter()
-            .filter(|((db, _), _)| database.is_none_or(|d| d == db))
-            .map(|(_, p)| p.clone())
-            .collect()
+        self.pools().iter().filter(|((db, _), _)| database.is_none_or(|d| d == db)).map(|(_, p)| p.clone()).collect()
     }
 
     pub(super) async fn control(&self, control: Control) {
@@ -114,14 +107,9 @@ impl Shard {
                         self.shutdown.wake(u64::from(pid as u32));
                     }
                 }
-                self.pools_of(Some(&database))
-                    .iter()
-                    .for_each(|p| p.reconnect());
+                self.pools_of(Some(&database)).iter().for_each(|p| p.reconnect());
             }
-            Control::Reconnect(database) => self
-                .pools_of(database.as_deref())
-                .iter()
-                .for_each(|p| p.reconnect()),
+            Control::Reconnect(database) => self.pools_of(database.as_deref()).iter().for_each(|p| p.reconnect()),
             Control::Disable(database) => {
                 self.pause.disabled.borrow_mut().insert(database);
             }
@@ -129,11 +117,7 @@ impl Shard {
                 self.pause.disabled.borrow_mut().remove(&database);
             }
             Control::WaitClose(database) => {
-                while self
-                    .pools_of(database.as_deref())
-                    .iter()
-                    .any(|p| p.stale_open() > 0)
-                {
+                while self.pools_of(database.as_deref()).iter().any(|p| p.stale_open() > 0) {
                     crate::rt::sleep(Duration::from_millis(20)).await;
                 }
             }
@@ -145,10 +129,7 @@ impl Shard {
     /// changed servers are reconnected, sizes take effect as connections come
     /// and go, and pools of removed databases are emptied.
     pub(super) fn apply_config(&self) {
-        let generation = self
-            .shared
-            .config_generation
-            .load(std::sync::atomic::Ordering::SeqCst);
+        let generation = self.shared.config_generation.load(std::sync::atomic::Ordering::SeqCst);
         let config = self.shared.config.load_full();
         crate::rt::spin_before_park(Duration::from_micros(config.spin_before_park_us));
         for ((database, user), pool) in self.pools().iter() {

@@ -135,8 +135,7 @@ impl Shared {
     /// Reads the config files again; stores the new config if it is valid and
     /// keeps the old one (returning why) if not.
     pub fn reload(&self) -> Result<Vec<String>, String> {
-        let (mut config, warnings) =
-            crate::config::load(self.source.toml.as_deref(), self.source.pgbouncer_ini.as_deref())?;
+        let (mut config, warnings) = crate::config::load(self.source.toml.as_deref(), self.source.pgbouncer_ini.as_deref())?;
         let old = self.config.load();
         if self.source.cores.is_some() || self.source.cpus.is_some() {
             config.cores = self.source.cores;
@@ -249,13 +248,14 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     return;
                 }
             };
-            let metrics = match shared.config.load().metrics_listen.clone().map(|a| bind_listener(&a).map_err(|e| (a, e))).transpose() {
-                Ok(m) => m,
-                Err((a, e)) => {
-                    let _ = ready.send(Err(format!("cannot listen for metrics on {a}: {e}")));
-                    return;
-                }
-            };
+            let metrics =
+                match shared.config.load().metrics_listen.clone().map(|a| bind_listener(&a).map_err(|e| (a, e))).transpose() {
+                    Ok(m) => m,
+                    Err((a, e)) => {
+                        let _ = ready.send(Err(format!("cannot listen for metrics on {a}: {e}")));
+                        return;
+                    }
+                };
             let shard = Rc::new(Shard {
                 id,
                 shards,
@@ -301,7 +301,9 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         return Err(e);
     }
     match &unix_socket {
-        Some(u) => info!(shards = cpus.len(), listen = %shared.config.load().listen, unix_socket = %u.path.display(), "pglane is ready"),
+        Some(u) => {
+            info!(shards = cpus.len(), listen = %shared.config.load().listen, unix_socket = %u.path.display(), "pglane is ready")
+        }
         None => info!(shards = cpus.len(), listen = %shared.config.load().listen, "pglane is ready"),
     }
     let mut panicked = Vec::new();
@@ -395,7 +397,12 @@ fn adopt_unix_listener(copy: std::io::Result<std::os::unix::net::UnixListener>) 
 }
 
 impl Shard {
-    async fn run(self: Rc<Self>, listener: rt::net::Listener, unix: Option<rt::net::Listener>, nudged: std::os::unix::net::UnixStream) {
+    async fn run(
+        self: Rc<Self>,
+        listener: rt::net::Listener,
+        unix: Option<rt::net::Listener>,
+        nudged: std::os::unix::net::UnixStream,
+    ) {
         rt::spin_before_park(Duration::from_micros(self.shared.config.load().spin_before_park_us));
         let watcher = rt::spawn_local(self.clone().housekeeping(nudged));
         let unix = unix.map(|l| rt::spawn_local(self.clone().accept_until_shutdown(Listener::Unix(l), Shard::admit)));
@@ -411,7 +418,11 @@ impl Shard {
     /// Accepts on `listener` until shutdown, handing each connection to
     /// `admit`. A failed accept (out of descriptors, say) is logged and
     /// retried a moment later; the listener closes when this returns.
-    async fn accept_until_shutdown(self: Rc<Self>, listener: Listener, admit: fn(&Rc<Shard>, OwnedFd, Option<std::net::SocketAddr>)) {
+    async fn accept_until_shutdown(
+        self: Rc<Self>,
+        listener: Listener,
+        admit: fn(&Rc<Shard>, OwnedFd, Option<std::net::SocketAddr>),
+    ) {
         loop {
             let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
                 self.shutdown.wait().await;
@@ -480,7 +491,11 @@ impl Shard {
             }
         };
         if rt::with_timeout(limit, all_gone).await.is_none() {
-            warn!(shard = self.id, clients = self.clients.borrow().len(), "shutdown_timeout passed; closing clients in transactions");
+            warn!(
+                shard = self.id,
+                clients = self.clients.borrow().len(),
+                "shutdown_timeout passed; closing clients in transactions"
+            );
         }
         for pool in self.pools.borrow().values() {
             pool.close_idle();
@@ -779,9 +794,8 @@ fn ensure_port_free(addr: &str) -> Result<(), String> {
 /// while old connections sit in TIME_WAIT), not yet bound.
 fn reusable_tcp_socket(addr: &str) -> std::io::Result<(socket2::Socket, std::net::SocketAddr)> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let addr: std::net::SocketAddr = addr
-        .parse()
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad listen address {addr}")))?;
+    let addr: std::net::SocketAddr =
+        addr.parse().map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad listen address {addr}")))?;
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     Ok((socket, addr))

@@ -40,19 +40,13 @@ impl Nudges {
         // A full buffer means the shard has nudges it has not read yet:
         // another one would add nothing, so never block for it.
         writer.set_nonblocking(true)?;
-        self.writers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(writer);
+        self.writers.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(writer);
         Ok(reader)
     }
 
     /// Wakes every shard.
     pub fn nudge_all(&self) {
-        let mut writers = self
-            .writers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut writers = self.writers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for writer in writers.iter_mut() {
             // WouldBlock: already nudged. Other errors: that shard is gone.
             let _ = writer.write(&[1]);
@@ -70,10 +64,7 @@ mod tests {
         let nudges = Nudges::default();
         let mut reader = nudges.add().unwrap();
         let mut buf = [0u8; 16];
-        assert_eq!(
-            reader.read(&mut buf).unwrap_err().kind(),
-            io::ErrorKind::WouldBlock
-        );
+        assert_eq!(reader.read(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
         nudges.nudge_all();
         assert_eq!(reader.read(&mut buf).unwrap(), 1);
         // Far more nudges than the socket buffer holds: none blocks.

@@ -169,15 +169,9 @@ impl Shard {
         self.next_request.set(request + 1);
         let gathering = Rc::new(Gathering::default());
         gathering.missing.set(self.shards - 1);
-        self.gatherings
-            .borrow_mut()
-            .insert(request, gathering.clone());
+        self.gatherings.borrow_mut().insert(request, gathering.clone());
         for peer in (0..self.shards).filter(|&p| p != self.id) {
-            let ask = ShardMessage::Ask {
-                from: self.id,
-                request,
-                question: question.clone(),
-            };
+            let ask = ShardMessage::Ask { from: self.id, request, question: question.clone() };
             if self.peers.send_to(peer, ask).await.is_err() {
                 gathering.missing.set(gathering.missing.get() - 1);
             }
@@ -192,11 +186,7 @@ impl Shard {
             }
         });
         if with_timeout(limit, all_in).await.is_none() {
-            warn!(
-                shard = self.id,
-                missing = gathering.missing.get(),
-                "some shards did not answer the admin console in time"
-            );
+            warn!(shard = self.id, missing = gathering.missing.get(), "some shards did not answer the admin console in time");
         }
         self.gatherings.borrow_mut().remove(&request);
         let mut answers = std::mem::take(&mut *gathering.answers.borrow_mut());
@@ -219,9 +209,7 @@ impl Shard {
             return; // too late: the asker gave up
         };
         gathering.answers.borrow_mut().push(answer);
-        gathering
-            .missing
-            .set(gathering.missing.get().saturating_sub(1));
+        gathering.missing.set(gathering.missing.get().saturating_sub(1));
         if gathering.missing.get() == 0 {
             if let Some(w) = gathering.waker.borrow_mut().take() {
                 w.wake();
@@ -236,23 +224,13 @@ pub(super) fn serve_peers(shard: &Rc<Shard>, inbox: flume::Receiver<ShardMessage
     crate::rt::spawn_local(async move {
         while let Ok(message) = inbox.recv_async().await {
             match message {
-                ShardMessage::Cancel {
-                    process_id,
-                    secret_key,
-                } => shard.cancel_local(process_id, secret_key).await,
+                ShardMessage::Cancel { process_id, secret_key } => shard.cancel_local(process_id, secret_key).await,
                 ShardMessage::Adopt { socket, peer } => shard.serve_client(socket, peer),
-                ShardMessage::Ask {
-                    from,
-                    request,
-                    question,
-                } => {
+                ShardMessage::Ask { from, request, question } => {
                     let shard = shard.clone();
                     crate::rt::spawn_local(async move {
                         let answer = shard.answer(question).await;
-                        let _ = shard
-                            .peers
-                            .send_to(from, ShardMessage::Answer { request, answer })
-                            .await;
+                        let _ = shard.peers.send_to(from, ShardMessage::Answer { request, answer }).await;
                     })
                     .detach();
                 }

@@ -34,11 +34,7 @@ impl ShutdownSignal {
             if guard.signal.fired.get() {
                 Poll::Ready(())
             } else {
-                guard
-                    .signal
-                    .waiters
-                    .borrow_mut()
-                    .insert(guard.id, cx.waker().clone());
+                guard.signal.waiters.borrow_mut().insert(guard.id, cx.waker().clone());
                 Poll::Pending
             }
         })

@@ -95,30 +95,19 @@ impl Shard {
         let mut pools = Vec::new();
         for ((database, user), pool) in self.pools().iter() {
             let mine = |c: &&ClientSnapshot| &c.info.database == database && &c.info.user == user;
-            let waiting: Vec<&ClientSnapshot> = clients
-                .iter()
-                .filter(mine)
-                .filter(|c| c.state == ClientState::Waiting)
-                .collect();
-            servers.extend(pool.idle_servers().into_iter().map(
-                |IdleServer {
-                     remote_pid,
-                     address,
-                     connected_at,
-                     tls,
-                 }| {
-                    ServerSnapshot {
-                        database: database.clone(),
-                        user: user.clone(),
-                        active: false,
-                        address,
-                        remote_pid,
-                        connected_at,
-                        client_pid: None,
-                        tls,
-                    }
-                },
-            ));
+            let waiting: Vec<&ClientSnapshot> = clients.iter().filter(mine).filter(|c| c.state == ClientState::Waiting).collect();
+            servers.extend(pool.idle_servers().into_iter().map(|IdleServer { remote_pid, address, connected_at, tls }| {
+                ServerSnapshot {
+                    database: database.clone(),
+                    user: user.clone(),
+                    active: false,
+                    address,
+                    remote_pid,
+                    connected_at,
+                    client_pid: None,
+                    tls,
+                }
+            }));
             pools.push(PoolSnapshot {
                 database: database.clone(),
                 user: user.clone(),
@@ -128,24 +117,12 @@ impl Shard {
                 idle: pool.idle_count(),
                 active_clients: clients.iter().filter(mine).count() - waiting.len(),
                 waiting_clients: waiting.len(),
-                max_wait: waiting
-                    .iter()
-                    .map(|c| c.state_for)
-                    .max()
-                    .unwrap_or_default(),
+                max_wait: waiting.iter().map(|c| c.state_for).max().unwrap_or_default(),
                 paused: self.is_paused(database),
                 stats: pool.stats(),
             });
         }
         let (prepare, statements) = self.prepare_totals();
-        ShardSnapshot {
-            shard: self.id,
-            pools,
-            clients,
-            servers,
-            prepare,
-            statements,
-            disabled: self.disabled_databases(),
-        }
+        ShardSnapshot { shard: self.id, pools, clients, servers, prepare, statements, disabled: self.disabled_databases() }
     }
 }

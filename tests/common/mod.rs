@@ -102,9 +102,7 @@ static POSTGRES: OnceLock<Result<Postgres, String>> = OnceLock::new();
 /// If startup fails, every caller panics with the same message (startup is
 /// attempted only once).
 pub fn postgres() -> &'static Postgres {
-    let started = POSTGRES.get_or_init(|| {
-        std::panic::catch_unwind(Postgres::start_new).map_err(|p| panic_message(&*p))
-    });
+    let started = POSTGRES.get_or_init(|| std::panic::catch_unwind(Postgres::start_new).map_err(|p| panic_message(&*p)));
     match started {
         Ok(pg) => pg,
         Err(msg) => panic!("shared test PostgreSQL failed to start: {msg}"),
@@ -128,14 +126,7 @@ impl Postgres {
         initdb(&bin_dir, &dir, &data_dir);
         fs::write(data_dir.join("pg_hba.conf"), PG_HBA).expect("write pg_hba.conf");
 
-        let mut pg = Postgres {
-            port: 0,
-            socket_dir: dir.clone(),
-            data_dir,
-            bin_dir,
-            dir,
-            log_file,
-        };
+        let mut pg = Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file };
         pg.start_on_free_port();
         pg.psql(ROLES_SQL);
         pg
@@ -148,14 +139,11 @@ impl Postgres {
         let initdb_conf = fs::read_to_string(&conf_path).expect("read postgresql.conf");
         for attempt in 1..=PG_START_ATTEMPTS {
             self.port = free_port();
-            fs::write(&conf_path, initdb_conf.clone() + &self.extra_conf())
-                .expect("write postgresql.conf");
+            fs::write(&conf_path, initdb_conf.clone() + &self.extra_conf()).expect("write postgresql.conf");
             match self.pg_ctl(&["-w", "-t", "60", "start"]) {
                 Ok(_) => return,
                 Err(err) if attempt < PG_START_ATTEMPTS => {
-                    eprintln!(
-                        "harness: PostgreSQL start attempt {attempt} failed, retrying: {err}"
-                    );
+                    eprintln!("harness: PostgreSQL start attempt {attempt} failed, retrying: {err}");
                     let _ = self.pg_ctl(&["-m", "immediate", "stop"]);
                 }
                 Err(err) => self.fail(&format!("pg_ctl start failed {attempt} times: {err}")),
@@ -201,32 +189,25 @@ impl Postgres {
 
     /// Like [`Postgres::psql`] in another database.
     pub fn psql_db(&self, db: &str, sql: &str) -> String {
-        self.try_psql(db, sql)
-            .unwrap_or_else(|err| panic!("psql failed on db {db:?}\nSQL: {sql}\n{err}"))
+        self.try_psql(db, sql).unwrap_or_else(|err| panic!("psql failed on db {db:?}\nSQL: {sql}\n{err}"))
     }
 
     /// Like [`Postgres::psql_db`] but returns psql's stderr instead of panicking.
     pub fn try_psql(&self, db: &str, sql: &str) -> Result<String, String> {
         let psql = self.bin_dir.join("psql");
-        let psql = if psql.exists() {
-            psql
-        } else {
-            PathBuf::from("psql")
-        };
+        let psql = if psql.exists() { psql } else { PathBuf::from("psql") };
         let mut cmd = Command::new(psql);
         clear_pg_env(&mut cmd);
-        cmd.args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h"])
-            .arg(&self.socket_dir)
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                SUPERUSER,
-                "-d",
-                db,
-                "-c",
-                sql,
-            ]);
+        cmd.args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h"]).arg(&self.socket_dir).args([
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            SUPERUSER,
+            "-d",
+            db,
+            "-c",
+            sql,
+        ]);
         run(&mut cmd).map(|out| out.trim_end_matches('\n').to_string())
     }
 
@@ -268,8 +249,7 @@ impl Postgres {
              WHERE usename = '{user}' AND pid <> pg_backend_pid()"
         );
         let out = self.psql(&sql);
-        out.parse()
-            .unwrap_or_else(|_| panic!("unexpected count from psql: {out:?}"))
+        out.parse().unwrap_or_else(|_| panic!("unexpected count from psql: {out:?}"))
     }
 
     /// The server log so far.
@@ -279,20 +259,12 @@ impl Postgres {
 
     fn pg_ctl(&self, args: &[&str]) -> Result<String, String> {
         let mut cmd = pg_user_command(self.bin_dir.join("pg_ctl"), &self.dir);
-        cmd.arg("-D")
-            .arg(&self.data_dir)
-            .arg("-l")
-            .arg(&self.log_file)
-            .args(args);
+        cmd.arg("-D").arg(&self.data_dir).arg("-l").arg(&self.log_file).args(args);
         run(&mut cmd)
     }
 
     fn fail(&self, what: &str) -> ! {
-        panic!(
-            "{what}\n--- PostgreSQL log ({}) ---\n{}",
-            self.log_file.display(),
-            tail(&self.log(), 100)
-        )
+        panic!("{what}\n--- PostgreSQL log ({}) ---\n{}", self.log_file.display(), tail(&self.log(), 100))
     }
 }
 
@@ -311,12 +283,7 @@ fn initdb(bin_dir: &Path, dir: &Path, data_dir: &Path) {
     let mut cmd = pg_user_command(bin_dir.join("initdb"), dir);
     cmd.arg("-D")
         .arg(data_dir)
-        .args([
-            "-U",
-            SUPERUSER,
-            "--auth-local=trust",
-            "--auth-host=scram-sha-256",
-        ])
+        .args(["-U", SUPERUSER, "--auth-local=trust", "--auth-host=scram-sha-256"])
         .arg(format!("--pwfile={}", pwfile.display()))
         .args(["--locale=C", "--encoding=UTF8", "--no-sync"]);
     if let Err(err) = run(&mut cmd) {
@@ -361,13 +328,7 @@ pub fn pg_bin_dir() -> PathBuf {
         .flatten()
         .filter(|entry| entry.path().join("bin/initdb").exists())
         .filter_map(|entry| {
-            let version: u32 = entry
-                .file_name()
-                .to_str()?
-                .split('.')
-                .next()?
-                .parse()
-                .ok()?;
+            let version: u32 = entry.file_name().to_str()?.split('.').next()?.parse().ok()?;
             Some((version, entry.path().join("bin")))
         })
         .max();
@@ -375,9 +336,7 @@ pub fn pg_bin_dir() -> PathBuf {
         return dir;
     }
     match Command::new("pg_config").arg("--bindir").output() {
-        Ok(out) if out.status.success() => {
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
+        Ok(out) if out.status.success() => PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
         _ => panic!(
             "cannot find PostgreSQL server binaries: set PG_BIN, install the \
              `postgresql` package, or put pg_config on PATH (tools/test does this)"
@@ -434,11 +393,7 @@ pool_size = {pool_size}
     pub fn start_with_args(config_body: &str, extra_args: &[&str]) -> Pglane {
         for attempt in 1.. {
             let port = free_port();
-            let mut pglane = Pglane {
-                port,
-                dir: make_temp_dir("pglane"),
-                child: None,
-            };
+            let mut pglane = Pglane { port, dir: make_temp_dir("pglane"), child: None };
             pglane.write_config(config_body);
             pglane.spawn(extra_args);
             let Err(why) = pglane.wait_until_listening() else {
@@ -452,10 +407,7 @@ pool_size = {pool_size}
             }
             let config = fs::read_to_string(pglane.config_path()).unwrap_or_default();
             drop(pglane); // not panicking yet: removes the temp dir quietly
-            panic!(
-                "pglane did not start: {why}\n--- config ---\n{config}\n--- pglane log ---\n{}",
-                tail(&log, 200)
-            );
+            panic!("pglane did not start: {why}\n--- config ---\n{config}\n--- pglane log ---\n{}", tail(&log, 200));
         }
         unreachable!()
     }
@@ -497,11 +449,7 @@ pool_size = {pool_size}
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let deadline = Instant::now() + PGLANE_START_TIMEOUT;
         loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 return Err(format!("pglane exited with {status}"));
             }
             // Every shard is up once the log says so: the first shard may
@@ -510,9 +458,7 @@ pool_size = {pool_size}
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!(
-                    "not listening on {addr} after {PGLANE_START_TIMEOUT:?}"
-                ));
+                return Err(format!("not listening on {addr} after {PGLANE_START_TIMEOUT:?}"));
             }
             std::thread::sleep(POLL_INTERVAL);
         }
@@ -528,10 +474,7 @@ pool_size = {pool_size}
         let deadline = Instant::now() + timeout;
         while !self.log().contains(needle) {
             if Instant::now() > deadline {
-                panic!(
-                    "pglane log lacks {needle:?} after {timeout:?}\n--- pglane log ---\n{}",
-                    tail(&self.log(), 200)
-                );
+                panic!("pglane log lacks {needle:?} after {timeout:?}\n--- pglane log ---\n{}", tail(&self.log(), 200));
             }
             std::thread::sleep(POLL_INTERVAL);
         }
@@ -546,13 +489,7 @@ pool_size = {pool_size}
     pub fn signal(&self, sig: libc::c_int) {
         // SAFETY: kill(2) has no memory-safety preconditions.
         let rc = unsafe { libc::kill(self.pid() as libc::pid_t, sig) };
-        assert_eq!(
-            rc,
-            0,
-            "kill({}, {sig}): {}",
-            self.pid(),
-            std::io::Error::last_os_error()
-        );
+        assert_eq!(rc, 0, "kill({}, {sig}): {}", self.pid(), std::io::Error::last_os_error());
     }
 
     /// True while the child has not exited.
@@ -576,10 +513,7 @@ pool_size = {pool_size}
             }
             std::thread::sleep(POLL_INTERVAL);
         }
-        eprintln!(
-            "harness: pglane pid {} ignored SIGTERM for {PGLANE_STOP_TIMEOUT:?}; SIGKILL",
-            child.id()
-        );
+        eprintln!("harness: pglane pid {} ignored SIGTERM for {PGLANE_STOP_TIMEOUT:?}; SIGKILL", child.id());
         let _ = child.kill();
         child.wait().ok()
     }
@@ -595,11 +529,7 @@ impl Drop for Pglane {
         self.stop();
         if std::thread::panicking() {
             // Shown with the failing test's output.
-            eprintln!(
-                "--- pglane log ({}) ---\n{}",
-                self.log_path().display(),
-                tail(&self.log(), 200)
-            );
+            eprintln!("--- pglane log ({}) ---\n{}", self.log_path().display(), tail(&self.log(), 200));
         } else {
             remove_temp_dir(&self.dir);
         }
@@ -705,10 +635,7 @@ pub fn pgbench(port: u16, user: &str, args: &[&str]) -> String {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("bind 127.0.0.1:0").port()
 }
 
 fn is_root() -> bool {
@@ -756,10 +683,7 @@ fn pg_user_ids() -> (u32, u32) {
     // we read immediately (tests never call getpwnam concurrently elsewhere).
     unsafe {
         let pw = libc::getpwnam(name.as_ptr());
-        assert!(
-            !pw.is_null(),
-            "running as root but OS user {PG_OS_USER:?} does not exist (install the postgresql package)"
-        );
+        assert!(!pw.is_null(), "running as root but OS user {PG_OS_USER:?} does not exist (install the postgresql package)");
         ((*pw).pw_uid, (*pw).pw_gid)
     }
 }
@@ -790,21 +714,14 @@ fn clear_pg_env(cmd: &mut Command) {
 
 /// Runs to completion; Ok(stdout) on success, Err(command + status + output) otherwise.
 fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.status.success() {
         return Ok(stdout);
     }
     let mut msg = format!("{cmd:?} exited with {}", out.status);
     let _ = write!(msg, "\n--- stdout ---\n{stdout}");
-    let _ = write!(
-        msg,
-        "\n--- stderr ---\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let _ = write!(msg, "\n--- stderr ---\n{}", String::from_utf8_lossy(&out.stderr));
     Err(msg)
 }
 

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use pglane::rt::net::Socket;
 use pglane::auth::{md5_password_hash, md5_salted_response, ScramClient, SCRAM_SHA_256};
 use pglane::protocol::backend::{self, Authentication, ErrorFields};
 use pglane::protocol::frame::{parse_header, HEADER_LEN};
 use pglane::protocol::{frontend, startup, ProtocolError};
+use pglane::rt::net::Socket;
 use thiserror::Error;
 
 /// Largest message pgload accepts from a server (a DataRow of a wide row).
@@ -28,7 +28,10 @@ const READ_CHUNK: usize = 64 << 10;
 /// Where the server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
-    Tcp { host: String, port: u16 },
+    Tcp {
+        host: String,
+        port: u16,
+    },
     /// The socket file itself (`<dir>/.s.PGSQL.<port>`).
     Unix(PathBuf),
 }
@@ -118,9 +121,7 @@ impl Connection {
             conn.login(params).await?;
             Ok(conn)
         };
-        pglane::rt::with_timeout(timeout, open)
-            .await
-            .unwrap_or_else(|| Err(ConnError::ConnectTimeout(params.endpoint.clone())))
+        pglane::rt::with_timeout(timeout, open).await.unwrap_or_else(|| Err(ConnError::ConnectTimeout(params.endpoint.clone())))
     }
 
     async fn connect(endpoint: &Endpoint) -> Result<Connection, ConnError> {
@@ -168,7 +169,8 @@ impl Connection {
     }
 
     async fn authenticate(&mut self, params: &ConnectParams) -> Result<(), ConnError> {
-        let password = || params.password.as_deref().ok_or_else(|| ConnError::Auth("the server asks for a password; set PGPASSWORD".into()));
+        let password =
+            || params.password.as_deref().ok_or_else(|| ConnError::Auth("the server asks for a password; set PGPASSWORD".into()));
         let mut scram: Option<ScramClient> = None;
         loop {
             let (tag, body) = self.recv().await?;

@@ -71,7 +71,9 @@ fn main() -> ExitCode {
     let report = Report::new(&plan, scale, &stats);
     print!("{}", report.text(plan.stop));
     if let Some(path) = &plan.json {
-        let written = serde_json::to_string_pretty(&report).map_err(std::io::Error::from).and_then(|json| std::fs::write(path, json + "\n"));
+        let written = serde_json::to_string_pretty(&report)
+            .map_err(std::io::Error::from)
+            .and_then(|json| std::fs::write(path, json + "\n"));
         if let Err(e) = written {
             return fail(&format!("cannot write {}: {e}", path.display()));
         }
@@ -113,7 +115,10 @@ fn run(plan: &Arc<Plan>, scale: u32) -> Result<Stats, String> {
     let mut handles = Vec::with_capacity(cores);
     for core in 0..cores {
         let ticks = plan.progress.map(|_| tx.clone());
-        handles.push(worker::spawn(plan.clone(), core, start.clone(), scale, ticks).map_err(|e| format!("cannot start core {core}: {e}"))?);
+        handles.push(
+            worker::spawn(plan.clone(), core, start.clone(), scale, ticks)
+                .map_err(|e| format!("cannot start core {core}: {e}"))?,
+        );
     }
     drop(tx);
 
@@ -135,10 +140,8 @@ fn run(plan: &Arc<Plan>, scale: u32) -> Result<Stats, String> {
     let mut total = Stats::default();
     let mut connect_errors = Vec::new();
     for (core, handle) in handles.into_iter().enumerate() {
-        let CoreResult { stats, connect_errors: errors } = handle
-            .join()
-            .map_err(|_| format!("core {core} panicked"))?
-            .map_err(|e| format!("core {core} failed: {e}"))?;
+        let CoreResult { stats, connect_errors: errors } =
+            handle.join().map_err(|_| format!("core {core} panicked"))?.map_err(|e| format!("core {core} failed: {e}"))?;
         total.merge(&stats);
         connect_errors.extend(errors);
     }

@@ -241,12 +241,15 @@ impl Options {
             return Err(OptionsError::RowsWithoutUuidFetch);
         }
         let script = match &workload {
-            Workload::Builtin(b) => Script::parse(b.script()).map_err(|source| OptionsError::Script { path: format!("built-in {b:?}"), source })?,
+            Workload::Builtin(b) => {
+                Script::parse(b.script()).map_err(|source| OptionsError::Script { path: format!("built-in {b:?}"), source })?
+            }
             Workload::File(path) => {
                 if self.initialize {
                     return Err(OptionsError::InitializeFile);
                 }
-                let text = std::fs::read_to_string(path).map_err(|source| OptionsError::ReadFile { path: path.clone(), source })?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| OptionsError::ReadFile { path: path.clone(), source })?;
                 Script::parse(&text).map_err(|source| OptionsError::Script { path: path.display().to_string(), source })?
             }
         };
@@ -319,14 +322,17 @@ mod tests {
     }
 
     fn plan_env(args: &[&str], vars: &[(&str, &str)]) -> Result<Plan, String> {
-        let options = Options::try_parse_from(std::iter::once("pgload").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        let options =
+            Options::try_parse_from(std::iter::once("pgload").chain(args.iter().copied())).map_err(|e| e.to_string())?;
         let env = |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
         options.into_plan(env, &[0, 1]).map_err(|e| e.to_string())
     }
 
     #[test]
     fn pgbench_spelling() {
-        let p = plan(&["-h", "db.local", "-p", "6432", "-U", "alice", "-c", "8", "-j", "2", "-T", "30", "-M", "prepared", "bench"]).unwrap();
+        let p =
+            plan(&["-h", "db.local", "-p", "6432", "-U", "alice", "-c", "8", "-j", "2", "-T", "30", "-M", "prepared", "bench"])
+                .unwrap();
         assert_eq!(p.connect.endpoint, Endpoint::Tcp { host: "db.local".into(), port: 6432 });
         assert_eq!((p.connect.user.as_str(), p.connect.database.as_str()), ("alice", "bench"));
         assert_eq!((p.connections, p.cpus.len(), p.protocol), (8, 2, Protocol::Prepared));
@@ -337,7 +343,8 @@ mod tests {
 
     #[test]
     fn libpq_environment_fills_the_gaps() {
-        let p = plan_env(&["-t", "5"], &[("PGHOST", "/tmp/pg"), ("PGPORT", "5433"), ("PGUSER", "bob"), ("PGPASSWORD", "pw")]).unwrap();
+        let p = plan_env(&["-t", "5"], &[("PGHOST", "/tmp/pg"), ("PGPORT", "5433"), ("PGUSER", "bob"), ("PGPASSWORD", "pw")])
+            .unwrap();
         assert_eq!(p.connect.endpoint, Endpoint::Unix("/tmp/pg/.s.PGSQL.5433".into()));
         assert_eq!((p.connect.user.as_str(), p.connect.database.as_str()), ("bob", "bob"));
         assert_eq!(p.connect.password.as_deref(), Some("pw"));
@@ -383,7 +390,9 @@ mod tests {
     #[test]
     fn help_reads_like_pgbench() {
         let help = Options::try_parse_from(["pgload", "--help"]).unwrap_err().to_string();
-        for needle in ["-h, --host", "-p, --port", "-U, --username", "[DBNAME]", "PGPASSWORD", "--protocol", "select-only", "uuid-fetch"] {
+        for needle in
+            ["-h, --host", "-p, --port", "-U, --username", "[DBNAME]", "PGPASSWORD", "--protocol", "select-only", "uuid-fetch"]
+        {
             assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
         }
     }

@@ -206,7 +206,10 @@ struct Parser {
 
 impl Parser {
     fn slot(&self, name: &str) -> Option<usize> {
-        PREDEFINED.iter().position(|p| *p == name).or_else(|| self.names.iter().position(|n| n == name).map(|i| i + PREDEFINED.len()))
+        PREDEFINED
+            .iter()
+            .position(|p| *p == name)
+            .or_else(|| self.names.iter().position(|n| n == name).map(|i| i + PREDEFINED.len()))
     }
 
     fn parse(mut self, text: &str) -> Result<Script, ScriptError> {
@@ -235,7 +238,10 @@ impl Parser {
     /// A `\set name expression` line.
     fn meta(&mut self, line: &str, line_no: usize) -> Result<Assignment, ScriptError> {
         let syntax = |message: &str| ScriptError::Syntax { line: line_no, message: message.to_owned() };
-        let rest = line.strip_prefix("\\set").filter(|r| r.starts_with(char::is_whitespace)).ok_or_else(|| syntax("only \\set is supported"))?;
+        let rest = line
+            .strip_prefix("\\set")
+            .filter(|r| r.starts_with(char::is_whitespace))
+            .ok_or_else(|| syntax("only \\set is supported"))?;
         let rest = rest.trim_start();
         let name_len = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
         let (name, expr) = rest.split_at(name_len);
@@ -280,7 +286,9 @@ impl Parser {
     fn factor(&self, t: &mut Tokens<'_>) -> Result<Expr, ScriptError> {
         match t.next() {
             Some(Token::Int(n)) => Ok(Expr::Int(n)),
-            Some(Token::Var(name)) => self.slot(name).map(Expr::Var).ok_or_else(|| ScriptError::UnknownVariable { line: t.line, name: name.to_owned() }),
+            Some(Token::Var(name)) => {
+                self.slot(name).map(Expr::Var).ok_or_else(|| ScriptError::UnknownVariable { line: t.line, name: name.to_owned() })
+            }
             Some(Token::Punct('-')) => Ok(Expr::Neg(Box::new(self.factor(t)?))),
             Some(Token::Punct('(')) => {
                 let e = self.expr(t)?;
@@ -309,7 +317,8 @@ impl Parser {
         let mut params = Vec::new();
         let mut last = 0;
         for var in &sql.vars {
-            let slot = self.slot(&var.name).ok_or_else(|| ScriptError::UnknownVariable { line: var.line, name: var.name.clone() })?;
+            let slot =
+                self.slot(&var.name).ok_or_else(|| ScriptError::UnknownVariable { line: var.line, name: var.name.clone() })?;
             let before = &sql.text[last..var.span.start];
             pieces.push(Piece::Sql(before.to_owned()));
             pieces.push(Piece::Var(slot));
@@ -516,7 +525,8 @@ mod tests {
 
     #[test]
     fn pgbench_select_only_script() {
-        let s = Script::parse("\\set aid random(1, 100000 * :scale)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n").unwrap();
+        let s = Script::parse("\\set aid random(1, 100000 * :scale)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n")
+            .unwrap();
         assert_eq!(s.statements.len(), 1);
         let stmt = &s.statements[0];
         assert_eq!(stmt.parameterized, "SELECT abalance FROM pgbench_accounts WHERE aid = $1");
@@ -578,10 +588,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_line() {
-        assert_eq!(
-            Script::parse("select :nope").unwrap_err(),
-            ScriptError::UnknownVariable { line: 1, name: "nope".into() }
-        );
+        assert_eq!(Script::parse("select :nope").unwrap_err(), ScriptError::UnknownVariable { line: 1, name: "nope".into() });
         assert!(matches!(Script::parse("\\set x random(1 2)\nselect 1"), Err(ScriptError::Syntax { line: 1, .. })));
         assert!(matches!(Script::parse("\\sleep 1\nselect 1"), Err(ScriptError::Syntax { .. })));
         assert!(matches!(Script::parse("\\set x foo(1)\nselect 1"), Err(ScriptError::Syntax { .. })));

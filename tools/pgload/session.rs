@@ -184,7 +184,9 @@ impl Session {
                 backend::ROW_DESCRIPTION if !self.result_formats.is_empty() => {
                     let fields = backend::decode_row_description(body)?;
                     self.widths.clear();
-                    let fixed = |f: &backend::FieldDescription| (f.format == FORMAT_BINARY && f.type_size > 0).then_some(f.type_size as usize);
+                    let fixed = |f: &backend::FieldDescription| {
+                        (f.format == FORMAT_BINARY && f.type_size > 0).then_some(f.type_size as usize)
+                    };
                     if fields.iter().any(|f| fixed(f).is_some()) {
                         self.widths.extend(fields.iter().map(fixed));
                     }

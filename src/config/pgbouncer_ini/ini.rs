@@ -350,17 +350,16 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let self_include = files(&[]);
-        assert!(matches!(
-            read(Path::new("/c/a.ini"), "%include a.ini\n", &self_include),
-            Err(IniError::IncludeCycle { .. })
-        ));
+        assert!(matches!(read(Path::new("/c/a.ini"), "%include a.ini\n", &self_include), Err(IniError::IncludeCycle { .. })));
     }
 
     #[test]
     fn includes_nest_ten_deep_and_no_deeper() {
         let chain = |depth: usize| {
             let list: Vec<(String, String)> = (1..=depth)
-                .map(|i| (format!("/d/{i}.ini"), if i < depth { format!("%include {}.ini\n", i + 1) } else { "[x]\nk = v\n".into() }))
+                .map(|i| {
+                    (format!("/d/{i}.ini"), if i < depth { format!("%include {}.ini\n", i + 1) } else { "[x]\nk = v\n".into() })
+                })
                 .collect();
             move |path: &Path| {
                 list.iter()

@@ -191,7 +191,10 @@ fn listen_addresses() {
 
 #[test]
 fn without_listen_addr_there_is_nothing_to_listen_on() {
-    for text in ["[databases]\napp = host=db\n[pgbouncer]\nlisten_port = 6432\n", "[databases]\napp = host=db\n[pgbouncer]\nlisten_addr =\n"] {
+    for text in [
+        "[databases]\napp = host=db\n[pgbouncer]\nlisten_port = 6432\n",
+        "[databases]\napp = host=db\n[pgbouncer]\nlisten_addr =\n",
+    ] {
         let message = error(text);
         assert!(message.starts_with("/etc/pgbouncer/pgbouncer.ini: listen_addr is not set"), "{message}");
         assert!(message.contains("--config"), "{message}");
@@ -253,7 +256,8 @@ fn databases_without_host_use_the_unix_socket_dir() {
     assert_eq!(c.databases["foodb"].dbname, None);
     assert_eq!(c.databases["bar"].address(), ServerAddress::Unix("/tmp/.s.PGSQL.5432".into()));
 
-    let (c, warnings) = config("[databases]\nfoodb = port=5433\n[pgbouncer]\nlisten_addr = *\nunix_socket_dir = /var/run/postgresql\n");
+    let (c, warnings) =
+        config("[databases]\nfoodb = port=5433\n[pgbouncer]\nlisten_addr = *\nunix_socket_dir = /var/run/postgresql\n");
     assert_eq!(c.databases["foodb"].address(), ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5433".into()));
     assert!(warnings.is_empty());
     // pglane listens there too, as PgBouncer does.
@@ -310,10 +314,7 @@ listen_addr = *
 ";
     let (c, warnings) = config(text);
     assert_eq!(c.databases["app"].host, "db");
-    assert_eq!(
-        warned(&warnings),
-        [(2, "client_encoding"), (2, "connect_query"), (2, "max_db_connections"), (2, "frobnicate")]
-    );
+    assert_eq!(warned(&warnings), [(2, "client_encoding"), (2, "connect_query"), (2, "max_db_connections"), (2, "frobnicate")]);
     assert_eq!(
         warnings[0].to_string(),
         "/etc/pgbouncer/pgbouncer.ini:2: client_encoding: ignored for database app: pglane does not set startup \
@@ -337,7 +338,9 @@ fn the_fallback_database_is_warned_not_served() {
 
 #[test]
 fn the_users_section() {
-    let text = with_settings("auth_file = userlist.txt\n[users]\nalice = pool_mode=session max_user_connections=3\nbob = pool_mode=transaction");
+    let text = with_settings(
+        "auth_file = userlist.txt\n[users]\nalice = pool_mode=session max_user_connections=3\nbob = pool_mode=transaction",
+    );
     let (c, warnings) = config_with(&text, &[(USERLIST, "\"alice\" \"pw\"\n")]);
     assert_eq!(c.users["alice"].password.as_deref(), Some("pw"));
     assert_eq!(c.users["alice"].pool_mode, Some(PoolMode::Session));
@@ -373,10 +376,7 @@ fn the_auth_file_becomes_users() {
 #[test]
 fn auth_file_mistakes() {
     let text = with_settings("auth_file = userlist.txt");
-    assert_eq!(
-        error(&text),
-        "/etc/pgbouncer/pgbouncer.ini:5: cannot read /etc/pgbouncer/userlist.txt: no such file"
-    );
+    assert_eq!(error(&text), "/etc/pgbouncer/pgbouncer.ini:5: cannot read /etc/pgbouncer/userlist.txt: no such file");
     assert_eq!(
         error_with(&text, &[(USERLIST, "\"alice\" \"pw\"\nbob pw\n")]),
         "/etc/pgbouncer/userlist.txt:2: expected \"user\" \"password\""
@@ -409,7 +409,10 @@ fn md5_users_under_scram_are_warned() {
 fn md5_with_scram_secrets_stays_md5() {
     // PgBouncer's md5 (and pglane's) checks SCRAM secrets with SCRAM, so an
     // auth_file may hold both kinds.
-    let users = format!("\"bob\" \"{}\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n\"dave\" \"{RFC7677_SECRET}\"\n", md5_password_hash("bob", "x"));
+    let users = format!(
+        "\"bob\" \"{}\"\n\"carol\" \"{POSTGRES_15_SECRET}\"\n\"dave\" \"{RFC7677_SECRET}\"\n",
+        md5_password_hash("bob", "x")
+    );
     let (c, warnings) = with_users("md5", &users).unwrap();
     assert_eq!(c.auth_type, AuthType::Md5);
     assert!(warnings.is_empty(), "{warnings:?}");
@@ -441,7 +444,10 @@ fn trust_is_warned() {
 fn auth_types_pglane_cannot_give_are_errors() {
     for method in ["cert", "pam", "ldap", "any", "CERT"] {
         let message = error(&with_settings(&format!("auth_type = {method}")));
-        assert!(message.starts_with(&format!("/etc/pgbouncer/pgbouncer.ini:5: auth_type = {method} is not supported")), "{message}");
+        assert!(
+            message.starts_with(&format!("/etc/pgbouncer/pgbouncer.ini:5: auth_type = {method} is not supported")),
+            "{message}"
+        );
     }
     assert!(error(&with_settings("auth_type = md6")).contains("auth_type: expected md5, scram-sha-256, trust, hba or plain"));
 }
@@ -478,8 +484,10 @@ fn hba_and_auth_query_settings_carry_over() {
     assert_eq!((c.auth_type, c.auth_hba_file), (AuthType::Md5, None));
     assert_eq!(warned(&warnings), [(6, "auth_hba_file")]);
     // auth_dbname and per-database overrides carry over too.
-    let per_db = text.replace("app = host=db\n", "app = host=db\nauthdb = host=db\nother = host=db auth_user=pgb2 auth_query='SELECT 1, $1' auth_dbname=app\n")
-        + "auth_dbname = authdb\n";
+    let per_db = text.replace(
+        "app = host=db\n",
+        "app = host=db\nauthdb = host=db\nother = host=db auth_user=pgb2 auth_query='SELECT 1, $1' auth_dbname=app\n",
+    ) + "auth_dbname = authdb\n";
     let two_users = |path: &Path| match path.file_name().and_then(|n| n.to_str()) {
         Some("userlist.txt") => Ok(format!("{users}\"pgb2\" \"pgb2pass\"\n")),
         _ => files(path),
@@ -575,8 +583,12 @@ fn includes_through_the_whole_pipeline() {
     assert_eq!(c.max_client_conn, 50);
     assert_eq!(warnings.len(), 1);
     assert_eq!(warnings[0].at.to_string(), "/etc/pgbouncer/conf.d/tuning.ini:2");
-    let message = error_with(text, &[("/etc/pgbouncer/conf.d/databases.ini", "[databases]\napp = host=db\n%include databases.ini\n")]);
-    assert!(message.starts_with("/etc/pgbouncer/conf.d/databases.ini:3: %include of /etc/pgbouncer/conf.d/databases.ini is a cycle"), "{message}");
+    let message =
+        error_with(text, &[("/etc/pgbouncer/conf.d/databases.ini", "[databases]\napp = host=db\n%include databases.ini\n")]);
+    assert!(
+        message.starts_with("/etc/pgbouncer/conf.d/databases.ini:3: %include of /etc/pgbouncer/conf.d/databases.ini is a cycle"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -591,7 +603,9 @@ fn a_toml_overlay_wins_key_by_key() {
     let text = "[databases]\napp = host=db pool_size=4 dbname=x\nother = host=db\n[pgbouncer]\nlisten_addr = 127.0.0.1\n";
     let mut import = import_with(text, &[]).unwrap();
     import
-        .overlay("listen = \"0.0.0.0:7000\"\ncores = 2\n[databases.app]\npool_size = 9\n[users.postgres]\npassword = \"secret\"\n")
+        .overlay(
+            "listen = \"0.0.0.0:7000\"\ncores = 2\n[databases.app]\npool_size = 9\n[users.postgres]\npassword = \"secret\"\n",
+        )
         .unwrap();
     let (c, _) = import.into_config().unwrap();
     assert_eq!(c.listen, "0.0.0.0:7000");
@@ -655,7 +669,16 @@ fn garbage_never_panics() {
         let _ = import_with(&text, &[]).and_then(Import::into_config);
     }
     // Structured garbage: random values for real settings.
-    let settings = ["listen_addr", "listen_port", "pool_mode", "auth_type", "max_client_conn", "query_wait_timeout", "client_tls_sslmode", "auth_file"];
+    let settings = [
+        "listen_addr",
+        "listen_port",
+        "pool_mode",
+        "auth_type",
+        "max_client_conn",
+        "query_wait_timeout",
+        "client_tls_sslmode",
+        "auth_file",
+    ];
     for (i, value) in garbage("0123456789.-x*:, '\"abc", 3_000).into_iter().enumerate() {
         let text = format!("{BASE}{} = {value}\n[databases]\ndb{i} = host={value}\n", settings[i % settings.len()]);
         let _ = import_with(&text, &[]).and_then(Import::into_config);

@@ -14,8 +14,7 @@ const NOT_YET: &str = "not supported by pglane yet";
 const NET_TUNING: &str = "pglane's socket settings are not configurable";
 const POOL_LIMITS: &str = "pool_size per database and user is pglane's only limit on server connections";
 const CLIENT_LIMITS: &str = "max_client_conn is pglane's only limit on client connections";
-const STARTUP_PARAMETERS: &str =
-    "pglane does not set startup parameters on server connections; the server's default applies";
+const STARTUP_PARAMETERS: &str = "pglane does not set startup parameters on server connections; the server's default applies";
 const RESOLVER: &str = "host names are resolved by the system resolver";
 
 /// Why a `[pgbouncer]` setting is ignored.
