@@ -19,7 +19,6 @@
 //! that it can count its server connections.
 
 mod common;
-#[allow(dead_code)]
 #[path = "common/raw.rs"]
 mod raw;
 
@@ -430,8 +429,7 @@ fn a_frozen_server_is_detected_by_the_timeouts_that_exist() {
         let e = tokio::time::timeout(HANG, try_connect(lane.port, "scramuser", "scrampass", "app"))
             .await
             .expect("login hung on a frozen server")
-            .err()
-            .expect("no server connection can be opened");
+            .expect_err("no server connection can be opened");
         let took = started.elapsed();
         assert!(
             took >= Duration::from_millis(900) && took < Duration::from_secs(8),
@@ -529,8 +527,7 @@ fn max_connections_reached_gives_the_servers_error_at_once() {
             let e = tokio::time::timeout(HANG, try_connect(lane.port, "postgres", "secret", "app"))
                 .await
                 .expect("hang")
-                .err()
-                .expect("no slot left on the server");
+                .expect_err("no slot left on the server");
             assert_eq!(sqlstate(&e), "53300", "attempt {attempt}: {}", message(&e));
             assert!(message(&e).contains("too many clients"), "{}", message(&e));
             assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());

@@ -17,7 +17,6 @@ mod common;
 #[path = "common/corpus.rs"]
 mod corpus;
 #[path = "common/raw.rs"]
-#[allow(dead_code)]
 mod raw;
 
 use std::fmt::Write as _;

@@ -283,11 +283,11 @@ async fn cancel_reaches_a_query_from_any_shard() {
 #[tokio::test]
 async fn wrong_passwords_and_unknown_names_are_refused() {
     let lane = pglane("transaction", 2, "");
-    let e = try_connect(lane.port, "postgres", "wrong", "app").await.err().expect("refused");
+    let e = try_connect(lane.port, "postgres", "wrong", "app").await.expect_err("refused");
     assert_eq!(sqlstate(&e), "28P01");
-    let e = try_connect(lane.port, "nobody", "x", "app").await.err().expect("refused");
+    let e = try_connect(lane.port, "nobody", "x", "app").await.expect_err("refused");
     assert_eq!(sqlstate(&e), "28P01");
-    let e = try_connect(lane.port, "postgres", "secret", "nodb").await.err().expect("refused");
+    let e = try_connect(lane.port, "postgres", "secret", "nodb").await.expect_err("refused");
     assert_eq!(sqlstate(&e), "3D000");
     // Other users log in with SCRAM against their own passwords.
     let c = connect(lane.port, "scramuser", "scrampass", "app").await;
@@ -303,7 +303,7 @@ async fn md5_clients_and_md5_servers() {
     let c = connect(lane.port, "md5user", "md5pass", "app").await;
     let who: String = c.query_one("select current_user::text", &[]).await.unwrap().get(0);
     assert_eq!(who, "md5user");
-    let e = try_connect(lane.port, "md5user", "nope", "app").await.err().expect("refused");
+    let e = try_connect(lane.port, "md5user", "nope", "app").await.expect_err("refused");
     assert_eq!(sqlstate(&e), "28P01");
 }
 
@@ -642,7 +642,7 @@ async fn max_client_conn_turns_away_the_client_over_the_limit() {
     let lane = pglane("transaction", 2, "max_client_conn = 2");
     let _a = connect(lane.port, "postgres", "secret", "app").await;
     let _b = connect(lane.port, "postgres", "secret", "app").await;
-    let e = try_connect(lane.port, "postgres", "secret", "app").await.err().expect("refused");
+    let e = try_connect(lane.port, "postgres", "secret", "app").await.expect_err("refused");
     assert_eq!(sqlstate(&e), "53300");
     drop(_a);
     // A slot frees up when a client leaves.

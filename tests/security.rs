@@ -361,7 +361,7 @@ fn missing_empty_and_malformed_passwords_are_refused() {
     rt.block_on(async {
         let c = connect(port, "postgres", "secret", "app").await;
         assert_eq!(c.query_one("select 1", &[]).await.unwrap().get::<_, i32>(0), 1);
-        let e = try_connect(port, "postgres", "", "app").await.err().expect("an empty password is refused");
+        let e = try_connect(port, "postgres", "", "app").await.expect_err("an empty password is refused");
         assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("28P01"), "{e}");
     });
 }
@@ -447,14 +447,14 @@ async fn databases_not_in_the_config_are_unreachable() {
     let lane = pglane(2, 2, "scram-sha-256", "postgres");
     // The server has these databases; pglane's config does not list them.
     for db in ["sec_hidden", "postgres", "template1"] {
-        let e = try_connect(lane.port, "postgres", "secret", db).await.err().expect("refused");
+        let e = try_connect(lane.port, "postgres", "secret", db).await.expect_err("refused");
         assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("3D000"), "{db}: {e}");
     }
     // The admin console's databases, for users in neither admin_users nor
     // stats_users (none are configured here), even with the right password.
     for db in ["pgbouncer", "pglane"] {
         for (user, password) in [("postgres", "secret"), ("scramuser", "scrampass")] {
-            let e = try_connect(lane.port, user, password, db).await.err().expect("refused");
+            let e = try_connect(lane.port, user, password, db).await.expect_err("refused");
             assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("28000"), "{user}@{db}: {e}");
         }
     }
@@ -465,7 +465,7 @@ async fn databases_not_in_the_config_are_unreachable() {
     // A wrong password is refused as such whatever the database, so an
     // unauthenticated client cannot learn which databases are configured.
     for db in ["app", "sec_hidden"] {
-        let e = try_connect(lane.port, "postgres", "wrong", db).await.err().expect("refused");
+        let e = try_connect(lane.port, "postgres", "wrong", db).await.expect_err("refused");
         assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("28P01"), "{db}: {e}");
     }
 }
@@ -718,7 +718,7 @@ async fn statement_descriptions_do_not_cross_databases() {
     assert_eq!(x, 7);
     // A table that only exists in `left` does not parse in `right`.
     left.prepare("select secret_ssn from t").await.unwrap();
-    let e = right.prepare("select secret_ssn from t").await.err().expect("42703 in right");
+    let e = right.prepare("select secret_ssn from t").await.expect_err("42703 in right");
     assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("42703"), "{e}");
 }
 

@@ -7,7 +7,6 @@
 
 mod common;
 #[path = "common/raw.rs"]
-#[allow(dead_code)]
 mod raw;
 
 use bytes::BytesMut;

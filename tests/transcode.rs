@@ -15,7 +15,6 @@
 
 mod common;
 #[path = "common/raw.rs"]
-#[allow(dead_code)]
 mod raw;
 
 use std::fmt::Write as _;

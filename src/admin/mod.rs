@@ -119,7 +119,7 @@ async fn run(shard: &Shard, sql: &str, may_control: bool, out: &mut BytesMut) {
                 write_table(out, &table);
                 backend::command_complete(out, "SHOW");
             }
-            Ok(None) => backend::command_complete(out, &text.trim().split_whitespace().next().unwrap_or("").to_ascii_uppercase()),
+            Ok(None) => backend::command_complete(out, &text.split_whitespace().next().unwrap_or("").to_ascii_uppercase()),
             Err(message) => {
                 backend::error_response(out, &ErrorFields::error("08P01", message));
                 return;

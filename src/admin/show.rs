@@ -159,7 +159,7 @@ pub fn stats_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
     ]);
     let secs = uptime.as_secs().max(1);
     for (db, st) in stats_by_database(snapshots) {
-        let per = |v: u64, n: u64| if n == 0 { 0 } else { v / n };
+        let per = |v: u64, n: u64| v.checked_div(n).unwrap_or(0);
         t.push(vec![
             s(db),
             s(st.xact_count),

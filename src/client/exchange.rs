@@ -747,6 +747,7 @@ impl Exchange {
     ///   session alone, unless this client's requests ran slowly lately
     ///   ([`Exchange::ran_slowly`]);
     /// - their Describes and Executes, pglane's own answers;
+    ///
     /// and last what ends a request (a Sync or a simple query). Its replies
     /// then touch neither the connection's statements nor its settings (a
     /// failed Parse of the unnamed statement or Bind only skips to Sync), so

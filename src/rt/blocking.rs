@@ -34,28 +34,6 @@ where
     task
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rt::block_on;
-
-    #[test]
-    fn work_runs_off_the_loop_and_a_panic_comes_back_to_the_awaiter() {
-        block_on(async {
-            let loop_thread = std::thread::current().id();
-            let other = spawn_blocking(|| std::thread::current().id()).await;
-            assert_ne!(other, loop_thread);
-            use futures_lite::FutureExt;
-            let panicked =
-                std::panic::AssertUnwindSafe(spawn_blocking(|| -> u32 { panic!("a test panic") })).catch_unwind().await;
-            assert!(panicked.is_err(), "the panic reaches the awaiter");
-            // The blocking thread survived the panic and serves the next call.
-            assert_eq!(spawn_blocking(|| 7).await, 7);
-        })
-        .unwrap();
-    }
-}
-
 fn start_thread() -> mpsc::Sender<Runnable> {
     let (sender, receiver) = mpsc::channel::<Runnable>();
     let cpus = current_cpus();
@@ -82,5 +60,27 @@ fn current_cpus() -> Option<libc::cpu_set_t> {
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0).then_some(set)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rt::block_on;
+
+    #[test]
+    fn work_runs_off_the_loop_and_a_panic_comes_back_to_the_awaiter() {
+        block_on(async {
+            let loop_thread = std::thread::current().id();
+            let other = spawn_blocking(|| std::thread::current().id()).await;
+            assert_ne!(other, loop_thread);
+            use futures_lite::FutureExt;
+            let panicked =
+                std::panic::AssertUnwindSafe(spawn_blocking(|| -> u32 { panic!("a test panic") })).catch_unwind().await;
+            assert!(panicked.is_err(), "the panic reaches the awaiter");
+            // The blocking thread survived the panic and serves the next call.
+            assert_eq!(spawn_blocking(|| 7).await, 7);
+        })
+        .unwrap();
     }
 }

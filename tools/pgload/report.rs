@@ -131,8 +131,7 @@ impl Report {
             let list: Vec<_> = self.errors.iter().map(|(k, n)| format!("{k}: {n}")).collect();
             let _ = writeln!(s, "errors: {}", list.join(", "));
         }
-        let per_tx =
-            |bytes: u64| if self.transactions + self.failed == 0 { 0 } else { bytes / (self.transactions + self.failed) };
+        let per_tx = |bytes: u64| bytes.checked_div(self.transactions + self.failed).unwrap_or(0);
         let _ = writeln!(
             s,
             "bytes: sent {} ({} B/tx), received {} ({} B/tx)",

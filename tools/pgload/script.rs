@@ -583,7 +583,7 @@ mod tests {
         let s = Script::parse("\\set x (1 + 2) * 3 - 10 / 4 % 2 + -(2)\nselect :x").unwrap();
         let mut values = s.new_values(1, 0);
         s.draw(&mut values, &mut rng()).unwrap();
-        assert_eq!(values[2], 9 - 0 - 2);
+        assert_eq!(values[2], 9 - 2, "(1 + 2) * 3 - 10 / 4 % 2 + -(2): 10 / 4 % 2 is 0");
     }
 
     #[test]
