@@ -1881,7 +1881,12 @@ impl Exchange {
 
     /// The request at the front failed; unless it is a simple Query (which
     /// goes on to its ReadyForQuery), the server now skips everything up to
-    /// Sync, so what pglane recorded for those requests is undone.
+    /// Sync, so what pglane recorded for those requests is undone. If the
+    /// client has not sent that Sync yet (a pipeline still being written),
+    /// the server skips what it sends until then too, and so does pglane:
+    /// none of it may be answered here (a ParseComplete, or an error of
+    /// pglane's own for a Bind of a statement the skipped Parse would have
+    /// made, would be one answer more than the client's driver counts).
     fn server_error(&mut self, body: &[u8], st: &mut Statements<'_>) {
         if matches!(
             self.due.front(),
@@ -1937,6 +1942,9 @@ impl Exchange {
                 _ => {}
             }
             first = false;
+        }
+        if self.due.is_empty() {
+            self.skip_to_sync = true;
         }
     }
 
@@ -2463,6 +2471,48 @@ mod tests {
         }
         ex.client_messages_taken(&mut to_client);
         (messages(to_server), messages(to_client))
+    }
+
+    /// psycopg's pipeline with an error in the middle, as it reached pglane
+    /// in tests/drivers (psycopg_suite.py, "errors"): the server's error came
+    /// while the client was still writing the pipeline. The Parse before it
+    /// was skipped by the server, so the Bind after it must be too, not
+    /// answered with pglane's own "does not exist": the client gets the one
+    /// error, then ReadyForQuery, as from PostgreSQL.
+    #[test]
+    fn what_a_client_sends_after_the_servers_error_and_before_its_sync_is_skipped() {
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(None);
+        let mut first = BytesMut::new();
+        frontend::parse(&mut first, "_pg3_1", "select 1 / $1::int", &[]);
+        frontend::bind(&mut first, "", "_pg3_1", &[], [Some(&b"0"[..])].into_iter(), &[]);
+        frontend::execute(&mut first, "", 0);
+        frontend::parse(&mut first, "_pg3_2", "select $1::int + 200", &[]);
+        let (sent, answered) = send(&mut ex, &mut sides, first);
+        assert_eq!(tags(&sent), "PBEP");
+        assert!(answered.is_empty());
+        let got =
+            reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'E', b"SERROR\0VERROR\0C22012\0Mdivision by zero\0\0")]);
+        assert_eq!(tags(&got), "12E");
+        assert!(sides.client.get("_pg3_2").is_none(), "the server skipped its Parse");
+        let mut rest = BytesMut::new();
+        frontend::bind(&mut rest, "", "_pg3_2", &[], [Some(&b"1"[..])].into_iter(), &[]);
+        frontend::describe(&mut rest, Target::Portal, "");
+        frontend::execute(&mut rest, "", 0);
+        frontend::sync(&mut rest);
+        let (sent, answered) = send(&mut ex, &mut sides, rest);
+        assert_eq!(tags(&sent), "S", "the server skips all but the Sync anyway");
+        assert!(answered.is_empty(), "no answer of pglane's own: {}", tags(&answered));
+        assert_eq!(tags(&reply(&mut ex, &mut sides, &[(b'Z', b"I")])), "Z");
+        assert!(ex.is_releasable());
+        // The next request is served as usual.
+        let mut again = BytesMut::new();
+        frontend::parse(&mut again, "_pg3_3", "select $1::int + 200", &[]);
+        frontend::sync(&mut again);
+        let (sent, _) = send(&mut ex, &mut sides, again);
+        assert_eq!(tags(&sent), "PS");
+        assert_eq!(tags(&reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")])), "1Z");
+        assert!(sides.client.get("_pg3_3").is_some());
     }
 
     /// psycopg's `DEALLOCATE _pg3_N`, as a simple query and as an unnamed
