@@ -5,10 +5,9 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{connect, free_port, postgres, try_connect, Pglane};
+use common::{connect, free_port, postgres, try_connect, Pglane, Psql};
 
 fn config(pool_size: usize, extra: &str) -> String {
     format!(
@@ -23,32 +22,8 @@ fn start(cores: usize, pool_size: usize, extra: &str) -> Pglane {
 
 /// psql's unaligned output (header line first) of an admin command.
 fn admin(port: u16, user: &str, password: &str, command: &str) -> Result<Vec<String>, String> {
-    let out = Command::new("psql")
-        .args([
-            "-X",
-            "-A",
-            "-F",
-            "|",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            user,
-            "-c",
-            command,
-            "pgbouncer",
-        ])
-        .env("PGPASSWORD", password)
-        .output()
-        .expect("psql runs");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    let out = Psql::tcp(port, user, password, "pgbouncer").with_header().command(command).run()?;
+    Ok(out.lines().map(str::to_owned).collect())
 }
 
 fn column(lines: &[String], name: &str, row_filter: impl Fn(&[&str]) -> bool) -> Vec<String> {

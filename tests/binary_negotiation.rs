@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use bytes::BytesMut;
-use common::{connect, postgres, Pglane};
+use common::{connect, postgres, Pglane, Psql};
 use pglane::protocol::frontend::{self, Target};
 use raw::RawClient;
 
@@ -190,12 +190,11 @@ fn prepared_stat(lane: &Pglane, column: &str) -> i64 {
 
 /// A figure of an admin SHOW command, summed over its rows.
 fn admin_stat(lane: &Pglane, show: &str, column: &str) -> i64 {
-    let out = Command::new("psql")
-        .args(["-X", "-A", "-F", "|", "-h", "127.0.0.1", "-p", &lane.port.to_string(), "-U", "postgres", "-c", show, "pgbouncer"])
-        .output()
-        .expect("psql runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = Psql::tcp(lane.port, "postgres", "secret", "pgbouncer")
+        .with_header()
+        .command(show)
+        .run()
+        .unwrap_or_else(|err| panic!("{show}: {err}"));
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().expect("header").split('|').collect();
     let i = header.iter().position(|h| *h == column).unwrap_or_else(|| panic!("no {column} in {header:?}"));

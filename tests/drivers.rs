@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{postgres, Pglane, SUPERUSER, SUPERUSER_PASSWORD};
+use common::{postgres, Pglane, Psql, SUPERUSER, SUPERUSER_PASSWORD};
 
 /// A script's own steps have timeouts well below this.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(900);
@@ -192,34 +192,11 @@ fn start_pglane(db: &str, features: Features) -> Pglane {
 /// What pglane's admin console answers to `show`, as psql's unaligned rows
 /// (a header line first), or psql's error.
 fn admin(lane: &Pglane, show: &str) -> String {
-    let pg = postgres();
-    let psql = pg.bin_dir.join("psql");
-    let psql = if psql.exists() { psql } else { PathBuf::from("psql") };
-    let out = Command::new(psql)
-        .env("PGPASSWORD", SUPERUSER_PASSWORD)
-        .args([
-            "-X",
-            "-A",
-            "-F",
-            "|",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &lane.port.to_string(),
-            "-U",
-            SUPERUSER,
-            "-d",
-            "pgbouncer",
-            "-c",
-            show,
-        ])
-        .output()
-        .expect("psql runs");
-    if out.status.success() {
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    } else {
-        format!("{show}: {}", String::from_utf8_lossy(&out.stderr))
-    }
+    Psql::tcp(lane.port, SUPERUSER, SUPERUSER_PASSWORD, "pgbouncer")
+        .with_header()
+        .command(show)
+        .run()
+        .unwrap_or_else(|err| format!("{show}: {err}"))
 }
 
 /// SHOW PREPARED's first row, by column name.

@@ -24,13 +24,12 @@ mod raw;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use common::{postgres, try_connect, Pglane, Postgres};
+use common::{postgres, try_connect, Pglane, Postgres, Psql};
 use pglane::protocol::backend;
 use pglane::protocol::frontend;
 use raw::{error_code, tags, RawClient};
@@ -64,36 +63,9 @@ fn sqlstate(e: &tokio_postgres::Error) -> String {
     e.as_db_error().map(|d| d.code().code().to_owned()).unwrap_or_else(|| format!("(no SQLSTATE: {e})"))
 }
 
-/// `psql -c sql` through pglane, bounded; Ok(stdout) or Err(stderr).
+/// `psql -c sql` through pglane (trust auth, database app); Ok(stdout) or Err(stderr).
 fn psql(port: u16, sql: &str) -> Result<String, String> {
-    let out = Command::new("timeout")
-        .args([
-            "20",
-            "psql",
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "postgres",
-            "-c",
-            sql,
-            "app",
-        ])
-        .env("PGCONNECT_TIMEOUT", "10")
-        .output()
-        .expect("run psql");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
+    Psql::tcp(port, "postgres", "", "app").command(sql).run()
 }
 
 /// The first column of the first row of a simple query.

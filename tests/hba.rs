@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use common::{connect, postgres, try_connect, Pglane};
+use common::{connect, postgres, try_connect, Pglane, Psql};
 use pglane::protocol::backend::{self, Authentication};
 use pglane::protocol::frame::split_message;
 use pglane::protocol::startup;
@@ -184,23 +184,10 @@ async fn clients_log_in_with_the_method_their_line_names() {
 
 /// psql through pglane as md5user; stdout or stderr.
 fn psql(port: u16, password: &str, sslmode: &str) -> Result<String, String> {
-    let mut cmd = Command::new("psql");
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("PG") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
-        .arg(format!(
-            "host=127.0.0.1 port={port} user=md5user password={password} dbname=app sslmode={sslmode} connect_timeout=10"
-        ))
-        .args(["-c", "select current_user || ' ' || (select ssl from pg_stat_ssl where pid = pg_backend_pid())::text"]);
-    let out = cmd.output().expect("psql runs");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    Psql::tcp(port, "md5user", password, "app")
+        .conninfo(&format!("sslmode={sslmode}"))
+        .command("select current_user || ' ' || (select ssl from pg_stat_ssl where pid = pg_backend_pid())::text")
+        .run()
 }
 
 #[test]

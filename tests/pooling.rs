@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{connect, postgres, try_connect, Pglane};
+use common::{connect, postgres, try_connect, Pglane, Psql, PsqlOutput};
 use tokio_postgres::SimpleQueryMessage;
 
 /// A pglane in front of the shared test PostgreSQL, two shards.
@@ -62,27 +62,8 @@ fn rows(messages: &[SimpleQueryMessage]) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn psql(port: u16, sql: &str) -> std::process::Output {
-    Command::new("psql")
-        .args([
-            "-X",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "postgres",
-            "-c",
-            sql,
-            "app",
-        ])
-        .env("PGPASSWORD", "secret")
-        .output()
-        .expect("psql runs")
+fn psql(port: u16, sql: &str) -> PsqlOutput {
+    Psql::tcp(port, "postgres", "secret", "app").command(sql).output()
 }
 
 #[tokio::test]
@@ -167,7 +148,7 @@ async fn copy_in_and_out() {
     let file = lane.dir.join("rows.tsv");
     std::fs::write(&file, "9001\tfrom psql\n9002\tfrom psql\n").unwrap();
     let out = psql(lane.port, &format!("\\copy copy_t from '{}'", file.display()));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.success, "{}", out.stderr);
     let n: i64 = c.query_one("select count(*) from copy_t where name = 'from psql'", &[]).await.unwrap().get(0);
     assert_eq!(n, 2);
 
@@ -181,8 +162,8 @@ async fn copy_in_and_out() {
 fn notices_reach_the_client() {
     let lane = pglane("transaction", 2, "");
     let out = psql(lane.port, "do $$ begin raise notice 'hello from plpgsql'; end $$");
-    assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("NOTICE:  hello from plpgsql"), "{out:?}");
+    assert!(out.success, "{out:?}");
+    assert!(out.stderr.contains("NOTICE:  hello from plpgsql"), "{out:?}");
 }
 
 #[tokio::test]
@@ -375,8 +356,7 @@ fn malformed_startup_packets_get_an_error_and_harm_no_one() {
     s.read_exact(&mut answer).unwrap();
     assert_eq!(&answer, b"N");
     // Everyone else is fine.
-    let out = psql(lane.port, "select 42");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+    assert_eq!(psql(lane.port, "select 42").stdout, "42");
 }
 
 #[test]
@@ -396,8 +376,7 @@ max_message_size = 1048576"#,
     s.write_all(&[b'?', 0, 0, 0, 4]).unwrap();
     assert!(error_text(&read_to_close(&mut s)).contains("unexpected message type '?'"));
 
-    let out = psql(lane.port, "select 'still serving'");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "still serving");
+    assert_eq!(psql(lane.port, "select 'still serving'").stdout, "still serving");
 }
 
 #[tokio::test]
@@ -432,7 +411,7 @@ fn a_socket_closed_mid_transaction_is_rolled_back() {
     pg.fresh_database("close_db", None);
     let lane = pglane_for_db(1, "transaction", 1, r#"auth_type = "trust""#, "close_db");
     let out = psql(lane.port, "drop table if exists close_t; create table close_t(v int)");
-    assert!(out.status.success());
+    assert!(out.success, "{out:?}");
     let mut s = raw_login(lane.port);
     let mut q = b"Q\0\0\0\0begin; insert into close_t values (1)\0".to_vec();
     let len = (q.len() - 1) as i32;
@@ -446,8 +425,7 @@ fn a_socket_closed_mid_transaction_is_rolled_back() {
         got.extend_from_slice(&buf[..n]);
     }
     drop(s); // no Terminate
-    let out = psql(lane.port, "select count(*) from close_t");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+    assert_eq!(psql(lane.port, "select count(*) from close_t").stdout, "0");
     let stuck = pg.psql("select count(*) from pg_stat_activity where datname = 'close_db' and state like 'idle in transaction%'");
     assert_eq!(stuck, "0");
 }
@@ -585,25 +563,8 @@ async fn clients_on_a_unix_socket() {
     assert!(socket.exists(), "no {}", socket.display());
 
     // psql finds it the way it finds PostgreSQL's: -h <dir> -p <port>.
-    let out = Command::new("psql")
-        .args([
-            "-X",
-            "-A",
-            "-t",
-            "-h",
-            dir.to_str().unwrap(),
-            "-p",
-            &lane.port.to_string(),
-            "-U",
-            "postgres",
-            "-c",
-            "select 40 + 2",
-            "app",
-        ])
-        .env("PGPASSWORD", "secret")
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42", "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Psql::socket(&dir, lane.port, "postgres", "app").conninfo("password=secret").command("select 40 + 2").output();
+    assert_eq!(out.stdout, "42", "{}", out.stderr);
 
     // Many clients at once (spread over both shards), each with its own work.
     let mut tasks = Vec::new();

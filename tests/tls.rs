@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use common::{connect, postgres, try_connect, Pglane, Postgres};
+use common::{connect, postgres, try_connect, Pglane, Postgres, Psql};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 
 // ---------------------------------------------------------------------------
@@ -164,24 +164,8 @@ fn server_tls(mode: &str, ca: &Path) -> String {
 
 /// psql through pglane with extra conninfo (`sslmode=...`); its stdout, or its stderr.
 fn psql(port: u16, user: &str, conninfo: &str, sql: &[&str]) -> Result<String, String> {
-    let mut cmd = Command::new("psql");
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("PG") {
-            cmd.env_remove(key);
-        }
-    }
     let password = if user == "tlsonly" { "tlspass" } else { "secret" };
-    cmd.args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
-        .arg(format!("host=127.0.0.1 port={port} user={user} password={password} dbname=app connect_timeout=10 {conninfo}"));
-    for s in sql {
-        cmd.args(["-c", s]);
-    }
-    let out = cmd.output().expect("psql runs");
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    sql.iter().fold(Psql::tcp(port, user, password, "app").conninfo(conninfo), |psql, sql| psql.command(sql)).run()
 }
 
 const SERVER_SSL: &str = "select ssl from pg_stat_ssl where pid = pg_backend_pid()";

@@ -19,7 +19,8 @@
 //!   tests in one file run in parallel against the shared server.
 //! * **The pglane binary under test** — [`Pglane::start`] writes a config file,
 //!   spawns `pglane --config <file>`, waits until it listens, and stops it on drop.
-//! * **Client helpers** — [`connect`] / [`try_connect`] (tokio-postgres, NoTls).
+//! * **Client helpers** — [`connect`] / [`try_connect`] (tokio-postgres, NoTls),
+//!   and [`Psql`] for psql runs.
 //!
 //! Cleanup: statics are never dropped, so every PostgreSQL (and every pglane
 //! child) gets a detached watchdog shell that stops it and removes its temp dir
@@ -48,6 +49,10 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+mod psql;
+#[allow(unused_imports)] // each test crate uses its own part
+pub use psql::{Psql, PsqlOutput};
 
 /// Unprivileged OS user that runs PostgreSQL when the tests run as root.
 pub const PG_OS_USER: &str = "postgres";
@@ -194,21 +199,7 @@ impl Postgres {
 
     /// Like [`Postgres::psql_db`] but returns psql's stderr instead of panicking.
     pub fn try_psql(&self, db: &str, sql: &str) -> Result<String, String> {
-        let psql = self.bin_dir.join("psql");
-        let psql = if psql.exists() { psql } else { PathBuf::from("psql") };
-        let mut cmd = Command::new(psql);
-        clear_pg_env(&mut cmd);
-        cmd.args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h"]).arg(&self.socket_dir).args([
-            "-p",
-            &self.port.to_string(),
-            "-U",
-            SUPERUSER,
-            "-d",
-            db,
-            "-c",
-            sql,
-        ]);
-        run(&mut cmd).map(|out| out.trim_end_matches('\n').to_string())
+        Psql::socket(&self.socket_dir, self.port, SUPERUSER, db).command(sql).run()
     }
 
     /// keyword=value connection string for TCP (e.g. for tokio_postgres::connect).
