@@ -191,6 +191,44 @@ fn a_request_waits_out_the_transaction_block_ahead_of_it() {
     assert_eq!(waiter.join().unwrap(), vec!["0"], "the waiting request ran inside the other client's transaction");
 }
 
+/// A client that comes while the request ahead of it is on the server,
+/// sent when no one was waiting, still goes behind it (the holder posted its
+/// connection as it parked) instead of waiting for the whole round trip.
+#[test]
+fn a_client_that_comes_while_the_server_works_goes_behind() {
+    let db = "pipe_late";
+    postgres().fresh_database(db, Some(USER));
+    let lane = pglane(1, db);
+    let port = lane.port;
+    let mut ahead = RawClient::login(port, USER, "app");
+    let mut behind = RawClient::login(port, USER, "app");
+    warm(port, &mut ahead, "SELECT pg_sleep(0.001)");
+    warm(port, &mut behind, "SELECT 1");
+    let sleeping =
+        || postgres().psql(&format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event = 'PgSleep'"));
+    for round in 0..2 {
+        if round == 1 {
+            // Past the slow mark the first round's 0.5 s earned.
+            thread::sleep(Duration::from_millis(1100));
+        }
+        let before = pipelined(port);
+        send_query(&mut ahead, "SELECT pg_sleep(0.5)");
+        for _ in 0..400 {
+            if sleeping() == "1" {
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(sleeping(), "1", "round {round}: the request ahead is not running");
+        assert_eq!(first_column(&query(&mut behind, "SELECT 42")), vec!["42"], "round {round}");
+        assert_eq!(error_code(&ahead.until_ready()), None, "round {round}");
+        assert_eq!(pipelined(port) - before, 1, "round {round}: the late request did not go behind");
+    }
+    // And with the connection back in the pool, nothing is left posted.
+    assert_eq!(first_column(&query(&mut behind, "SELECT 43")), vec!["43"]);
+    assert_eq!(admin_sum(port, "SHOW POOLS", "cl_waiting"), 0);
+}
+
 /// Lines two clients up behind a transaction block `blocker` holds on the
 /// pool's one connection: a new client sends `ahead_sql`, then another (on
 /// its own thread) runs `behind`, given its login's messages too; the block

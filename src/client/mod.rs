@@ -437,6 +437,8 @@ impl Session {
                 deadline: None,
                 pipelining: pipelining.then_some(&self.pool),
                 offer: &mut self.offer,
+                posted: None,
+                followable: false,
                 skip_ready: &mut self.skip_ready,
             }
             .await;

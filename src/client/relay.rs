@@ -175,6 +175,14 @@ pub struct Relay<'a> {
     pub pipelining: Option<&'a Rc<Pool>>,
     /// The connection offered behind this client's request, if it was.
     pub offer: &'a mut Option<Offer>,
+    /// The opening this relay posted when it parked with its whole request
+    /// in flight and no one waiting (see `Pool::post`). It lives only while
+    /// the relay is parked: the next poll takes it up if a client claimed it,
+    /// else drops it, which withdraws it.
+    pub posted: Option<Offer>,
+    /// At the end of the last step: nothing is offered, the whole request is
+    /// sent, and the exchange may be followed.
+    pub followable: bool,
     /// ReadyForQuery messages still owed to the client ahead, whose replies
     /// are dropped (see `pool::Handover::skip_ready`).
     pub skip_ready: &'a mut usize,
@@ -221,10 +229,19 @@ impl Future for Relay<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<RelayEnd> {
         let this = self.get_mut();
+        if let Some(posted) = this.posted.take() {
+            if posted.is_claimed() {
+                this.exchange.followed = true;
+                *this.offer = Some(posted);
+            }
+        }
         for _ in 0..BUDGET {
             match this.step(cx) {
                 Step::Progress => {}
-                Step::Idle => return Poll::Pending,
+                Step::Idle => {
+                    this.post_opening(cx);
+                    return Poll::Pending;
+                }
                 Step::Done(end) => return Poll::Ready(end),
             }
         }
@@ -289,6 +306,18 @@ fn poll_deadline(
 }
 
 impl Relay<'_> {
+    /// Parking with the whole request in flight and every connection lent:
+    /// posts an opening for a client that comes before the reply does.
+    fn post_opening(&mut self, cx: &Context<'_>) {
+        let Some(pool) = self.pipelining else { return };
+        if !self.followable || self.offer.is_some() || !pool.is_exhausted() {
+            return;
+        }
+        let opening = Opening::new(self.sources.server.clone(), cx.waker().clone(), self.exchange.statements_in_flight());
+        pool.post(&opening);
+        self.posted = Some(Offer(opening));
+    }
+
     fn releasable(release_when_idle: bool, saw_ready: bool, exchange: &Exchange) -> bool {
         release_when_idle && saw_ready && exchange.pinned.is_none() && exchange.is_releasable()
     }
@@ -341,11 +370,13 @@ impl Relay<'_> {
         }
         if let Some(pool) = self.pipelining {
             let all_sent = b.to_server.is_empty() && b.from_client.pending().is_empty() && !client_leaving && bad_tag.is_none();
-            if self.offer.is_none() && all_sent && self.exchange.may_be_followed() && pool.has_follower() {
+            self.followable = self.offer.is_none() && all_sent && self.exchange.may_be_followed();
+            if self.followable && pool.has_follower() {
                 let opening = Opening::new(server_session.clone(), cx.waker().clone(), self.exchange.statements_in_flight());
                 if pool.offer(&opening) {
                     self.exchange.followed = true;
                     *self.offer = Some(Offer(opening));
+                    self.followable = false;
                 }
             }
         }

@@ -191,9 +191,9 @@ pub struct Config {
     /// Server pipelining (transaction mode): when a client's request in
     /// flight leaves the server session as it found it (plain SELECT,
     /// INSERT, UPDATE, DELETE, as simple queries or statements, outside a
-    /// transaction block), the next waiting client's request is
-    /// sent right behind it, and the connection handed over when the first
-    /// is answered, so a busy server never waits for the pooler between
+    /// transaction block), the next waiting client's request (or, if none
+    /// waits, the next to come before the reply) is sent right behind it,
+    /// and the connection handed over when the first is answered, so a busy server never waits for the pooler between
     /// transactions. The cost: a request queued behind a long one waits for
     /// it even if another connection frees up first. Off with
     /// binary_negotiation. See `pool::Opening`.

@@ -20,7 +20,7 @@ pub use opening::{Handover, Offer, Opening, OpeningLost};
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
@@ -139,6 +139,10 @@ pub struct Pool {
     /// Connections open or being opened, lent or idle.
     open: Cell<usize>,
     waiters: RefCell<VecDeque<Rc<Waiter>>>,
+    /// Openings behind requests whose holders wait on the server and had no
+    /// one to offer them to (see [`Pool::post`]). Weak: a holder that moves
+    /// on takes its opening back by dropping it.
+    posted: RefCell<VecDeque<Weak<Opening>>>,
     /// ParameterStatus values of the first server connection, shown to clients at login.
     server_params: RefCell<Option<Rc<Vec<(String, String)>>>>,
     stats: Cell<PoolStats>,
@@ -183,6 +187,7 @@ impl Pool {
             idle: RefCell::new(Vec::new()),
             open: Cell::new(0),
             waiters: RefCell::new(VecDeque::new()),
+            posted: RefCell::new(VecDeque::new()),
             server_params: RefCell::new(None),
             stats: Cell::new(PoolStats::default()),
             registry,
@@ -298,6 +303,12 @@ impl Pool {
             self.open.set(self.open.get() + 1);
             return self.open_in_slot().await.map(Checkout::Lease);
         }
+        if may_follow {
+            if let Some(opening) = self.claim_posted() {
+                self.bump(|s| s.pipelined += 1);
+                return Ok(Checkout::Behind(opening));
+            }
+        }
         self.bump(|s| s.waits += 1);
         // No timer per waiter: the shard's periodic housekeeping expires
         // waiters past their deadline, to its tick's precision (250 ms, for a
@@ -350,6 +361,35 @@ impl Pool {
         let Some(waiter) = waiter else { return false };
         waiter.grant(Grant::Behind(opening.clone()));
         true
+    }
+
+    /// Every connection is lent and no other can be opened: a client that
+    /// came now would wait.
+    pub fn is_exhausted(&self) -> bool {
+        self.idle.borrow().is_empty() && self.open.get() >= self.max_size.get()
+    }
+
+    /// Leaves `opening` for the next client that would have to wait and may
+    /// follow, for as long as the holder keeps it (it holds the only strong
+    /// reference, and drops it to withdraw). A holder whose whole request is
+    /// in flight when no one waits posts one, so that a client that comes
+    /// while the server works on that request goes behind it rather than
+    /// waiting for the whole round trip.
+    pub fn post(&self, opening: &Rc<Opening>) {
+        let mut posted = self.posted.borrow_mut();
+        posted.retain(|o| o.strong_count() > 0);
+        posted.push_back(Rc::downgrade(opening));
+    }
+
+    /// The oldest opening still posted, claimed for the caller.
+    fn claim_posted(&self) -> Option<Rc<Opening>> {
+        let mut posted = self.posted.borrow_mut();
+        while let Some(opening) = posted.pop_front() {
+            if let Some(opening) = opening.upgrade().filter(|o| o.claim()) {
+                return Some(opening);
+            }
+        }
+        None
     }
 
     /// Wakes the waiters whose query_wait_timeout has passed by `now`, to
@@ -544,5 +584,79 @@ impl Drop for Lease {
         if self.conn.take().is_some() {
             self.pool.slot_freed();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ServerAddress;
+    use crate::prepare::{Registry, ServerStatements};
+    use crate::server::ServerSession;
+    use futures_lite::future::{block_on, poll_once};
+
+    /// A pool whose every connection is lent: no server is ever reached.
+    fn exhausted_pool() -> Rc<Pool> {
+        let target = ServerTarget {
+            address: ServerAddress::Tcp { host: "127.0.0.1".into(), port: 1 },
+            dbname: "app".into(),
+            user: "app".into(),
+            secret: None,
+            scram_keys: None,
+            connect_timeout: Duration::from_secs(1),
+            max_prepared_statements: 8,
+            tls: None,
+            scram_max_iterations: 4096,
+            learn_output_settings: false,
+        };
+        let pool = Pool::new(target, 0, Registry::new(0, 8));
+        assert!(pool.is_exhausted());
+        pool
+    }
+
+    fn opening() -> Rc<Opening> {
+        let session = ServerSession { statements: ServerStatements::new(8), settings: Default::default() };
+        Opening::new(Rc::new(RefCell::new(session)), Waker::noop().clone(), Vec::new())
+    }
+
+    /// A client checking out now: what it got, or None if it would wait.
+    fn arrives(pool: &Rc<Pool>, may_follow: bool) -> Option<Checkout> {
+        block_on(poll_once(pool.checkout_or_follow(Duration::from_secs(60), may_follow))).map(|got| got.expect("no error"))
+    }
+
+    #[test]
+    fn a_posted_opening_goes_to_the_next_client_that_may_follow_and_to_it_alone() {
+        let pool = exhausted_pool();
+        let posted = opening();
+        pool.post(&posted);
+        assert!(arrives(&pool, false).is_none(), "a client that may not follow waits");
+        assert!(!posted.is_claimed());
+        match arrives(&pool, true) {
+            Some(Checkout::Behind(got)) => assert!(Rc::ptr_eq(&got, &posted)),
+            _ => panic!("the client that may follow did not go behind"),
+        }
+        assert!(posted.is_claimed());
+        assert!(arrives(&pool, true).is_none(), "one follower per opening");
+        assert_eq!(pool.stats().pipelined, 1);
+        assert_eq!(pool.waiting_count(), 0, "the clients that waited left the queue");
+    }
+
+    #[test]
+    fn a_withdrawn_or_finished_opening_is_not_taken() {
+        let pool = exhausted_pool();
+        // The holder's relay ran again: it dropped its opening.
+        pool.post(&opening());
+        assert!(arrives(&pool, true).is_none());
+        // The holder let go of it in another way (its connection was lost).
+        let lost = opening();
+        pool.post(&lost);
+        lost.lose();
+        assert!(arrives(&pool, true).is_none());
+        // The oldest one still there is taken.
+        let (first, second) = (opening(), opening());
+        pool.post(&first);
+        pool.post(&second);
+        assert!(matches!(arrives(&pool, true), Some(Checkout::Behind(got)) if Rc::ptr_eq(&got, &first)));
+        assert!(matches!(arrives(&pool, true), Some(Checkout::Behind(got)) if Rc::ptr_eq(&got, &second)));
     }
 }

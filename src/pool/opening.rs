@@ -35,6 +35,12 @@
 //! in that time. The mark wears off so that one stall of the machine does
 //! not end pipelining of a hot statement for good.
 //!
+//! A holder that finds no one waiting when its whole request is in flight
+//! posts its opening instead (`Pool::post`), withdrawn as soon as its relay
+//! runs again: a client that comes while the server works on the request
+//! claims it ([`Opening::claim`]) and goes behind it, and the holder's relay,
+//! woken by the follower's first write, takes it up as if it had offered it.
+//!
 //! One follower per opening: the follower, once handed the lease, may offer
 //! it again behind its own request, so the server has the next request
 //! waiting whenever a client is waiting for one.
@@ -104,6 +110,8 @@ pub struct Opening {
     pub session: Rc<RefCell<ServerSession>>,
     /// The follower's translated messages, for the holder's relay to send.
     outbox: RefCell<BytesMut>,
+    /// A posted opening was taken by a follower (see `Pool::post`).
+    claimed: Cell<bool>,
     /// The follower wrote something: the connection's session state assumes it runs.
     wrote: Cell<bool>,
     phase: RefCell<Phase>,
@@ -125,6 +133,7 @@ impl Opening {
             statements,
             session,
             outbox: RefCell::new(BytesMut::new()),
+            claimed: Cell::new(false),
             wrote: Cell::new(false),
             phase: RefCell::new(Phase::Followed),
             holder,
@@ -133,6 +142,16 @@ impl Opening {
     }
 
     // The follower's side.
+
+    /// Takes a posted opening: false if another follower has it, or the
+    /// holder is done with it.
+    pub fn claim(&self) -> bool {
+        if self.claimed.get() || !matches!(*self.phase.borrow(), Phase::Followed) {
+            return false;
+        }
+        self.claimed.set(true);
+        true
+    }
 
     /// Queues the follower's translated messages for the server.
     pub fn write(&self, bytes: &[u8]) {
@@ -178,6 +197,11 @@ impl Opening {
     }
 
     // The holder's side.
+
+    /// A follower took this opening since it was posted.
+    pub fn is_claimed(&self) -> bool {
+        self.claimed.get()
+    }
 
     /// Moves the follower's messages to the end of `to_server`.
     pub fn move_outbox(&self, to_server: &mut BytesMut) {
