@@ -2473,6 +2473,17 @@ mod tests {
         (messages(to_server), messages(to_client))
     }
 
+    /// A named Parse and Sync that the server answers: the client knows `name` after.
+    fn prepare_named(ex: &mut Exchange, sides: &mut Sides, name: &str, sql: &str) {
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, name, sql, &[]);
+        frontend::sync(&mut p);
+        let (sent, _) = send(ex, sides, p);
+        assert_eq!(tags(&sent), "PS");
+        assert_eq!(tags(&reply(ex, sides, &[(b'1', b""), (b'Z', b"I")])), "1Z");
+        assert!(sides.client.get(name).is_some());
+    }
+
     /// psycopg's pipeline with an error in the middle, as it reached pglane
     /// in tests/drivers (psycopg_suite.py, "errors"): the server's error came
     /// while the client was still writing the pipeline. The Parse before it
@@ -2506,13 +2517,7 @@ mod tests {
         assert_eq!(tags(&reply(&mut ex, &mut sides, &[(b'Z', b"I")])), "Z");
         assert!(ex.is_releasable());
         // The next request is served as usual.
-        let mut again = BytesMut::new();
-        frontend::parse(&mut again, "_pg3_3", "select $1::int + 200", &[]);
-        frontend::sync(&mut again);
-        let (sent, _) = send(&mut ex, &mut sides, again);
-        assert_eq!(tags(&sent), "PS");
-        assert_eq!(tags(&reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")])), "1Z");
-        assert!(sides.client.get("_pg3_3").is_some());
+        prepare_named(&mut ex, &mut sides, "_pg3_3", "select $1::int + 200");
     }
 
     /// psycopg's `DEALLOCATE _pg3_N`, as a simple query and as an unnamed
@@ -2524,13 +2529,7 @@ mod tests {
         for extended in [false, true] {
             let mut sides = Sides::new();
             let mut ex = Exchange::new(None);
-            let mut p = BytesMut::new();
-            frontend::parse(&mut p, "_pg3_0", "SELECT $1::int", &[]);
-            frontend::sync(&mut p);
-            let (sent, _) = send(&mut ex, &mut sides, p);
-            assert_eq!(tags(&sent), "PS");
-            assert_eq!(tags(&reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")])), "1Z");
-            assert!(sides.client.get("_pg3_0").is_some());
+            prepare_named(&mut ex, &mut sides, "_pg3_0", "SELECT $1::int");
 
             let mut d = BytesMut::new();
             if extended {
