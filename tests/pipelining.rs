@@ -461,3 +461,151 @@ fn pgbench_writes_through_pipelined_connections_add_up() {
     );
     assert_eq!(sums, "t", "the balances do not add up to the history");
 }
+
+/// Lines `behind.len()` clients up behind `ahead_sql` (as [`line_up`] does
+/// for one): each, on its own thread, logs in and runs its closure, once
+/// the one before it waits. When the block ends they form a chain: the
+/// first goes behind the client ahead, each next one behind the one before.
+fn line_up_chain<T: Send + 'static>(
+    port: u16,
+    blocker: &mut RawClient,
+    ahead_sql: &str,
+    behind: Vec<Box<dyn FnOnce(RawClient) -> T + Send>>,
+) -> (RawClient, Vec<thread::JoinHandle<T>>) {
+    let mut ahead = RawClient::login(port, USER, "app");
+    assert_eq!(error_code(&query(blocker, "BEGIN")), None);
+    send_query(&mut ahead, ahead_sql);
+    wait_for_waiting(port, |n| n >= 1);
+    let mut threads = Vec::new();
+    for (at, run) in behind.into_iter().enumerate() {
+        threads.push(thread::spawn(move || run(RawClient::login(port, USER, "app"))));
+        wait_for_waiting(port, |n| n >= at as u64 + 2);
+    }
+    assert_eq!(error_code(&query(blocker, "COMMIT")), None);
+    (ahead, threads)
+}
+
+/// Clients that wait for one busy connection queue up behind each other:
+/// the second one's request goes behind the first one's while the request
+/// ahead of both still runs, not when the first is handed the connection.
+/// Each gets its own answer.
+#[test]
+fn waiting_clients_queue_up_behind_each_other_while_the_server_works() {
+    postgres().fresh_database("pipe_chain", Some(USER));
+    let lane = pglane(1, "pipe_chain");
+    let port = lane.port;
+    let mut blocker = RawClient::login(port, USER, "app");
+    warm(port, &mut blocker, "SELECT pg_sleep(0.001)");
+    warm(port, &mut blocker, "SELECT 1");
+    let before = pipelined(port);
+    let behind: Vec<Box<dyn FnOnce(RawClient) -> Vec<Message> + Send>> = (0..3)
+        .map(|at| Box::new(move |mut client: RawClient| query(&mut client, &format!("SELECT {}", 40 + at))) as Box<_>)
+        .collect();
+    let (mut ahead, behind) = line_up_chain(port, &mut blocker, "SELECT pg_sleep(1.5)", behind);
+    let sleeping =
+        || postgres().psql("SELECT count(*) FROM pg_stat_activity WHERE datname = 'pipe_chain' AND wait_event = 'PgSleep'");
+    for _ in 0..400 {
+        if pipelined(port) - before == 3 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(pipelined(port) - before, 3, "the three waiting requests did not all go behind");
+    assert_eq!(sleeping(), "1", "the request ahead was over before the last went behind");
+    assert_eq!(error_code(&ahead.until_ready()), None);
+    for (at, reply) in behind.into_iter().enumerate() {
+        assert_eq!(first_column(&reply.join().unwrap()), vec![format!("{}", 40 + at)], "client {at} behind");
+    }
+    assert_eq!(admin_sum(port, "SHOW POOLS", "cl_waiting"), 0);
+}
+
+/// The client ahead of a chain closes its socket while its (large) reply
+/// streams: each client behind still gets its own answer.
+#[test]
+fn a_chain_gets_its_answers_when_the_client_ahead_leaves() {
+    postgres().fresh_database("pipe_chain_leaves", Some(USER));
+    let lane = pglane(1, "pipe_chain_leaves");
+    let port = lane.port;
+    let mut blocker = RawClient::login(port, USER, "app");
+    warm(port, &mut blocker, "SELECT repeat('x', 1) FROM generate_series(1, 2)");
+    warm(port, &mut blocker, "SELECT 1");
+    let before = pipelined(port);
+    let behind: Vec<Box<dyn FnOnce(RawClient) -> Vec<Message> + Send>> = (0..2)
+        .map(|at| Box::new(move |mut client: RawClient| query(&mut client, &format!("SELECT {}", 40 + at))) as Box<_>)
+        .collect();
+    let big = "SELECT repeat('x', 1000) FROM generate_series(1, 20000)";
+    let (mut ahead, behind) = line_up_chain(port, &mut blocker, big, behind);
+    ahead.recv();
+    drop(ahead);
+    for (at, reply) in behind.into_iter().enumerate() {
+        let reply = reply.join().unwrap();
+        assert_eq!(error_code(&reply), None, "client {at} behind: {reply:?}");
+        assert_eq!(first_column(&reply), vec![format!("{}", 40 + at)], "client {at} behind");
+    }
+    assert_eq!(pipelined(port) - before, 2);
+    let mut next = RawClient::login(port, USER, "app");
+    assert_eq!(first_column(&query(&mut next, "SELECT 7")), vec!["7"]);
+}
+
+/// The server connection dies under a chain: every client in it gets a
+/// clear error, and the next client gets a new connection.
+#[test]
+fn every_client_of_a_chain_gets_an_error_when_the_connection_dies() {
+    postgres().fresh_database("pipe_chain_dies", Some(USER));
+    let lane = pglane(1, "pipe_chain_dies");
+    let port = lane.port;
+    let mut blocker = RawClient::login(port, USER, "app");
+    warm(port, &mut blocker, "SELECT pg_sleep(0)");
+    warm(port, &mut blocker, "SELECT 1");
+    let behind: Vec<Box<dyn FnOnce(RawClient) -> Message + Send>> = (0..2)
+        .map(|at| {
+            Box::new(move |mut client: RawClient| {
+                send_query(&mut client, &format!("SELECT {}", 40 + at));
+                client.recv()
+            }) as Box<_>
+        })
+        .collect();
+    let (mut ahead, behind) = line_up_chain(port, &mut blocker, "SELECT pg_sleep(30)", behind);
+    wait_for_waiting(port, |n| n == 0);
+    let killed =
+        postgres().psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = 'pipe_chain_dies'");
+    assert_eq!(killed, "1");
+    let ahead_got = std::iter::repeat_with(|| ahead.recv()).find(|m| m.tag != backend::ROW_DESCRIPTION).unwrap();
+    assert_eq!(ahead_got.tag, backend::ERROR_RESPONSE);
+    for (at, got) in behind.into_iter().enumerate() {
+        let got = got.join().unwrap();
+        assert_eq!(got.tag, backend::ERROR_RESPONSE, "client {at} behind");
+        let fields = backend::decode_error_fields(&got.body).unwrap();
+        assert_eq!(fields.code, "08006", "client {at} behind: {fields:?}");
+    }
+    let mut next = RawClient::login(port, USER, "app");
+    assert_eq!(first_column(&query(&mut next, "SELECT 7")), vec!["7"]);
+}
+
+/// In a chain, a request's time counts from when the connection came to
+/// its client, not from when it went behind: behind a request that ran
+/// long, the quick statements after it are not marked slow.
+#[test]
+fn only_the_request_that_ran_long_in_a_chain_is_marked_slow() {
+    postgres().fresh_database("pipe_chain_slow", Some(USER));
+    let lane = pglane(1, "pipe_chain_slow");
+    let port = lane.port;
+    let mut blocker = RawClient::login(port, USER, "app");
+    warm(port, &mut blocker, "SELECT pg_sleep(0.001)");
+    warm(port, &mut blocker, "SELECT 1");
+    let before = pipelined(port);
+    let behind: Vec<Box<dyn FnOnce(RawClient) -> Vec<Message> + Send>> = (0..2)
+        .map(|at| Box::new(move |mut client: RawClient| query(&mut client, &format!("SELECT {}", 40 + at))) as Box<_>)
+        .collect();
+    let (mut ahead, behind) = line_up_chain(port, &mut blocker, "SELECT pg_sleep(0.3)", behind);
+    assert_eq!(error_code(&ahead.until_ready()), None);
+    for reply in behind {
+        assert_eq!(error_code(&reply.join().unwrap()), None);
+    }
+    assert_eq!(pipelined(port) - before, 2);
+    // The sleep is marked; `SELECT $1`, which waited behind it, is not.
+    let (mut ahead, behind) = line_up(port, &mut blocker, "SELECT 5", |mut client, _| query(&mut client, "SELECT 42"));
+    assert_eq!(first_column(&ahead.until_ready()), vec!["5"]);
+    assert_eq!(first_column(&behind.join().unwrap()), vec!["42"]);
+    assert_eq!(pipelined(port) - before, 3, "the quick statement behind the sleep was marked slow");
+}

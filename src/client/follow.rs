@@ -7,6 +7,21 @@
 //! answers itself (a ParseComplete of a known statement) goes to the client
 //! at once. It reads nothing from the server: it ends when the holder hands
 //! the connection over, and the relay goes on from there.
+//!
+//! Followers form a chain: once its whole request is written, a follower
+//! may itself offer (or post) a place behind it, as a holder does. The next
+//! client's messages then go out through this follower's opening, right
+//! behind its own, and the offer stays with this client when the connection
+//! comes to it. So the server has every waiting client's request queued, not
+//! just the next one's, and a busy shard hands work on in batches.
+//!
+//! A follower with another behind it reads nothing more from its client
+//! (the next request would have to go behind the other's): so a client
+//! that leaves then is seen only once the connection has come to it, as a
+//! holder's would be, and the connection goes on to the one behind with
+//! this one's replies to drop (`pool::Handover::skip_ready`). Only a KILL
+//! ends a follower with another behind it, and that kills the whole
+//! database's clients: the one behind gets the connection's loss.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -16,7 +31,7 @@ use std::task::{Context, Poll};
 use super::exchange::{Exchange, Sources};
 use super::relay::{poll_send, take_client_messages, Buffers, ClientStop, HIGH_WATER};
 use crate::net::Stream;
-use crate::pool::{Handover, Opening};
+use crate::pool::{Handover, Offer, Opening, Pool};
 use crate::protocol::ProtocolError;
 
 /// Rounds of work one poll may do before yielding to other tasks.
@@ -45,6 +60,14 @@ pub struct Follow<'a> {
     pub killed: &'a Cell<bool>,
     /// The hand-over was taken (else, dropped, the follower left).
     pub taken: bool,
+    /// The client's pool, to offer a place behind this request in turn.
+    pub pool: &'a Pool,
+    /// The place offered behind this client's request, if one was: the
+    /// next client's messages go through this one's opening, and the offer
+    /// stays with the client when the connection comes.
+    pub offer: &'a mut Option<Offer>,
+    /// A place behind this request posted while parked (as the relay's).
+    pub posted: Option<Offer>,
 }
 
 impl Future for Follow<'_> {
@@ -52,13 +75,22 @@ impl Future for Follow<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<FollowEnd> {
         let this = self.get_mut();
+        if let Some(posted) = this.posted.take() {
+            if posted.is_claimed() {
+                this.exchange.followed = true;
+                *this.offer = Some(posted);
+            }
+        }
         for _ in 0..BUDGET {
             match this.step(cx) {
                 Some(Poll::Ready(end)) => {
                     this.taken = matches!(end, FollowEnd::HandedOver(_));
                     return Poll::Ready(end);
                 }
-                Some(Poll::Pending) => return Poll::Pending,
+                Some(Poll::Pending) => {
+                    this.post_opening(cx);
+                    return Poll::Pending;
+                }
                 None => {}
             }
         }
@@ -76,6 +108,21 @@ impl Drop for Follow<'_> {
 }
 
 impl Follow<'_> {
+    /// Parking with the whole request written and nothing offered behind
+    /// it: posts a place behind it for a client that comes meanwhile.
+    fn post_opening(&mut self, cx: &Context<'_>) {
+        if self.offer.is_some() || !self.may_be_followed() {
+            return;
+        }
+        self.posted = self.pool.post_behind(self.sources.server, cx.waker(), || self.exchange.statements_in_flight());
+    }
+
+    /// The client's whole request is written, and it allows another behind.
+    fn may_be_followed(&self) -> bool {
+        let from_client = &self.buffers.from_client;
+        !from_client.eof && from_client.pending().is_empty() && self.exchange.may_be_followed()
+    }
+
     /// One round; `None` if it made progress and should go on.
     fn step(&mut self, cx: &mut Context<'_>) -> Option<Poll<FollowEnd>> {
         if self.killed.get() {
@@ -85,6 +132,17 @@ impl Follow<'_> {
             Poll::Ready(Ok(handover)) => return Some(Poll::Ready(FollowEnd::HandedOver(handover))),
             Poll::Ready(Err(_)) => return Some(Poll::Ready(FollowEnd::Lost)),
             Poll::Pending => {}
+        }
+        // The request behind this one's goes out through this one's opening.
+        if let Some(behind) = self.offer.as_ref() {
+            if self.opening.outbox_len() < HIGH_WATER {
+                self.opening.write_outbox_of(behind);
+            }
+        }
+        // Nothing more is taken from the client once another's request is
+        // behind this one's.
+        if self.offer.is_some() {
+            return Some(Poll::Pending);
         }
         let b = &mut *self.buffers;
         let mut progress = false;
@@ -117,6 +175,14 @@ impl Follow<'_> {
                 return Some(Poll::Ready(FollowEnd::ClientError(ProtocolError::UnexpectedMessage(tag))))
             }
             Err(e) => return Some(Poll::Ready(FollowEnd::ClientError(e))),
+        }
+        if self.may_be_followed() {
+            let session = self.sources.server;
+            if let Some(offer) = self.pool.offer_behind(session, cx.waker(), || self.exchange.statements_in_flight()) {
+                self.exchange.followed = true;
+                *self.offer = Some(offer);
+                progress = true;
+            }
         }
         if progress {
             None

@@ -532,6 +532,9 @@ impl Session {
             opening,
             killed: &self.entry.killed,
             taken: false,
+            pool: &self.pool,
+            offer: &mut self.offer,
+            posted: None,
         }
         .await;
         self.entry.following.set(false);
@@ -542,6 +545,9 @@ impl Session {
                 self.buffers.to_server.extend_from_slice(&unsent);
                 self.buffers.from_server.take_over(&unread, stream_left);
                 self.skip_ready = skip_ready;
+                if let Some(behind) = self.offer.as_ref() {
+                    behind.holder_started();
+                }
                 *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
                 if cancel_held {
                     // The holder's request is answered: what runs now is this client's.

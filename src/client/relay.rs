@@ -19,7 +19,7 @@ use futures_lite::AsyncWrite;
 use super::exchange::{client_needs_whole, server_needs_whole, Exchange, Sources, Statements};
 use super::inbox::{Inbox, Piece};
 use crate::net::Stream;
-use crate::pool::{Offer, Opening, Pool};
+use crate::pool::{Offer, Pool};
 use crate::protocol::{backend, frontend, ProtocolError};
 use crate::runtime::ShutdownSignal;
 
@@ -310,12 +310,10 @@ impl Relay<'_> {
     /// posts an opening for a client that comes before the reply does.
     fn post_opening(&mut self, cx: &Context<'_>) {
         let Some(pool) = self.pipelining else { return };
-        if !self.followable || self.offer.is_some() || !pool.is_exhausted() {
+        if !self.followable || self.offer.is_some() {
             return;
         }
-        let opening = Opening::new(self.sources.server.clone(), cx.waker().clone(), self.exchange.statements_in_flight());
-        pool.post(&opening);
-        self.posted = Some(Offer(opening));
+        self.posted = pool.post_behind(self.sources.server, cx.waker(), || self.exchange.statements_in_flight());
     }
 
     fn releasable(release_when_idle: bool, saw_ready: bool, exchange: &Exchange) -> bool {
@@ -371,11 +369,10 @@ impl Relay<'_> {
         if let Some(pool) = self.pipelining {
             let all_sent = b.to_server.is_empty() && b.from_client.pending().is_empty() && !client_leaving && bad_tag.is_none();
             self.followable = self.offer.is_none() && all_sent && self.exchange.may_be_followed();
-            if self.followable && pool.has_follower() {
-                let opening = Opening::new(server_session.clone(), cx.waker().clone(), self.exchange.statements_in_flight());
-                if pool.offer(&opening) {
+            if self.followable {
+                if let Some(offer) = pool.offer_behind(server_session, cx.waker(), || self.exchange.statements_in_flight()) {
                     self.exchange.followed = true;
-                    *self.offer = Some(Offer(opening));
+                    *self.offer = Some(offer);
                     self.followable = false;
                 }
             }

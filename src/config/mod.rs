@@ -193,8 +193,9 @@ pub struct Config {
     /// INSERT, UPDATE, DELETE, as simple queries or statements, outside a
     /// transaction block), the next waiting client's request (or, if none
     /// waits, the next to come before the reply) is sent right behind it,
-    /// and the connection handed over when the first is answered, so a busy server never waits for the pooler between
-    /// transactions. The cost: a request queued behind a long one waits for
+    /// the next behind that one, and so on, and the connection is handed
+    /// down the line as each is answered, so a busy server never waits for
+    /// the pooler between transactions. The cost: a request queued behind a long one waits for
     /// it even if another connection frees up first. Off with
     /// binary_negotiation. See `pool::Opening`.
     #[serde(default)]

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::server::{ServerConn, ServerError, ServerTarget};
+use crate::prepare::Statement;
+use crate::server::{ServerConn, ServerError, ServerSession, ServerTarget};
 
 #[derive(Debug, Error)]
 pub enum PoolError {
@@ -348,12 +349,45 @@ impl Pool {
     }
 
     /// A client waits that may take a place behind another's request.
-    pub fn has_follower(&self) -> bool {
+    fn has_follower(&self) -> bool {
         self.waiters.borrow().iter().any(|w| w.may_follow)
     }
 
+    /// Offers the connection of `session` behind a whole request (running
+    /// `statements`) to the first waiter that may follow; `None` if no such
+    /// client waits. `holder` is woken when the follower writes.
+    pub fn offer_behind(
+        &self,
+        session: &Rc<RefCell<ServerSession>>,
+        holder: &Waker,
+        statements: impl FnOnce() -> Vec<Rc<Statement>>,
+    ) -> Option<Offer> {
+        if !self.has_follower() {
+            return None;
+        }
+        let opening = Opening::new(session.clone(), holder.clone(), statements());
+        self.offer(&opening).then(|| Offer(opening))
+    }
+
+    /// Posts the connection of `session` behind a whole request for a client
+    /// that comes before its reply does (see [`Pool::post`]), if every
+    /// connection is lent; the posting lasts as long as the returned offer.
+    pub fn post_behind(
+        &self,
+        session: &Rc<RefCell<ServerSession>>,
+        holder: &Waker,
+        statements: impl FnOnce() -> Vec<Rc<Statement>>,
+    ) -> Option<Offer> {
+        if !self.is_exhausted() {
+            return None;
+        }
+        let opening = Opening::new(session.clone(), holder.clone(), statements());
+        self.post(&opening);
+        Some(Offer(opening))
+    }
+
     /// Gives `opening` to the first waiter that may follow; false if none waits.
-    pub fn offer(&self, opening: &Rc<Opening>) -> bool {
+    fn offer(&self, opening: &Rc<Opening>) -> bool {
         let waiter = {
             let mut waiters = self.waiters.borrow_mut();
             waiters.iter().position(|w| w.may_follow).and_then(|at| waiters.remove(at))
@@ -375,7 +409,7 @@ impl Pool {
     /// in flight when no one waits posts one, so that a client that comes
     /// while the server works on that request goes behind it rather than
     /// waiting for the whole round trip.
-    pub fn post(&self, opening: &Rc<Opening>) {
+    fn post(&self, opening: &Rc<Opening>) {
         let mut posted = self.posted.borrow_mut();
         posted.retain(|o| o.strong_count() > 0);
         posted.push_back(Rc::downgrade(opening));
@@ -595,9 +629,9 @@ mod tests {
     use crate::server::ServerSession;
     use futures_lite::future::{block_on, poll_once};
 
-    /// A pool whose every connection is lent: no server is ever reached.
-    fn exhausted_pool() -> Rc<Pool> {
-        let target = ServerTarget {
+    /// A server no test reaches.
+    fn target() -> ServerTarget {
+        ServerTarget {
             address: ServerAddress::Tcp { host: "127.0.0.1".into(), port: 1 },
             dbname: "app".into(),
             user: "app".into(),
@@ -608,8 +642,12 @@ mod tests {
             tls: None,
             scram_max_iterations: 4096,
             learn_output_settings: false,
-        };
-        let pool = Pool::new(target, 0, Registry::new(0, 8));
+        }
+    }
+
+    /// A pool whose every connection is lent.
+    fn exhausted_pool() -> Rc<Pool> {
+        let pool = Pool::new(target(), 0, Registry::new(0, 8));
         assert!(pool.is_exhausted());
         pool
     }
@@ -639,6 +677,36 @@ mod tests {
         assert!(arrives(&pool, true).is_none(), "one follower per opening");
         assert_eq!(pool.stats().pipelined, 1);
         assert_eq!(pool.waiting_count(), 0, "the clients that waited left the queue");
+    }
+
+    #[test]
+    fn a_place_behind_is_offered_only_to_a_waiting_client_that_may_follow() {
+        let pool = exhausted_pool();
+        let session = opening().session.clone();
+        let waker = Waker::noop().clone();
+        assert!(pool.offer_behind(&session, &waker, Vec::new).is_none(), "no one waits");
+        let mut stays = Box::pin(pool.checkout_or_follow(Duration::from_secs(60), false));
+        assert!(block_on(poll_once(&mut stays)).is_none());
+        assert!(pool.offer_behind(&session, &waker, Vec::new).is_none(), "the one waiting may not follow");
+        let mut follows = Box::pin(pool.checkout_or_follow(Duration::from_secs(60), true));
+        assert!(block_on(poll_once(&mut follows)).is_none());
+        let offer = pool.offer_behind(&session, &waker, Vec::new).expect("offered to the client that may follow");
+        match block_on(poll_once(&mut follows)) {
+            Some(Ok(Checkout::Behind(got))) => assert!(Rc::ptr_eq(&got, &offer.0)),
+            _ => panic!("the client that may follow did not go behind"),
+        }
+        assert_eq!(pool.waiting_count(), 1, "the other still waits");
+    }
+
+    #[test]
+    fn a_place_behind_is_posted_only_when_every_connection_is_lent() {
+        let session = opening().session.clone();
+        let waker = Waker::noop().clone();
+        let roomy = Pool::new(target(), 1, Registry::new(0, 8));
+        assert!(roomy.post_behind(&session, &waker, Vec::new).is_none(), "a client that came would get a connection");
+        let pool = exhausted_pool();
+        let posted = pool.post_behind(&session, &waker, Vec::new).expect("posted");
+        assert!(matches!(arrives(&pool, true), Some(Checkout::Behind(got)) if Rc::ptr_eq(&got, &posted.0)));
     }
 
     #[test]

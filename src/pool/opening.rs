@@ -41,9 +41,11 @@
 //! claims it ([`Opening::claim`]) and goes behind it, and the holder's relay,
 //! woken by the follower's first write, takes it up as if it had offered it.
 //!
-//! One follower per opening: the follower, once handed the lease, may offer
-//! it again behind its own request, so the server has the next request
-//! waiting whenever a client is waiting for one.
+//! One follower per opening, but followers chain: a follower whose whole
+//! request is written offers (or posts) an opening of its own, and what its
+//! follower writes goes out through its opening ([`Opening::write_outbox_of`]),
+//! so every waiting client's request is queued on the server. The offer
+//! stays with that follower and is handed on when the lease comes to it.
 //!
 //! This module only keeps the hand-over's state; what a relay does with it
 //! is the client's (`client::relay`, `client::follow`).
@@ -119,9 +121,10 @@ pub struct Opening {
     holder: Waker,
     /// The follower's task, woken at the hand-over or loss.
     follower: RefCell<Option<Waker>>,
-    /// When it was offered, and the statements the holder's request runs
-    /// (see [`Opening::holder_done`]).
-    offered_at: std::time::Instant,
+    /// When it was offered (or, behind a follower, when that follower got
+    /// the lease), and the statements the holder's request runs (see
+    /// [`Opening::holder_done`]).
+    offered_at: Cell<std::time::Instant>,
     statements: Vec<Rc<Statement>>,
 }
 
@@ -129,7 +132,7 @@ impl Opening {
     /// An opening behind a request that runs `statements`, offered now.
     pub fn new(session: Rc<RefCell<ServerSession>>, holder: Waker, statements: Vec<Rc<Statement>>) -> Rc<Opening> {
         Rc::new(Opening {
-            offered_at: crate::rt::now(),
+            offered_at: Cell::new(crate::rt::now()),
             statements,
             session,
             outbox: RefCell::new(BytesMut::new()),
@@ -161,6 +164,17 @@ impl Opening {
         self.outbox.borrow_mut().extend_from_slice(bytes);
         self.wrote.set(true);
         self.holder.wake_by_ref();
+    }
+
+    /// Queues what the follower behind this opening's follower wrote (see
+    /// `client::follow`): a request in a chain goes out through the one
+    /// ahead of it.
+    pub fn write_outbox_of(&self, behind: &Opening) {
+        let mut from = behind.outbox.borrow_mut();
+        if !from.is_empty() {
+            self.write(&from);
+            from.clear();
+        }
     }
 
     /// Bytes written and not yet taken by the holder.
@@ -212,12 +226,18 @@ impl Opening {
         }
     }
 
+    /// The holder was a follower and got the lease just now: its request
+    /// runs from here, not from when it went behind the one ahead.
+    pub fn holder_started(&self) {
+        self.offered_at.set(crate::rt::now());
+    }
+
     /// The holder's request is answered (or abandoned): if that took longer
-    /// than [`SLOW`] since the offer, its statements are marked slow, and
-    /// true is returned.
+    /// than [`SLOW`] since the offer (or [`Opening::holder_started`]), its
+    /// statements are marked slow, and true is returned.
     pub fn holder_done(&self) -> bool {
         let now = crate::rt::now();
-        let slow = now.saturating_duration_since(self.offered_at) >= SLOW;
+        let slow = now.saturating_duration_since(self.offered_at.get()) >= SLOW;
         if slow {
             for s in &self.statements {
                 s.slow_at.set(Some(now));
@@ -283,5 +303,46 @@ impl std::ops::Deref for Offer {
 impl Drop for Offer {
     fn drop(&mut self) {
         self.0.lose();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prepare::ServerStatements;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A waker that counts its wakes.
+    struct Count(AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn opening(holder: Waker) -> Rc<Opening> {
+        let session = ServerSession { statements: ServerStatements::new(8), settings: Default::default() };
+        Opening::new(Rc::new(RefCell::new(session)), holder, Vec::new())
+    }
+
+    #[test]
+    fn a_request_behind_a_follower_goes_out_after_the_followers_own() {
+        let woken = Arc::new(Count(AtomicUsize::new(0)));
+        let first = opening(Waker::from(woken.clone()));
+        let second = opening(Waker::noop().clone());
+        first.write(b"first's");
+        second.write(b" second's");
+        let before = woken.0.load(Ordering::Relaxed);
+        first.write_outbox_of(&second);
+        assert_eq!(woken.0.load(Ordering::Relaxed), before + 1, "the holder is woken to send it");
+        assert_eq!(second.outbox_len(), 0);
+        first.write_outbox_of(&second);
+        assert_eq!(woken.0.load(Ordering::Relaxed), before + 1, "nothing new: no wake");
+        let mut to_server = BytesMut::new();
+        first.move_outbox(&mut to_server);
+        assert_eq!(&to_server[..], b"first's second's");
+        assert!(first.follower_wrote());
     }
 }
