@@ -470,7 +470,7 @@ fn line_up_chain<T: Send + 'static>(
     port: u16,
     blocker: &mut RawClient,
     ahead_sql: &str,
-    behind: Vec<Box<dyn FnOnce(RawClient) -> T + Send>>,
+    behind: Vec<Behind<T>>,
 ) -> (RawClient, Vec<thread::JoinHandle<T>>) {
     let mut ahead = RawClient::login(port, USER, "app");
     assert_eq!(error_code(&query(blocker, "BEGIN")), None);
@@ -483,6 +483,25 @@ fn line_up_chain<T: Send + 'static>(
     }
     assert_eq!(error_code(&query(blocker, "COMMIT")), None);
     (ahead, threads)
+}
+
+/// What a client lined up by [`line_up_chain`] does, on its own thread.
+type Behind<T> = Box<dyn FnOnce(RawClient) -> T + Send>;
+
+/// `n` clients, the k-th of which asks for `SELECT 40+k` and returns the reply.
+fn selects_behind(n: usize) -> Vec<Behind<Vec<Message>>> {
+    (0..n)
+        .map(|at| Box::new(move |mut client: RawClient| query(&mut client, &format!("SELECT {}", 40 + at))) as Behind<_>)
+        .collect()
+}
+
+/// Each client of [`selects_behind`] got its own answer.
+fn assert_own_answers(behind: Vec<thread::JoinHandle<Vec<Message>>>) {
+    for (at, reply) in behind.into_iter().enumerate() {
+        let reply = reply.join().unwrap();
+        assert_eq!(error_code(&reply), None, "client {at} behind: {reply:?}");
+        assert_eq!(first_column(&reply), vec![format!("{}", 40 + at)], "client {at} behind");
+    }
 }
 
 /// Clients that wait for one busy connection queue up behind each other:
@@ -498,10 +517,7 @@ fn waiting_clients_queue_up_behind_each_other_while_the_server_works() {
     warm(port, &mut blocker, "SELECT pg_sleep(0.001)");
     warm(port, &mut blocker, "SELECT 1");
     let before = pipelined(port);
-    let behind: Vec<Box<dyn FnOnce(RawClient) -> Vec<Message> + Send>> = (0..3)
-        .map(|at| Box::new(move |mut client: RawClient| query(&mut client, &format!("SELECT {}", 40 + at))) as Box<_>)
-        .collect();
-    let (mut ahead, behind) = line_up_chain(port, &mut blocker, "SELECT pg_sleep(1.5)", behind);
+    let (mut ahead, behind) = line_up_chain(port, &mut blocker, "SELECT pg_sleep(1.5)", selects_behind(3));
     let sleeping =
         || postgres().psql("SELECT count(*) FROM pg_stat_activity WHERE datname = 'pipe_chain' AND wait_event = 'PgSleep'");
     for _ in 0..400 {
@@ -513,9 +529,7 @@ fn waiting_clients_queue_up_behind_each_other_while_the_server_works() {
     assert_eq!(pipelined(port) - before, 3, "the three waiting requests did not all go behind");
     assert_eq!(sleeping(), "1", "the request ahead was over before the last went behind");
     assert_eq!(error_code(&ahead.until_ready()), None);
-    for (at, reply) in behind.into_iter().enumerate() {
-        assert_eq!(first_column(&reply.join().unwrap()), vec![format!("{}", 40 + at)], "client {at} behind");
-    }
+    assert_own_answers(behind);
     assert_eq!(admin_sum(port, "SHOW POOLS", "cl_waiting"), 0);
 }
 
@@ -530,18 +544,11 @@ fn a_chain_gets_its_answers_when_the_client_ahead_leaves() {
     warm(port, &mut blocker, "SELECT repeat('x', 1) FROM generate_series(1, 2)");
     warm(port, &mut blocker, "SELECT 1");
     let before = pipelined(port);
-    let behind: Vec<Box<dyn FnOnce(RawClient) -> Vec<Message> + Send>> = (0..2)
-        .map(|at| Box::new(move |mut client: RawClient| query(&mut client, &format!("SELECT {}", 40 + at))) as Box<_>)
-        .collect();
     let big = "SELECT repeat('x', 1000) FROM generate_series(1, 20000)";
-    let (mut ahead, behind) = line_up_chain(port, &mut blocker, big, behind);
+    let (mut ahead, behind) = line_up_chain(port, &mut blocker, big, selects_behind(2));
     ahead.recv();
     drop(ahead);
-    for (at, reply) in behind.into_iter().enumerate() {
-        let reply = reply.join().unwrap();
-        assert_eq!(error_code(&reply), None, "client {at} behind: {reply:?}");
-        assert_eq!(first_column(&reply), vec![format!("{}", 40 + at)], "client {at} behind");
-    }
+    assert_own_answers(behind);
     assert_eq!(pipelined(port) - before, 2);
     let mut next = RawClient::login(port, USER, "app");
     assert_eq!(first_column(&query(&mut next, "SELECT 7")), vec!["7"]);
@@ -557,12 +564,12 @@ fn every_client_of_a_chain_gets_an_error_when_the_connection_dies() {
     let mut blocker = RawClient::login(port, USER, "app");
     warm(port, &mut blocker, "SELECT pg_sleep(0)");
     warm(port, &mut blocker, "SELECT 1");
-    let behind: Vec<Box<dyn FnOnce(RawClient) -> Message + Send>> = (0..2)
+    let behind: Vec<Behind<Message>> = (0..2)
         .map(|at| {
             Box::new(move |mut client: RawClient| {
                 send_query(&mut client, &format!("SELECT {}", 40 + at));
                 client.recv()
-            }) as Box<_>
+            }) as Behind<_>
         })
         .collect();
     let (mut ahead, behind) = line_up_chain(port, &mut blocker, "SELECT pg_sleep(30)", behind);
@@ -594,14 +601,9 @@ fn only_the_request_that_ran_long_in_a_chain_is_marked_slow() {
     warm(port, &mut blocker, "SELECT pg_sleep(0.001)");
     warm(port, &mut blocker, "SELECT 1");
     let before = pipelined(port);
-    let behind: Vec<Box<dyn FnOnce(RawClient) -> Vec<Message> + Send>> = (0..2)
-        .map(|at| Box::new(move |mut client: RawClient| query(&mut client, &format!("SELECT {}", 40 + at))) as Box<_>)
-        .collect();
-    let (mut ahead, behind) = line_up_chain(port, &mut blocker, "SELECT pg_sleep(0.3)", behind);
+    let (mut ahead, behind) = line_up_chain(port, &mut blocker, "SELECT pg_sleep(0.3)", selects_behind(2));
     assert_eq!(error_code(&ahead.until_ready()), None);
-    for reply in behind {
-        assert_eq!(error_code(&reply.join().unwrap()), None);
-    }
+    assert_own_answers(behind);
     assert_eq!(pipelined(port) - before, 2);
     // The sleep is marked; `SELECT $1`, which waited behind it, is not.
     let (mut ahead, behind) = line_up(port, &mut blocker, "SELECT 5", |mut client, _| query(&mut client, "SELECT 42"));
