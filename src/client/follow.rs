@@ -133,15 +133,12 @@ impl Follow<'_> {
             Poll::Ready(Err(_)) => return Some(Poll::Ready(FollowEnd::Lost)),
             Poll::Pending => {}
         }
-        // The request behind this one's goes out through this one's opening.
+        // The request behind this one's goes out through this one's opening,
+        // and nothing more is taken from the client.
         if let Some(behind) = self.offer.as_ref() {
             if self.opening.outbox_len() < HIGH_WATER {
                 self.opening.write_outbox_of(behind);
             }
-        }
-        // Nothing more is taken from the client once another's request is
-        // behind this one's.
-        if self.offer.is_some() {
             return Some(Poll::Pending);
         }
         let b = &mut *self.buffers;

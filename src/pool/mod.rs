@@ -625,8 +625,7 @@ impl Drop for Lease {
 mod tests {
     use super::*;
     use crate::config::ServerAddress;
-    use crate::prepare::{Registry, ServerStatements};
-    use crate::server::ServerSession;
+    use crate::prepare::Registry;
     use futures_lite::future::{block_on, poll_once};
 
     /// A server no test reaches.
@@ -653,8 +652,7 @@ mod tests {
     }
 
     fn opening() -> Rc<Opening> {
-        let session = ServerSession { statements: ServerStatements::new(8), settings: Default::default() };
-        Opening::new(Rc::new(RefCell::new(session)), Waker::noop().clone(), Vec::new())
+        opening::tests::opening(Waker::noop().clone())
     }
 
     /// A client checking out now: what it got, or None if it would wait.

@@ -307,7 +307,7 @@ impl Drop for Offer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::prepare::ServerStatements;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -322,7 +322,8 @@ mod tests {
         }
     }
 
-    fn opening(holder: Waker) -> Rc<Opening> {
+    /// An opening on a fresh session, its holder woken through `holder`.
+    pub(crate) fn opening(holder: Waker) -> Rc<Opening> {
         let session = ServerSession { statements: ServerStatements::new(8), settings: Default::default() };
         Opening::new(Rc::new(RefCell::new(session)), holder, Vec::new())
     }
