@@ -611,3 +611,40 @@ fn only_the_request_that_ran_long_in_a_chain_is_marked_slow() {
     assert_eq!(first_column(&behind.join().unwrap()), vec!["42"]);
     assert_eq!(pipelined(port) - before, 3, "the quick statement behind the sleep was marked slow");
 }
+
+/// A client in the middle of a chain closes its socket before its turn:
+/// the client behind it still gets its own answer, and the pool goes on.
+#[test]
+fn a_chain_gets_its_answers_when_a_client_in_the_middle_leaves() {
+    postgres().fresh_database("pipe_chain_middle", Some(USER));
+    let lane = pglane(1, "pipe_chain_middle");
+    let port = lane.port;
+    let mut blocker = RawClient::login(port, USER, "app");
+    warm(port, &mut blocker, "SELECT pg_sleep(0.001)");
+    warm(port, &mut blocker, "SELECT 1");
+    let before = pipelined(port);
+    let (leave, left) = std::sync::mpsc::channel::<()>();
+    let middle: Behind<Vec<Message>> = Box::new(move |mut client: RawClient| {
+        send_query(&mut client, "SELECT 40");
+        left.recv().unwrap();
+        drop(client);
+        Vec::new()
+    });
+    let last: Behind<Vec<Message>> = Box::new(|mut client: RawClient| query(&mut client, "SELECT 41"));
+    let (mut ahead, mut behind) = line_up_chain(port, &mut blocker, "SELECT pg_sleep(1)", vec![middle, last]);
+    for _ in 0..400 {
+        if pipelined(port) - before == 2 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(pipelined(port) - before, 2, "the chain did not form");
+    leave.send(()).unwrap();
+    assert_eq!(error_code(&ahead.until_ready()), None);
+    let last = behind.pop().unwrap().join().unwrap();
+    assert_eq!(error_code(&last), None, "{last:?}");
+    assert_eq!(first_column(&last), vec!["41"]);
+    behind.pop().unwrap().join().unwrap();
+    let mut next = RawClient::login(port, USER, "app");
+    assert_eq!(first_column(&query(&mut next, "SELECT 7")), vec!["7"]);
+}
