@@ -6,7 +6,6 @@
 use bytes::BytesMut;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pglane::client::exchange::{Exchange, Statements};
-use pglane::client::settings::Settings;
 use pglane::prepare::auto::{Decision, Job};
 use pglane::prepare::lexer::{LexOptions, Lexed};
 use pglane::prepare::{ClientStatements, Registry, ServerStatements};
@@ -15,6 +14,7 @@ use pglane::protocol::frame::HEADER_LEN;
 use pglane::protocol::frame::{split_message, Scanner};
 use pglane::protocol::frontend;
 use pglane::protocol::names;
+use pglane::settings::Settings;
 use std::hint::black_box;
 use std::task::{Context, Poll, Waker};
 

@@ -16,3 +16,4 @@ pub mod protocol;
 pub mod rt;
 pub mod runtime;
 pub mod server;
+pub mod settings;

@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::settings::Settings;
 use crate::pool::{Lease, Pool};
 use crate::prepare::auto::{Decision, Job};
 use crate::prepare::lexer::Lexed;
@@ -35,6 +34,7 @@ use crate::prepare::shape::{self, Reason, Rewrite, Verdict};
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::{frontend, names};
 use crate::server::{Described, ServerError};
+use crate::settings::Settings;
 
 /// How often, and for how long, the validator looks for an idle server
 /// connection before it queues for one.

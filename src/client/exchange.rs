@@ -61,7 +61,6 @@ pub use super::negotiate::Negotiation;
 use super::negotiate::{self, NegotiateError, Negotiator, Plan};
 use super::pinning::{self, SessionFeature};
 use super::quiet::QuietTexts;
-use super::settings::{self, Change, Settings, Value};
 use super::tracker::Tracker;
 use crate::prepare::auto::{Job, Lookup, PassThrough, Spelling};
 use crate::prepare::lexer::{self, LexOptions, Lexed};
@@ -71,6 +70,7 @@ use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
 use crate::server::ServerSession;
+use crate::settings::{self, Change, Settings, Value};
 
 /// The statement and settings state the exchange reads and changes.
 pub struct Statements<'a> {

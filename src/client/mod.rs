@@ -19,7 +19,7 @@ pub mod negotiate;
 pub mod pinning;
 mod quiet;
 mod relay;
-pub mod settings;
+
 pub mod tracker;
 
 use std::rc::Rc;
@@ -40,6 +40,7 @@ use crate::protocol::ProtocolError;
 use crate::rt::with_timeout;
 use crate::runtime::{ClientEntry, ClientInfo, ClientState, Shard};
 use crate::server::ServerError;
+use crate::settings;
 
 use crate::prepare::ClientStatements;
 use exchange::Exchange;

@@ -70,12 +70,12 @@ use std::rc::Rc;
 use bytes::{BufMut, BytesMut};
 use thiserror::Error;
 
-use super::settings::Settings;
 use crate::formats::{oid, transcoder_for, TextSettings, TranscodeError, Transcoder};
 use crate::prepare::{RowRecord, Statement};
 use crate::protocol::backend::{self, FORMAT_BINARY, FORMAT_TEXT};
 use crate::protocol::frame::{parse_header, HEADER_LEN};
 use crate::protocol::{frontend, ProtocolError};
+use crate::settings::Settings;
 
 /// What the exchange needs to negotiate on the server connection it holds;
 /// absent when `binary_negotiation` is off.
@@ -768,7 +768,7 @@ mod tests {
 
     #[test]
     fn server_settings_are_login_values_then_changes() {
-        use super::super::settings::Value;
+        use crate::settings::Value;
         let login = vec![("DateStyle".to_owned(), "ISO, MDY".to_owned()), ("TimeZone".to_owned(), "Europe/Berlin".to_owned())];
         let mut server = Settings::default();
         assert_eq!(server_text_settings(&login, &[], &server).time_zone, None);
@@ -821,13 +821,13 @@ mod exchange_tests {
     use bytes::{Bytes, BytesMut};
 
     use super::super::exchange::{Exchange, Statements};
-    use super::super::settings::Settings;
     use super::Negotiation;
     use crate::formats::oid;
     use crate::prepare::{ClientStatements, Registry, ServerStatements};
     use crate::protocol::backend::{self, FieldDescription, TransactionStatus};
     use crate::protocol::frame::{split_message, HEADER_LEN};
     use crate::protocol::{frontend, names};
+    use crate::settings::Settings;
 
     const UUID: [u8; 16] = [0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0, 1, 2, 3, 4, 5, 6, 7];
     const UUID_TEXT: &[u8] = b"12345678-9abc-def0-0001-020304050607";

@@ -99,7 +99,7 @@ pub struct ServerSession {
     /// The shard's statements this connection has prepared.
     pub statements: ServerStatements,
     /// Session settings clients changed on it (see `client::settings`).
-    pub settings: crate::client::settings::Settings,
+    pub settings: crate::settings::Settings,
 }
 
 pub struct ServerConn {
@@ -164,7 +164,7 @@ impl ServerConn {
         if target.learn_output_settings {
             let sql = format!(
                 "SELECT name, setting FROM pg_catalog.pg_settings WHERE name IN ({})",
-                crate::client::settings::OUTPUT.map(|n| format!("'{n}'")).join(", ")
+                crate::settings::OUTPUT.map(|n| format!("'{n}'")).join(", ")
             );
             let learn = conn.query_pairs(&sql);
             conn.output_defaults = match crate::rt::with_timeout(target.connect_timeout, learn).await {

@@ -1,5 +1,8 @@
-//! Session settings a client changed, carried to whichever server connection
-//! it gets next in transaction mode.
+//! Session settings: what a client has set, what a server connection has,
+//! and how to make the second the first. `client` follows a client's
+//! settings and carries them to whichever server connection it gets next in
+//! transaction mode; `server` records what each connection has. This module
+//! owns the values and the rules; it does no I/O.
 //!
 //! Three sources, all exact about what the server really has:
 //! - the client's StartupMessage: every parameter but user, database,
