@@ -1,0 +1,959 @@
+//! What passes between one client and the server connection it holds, message
+//! by message: which replies the server owes, which of them the client must
+//! not see, and which pglane answers itself. Pure: bytes in, bytes out.
+//!
+//! This module matches replies to requests and owns the queue of what is
+//! due. Replies are matched in order, so the requests pglane injects can be
+//! dropped and its own answers slotted in where the client expects them;
+//! after an ErrorResponse the server skips everything up to Sync, and the
+//! bookkeeping of what it skipped is undone (a failed Parse prepared
+//! nothing). What a request *means* is decided by the concerns around it,
+//! each in its own file:
+//!
+//! - [`statements`]: the client's statement names and the Describe cache
+//!   (named statements renamed to the shard's shared ones);
+//! - [`rewrite`]: auto-prepare, a simple query run as a validated shape's
+//!   statement, and its errors mapped back to the client's text;
+//! - [`session`]: the hooks of session state: settings followed and
+//!   aligned, pinning, DDL seen;
+//! - [`negotiation`]: binary format negotiation of a portal;
+//! - [`pipelining`]: whether another client's request may go right behind
+//!   this one's on the same server connection.
+
+mod negotiation;
+mod pipelining;
+mod rewrite;
+mod session;
+mod statements;
+#[cfg(test)]
+mod tests;
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+
+pub use super::negotiate::Negotiation;
+use super::negotiate::{self, NegotiateError, Negotiator, Plan};
+use super::pinning::{self, SessionFeature};
+use super::quiet::QuietTexts;
+use super::tracker::Tracker;
+use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
+use crate::protocol::backend::{self, ErrorFields};
+use crate::protocol::frame::HEADER_LEN;
+use crate::protocol::frontend::{self, Target};
+use crate::protocol::names;
+use crate::server::ServerSession;
+use crate::settings::{self, Change, Settings};
+use rewrite::AutoPrepare;
+use session::{changes_schema, follow_change};
+use statements::{is_stale_plan, stale_result_error};
+
+/// The statement and settings state the exchange reads and changes.
+pub struct Statements<'a> {
+    pub registry: &'a Registry,
+    pub client: &'a mut ClientStatements,
+    pub server: &'a mut ServerStatements,
+    pub client_settings: &'a mut Settings,
+    pub server_settings: &'a mut Settings,
+    /// `None` when binary_negotiation is off.
+    pub negotiation: Option<Negotiation<'a>>,
+}
+
+/// Where a [`Statements`] comes from, for as long as a client talks to one
+/// server connection: the client's own state, and the connection's session,
+/// which is borrowed only while a batch of messages is translated (another
+/// client may translate for the same connection in between; see
+/// `pool::Opening`).
+pub struct Sources<'a> {
+    pub registry: &'a Registry,
+    pub client: &'a mut ClientStatements,
+    pub client_settings: &'a mut Settings,
+    pub server: &'a Rc<RefCell<ServerSession>>,
+    /// `None` when binary_negotiation is off.
+    pub negotiation: Option<Negotiation<'a>>,
+}
+
+impl Sources<'_> {
+    /// The statements and settings, with the server's from `session`
+    /// (borrowed from [`Sources::server`] by the caller).
+    pub fn statements<'b>(&'b mut self, session: &'b mut ServerSession) -> Statements<'b> {
+        Statements {
+            registry: self.registry,
+            client: &mut *self.client,
+            server: &mut session.statements,
+            client_settings: &mut *self.client_settings,
+            server_settings: &mut session.settings,
+            negotiation: self.negotiation,
+        }
+    }
+}
+
+/// One request whose answer is still due, in the order the client expects answers.
+#[derive(Debug)]
+enum Due {
+    /// The server will answer; `forward` says whether the client sees it.
+    Server { request: Request, forward: bool },
+    /// pglane answers, when every earlier answer has gone out.
+    Local(Local),
+}
+
+#[derive(Debug)]
+enum Request {
+    /// `undo` is what to take back if the server skips or refuses it.
+    /// `plain`: of the unnamed statement, passed through, with a text that
+    /// [`pinning::leaves_session_alone`] (worked out with server pipelining
+    /// only; see [`Exchange::may_be_followed`]).
+    Parse {
+        undo: Option<Prepared>,
+        plain: bool,
+    },
+    /// `plain`: of the unnamed statement passed through, whose text was
+    /// plain (as for Parse).
+    Bind {
+        statement: Option<Rc<Statement>>,
+        plain: bool,
+    },
+    /// `cache` is the statement whose description to remember from the
+    /// answer; `portal` the plan of a negotiated portal described.
+    Describe {
+        cache: Option<Rc<Statement>>,
+        portal: Option<Rc<Plan>>,
+    },
+    /// Describe of a rewritten simple query's portal: its RowDescription is
+    /// the client's (in text, when `plan` negotiated it), its NoData is not.
+    QueryDescribe {
+        plan: Option<Rc<Plan>>,
+    },
+    /// `evicted` names a statement pglane closed to make room.
+    Close {
+        evicted: Option<Rc<str>>,
+    },
+    /// pglane's Describe of a statement it just prepared on this server
+    /// connection for a client's Bind, while clients hold its cached
+    /// description `expected`: the result type must be the same.
+    CheckResult {
+        statement: Rc<Statement>,
+        expected: Bytes,
+    },
+    /// An Execute of no portal, sent to make the server fail (and skip to
+    /// Sync) where a changed result type fails on a direct connection; its
+    /// error reaches the client as 0A000.
+    StaleResult,
+    /// `plan`: the portal was negotiated, its DataRows are transcoded.
+    /// `rows_of`: the statement whose row record its rows update.
+    Execute {
+        plan: Option<Rc<Plan>>,
+        rows_of: Option<Rc<Statement>>,
+    },
+    /// `rewritten`: the Sync ending a rewritten simple query.
+    Sync {
+        rewritten: bool,
+    },
+    /// `plain`: passed through, and its text leaves the session alone (as
+    /// for Parse).
+    Query {
+        plain: bool,
+    },
+    /// An empty query in place of the client's `DEALLOCATE name`: its
+    /// EmptyQueryResponse becomes the client's CommandComplete. `execute`:
+    /// the Execute of a portal of it, else a simple query.
+    Deallocate {
+        execute: bool,
+    },
+    FunctionCall,
+}
+
+impl Due {
+    /// The server answers it with a ReadyForQuery (a Sync, or a request of
+    /// the simple protocol), which ends what the server skips after an error.
+    fn ends_request(&self) -> bool {
+        matches!(
+            self,
+            Due::Server {
+                request: Request::Sync { .. }
+                    | Request::Query { .. }
+                    | Request::Deallocate { execute: false }
+                    | Request::FunctionCall,
+                ..
+            }
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Prepared {
+    statement: Rc<Statement>,
+    /// The client's name for it, if this Parse was the client's own.
+    client_name: Option<String>,
+}
+
+#[derive(Debug)]
+enum Local {
+    ParseComplete { client_name: String, statement: u64 },
+    CloseComplete { restore: Option<(String, Rc<Statement>)> },
+    Description(Bytes),
+    Error(ErrorFields),
+}
+
+#[derive(Default)]
+pub struct Exchange {
+    pub tracker: Tracker,
+    due: VecDeque<Due>,
+    /// pglane raised an error itself: drop client messages until Sync, as
+    /// PostgreSQL would.
+    skip_to_sync: bool,
+    /// The ParameterDescription of a statement Describe being cached.
+    describing: BytesMut,
+    /// A followed SET/RESET the client sent, recorded once it succeeds
+    /// outside a transaction block.
+    pending_change: Option<Change>,
+    /// This client Parsed the unnamed statement on the server connection it
+    /// holds (what another client left there is not its to use).
+    unnamed_parsed: bool,
+    /// The text of the unnamed statement it Parsed last, passed through,
+    /// leaves the session alone (see [`Request::Parse`]).
+    unnamed_plain: bool,
+    /// The server's unnamed statement is an empty query standing for the
+    /// client's `DEALLOCATE name`, and this portal (if any) was bound from it.
+    deallocate_unnamed: bool,
+    deallocate_portal: Option<String>,
+    /// The client's messages wait here while a [`Request::CheckResult`] is
+    /// unanswered (`holding`); `hold_from` is where they start in this
+    /// call's `to_server`.
+    held: BytesMut,
+    holding: bool,
+    hold_from: Option<usize>,
+    /// The client used session state that cannot follow it to another
+    /// server connection: it keeps this one until it leaves (see [`pinning`]).
+    pub pinned: Option<SessionFeature>,
+    /// Auto-prepare's state for this client; None when it is off.
+    auto: Option<AutoPrepare>,
+    /// Texts this client sent that no scan found anything in.
+    quiet: QuietTexts,
+    /// The registry statement this client's unnamed statement is (auto-prepare).
+    unnamed: Option<Rc<Statement>>,
+    /// Messages for the server that a server message caused (a rewritten
+    /// query run again as it was); see [`Exchange::take_for_server`].
+    for_server: BytesMut,
+    /// Binary format negotiation of this client's portals.
+    negotiator: Negotiator,
+    /// A negotiated DataRow could not be transcoded: the relay must end.
+    failure: Option<NegotiateError>,
+    /// A followed change left the server connection's settings unlike the
+    /// client's (a RESET of a startup value goes back to the server's
+    /// default there): align them before the client's next message.
+    realign: bool,
+    /// Another client's request went to the server behind this client's
+    /// (see [`Exchange::may_be_followed`]): nothing of this one's may be
+    /// sent any more, a stale plan's rerun included.
+    pub followed: bool,
+    /// Server pipelining may apply to this client: what passes through is
+    /// scanned for whether it leaves the session alone (see
+    /// [`Exchange::may_be_followed`]). Without it nothing is scanned for that.
+    pipelining: bool,
+    /// When a request of this client's last ran longer than
+    /// `pool::opening::SLOW` with another behind it: its passed-through
+    /// requests (which have no registry statement to carry the mark) are not
+    /// followed for a while after.
+    slow_at: Option<std::time::Instant>,
+    /// The client's simple query being answered only resets settings
+    /// (`pinning::Resets::only`): a reported setting it changes goes back to
+    /// the client's startup value. Cleared when that query's ReadyForQuery
+    /// comes.
+    resetting: bool,
+}
+
+/// The room kept in an exchange's queue of what is due from one transaction
+/// to the next (a transaction's own requests fit several times over).
+const DUE_KEPT: usize = 64;
+
+/// Client messages pglane must see whole; CopyData streams through.
+pub fn client_needs_whole(tag: u8) -> bool {
+    tag != frontend::COPY_DATA
+}
+
+/// Server messages pglane must see whole; DataRow and CopyData stream through.
+pub fn server_needs_whole(tag: u8) -> bool {
+    tag != backend::DATA_ROW && tag != frontend::COPY_DATA
+}
+
+impl Exchange {
+    /// An exchange for a new client; `auto_prepare` is the policy (executions
+    /// of a new shape before it is validated), None to leave queries alone.
+    pub fn new(auto_prepare: Option<u32>) -> Exchange {
+        Exchange { auto: auto_prepare.map(AutoPrepare::new), ..Exchange::default() }
+    }
+
+    /// The client's transaction is over and its server connection goes back:
+    /// what was about that connection is forgotten, the client's own state
+    /// (auto-prepare, its unnamed statement) is kept.
+    ///
+    /// In place, every field named (a new one must say what a reset does to
+    /// it). The queue of what is due keeps its room, as every transaction
+    /// needs one, unless a long pipeline made it large; the rarely used
+    /// buffers are let go.
+    pub fn reset(&mut self) {
+        let Exchange {
+            tracker,
+            due,
+            skip_to_sync,
+            describing,
+            pending_change,
+            unnamed_parsed,
+            unnamed_plain,
+            deallocate_unnamed,
+            deallocate_portal,
+            held,
+            holding,
+            hold_from,
+            pinned,
+            auto,
+            quiet: _,
+            unnamed: _,
+            for_server,
+            negotiator,
+            failure,
+            realign,
+            resetting,
+            followed,
+            pipelining: _,
+            slow_at: _,
+        } = self;
+        *tracker = Tracker::default();
+        if due.capacity() > DUE_KEPT {
+            *due = VecDeque::new();
+        }
+        due.clear();
+        *skip_to_sync = false;
+        *describing = BytesMut::new();
+        *pending_change = None;
+        *unnamed_parsed = false;
+        *unnamed_plain = false;
+        *deallocate_unnamed = false;
+        *deallocate_portal = None;
+        *held = BytesMut::new();
+        *holding = false;
+        *hold_from = None;
+        *pinned = None;
+        if let Some(a) = auto.as_mut() {
+            while !a.running.is_empty() {
+                a.finished();
+            }
+            a.ddl_pending = false;
+        }
+        *for_server = BytesMut::new();
+        negotiator.clear();
+        *failure = None;
+        *realign = false;
+        *resetting = false;
+        *followed = false;
+    }
+
+    /// Bytes of the client's messages held back while a result type is
+    /// checked: the relay stops reading from the client while they and its
+    /// output to the server pass its high-water mark, so a client that
+    /// pipelines during the check cannot grow them without bound.
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// ReadyForQuery messages the server still owes for what was sent.
+    pub fn ready_due(&self) -> usize {
+        self.due.iter().filter(|d| d.ends_request()).count()
+    }
+
+    /// Nothing due in either direction.
+    pub fn is_quiet(&self) -> bool {
+        self.due.is_empty() && self.tracker.is_quiet()
+    }
+
+    /// Quiet and idle: the server connection may go back to the pool.
+    pub fn is_releasable(&self) -> bool {
+        self.due.is_empty() && self.tracker.is_releasable()
+    }
+
+    /// A whole client message (header included) on its way to the server.
+    /// Writes what the server must get to `to_server`; what pglane answers
+    /// itself waits for [`Exchange::client_messages_taken`].
+    pub fn from_client(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) {
+        if self.holding {
+            let mut later = BytesMut::new();
+            self.from_client_now(tag, message, st, &mut later);
+            self.held.extend_from_slice(&later);
+            return;
+        }
+        self.from_client_now(tag, message, st, to_server);
+        if let Some(at) = self.hold_from.take() {
+            let later = to_server.split_off(at);
+            self.held.extend_from_slice(&later);
+        }
+    }
+
+    fn from_client_now(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) {
+        if self.skip_to_sync {
+            if tag != frontend::SYNC {
+                return;
+            }
+            self.skip_to_sync = false;
+        }
+        if self.realign && self.is_releasable() {
+            self.realign = false;
+            self.align_settings(st.client_settings, st.server_settings, to_server);
+        }
+        let body = &message[HEADER_LEN..];
+        if tag == frontend::BIND {
+            self.note_bind(body);
+        }
+        let forwarded = match tag {
+            frontend::PARSE => self.parse(message, body, st, to_server),
+            frontend::BIND => match names::split_bind(body) {
+                Ok((portal, name, rest)) if !name.is_empty() => match st.client.get(name).cloned() {
+                    Some(s) => self.bind(&s, portal, rest, st, to_server),
+                    None => self.refuse_unknown_statement(name),
+                },
+                Ok((portal, "", rest)) if self.unnamed.is_some() => match self.unnamed.clone() {
+                    Some(s) => self.bind(&s, portal, rest, st, to_server),
+                    None => self.refuse_unknown_statement(""),
+                },
+                Ok((_, "", _)) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
+                bind => {
+                    if let Ok((portal, _, _)) = bind {
+                        self.negotiator.bound(portal, None, None);
+                    }
+                    let plain = self.unnamed_plain && matches!(bind, Ok((_, "", _)));
+                    self.pass_request(message, to_server, Request::Bind { statement: None, plain })
+                }
+            },
+            frontend::DESCRIBE => match names::split_target(body) {
+                Ok((Target::Statement, name)) if !name.is_empty() => match st.client.get(name).cloned() {
+                    Some(s) => self.describe_statement(s, st, to_server),
+                    None => self.refuse_unknown_statement(name),
+                },
+                Ok((Target::Statement, "")) if self.unnamed.is_some() => match self.unnamed.clone() {
+                    Some(s) => self.describe_statement(s, st, to_server),
+                    None => self.refuse_unknown_statement(""),
+                },
+                Ok((Target::Statement, "")) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
+                Ok((Target::Portal, name)) => {
+                    let portal = self.negotiator.plan(name);
+                    self.pass_request(message, to_server, Request::Describe { cache: None, portal })
+                }
+                _ => self.pass_request(message, to_server, Request::Describe { cache: None, portal: None }),
+            },
+            frontend::CLOSE => match names::split_target(body) {
+                Ok((Target::Statement, name)) if !name.is_empty() => {
+                    // The server copy stays (other clients share it); closing
+                    // an unknown name is not an error in PostgreSQL either.
+                    let restore = st.client.remove(name).map(|s| (name.to_owned(), s));
+                    self.due.push_back(Due::Local(Local::CloseComplete { restore }));
+                    false
+                }
+                Ok((Target::Statement, "")) if self.maps_unnamed() => {
+                    // The client's unnamed statement is a shared one: only the name goes.
+                    self.unnamed = None;
+                    self.due.push_back(Due::Local(Local::CloseComplete { restore: None }));
+                    false
+                }
+                target => {
+                    if let Ok((Target::Portal, name)) = target {
+                        self.negotiator.closed(name);
+                    }
+                    self.pass(message, to_server, Request::Close { evicted: None });
+                    true
+                }
+            },
+            frontend::EXECUTE => match frontend::decode_execute(body) {
+                Ok((portal, _)) if self.deallocate_portal.as_deref() == Some(portal) => {
+                    self.pass_request(message, to_server, Request::Deallocate { execute: true })
+                }
+                decoded => {
+                    let portal = decoded.map(|(portal, _)| self.negotiator.portal(portal)).unwrap_or_default();
+                    self.pass_request(message, to_server, Request::Execute { plan: portal.plan, rows_of: portal.rows_of })
+                }
+            },
+            frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
+            frontend::QUERY => {
+                // A simple query replaces the unnamed statement and portal.
+                self.unnamed_parsed = false;
+                self.unnamed_plain = false;
+                self.unnamed = None;
+                self.deallocate_unnamed = false;
+                if self.deallocate_portal.as_deref() == Some("") {
+                    self.deallocate_portal = None;
+                }
+                self.pending_change = follow_change(body, self.tracker.status());
+                if let Ok(sql) = frontend::decode_query(body) {
+                    let followed = self.pending_change.is_some();
+                    let carried = |name: &str| followed || settings::is_carried_name(name);
+                    let resets = match self.pinned {
+                        None => {
+                            let (feature, resets) = pinning::session_feature_and_resets(sql, carried);
+                            self.pin(feature);
+                            resets
+                        }
+                        Some(_) => pinning::resets(sql),
+                    };
+                    if st.negotiation.is_some() {
+                        st.server_settings.forget_output_settings_named_in(sql, followed);
+                    }
+                    self.resetting = resets.only;
+                    if self.pending_change.is_none() && self.tracker.status() == backend::TransactionStatus::Idle && resets.all {
+                        // RESET ALL among other statements (asyncpg's pool reset):
+                        // not pinning, and followed once the whole query succeeds.
+                        self.pending_change = Some(Change::ResetAll);
+                    }
+                }
+                self.deallocate(body, st, to_server)
+                    || self.rewrite_query(body, st, to_server)
+                    || self.pass_query(message, body, to_server)
+            }
+            frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
+            frontend::COPY_DONE | frontend::COPY_FAIL => {
+                // Syncs sent while the server was in COPY FROM STDIN are ignored by it.
+                for _ in 0..self.tracker.syncs_ignored_by_copy() {
+                    if let Some(i) = self.due.iter().rposition(|d| matches!(d, Due::Server { request: Request::Sync { .. }, .. }))
+                    {
+                        self.due.remove(i);
+                    }
+                }
+                to_server.extend_from_slice(message);
+                true
+            }
+            _ => {
+                to_server.extend_from_slice(message);
+                true
+            }
+        };
+        if forwarded {
+            self.tracker.client_sent(tag);
+            self.negotiator.client_sent(tag);
+        }
+    }
+
+    /// The client's messages at hand have all been taken: what pglane
+    /// answers itself goes out now, unless the next answer due after it is
+    /// the server's. Then it waits and goes out with that reply
+    /// ([`Exchange::from_server`] writes what is due first, first), in the
+    /// same send to the client: a Parse answered here and a Bind for the
+    /// server cost the client one wake-up, not two, as on a direct
+    /// connection, where PostgreSQL sends nothing before Sync or Flush. A
+    /// client waiting for an answer has sent one of those, which pglane
+    /// forwards and the server answers.
+    pub fn client_messages_taken(&mut self, to_client: &mut BytesMut) {
+        let server_answers_next = matches!(self.due.iter().find(|d| !matches!(d, Due::Local(_))), Some(Due::Server { .. }));
+        if !server_answers_next {
+            self.answer_local(to_client);
+        }
+    }
+
+    /// Why the relay must end, if a negotiated DataRow could not be transcoded.
+    pub fn take_failure(&mut self) -> Option<NegotiateError> {
+        self.failure.take()
+    }
+
+    /// The first bytes of a streamed client message (CopyData).
+    pub fn from_client_stream(&mut self, tag: u8, bytes: &[u8], to_server: &mut BytesMut) {
+        if !self.skip_to_sync {
+            self.tracker.client_sent(tag);
+            if self.holding { &mut self.held } else { to_server }.extend_from_slice(bytes);
+        }
+    }
+
+    /// More bytes of the streamed client message.
+    pub fn from_client_stream_more(&mut self, bytes: &[u8], to_server: &mut BytesMut) {
+        if !self.skip_to_sync {
+            if self.holding { &mut self.held } else { to_server }.extend_from_slice(bytes);
+        }
+    }
+
+    fn pass(&mut self, message: &[u8], to_server: &mut BytesMut, request: Request) {
+        to_server.extend_from_slice(message);
+        self.expect(request);
+    }
+
+    fn pass_request(&mut self, message: &[u8], to_server: &mut BytesMut, request: Request) -> bool {
+        self.pass(message, to_server, request);
+        true
+    }
+
+    /// A simple query as the client sent it; with pipelining, marked plain
+    /// if it leaves the session alone.
+    fn pass_query(&mut self, message: &[u8], body: &[u8], to_server: &mut BytesMut) -> bool {
+        let plain = self.pipelining
+            && self.pinned.is_none()
+            && self.pending_change.is_none()
+            && frontend::decode_query(body).is_ok_and(pinning::leaves_session_alone);
+        self.pass_request(message, to_server, Request::Query { plain })
+    }
+
+    fn expect(&mut self, request: Request) {
+        self.due.push_back(Due::Server { request, forward: true });
+    }
+
+    /// pglane refuses a client message: an error in its place, then the
+    /// client's messages are dropped up to its Sync, as PostgreSQL does. (The
+    /// server is not told, so an open transaction block is not marked failed.)
+    fn raise(&mut self, error: ErrorFields) {
+        self.due.push_back(Due::Local(Local::Error(error)));
+        self.skip_to_sync = true;
+    }
+
+    /// Writes the answers pglane owes that are next in line.
+    fn answer_local(&mut self, to_client: &mut BytesMut) {
+        while let Some(Due::Local(_)) = self.due.front() {
+            let Some(Due::Local(local)) = self.due.pop_front() else { break };
+            match local {
+                Local::ParseComplete { .. } => backend::parse_complete(to_client),
+                Local::CloseComplete { .. } => backend::close_complete(to_client),
+                Local::Description(bytes) => to_client.extend_from_slice(&bytes),
+                Local::Error(e) => backend::error_response(to_client, &e),
+            }
+        }
+    }
+
+    /// A whole server message on its way to the client. Returns whether the
+    /// client gets it (replies to pglane's own requests are dropped).
+    pub fn from_server(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_client: &mut BytesMut) -> bool {
+        self.answer_local(to_client);
+        let body = &message[HEADER_LEN..];
+        if let Some(Due::Server { request: Request::Query { .. }, forward: false }) = self.due.front() {
+            // The reply to align_settings: nothing of it reaches the client.
+            match tag {
+                backend::PARAMETER_STATUS => {
+                    self.reported(body, st, false);
+                }
+                backend::ERROR_RESPONSE => {
+                    // Values a server accepted before: the connection is not
+                    // what pglane recorded (its SETs were rolled back), and
+                    // the client's requests behind it must not run as if.
+                    let error = backend::decode_error_fields(body).map(|e| e.message).unwrap_or_default();
+                    tracing::error!("aligning a server connection's settings failed: {error}; ending the session");
+                    self.failure = Some(NegotiateError::Settings(error));
+                }
+                backend::READY_FOR_QUERY => {
+                    self.due.pop_front();
+                }
+                _ => {}
+            }
+            self.tracker.server_sent(tag, body);
+            // What pglane answers itself for the client's messages behind
+            // the alignment goes out now: the client may send nothing more
+            // until it has it (Parse, Describe, Flush).
+            self.answer_local(to_client);
+            return false;
+        }
+        let mut forward = true;
+        match tag {
+            backend::PARAMETER_STATUS => {
+                if let Some((name, startup)) = self.reported(body, st, true) {
+                    // What PostgreSQL would report after this RESET.
+                    forward = false;
+                    backend::parameter_status(to_client, &name, &startup);
+                }
+            }
+            backend::ERROR_RESPONSE => {
+                self.pending_change = None;
+                if let Some(Due::Server { request: Request::StaleResult, .. }) = self.due.front() {
+                    forward = false;
+                    stale_result_error(to_client);
+                }
+                if self.answers_rewritten_query() {
+                    let at_bind = matches!(self.due.front(), Some(Due::Server { request: Request::Bind { .. }, .. }));
+                    if let Some(auto) = self.auto.as_mut() {
+                        let stale = at_bind && is_stale_plan(body);
+                        match auto.running.front_mut() {
+                            Some(running) if stale && running.may_rerun => running.stale = Some(body.to_vec()),
+                            _ => auto.write_error(body, to_client),
+                        }
+                        forward = false;
+                    }
+                }
+                self.server_error(body, st)
+            }
+            backend::PARSE_COMPLETE => {
+                if let Some(Due::Server { request: Request::Parse { undo, .. }, forward: f }) = self.pop_server_reply() {
+                    if let Some(p) = undo {
+                        p.statement.validated.set(true);
+                    }
+                    forward = f;
+                }
+            }
+            backend::BIND_COMPLETE => {
+                if let Some(Due::Server { forward: f, .. }) = self.pop_server_reply() {
+                    forward = f;
+                }
+            }
+            backend::PORTAL_SUSPENDED => {
+                self.pop_server_reply();
+            }
+            backend::CLOSE_COMPLETE => {
+                if let Some(Due::Server { forward: f, .. }) = self.pop_server_reply() {
+                    forward = f;
+                }
+            }
+            backend::PARAMETER_DESCRIPTION => {
+                forward = !self.describe_is_pglanes();
+                if matches!(self.due.front(), Some(Due::Server { request: Request::Describe { cache: Some(_), .. }, .. })) {
+                    self.describing.clear();
+                    self.describing.extend_from_slice(message);
+                }
+            }
+            backend::DATA_ROW => {
+                self.rows_seen(|| body.len(), st.registry);
+                if let Some(Due::Server { request: Request::Execute { plan: Some(plan), .. }, .. }) = self.due.front() {
+                    let plan = plan.clone();
+                    forward = false;
+                    match negotiate::transcode_row(body, &plan, to_client) {
+                        Ok(row) => st.registry.count(|c| {
+                            c.values_transcoded += row.values;
+                            c.transcode_bytes_saved += row.bytes_saved;
+                        }),
+                        Err(e) => {
+                            tracing::error!("binary format negotiation: {e}; ending the session");
+                            self.failure = Some(e);
+                        }
+                    }
+                }
+            }
+            backend::ROW_DESCRIPTION | backend::NO_DATA => {
+                if let Some(Due::Server { request: Request::CheckResult { .. }, .. }) = self.due.front() {
+                    forward = false;
+                    if let Some(Due::Server { request: Request::CheckResult { statement, expected }, .. }) = self.due.pop_front()
+                    {
+                        self.result_checked(&statement, &expected, tag, body, st);
+                    }
+                } else if let Some(Due::Server { request: Request::QueryDescribe { plan }, .. }) = self.due.front() {
+                    // A rewritten simple query's RowDescription: the client's,
+                    // all text, also where pglane asked binary of the server.
+                    forward = tag == backend::ROW_DESCRIPTION;
+                    if let (true, Some(plan)) = (forward, plan.clone()) {
+                        forward = false;
+                        if let Err(e) = plan.client_row_description(body, to_client) {
+                            tracing::error!(
+                                "binary format negotiation: RowDescription of a rewritten query: {e}; ending the session"
+                            );
+                            self.failure = Some(e.into());
+                        }
+                    }
+                    self.due.pop_front();
+                } else {
+                    forward = !self.describe_is_pglanes();
+                    if let Some(Due::Server { request: Request::Describe { portal: Some(plan), .. }, .. }) = self.due.front() {
+                        let plan = plan.clone();
+                        if tag == backend::ROW_DESCRIPTION {
+                            forward = false;
+                            if let Err(e) = plan.client_row_description(body, to_client) {
+                                tracing::error!("binary format negotiation: portal RowDescription: {e}; ending the session");
+                                self.failure = Some(e.into());
+                            }
+                        }
+                    }
+                    if let Some(Due::Server { request: Request::Describe { cache, .. }, .. }) = self.due.front() {
+                        if let Some(s) = cache {
+                            if !self.describing.is_empty() {
+                                let mut description = std::mem::take(&mut self.describing);
+                                description.extend_from_slice(message);
+                                let description = description.freeze();
+                                *s.described.borrow_mut() = Some(description.clone());
+                                *s.description.borrow_mut() = Some(description);
+                            }
+                        }
+                        self.due.pop_front();
+                    }
+                }
+            }
+            backend::EMPTY_QUERY_RESPONSE
+                if matches!(self.due.front(), Some(Due::Server { request: Request::Deallocate { .. }, .. })) =>
+            {
+                forward = false;
+                backend::command_complete(to_client, "DEALLOCATE");
+                if let Some(Due::Server { request: Request::Deallocate { execute: true }, .. }) = self.due.front() {
+                    self.due.pop_front();
+                }
+            }
+            backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
+                if matches!(self.due.front(), Some(Due::Server { request: Request::Execute { .. }, .. })) {
+                    self.rows_ended();
+                    self.due.pop_front();
+                }
+                if tag == backend::COMMAND_COMPLETE && matches!(body, b"DISCARD ALL\0" | b"DEALLOCATE ALL\0") {
+                    // The server forgot every statement, and so did this client.
+                    st.server.clear();
+                    st.client.clear();
+                }
+                if tag == backend::COMMAND_COMPLETE && body == b"DISCARD ALL\0" {
+                    // And its settings went back to the server's defaults;
+                    // the client's, as on PostgreSQL, to its startup values.
+                    st.server_settings.apply(&Change::ResetAll);
+                    st.client_settings.apply(&Change::ResetAll);
+                    self.realign = !st.client_settings.same_values(st.server_settings);
+                }
+                if let Some(auto) = self.auto.as_mut().filter(|_| tag == backend::COMMAND_COMPLETE && changes_schema(body)) {
+                    st.registry.schema_changed();
+                    auto.ddl_pending = true;
+                }
+            }
+            backend::READY_FOR_QUERY => {
+                while let Some(due) = self.due.pop_front() {
+                    match due {
+                        Due::Server { request: Request::Sync { rewritten }, .. } => {
+                            if rewritten {
+                                forward = self.rewritten_query_ended(st, to_client);
+                            }
+                            break;
+                        }
+                        Due::Server { request: Request::Query { .. }, forward: true } => {
+                            self.resetting = false;
+                            break;
+                        }
+                        Due::Server {
+                            request: Request::Query { .. } | Request::Deallocate { execute: false } | Request::FunctionCall,
+                            ..
+                        } => break,
+                        _ => {}
+                    }
+                }
+                if body == b"I" {
+                    self.negotiator.transaction_ended();
+                }
+                if let Some(auto) = self.auto.as_mut().filter(|a| a.ddl_pending && body == b"I") {
+                    // The DDL is committed (or rolled back): shapes validated
+                    // while it was in flight saw the old schema.
+                    auto.ddl_pending = false;
+                    st.registry.schema_changed();
+                }
+                if let Some(change) = self.pending_change.take() {
+                    if body == b"I" {
+                        st.client_settings.apply(&change);
+                        st.server_settings.apply(&change);
+                        self.realign = !st.client_settings.same_values(st.server_settings);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if forward {
+            to_client.extend_from_slice(message);
+        }
+        self.tracker.server_sent(tag, body);
+        if self.holding && !self.due.iter().any(|d| matches!(d, Due::Server { request: Request::CheckResult { .. }, .. })) {
+            // Checked (or skipped after an error): the client's messages go on.
+            self.holding = false;
+            let held = std::mem::take(&mut self.held);
+            self.for_server.extend_from_slice(&held);
+        }
+        self.answer_local(to_client);
+        forward
+    }
+
+    /// The Describe being answered is one pglane sent for itself.
+    fn describe_is_pglanes(&self) -> bool {
+        matches!(
+            self.due.front(),
+            Some(Due::Server { request: Request::Describe { .. } | Request::CheckResult { .. }, forward: false })
+        )
+    }
+
+    /// Moves what a server message made pglane send back to the server (a
+    /// rewritten query whose plan went stale, run again as it was) into
+    /// `to_server`. The relay calls it after handing server messages to
+    /// [`Exchange::from_server`]; until then the exchange is not quiet.
+    pub fn take_for_server(&mut self, to_server: &mut BytesMut) {
+        if !self.for_server.is_empty() {
+            to_server.extend_from_slice(&self.for_server);
+            self.for_server.clear();
+        }
+    }
+
+    fn pop_server_reply(&mut self) -> Option<Due> {
+        match self.due.front() {
+            Some(Due::Server { .. }) => self.due.pop_front(),
+            _ => None,
+        }
+    }
+
+    /// The request at the front failed; unless it is a simple Query (which
+    /// goes on to its ReadyForQuery), the server now skips everything up to
+    /// Sync, so what pglane recorded for those requests is undone. If the
+    /// client has not sent that Sync yet (a pipeline still being written),
+    /// the server skips what it sends until then too, and so does pglane:
+    /// none of it may be answered here (a ParseComplete, or an error of
+    /// pglane's own for a Bind of a statement the skipped Parse would have
+    /// made, would be one answer more than the client's driver counts).
+    fn server_error(&mut self, body: &[u8], st: &mut Statements<'_>) {
+        if matches!(
+            self.due.front(),
+            Some(Due::Server {
+                request: Request::Query { .. } | Request::Deallocate { execute: false } | Request::Sync { .. },
+                ..
+            }) | None
+        ) {
+            return;
+        }
+        let stale_plan = backend::decode_error_fields(body).is_ok_and(|e| e.code == "0A000");
+        let mut first = true;
+        while let Some(due) = self.due.front() {
+            if matches!(due, Due::Server { request: Request::Sync { .. }, .. }) {
+                break;
+            }
+            let Some(due) = self.due.pop_front() else { break };
+            match due {
+                Due::Server { request: Request::Parse { undo: Some(p), .. }, .. } => {
+                    if self.unnamed.as_ref().is_some_and(|u| Rc::ptr_eq(u, &p.statement)) {
+                        self.unnamed = None;
+                    }
+                    st.server.remove(p.statement.id);
+                    if let Some(name) = &p.client_name {
+                        st.client.remove_if(name, p.statement.id);
+                    }
+                    st.registry.forget_failed(&p.statement);
+                }
+                Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } if first && stale_plan => {
+                    // "cached plan must not change result type": close it here,
+                    // and let new Parses of the text prepare it afresh.
+                    st.server.mark_stale(s.id);
+                    st.registry.retire(&s);
+                    if self.auto.is_some() {
+                        // DDL pglane did not see: every shape is checked again.
+                        st.registry.schema_changed();
+                    }
+                }
+                Due::Server { request: Request::Close { evicted: Some(name) }, .. } => {
+                    // Skipped: the server still has it. Close it at the next chance.
+                    st.server.push_stale(name);
+                }
+                Due::Local(Local::ParseComplete { client_name, statement })
+                    if client_name.is_empty() && self.unnamed.as_ref().is_some_and(|u| u.id == statement) =>
+                {
+                    // A skipped Parse of the unnamed statement.
+                    self.unnamed = None;
+                }
+                Due::Local(Local::ParseComplete { client_name, statement }) => st.client.remove_if(&client_name, statement),
+                Due::Local(Local::CloseComplete { restore: Some((name, s)) }) => {
+                    let _ = st.client.insert(&name, s);
+                }
+                _ => {}
+            }
+            first = false;
+        }
+        if self.due.is_empty() {
+            self.skip_to_sync = true;
+        }
+    }
+
+    /// The first bytes of a streamed server message (DataRow, CopyData).
+    pub fn from_server_stream(&mut self, tag: u8, bytes: &[u8], registry: &Registry, to_client: &mut BytesMut) {
+        self.answer_local(to_client);
+        if tag == backend::DATA_ROW {
+            self.rows_seen(|| negotiate::largest_data_row(bytes), registry);
+        }
+        self.tracker.server_sent(tag, &[]);
+        debug_assert!(
+            !matches!(self.due.front(), Some(Due::Server { request: Request::Query { .. }, forward: false })),
+            "rows_need_whole"
+        );
+        to_client.extend_from_slice(bytes);
+    }
+}

@@ -1,0 +1,105 @@
+//! Server pipelining in the exchange: whether another client's request may
+//! go to the server connection right behind what this client has sent
+//! (`pool::Opening`).
+
+use std::rc::Rc;
+
+use super::super::pinning;
+use super::{Due, Exchange, Local, Request};
+use crate::prepare::Statement;
+use crate::protocol::backend;
+
+/// See [`pinning::leaves_session_alone`]; worked out once per statement.
+pub(super) fn leaves_session_alone(s: &Statement) -> bool {
+    *s.leaves_session_alone.get_or_init(|| {
+        let text = s.key.split(|&b| b == 0).next().unwrap_or_default();
+        std::str::from_utf8(text).is_ok_and(pinning::leaves_session_alone)
+    })
+}
+
+impl Exchange {
+    /// Server pipelining may apply to this client (see [`Exchange::may_be_followed`]).
+    pub fn with_pipelining(self) -> Exchange {
+        Exchange { pipelining: true, ..self }
+    }
+
+    pub fn pipelining(&self) -> bool {
+        self.pipelining
+    }
+
+    /// A request of this client's ran longer than `pool::opening::SLOW` with
+    /// another client's behind it.
+    pub fn ran_slowly(&mut self) {
+        self.slow_at = Some(crate::rt::now());
+    }
+
+    /// Whether the server connection may take another client's request
+    /// right behind what this one has sent: everything sent is a whole
+    /// request that leaves the session as it found it, whatever the server
+    /// answers. That is: outside a transaction block, nothing held back or
+    /// waiting to go, no setting being followed, and due only
+    /// - Binds of registry statements that [`pinning::leaves_session_alone`]
+    ///   and have not run slowly with a request behind them lately
+    ///   (`pool::opening::SLOW`);
+    /// - with pipelining on for this client, simple queries and unnamed
+    ///   statements' Parses and Binds passed through whose text leaves the
+    ///   session alone, unless this client's requests ran slowly lately
+    ///   ([`Exchange::ran_slowly`]);
+    /// - their Describes and Executes, pglane's own answers;
+    ///
+    /// and last what ends a request (a Sync or a simple query). Its replies
+    /// then touch neither the connection's statements nor its settings (a
+    /// failed Parse of the unnamed statement or Bind only skips to Sync), so
+    /// the other client may translate its messages against them now.
+    /// Negotiated portals are not followed.
+    pub fn may_be_followed(&self) -> bool {
+        let passed_may_follow = crate::pool::opening::may_follow(self.slow_at);
+        let plain = |d: &Due| match d {
+            Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } => {
+                crate::pool::opening::may_follow(s.slow_at.get()) && leaves_session_alone(s)
+            }
+            Due::Server {
+                request:
+                    Request::Query { plain: true }
+                    | Request::Parse { undo: None, plain: true }
+                    | Request::Bind { statement: None, plain: true },
+                ..
+            } => passed_may_follow,
+            Due::Server {
+                request:
+                    Request::Execute { plan: None, .. }
+                    | Request::QueryDescribe { plan: None }
+                    | Request::Describe { cache: None, portal: None }
+                    | Request::Sync { .. },
+                ..
+            } => true,
+            Due::Local(Local::ParseComplete { .. } | Local::Description(_)) => true,
+            _ => false,
+        };
+        self.tracker.status() == backend::TransactionStatus::Idle
+            && self.tracker.is_synced()
+            && !self.followed
+            && !self.holding
+            && !self.skip_to_sync
+            && !self.realign
+            && !self.resetting
+            && self.pending_change.is_none()
+            && self.pinned.is_none()
+            && self.failure.is_none()
+            && self.for_server.is_empty()
+            && self.due.back().is_some_and(Due::ends_request)
+            && self.due.iter().all(plain)
+    }
+
+    /// The statements the requests in flight run (to mark them slow; see
+    /// `pool::Opening::holder_done`).
+    pub fn statements_in_flight(&self) -> Vec<Rc<Statement>> {
+        self.due
+            .iter()
+            .filter_map(|d| match d {
+                Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}

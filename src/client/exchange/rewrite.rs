@@ -1,0 +1,392 @@
+//! Auto-prepare in the exchange: a simple query whose shape the pool
+//! validated (`prepare::auto`) runs as that shape's named statement.
+//!
+//! Parse (only if this server connection lacks it), Bind with the literals
+//! as text parameters, Describe portal, Execute, Sync. The client sees a
+//! simple query's reply: ParseComplete and BindComplete are dropped, NoData
+//! too, and an error's cursor position is mapped back to the client's text.
+//! Only at a Sync boundary and outside a failed transaction; other queries
+//! pass through, and a new shape is queued for validation on a side
+//! connection (never speculatively here: a failed Parse would abort the
+//! client's transaction).
+//!
+//! DDL (a CREATE, ALTER or DROP command tag, again when its transaction
+//! ends) and a stale plan make every shape validate again and every
+//! statement prepare afresh. A rewritten query whose Bind finds its plan
+//! stale outside a transaction block ran nothing: its error is dropped and
+//! the plain query is sent instead ([`Exchange::take_for_server`]).
+//!
+//! A client that mentions search_path in a query, or sent one in its
+//! startup packet, gets no auto-prepare from then on: its names may resolve
+//! differently from the shapes validated under the default search_path.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+
+use super::{Due, Exchange, Request, Statements};
+use crate::prepare::auto::{Job, Lookup, PassThrough, Spelling};
+use crate::prepare::lexer::{self, LexOptions, Lexed};
+use crate::prepare::{Registry, Statement};
+use crate::protocol::backend;
+use crate::protocol::frame::HEADER_LEN;
+use crate::protocol::frontend::{self, Target};
+use crate::protocol::names;
+use crate::settings::{Settings, Value};
+
+/// One simple query in this many is timed for the rewrite-time stats (a
+/// client's first one included).
+pub(super) const TIMING_SAMPLE: u32 = 16;
+
+/// A rewritten simple query the server has not finished.
+#[derive(Debug)]
+pub(super) struct Running {
+    pub(super) sql: String,
+    pub(super) options: LexOptions,
+    /// Its statement was prepared from this other spelling (error
+    /// positions point into it).
+    pub(super) spelling: Option<Rc<Spelling>>,
+    /// It started outside a transaction block: if its Bind finds the plan
+    /// stale (DDL pglane did not see), nothing has run and the client has
+    /// seen nothing, so it can run again as the plain query.
+    pub(super) may_rerun: bool,
+    /// Its Bind found the plan stale: the ErrorResponse, held back. At its
+    /// ReadyForQuery, if nothing else of the client's is in flight, both are
+    /// dropped and the plain query is sent instead; else the error goes out.
+    pub(super) stale: Option<Vec<u8>>,
+}
+
+/// One client's auto-prepare state, kept from one transaction to the next.
+#[derive(Debug)]
+pub(super) struct AutoPrepare {
+    /// Executions of a new shape before it is validated.
+    pub(super) after: u32,
+    pub(super) lexed: Lexed,
+    /// The rewritten text of the query being looked up, and how it was lexed.
+    pub(super) rewritten: String,
+    pub(super) options: LexOptions,
+    /// The query's statement was prepared from this other spelling.
+    pub(super) spelling: Option<Rc<Spelling>>,
+    /// The rewritten queries still running, oldest first (to map error
+    /// positions back, or run again), and spare buffers for the next ones.
+    pub(super) running: VecDeque<Running>,
+    pub(super) spare: Vec<String>,
+    /// Simple queries looked at; every [`TIMING_SAMPLE`]th is timed.
+    pub(super) looked_at: u32,
+    /// The client mentioned search_path: no more auto-prepare for it.
+    pub(super) off: bool,
+    /// DDL ran since the last ReadyForQuery 'I'.
+    pub(super) ddl_pending: bool,
+}
+
+impl AutoPrepare {
+    pub(super) fn new(after: u32) -> AutoPrepare {
+        AutoPrepare {
+            after,
+            lexed: Lexed::new(),
+            rewritten: String::new(),
+            options: LexOptions::default(),
+            spelling: None,
+            running: VecDeque::new(),
+            spare: Vec::new(),
+            looked_at: 0,
+            off: false,
+            ddl_pending: false,
+        }
+    }
+
+    /// The validated statement to run the simple query `sql` as, or why it
+    /// passes through. A miss queues the shape for validation (per the policy).
+    pub(super) fn statement_for(
+        &mut self,
+        sql: &str,
+        ready: Ready,
+        settings: &Settings,
+        registry: &Registry,
+    ) -> Result<Rc<Statement>, PassThrough> {
+        if self.notice_search_path(sql) {
+            return Err(PassThrough::SearchPath);
+        }
+        match ready {
+            Ready::Yes => {}
+            Ready::NotSynced => return Err(PassThrough::NotSynced),
+            Ready::Failed => return Err(PassThrough::FailedTransaction),
+        }
+        let options = lex_options(settings)?;
+        self.options = options;
+        self.lexed.lex(sql, options).map_err(PassThrough::Lexer)?;
+        self.rewritten.clear();
+        self.lexed.write_rewritten(sql, &mut self.rewritten);
+        let (hash, types, rewritten) = (self.lexed.shape_hash(), self.lexed.param_types(), &self.rewritten);
+        let mut lookup = registry.shapes.lookup(hash, rewritten, types, Instant::now);
+        if matches!(lookup, Lookup::Miss) {
+            let same = |first: &Spelling| lexer::same_statement(&first.sql, first.options, sql, options);
+            if let Some(respelled) = registry.shapes.respelled(hash, rewritten, types, same) {
+                registry.count(|c| c.respellings += 1);
+                lookup = respelled;
+            }
+        }
+        match lookup {
+            Lookup::Rewrite(statement, spelling) => {
+                self.spelling = spelling;
+                Ok(statement)
+            }
+            Lookup::PassThrough(why) => Err(why),
+            Lookup::Miss => {
+                let job = |epoch| Job {
+                    hash,
+                    sql: rewritten.as_str().into(),
+                    param_types: types.into(),
+                    original: sql.into(),
+                    options,
+                    epoch,
+                };
+                Err(registry.shapes.note(job, hash, rewritten, types, self.after))
+            }
+        }
+    }
+
+    /// Turns auto-prepare off for good if `sql` may change search_path.
+    /// Returns whether it is off.
+    pub(super) fn notice_search_path(&mut self, sql: &str) -> bool {
+        self.off = self.off || mentions_search_path(sql);
+        self.off
+    }
+
+    /// A rewritten query was sent: keep its text until its ReadyForQuery.
+    pub(super) fn running(&mut self, sql: &str, may_rerun: bool) {
+        let mut text = self.spare.pop().unwrap_or_default();
+        text.clear();
+        text.push_str(sql);
+        let spelling = self.spelling.take();
+        self.running.push_back(Running { sql: text, options: self.options, spelling, may_rerun, stale: None });
+    }
+
+    /// The oldest rewritten query got its ReadyForQuery.
+    pub(super) fn finished(&mut self) {
+        if let Some(running) = self.running.pop_front() {
+            self.spare.push(running.sql);
+        }
+    }
+
+    /// Writes the server's ErrorResponse `body` for the oldest running
+    /// rewritten query as the client's simple query would have got it (see
+    /// [`original_error_fields`]), or unchanged if nothing in it points at
+    /// the rewritten text.
+    pub(super) fn write_error(&mut self, body: &[u8], to_client: &mut BytesMut) {
+        let mapped = self.running.front().and_then(|Running { sql, options, spelling, .. }| {
+            let fields = backend::error_field_list(body).ok()?;
+            self.lexed.lex(sql, *options).ok()?;
+            let position = |p| match spelling {
+                None => Some(self.lexed.original_position(sql, p)),
+                Some(first) => lexer::respelled_position(&first.sql, first.options, sql, *options, p),
+            };
+            original_error_fields(&fields, &self.lexed, sql, position)
+        });
+        match mapped {
+            Some(mapped) => {
+                let mapped: Vec<(u8, &[u8])> = mapped.iter().map(|(code, value)| (*code, value.as_slice())).collect();
+                backend::put_error_field_list(to_client, backend::ERROR_RESPONSE, &mapped);
+            }
+            None => crate::protocol::put_message(to_client, backend::ERROR_RESPONSE, |b| b.extend_from_slice(body)),
+        }
+    }
+}
+
+/// The fields of an error a rewritten query got, as the original simple
+/// query gets them: a cursor position (`P`) in the rewritten text is mapped
+/// back to the client's text, and a parameter's input error, which the
+/// server reports with the context `unnamed portal parameter $n = '...'`
+/// and no position, gets the position of the literal that became `$n`
+/// instead, as the original's error has. None when nothing changes.
+/// `position` maps a position in the statement's text to `sql`.
+pub(super) fn original_error_fields(
+    fields: &[(u8, &[u8])],
+    lexed: &Lexed,
+    sql: &str,
+    position: impl Fn(usize) -> Option<usize>,
+) -> Option<Vec<(u8, Vec<u8>)>> {
+    let mut changed = false;
+    let mapped = fields
+        .iter()
+        .map(|&(code, value)| {
+            let position = match code {
+                b'P' => std::str::from_utf8(value).ok().and_then(|p| p.parse().ok()).and_then(&position),
+                b'W' => bound_parameter(value)
+                    .and_then(|n| lexed.slots().get(n.checked_sub(1)?))
+                    .and_then(|slot| sql.get(..slot.start as usize))
+                    .map(|before| before.chars().count() + 1),
+                _ => None,
+            };
+            match position {
+                Some(p) => {
+                    changed = true;
+                    (b'P', p.to_string().into_bytes())
+                }
+                None => (code, value.to_vec()),
+            }
+        })
+        .collect();
+    changed.then_some(mapped)
+}
+
+/// `n` if an error's context is exactly PostgreSQL's line for an input error
+/// of parameter `$n` of an unnamed portal.
+pub(super) fn bound_parameter(context: &[u8]) -> Option<usize> {
+    let rest = context.strip_prefix(b"unnamed portal parameter $")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || !rest[digits..].starts_with(b" = ") || rest.contains(&b'\n') {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
+/// Whether a simple query may run as a prepared statement where the client's
+/// stream is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ready {
+    Yes,
+    /// The client's extended-protocol messages are not yet Synced.
+    NotSynced,
+    /// In a failed transaction block.
+    Failed,
+}
+
+/// How this client's queries are lexed, or why they must not be: a
+/// client encoding in which a multibyte character can hide a quote or
+/// backslash, or a search_path of its own.
+pub(super) fn lex_options(settings: &Settings) -> Result<LexOptions, PassThrough> {
+    const UNSAFE_ENCODINGS: [&str; 7] = ["SJIS", "SHIFT_JIS_2004", "BIG5", "GBK", "UHC", "GB18030", "JOHAB"];
+    let value = |name| match settings.get(name) {
+        Some(Value::Reported(v) | Value::Sql(v) | Value::Startup(v)) => Some(v.as_str()),
+        Some(Value::Unknown) | None => None,
+    };
+    if settings.get("search_path").is_some() {
+        return Err(PassThrough::SearchPath);
+    }
+    if value("client_encoding").is_some_and(|e| UNSAFE_ENCODINGS.iter().any(|u| u.eq_ignore_ascii_case(e.trim_matches('\'')))) {
+        return Err(PassThrough::Encoding);
+    }
+    let off = value("standard_conforming_strings").is_some_and(|v| v.trim_matches('\'').eq_ignore_ascii_case("off"));
+    Ok(LexOptions { standard_conforming_strings: !off })
+}
+
+/// Whether `sql` names search_path anywhere (SET, set_config, a function).
+pub(super) fn mentions_search_path(sql: &str) -> bool {
+    crate::prepare::lexer::contains_ignore_ascii_case(sql.as_bytes(), b"search_path")
+}
+
+impl Exchange {
+    /// No auto-prepare for this client (it has a search_path of its own).
+    pub fn no_auto_prepare(&mut self) {
+        if let Some(auto) = self.auto.as_mut() {
+            auto.off = true;
+        }
+    }
+
+    /// Runs a simple query as its shape's validated statement (see the
+    /// module doc). Returns false, having sent nothing, if it must pass through.
+    pub(super) fn rewrite_query(&mut self, body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let Some(auto) = self.auto.as_mut() else { return false };
+        let Ok(sql) = frontend::decode_query(body) else { return false };
+        // One query in TIMING_SAMPLE is timed: two clock reads would cost
+        // this path more than the counters they feed are worth.
+        auto.looked_at = auto.looked_at.wrapping_add(1);
+        let started = (auto.looked_at % TIMING_SAMPLE == 1).then(Instant::now);
+        let ready = match (self.tracker.is_synced(), self.tracker.status()) {
+            (false, _) => Ready::NotSynced,
+            (true, backend::TransactionStatus::Failed) => Ready::Failed,
+            (true, _) => Ready::Yes,
+        };
+        let statement = match auto.statement_for(sql, ready, st.client_settings, st.registry) {
+            Ok(statement) => statement,
+            Err(why) => {
+                let spent = started.map(|t| t.elapsed().as_nanos() as u64);
+                st.registry.count(|c| {
+                    c.pass_throughs += 1;
+                    c.pass_through_reasons.count(why);
+                    if let Some(ns) = spent {
+                        c.pass_through_timed += 1;
+                        c.pass_through_ns += ns;
+                    }
+                });
+                return false;
+            }
+        };
+        self.ensure_prepared(&statement, st, to_server);
+        let Some(auto) = self.auto.as_mut() else { return false };
+        let (plan, rows_of) = if st.negotiation.is_some() {
+            // Negotiated like a client's Bind that asks for all text, as
+            // the simple protocol returns it.
+            let mut bind = BytesMut::new();
+            frontend::bind(&mut bind, "", &statement.server_name, &[], auto.lexed.params(), &[]);
+            match names::split_bind(&bind[HEADER_LEN..]) {
+                Ok((_, _, rest)) => {
+                    let (plan, rows_of) = self.send_bind(&statement, "", rest, st, to_server);
+                    (plan.map(Rc::new), rows_of)
+                }
+                Err(_) => {
+                    to_server.extend_from_slice(&bind);
+                    (None, None)
+                }
+            }
+        } else {
+            frontend::bind(to_server, "", &statement.server_name, &[], auto.lexed.params(), &[]);
+            (None, None)
+        };
+        let Some(auto) = self.auto.as_mut() else { return false };
+        frontend::describe(to_server, Target::Portal, "");
+        frontend::execute(to_server, "", 0);
+        frontend::sync(to_server);
+        auto.running(sql, self.tracker.status() == backend::TransactionStatus::Idle);
+        let spent = started.map(|t| t.elapsed().as_nanos() as u64);
+        st.registry.count(|c| {
+            c.rewrites += 1;
+            if let Some(ns) = spent {
+                c.rewrites_timed += 1;
+                c.rewrite_ns += ns;
+            }
+        });
+        self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement), plain: false }, forward: false });
+        self.expect(Request::QueryDescribe { plan: plan.clone() });
+        self.expect(Request::Execute { plan, rows_of });
+        self.expect(Request::Sync { rewritten: true });
+        true
+    }
+
+    /// The ReadyForQuery of the oldest rewritten query arrived. Returns
+    /// whether the client gets it: not when its plan was stale and it runs
+    /// again as the plain query.
+    pub(super) fn rewritten_query_ended(&mut self, st: &mut Statements<'_>, to_client: &mut BytesMut) -> bool {
+        let Some(auto) = self.auto.as_mut() else { return true };
+        let stale = auto.running.front_mut().and_then(|r| r.stale.take());
+        let forward = match stale {
+            None => true,
+            Some(_) if self.due.is_empty() && !self.followed => {
+                if let Some(running) = auto.running.front() {
+                    frontend::query(&mut self.for_server, &running.sql);
+                }
+                self.tracker.client_sent(frontend::QUERY);
+                self.due.push_back(Due::Server { request: Request::Query { plain: false }, forward: true });
+                st.registry.count(|c| c.reruns += 1);
+                false
+            }
+            // Other requests followed it (this client's, or another's on
+            // a pipelined connection): too late to run it again.
+            Some(error) => {
+                auto.write_error(&error, to_client);
+                true
+            }
+        };
+        auto.finished();
+        forward
+    }
+
+    /// Whether the server's next reply belongs to a rewritten simple query.
+    pub(super) fn answers_rewritten_query(&self) -> bool {
+        let end = self.due.iter().find(|d| d.ends_request());
+        matches!(end, Some(Due::Server { request: Request::Sync { rewritten: true }, .. }))
+    }
+}

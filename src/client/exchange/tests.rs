@@ -1,0 +1,883 @@
+//! The exchange, message by message, against statements and settings held
+//! in memory (no server).
+
+use super::*;
+use crate::prepare::auto::Decision;
+use crate::prepare::auto::{Job, Lookup, PassThrough};
+use crate::prepare::lexer::{LexOptions, Lexed};
+use crate::protocol::frame::split_message;
+use crate::settings::Value;
+use rewrite::{bound_parameter, original_error_fields};
+use std::time::Instant;
+
+/// The state one client and its server connection share, for tests.
+struct Sides {
+    registry: Registry,
+    client: ClientStatements,
+    server: ServerStatements,
+    client_settings: Settings,
+    server_settings: Settings,
+}
+
+impl Sides {
+    fn new() -> Sides {
+        Sides {
+            registry: Registry::new(0, 100),
+            client: ClientStatements::new(100),
+            server: ServerStatements::new(100),
+            client_settings: Settings::default(),
+            server_settings: Settings::default(),
+        }
+    }
+
+    fn st(&mut self) -> Statements<'_> {
+        Statements {
+            registry: &self.registry,
+            client: &mut self.client,
+            server: &mut self.server,
+            client_settings: &mut self.client_settings,
+            server_settings: &mut self.server_settings,
+            negotiation: None,
+        }
+    }
+
+    /// Makes `sql`'s shape validated, as the validator would.
+    fn validate(&self, sql: &str) -> Rc<Statement> {
+        let mut lexed = Lexed::new();
+        lexed.lex(sql, LexOptions::default()).unwrap();
+        let rewritten = lexed.rewritten(sql);
+        let (hash, types) = (lexed.shape_hash(), lexed.param_types());
+        let job = |epoch| Job {
+            hash,
+            sql: rewritten.as_str().into(),
+            param_types: types.into(),
+            original: sql.into(),
+            options: LexOptions::default(),
+            epoch,
+        };
+        if matches!(self.registry.shapes.lookup(hash, &rewritten, types, Instant::now), Lookup::Miss) {
+            assert_eq!(self.registry.shapes.note(job, hash, &rewritten, types, 1), PassThrough::Validating);
+        }
+        let waker = std::task::Waker::noop();
+        let queued = loop {
+            match self.registry.shapes.poll_job(&mut std::task::Context::from_waker(waker)) {
+                std::task::Poll::Ready(job) if *job.sql == *rewritten => break job,
+                std::task::Poll::Ready(_) => {}
+                std::task::Poll::Pending => panic!("{sql}: not queued"),
+            }
+        };
+        let mut parse = BytesMut::new();
+        frontend::parse(&mut parse, "", &rewritten, types);
+        let (_, key) = names::split_parse(&parse[HEADER_LEN..]).unwrap();
+        let statement = self.registry.register(key);
+        statement.validated.set(true);
+        assert!(self.registry.shapes.decide(&queued, Decision::Rewrite(statement.clone())));
+        statement
+    }
+}
+
+fn messages(mut bytes: BytesMut) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Some(m) = split_message(&mut bytes, 1 << 20).unwrap() {
+        out.push((m.tag, m.body.to_vec()));
+    }
+    out
+}
+
+fn tags(messages: &[(u8, Vec<u8>)]) -> String {
+    messages.iter().map(|(t, _)| *t as char).collect()
+}
+
+fn whole(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![tag];
+    m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+/// Sends the client's simple query; returns what went to the server.
+fn query(ex: &mut Exchange, sides: &mut Sides, sql: &str) -> Vec<(u8, Vec<u8>)> {
+    let mut q = BytesMut::new();
+    frontend::query(&mut q, sql);
+    let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+    ex.from_client(frontend::QUERY, &q, &mut sides.st(), &mut to_server);
+    ex.client_messages_taken(&mut to_client);
+    assert!(to_client.is_empty());
+    messages(to_server)
+}
+
+/// Server messages handed over whole (as the relay does while
+/// `rows_need_whole` says so); returns what the client got.
+fn reply_whole(ex: &mut Exchange, sides: &mut Sides, replies: &[(u8, &[u8])]) -> Vec<(u8, Vec<u8>)> {
+    let mut to_client = BytesMut::new();
+    for (tag, body) in replies {
+        ex.from_server(*tag, &whole(*tag, body), &mut sides.st(), &mut to_client);
+    }
+    messages(to_client)
+}
+
+fn query_text(message: &(u8, Vec<u8>)) -> String {
+    assert_eq!(message.0, frontend::QUERY);
+    frontend::decode_query(&message.1).unwrap().to_owned()
+}
+
+#[test]
+fn startup_settings_align_hidden_and_reset_realigns_before_the_next_message() {
+    let mut sides = Sides::new();
+    sides.client_settings = Settings::from_startup_values(&[("search_path".into(), "app, public".into())]);
+    let mut ex = Exchange::default();
+    let mut to_server = BytesMut::new();
+    ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+    let sent = messages(to_server);
+    assert_eq!(query_text(&sent[0]), "SELECT pg_catalog.set_config('search_path', 'app, public', false);");
+    assert!(ex.rows_need_whole(), "set_config's row must not stream to the client");
+    let row_description = [0u8, 1, b's', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25, 255, 255, 255, 255, 255, 255, 0, 0];
+    let got = reply_whole(
+        &mut ex,
+        &mut sides,
+        &[(b'T', &row_description), (b'D', b"\0\x01\0\0\0\x03app"), (b'C', b"SELECT 1\0"), (b'Z', b"I")],
+    );
+    assert!(got.is_empty(), "{got:?}");
+    assert!(!ex.rows_need_whole());
+
+    // RESET goes back to the startup value: the server's default there,
+    // so pglane sets it again ahead of the client's next message.
+    assert_eq!(tags(&query(&mut ex, &mut sides, "RESET search_path")), "Q");
+    assert_eq!(tags(&reply_whole(&mut ex, &mut sides, &[(b'C', b"RESET\0"), (b'Z', b"I")])), "CZ");
+    assert_eq!(sides.client_settings.get("search_path"), Some(&Value::Startup("app, public".into())));
+    let sent = query(&mut ex, &mut sides, "select 1");
+    assert_eq!(tags(&sent), "QQ");
+    assert!(query_text(&sent[0]).contains("set_config('search_path'"));
+    assert_eq!(query_text(&sent[1]), "select 1");
+    assert!(sides.server_settings.same_values(&sides.client_settings));
+}
+
+/// asyncpg prepares again after 0A000 with Parse, Describe and Flush (no
+/// Sync). When the statement is known, pglane answers both itself; if the
+/// server connection it got needed its settings aligned first, those
+/// answers wait behind the alignment's replies and must go out with its
+/// ReadyForQuery, or the client, which sends nothing more until answered,
+/// waits forever.
+#[test]
+fn answers_queued_behind_an_alignment_go_out_with_its_ready_for_query() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(None);
+    prepare_and_describe_s1(&mut ex, &mut sides);
+
+    // The next transaction's server connection has other settings.
+    ex.reset();
+    sides.client_settings.set("TimeZone", Value::Reported("UTC".into()));
+    let mut to_server = BytesMut::new();
+    ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+    assert_eq!(tags(&messages(to_server)), "Q");
+    let mut p = BytesMut::new();
+    frontend::parse(&mut p, "s2", "SELECT v FROM t WHERE id = $1", &[23]);
+    frontend::describe(&mut p, Target::Statement, "s2");
+    frontend::flush(&mut p);
+    let (sent, answered) = send(&mut ex, &mut sides, p);
+    assert!(answered.is_empty(), "not ahead of the alignment's replies: {answered:?}");
+    assert_eq!(tags(&sent), "H", "both answered by pglane");
+    let got = reply_whole(&mut ex, &mut sides, &[(b'C', b"SET\0"), (b'Z', b"I")]);
+    assert_eq!(tags(&got), "1tT", "ParseComplete and the description, and nothing of the alignment");
+    assert!(ex.is_quiet());
+}
+
+/// Parse texts found quiet are not scanned again, and nothing the scans
+/// act on is ever taken for quiet: each of these, parsed after a quiet
+/// one and twice, acts every time as on its first.
+#[test]
+fn the_quiet_text_cache_never_hides_session_state() {
+    let parse = |ex: &mut Exchange, sides: &mut Sides, sql: &str| {
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, "", sql, &[]);
+        frontend::sync(&mut p);
+        send(ex, sides, p);
+        reply(ex, sides, &[(b'1', b""), (b'Z', b"I")]);
+    };
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(None);
+    for _ in 0..3 {
+        parse(&mut ex, &mut sides, "select 1");
+    }
+    assert!(ex.quiet.contains(b"select 1"));
+    let acts = [
+        ("select set_config('DateStyle', 'ISO', false)", "names an output setting"),
+        ("select current_setting('search_path')", "names search_path"),
+        ("select pg_advisory_lock(1)", "pins"),
+        ("reset all", "resets"),
+    ];
+    for (sql, what) in acts {
+        let mut ex = Exchange::new(Some(0));
+        parse(&mut ex, &mut sides, "select 1");
+        for round in 0..2 {
+            parse(&mut ex, &mut sides, sql);
+            assert!(!ex.quiet.contains(sql.as_bytes()), "{sql} ({what}) taken for quiet, round {round}");
+            match what {
+                "pins" => assert_eq!(ex.pinned, Some(SessionFeature::AdvisoryLock)),
+                "names search_path" => assert!(ex.auto.as_ref().is_some_and(|a| a.off)),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failed_alignment_ends_the_session() {
+    let mut sides = Sides::new();
+    sides.client_settings.set("TimeZone", Value::Reported("Mars/Olympus".into()));
+    let mut ex = Exchange::default();
+    let mut to_server = BytesMut::new();
+    ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+    let mut error = BytesMut::new();
+    backend::error_response(&mut error, &ErrorFields::error("22023", "invalid value for parameter \"TimeZone\""));
+    let got = reply_whole(&mut ex, &mut sides, &[(b'E', &error[HEADER_LEN..])]);
+    assert!(got.is_empty());
+    assert!(matches!(ex.take_failure(), Some(NegotiateError::Settings(m)) if m.contains("TimeZone")));
+}
+
+/// The server's replies, whole; returns what the client got.
+fn reply(ex: &mut Exchange, sides: &mut Sides, replies: &[(u8, &[u8])]) -> Vec<(u8, Vec<u8>)> {
+    let mut to_client = BytesMut::new();
+    for (tag, body) in replies {
+        if *tag == backend::DATA_ROW {
+            ex.from_server_stream(*tag, &whole(*tag, body), &sides.registry, &mut to_client);
+        } else {
+            ex.from_server(*tag, &whole(*tag, body), &mut sides.st(), &mut to_client);
+        }
+    }
+    messages(to_client)
+}
+
+const SELECT: &str = "SELECT name FROM t WHERE id = 42 AND note = 'it''s'";
+
+#[test]
+fn a_validated_shape_runs_prepared_and_answers_as_a_simple_query() {
+    let mut sides = Sides::new();
+    let statement = sides.validate(SELECT);
+    let mut ex = Exchange::new(Some(1));
+    let sent = query(&mut ex, &mut sides, SELECT);
+    assert_eq!(tags(&sent), "PBDES");
+    assert_eq!(names::split_parse(&sent[0].1).unwrap().0, &*statement.server_name);
+    let (portal, name, _) = names::split_bind(&sent[1].1).unwrap();
+    assert_eq!((portal, name), ("", &*statement.server_name));
+    let mut bind = BytesMut::new();
+    frontend::bind(&mut bind, "", &statement.server_name, &[], [Some(&b"42"[..]), Some(&b"it's"[..])].into_iter(), &[]);
+    assert_eq!(sent[1].1, bind[HEADER_LEN..], "text parameters, text results");
+    assert_eq!(sent[2].1, b"P\0");
+
+    let got = reply(
+        &mut ex,
+        &mut sides,
+        &[
+            (b'1', b""),
+            (b'2', b""),
+            (b'T', b"\0\x01name\0\0\0\0\0\0\0\0\0\0\x19\xff\xff\xff\xff\xff\xff\0\0"),
+            (b'D', b"\0\x01\0\0\0\x01x"),
+            (b'N', b"SNOTICE\0Mhi\0\0"),
+            (b'C', b"SELECT 1\0"),
+            (b'Z', b"I"),
+        ],
+    );
+    assert_eq!(tags(&got), "TDNCZ", "no ParseComplete, no BindComplete");
+    assert!(ex.is_releasable());
+
+    // The server connection has it now: no second Parse.
+    assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT name FROM t WHERE id = 7 AND note = ''")), "BDES");
+    // The same statement spelled otherwise runs as the same statement, ...
+    assert_eq!(tags(&query(&mut ex, &mut sides, "select NAME from t\nwhere id = 7 and note = '' ;")), "BDES");
+    assert_eq!(sides.registry.stats().respellings, 1);
+    // ... but a quoted identifier is not the unquoted word.
+    assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT \"name\" FROM t WHERE id = 7 AND note = ''")), "Q");
+    let got = reply(&mut ex, &mut sides, &[(b'2', b""), (b'n', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+    assert_eq!(tags(&got), "CZ", "NoData is not the client's");
+    reply(&mut ex, &mut sides, &[(b'2', b""), (b'n', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+    reply(&mut ex, &mut sides, &[(b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+    assert_eq!(sides.registry.stats().rewrites, 3);
+}
+
+#[test]
+fn new_shapes_pass_through_and_are_queued() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(Some(1));
+    let sent = query(&mut ex, &mut sides, SELECT);
+    assert_eq!(tags(&sent), "Q");
+    assert_eq!(frontend::decode_query(&sent[0].1).unwrap(), SELECT);
+    assert_eq!(sides.registry.shapes.len(), 1);
+    assert_eq!(sides.registry.stats().pass_throughs, 1);
+    // Multi-statement text, and anything once search_path is mentioned, stay as they are.
+    assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1; SELECT 2")), "Q");
+    sides.validate("SELECT 1");
+    assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "PBDES");
+    reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'n', b""), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+    assert_eq!(tags(&query(&mut ex, &mut sides, "SET search_path = x")), "Q");
+    reply(&mut ex, &mut sides, &[(b'C', b"SET\0"), (b'Z', b"I")]);
+    assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q", "auto-prepare is off for this client now");
+}
+
+#[test]
+fn nothing_is_rewritten_in_a_failed_transaction_or_after_an_unsynced_message() {
+    let mut sides = Sides::new();
+    sides.validate("SELECT 1");
+    let mut ex = Exchange::new(Some(1));
+    assert_eq!(tags(&query(&mut ex, &mut sides, "BEGIN")), "Q");
+    reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+    assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "PBDES", "inside a transaction block is fine");
+    reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C57014\0Mcanceled\0\0"), (b'Z', b"E")]);
+    assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q");
+    let reasons = sides.registry.stats().pass_through_reasons;
+    assert_eq!(reasons.get(PassThrough::FailedTransaction), 1);
+    reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C25P02\0Maborted\0\0"), (b'Z', b"E")]);
+    assert_eq!(tags(&query(&mut ex, &mut sides, "ROLLBACK")), "Q");
+    reply(&mut ex, &mut sides, &[(b'C', b"ROLLBACK\0"), (b'Z', b"I")]);
+    // A Parse the client has not Synced yet: the query waits its turn as it is.
+    let mut parse = BytesMut::new();
+    frontend::parse(&mut parse, "", "SELECT 2", &[]);
+    let mut to_server = BytesMut::new();
+    ex.from_client(frontend::PARSE, &parse, &mut sides.st(), &mut to_server);
+    assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT 1")), "Q");
+    let reasons = sides.registry.stats().pass_through_reasons;
+    assert_eq!(reasons.get(PassThrough::NotSynced), 1);
+    assert_eq!(reasons.total(), sides.registry.stats().pass_throughs);
+}
+
+#[test]
+fn an_error_points_into_the_clients_text() {
+    let mut sides = Sides::new();
+    let statement = sides.validate(SELECT);
+    let mut ex = Exchange::new(Some(1));
+    query(&mut ex, &mut sides, SELECT);
+    // "SELECT name FROM t WHERE id = $1 AND note = $2": `note` is at 38 there, 38 in the original too;
+    // put it at the `$2` (45), which is the literal at 45 in the original.
+    let got = reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0VERROR\0C42703\0Mno\0P45\0Fx.c\0\0"), (b'Z', b"I")]);
+    assert_eq!(tags(&got), "EZ");
+    assert_eq!(got[0].1, b"SERROR\0VERROR\0C42703\0Mno\0P45\0Fx.c\0\0");
+    assert!(!sides.server.has(statement.id), "the failed Parse is undone");
+    // A Bind-time input error of $1 gets the literal's position instead of the context line.
+    sides.validate("SELECT name FROM t WHERE id = 'x' AND note = 'y'");
+    query(&mut ex, &mut sides, "SELECT name FROM t WHERE id = 'x' AND note = 'y'");
+    let got = reply(
+        &mut ex,
+        &mut sides,
+        &[(b'1', b""), (b'E', b"SERROR\0C22P02\0Mbad\0Wunnamed portal parameter $1 = '...'\0Rx\0\0"), (b'Z', b"I")],
+    );
+    assert_eq!(tags(&got), "EZ");
+    assert_eq!(got[0].1, b"SERROR\0C22P02\0Mbad\0P31\0Rx\0\0");
+    assert!(ex.is_releasable());
+}
+
+#[test]
+fn error_fields_are_mapped_only_where_they_point_at_the_rewrite() {
+    let sql = "SELECT 'éé', 1 + x FROM t";
+    let mut lexed = Lexed::new();
+    lexed.lex(sql, LexOptions::default()).unwrap();
+    assert_eq!(lexed.rewritten(sql), "SELECT $1, $2 + x FROM t");
+    let fields = |list: &[(u8, &[u8])]| original_error_fields(list, &lexed, sql, |p| Some(lexed.original_position(sql, p)));
+    // `x` is at 17 in the rewrite and at 18 in the original (`'éé'` is 4 characters, `$1` 2, `1` 1 and `$2` 2).
+    assert_eq!(fields(&[(b'M', b"m"), (b'P', b"17")]), Some(vec![(b'M', b"m".to_vec()), (b'P', b"18".to_vec())]));
+    assert_eq!(fields(&[(b'W', b"unnamed portal parameter $2 = '...'")]), Some(vec![(b'P', b"14".to_vec())]));
+    assert_eq!(fields(&[(b'M', b"m"), (b'W', b"SQL function \"f\"")]), None);
+    assert_eq!(fields(&[(b'W', b"unnamed portal parameter $9 = '...'")]), None, "no such slot");
+    assert_eq!(bound_parameter(b"unnamed portal parameter $12 = '1'"), Some(12));
+    assert_eq!(bound_parameter(b"unnamed portal parameter $1 = '1'\nPL/pgSQL function"), None);
+}
+
+#[test]
+fn ddl_clears_the_shapes_now_and_when_its_transaction_ends() {
+    let mut sides = Sides::new();
+    let old = sides.validate("SELECT 1");
+    let mut ex = Exchange::new(Some(1));
+    query(&mut ex, &mut sides, "BEGIN");
+    reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+    query(&mut ex, &mut sides, "ALTER TABLE t ADD COLUMN c int");
+    reply(&mut ex, &mut sides, &[(b'C', b"ALTER TABLE\0"), (b'Z', b"T")]);
+    assert!(sides.registry.shapes.is_empty());
+    sides.validate("SELECT 1");
+    query(&mut ex, &mut sides, "COMMIT");
+    reply(&mut ex, &mut sides, &[(b'C', b"COMMIT\0"), (b'Z', b"I")]);
+    assert!(sides.registry.shapes.is_empty(), "validated during the DDL's transaction: dropped");
+    let new = sides.validate("SELECT 1");
+    assert_ne!(old.server_name, new.server_name, "prepared afresh under a new name");
+}
+
+#[test]
+fn two_names_for_one_new_text_in_one_pipeline_prepare_it_once() {
+    // Parse S_1 and S_2 of the same text before the server answered the
+    // first: a second Parse under the same server name would fail (42P05).
+    let mut sides = Sides::new();
+    let mut ex = Exchange::default();
+    let mut p = BytesMut::new();
+    frontend::parse(&mut p, "S_1", "SELECT 1", &[]);
+    frontend::parse(&mut p, "S_2", "SELECT 1", &[]);
+    frontend::sync(&mut p);
+    let mut to_server = BytesMut::new();
+    let mut rest = p;
+    while let Some(m) = split_message(&mut rest, 1 << 20).unwrap() {
+        ex.from_client(m.tag, &whole(m.tag, &m.body), &mut sides.st(), &mut to_server);
+    }
+    assert_eq!(tags(&messages(to_server)), "PS");
+    let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")]);
+    assert_eq!(tags(&got), "11Z", "both Parses answered, in order");
+    assert!(sides.client.get("S_1").is_some() && sides.client.get("S_2").is_some());
+}
+
+const STALE: &[u8] = b"SERROR\0C0A000\0Mcached plan must not change result type\0RRevalidateCachedQuery\0\0";
+
+#[test]
+fn a_stale_plan_outside_a_transaction_runs_the_query_again_as_it_was() {
+    let mut sides = Sides::new();
+    sides.validate("SELECT * FROM t WHERE a = 1");
+    let mut ex = Exchange::new(Some(1));
+    assert_eq!(tags(&query(&mut ex, &mut sides, "SELECT * FROM t WHERE a = 1")), "PBDES");
+    let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'E', STALE), (b'Z', b"I")]);
+    assert!(got.is_empty(), "the client sees nothing of it: {got:?}");
+    assert!(!ex.is_quiet(), "the plain query is owed");
+    let mut resend = BytesMut::new();
+    ex.take_for_server(&mut resend);
+    let resend = messages(resend);
+    assert_eq!(tags(&resend), "Q");
+    assert_eq!(frontend::decode_query(&resend[0].1).unwrap(), "SELECT * FROM t WHERE a = 1");
+    let got = reply(&mut ex, &mut sides, &[(b'T', b"\0\0"), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+    assert_eq!(tags(&got), "TCZ");
+    assert!(ex.is_releasable());
+    assert_eq!(sides.registry.stats().reruns, 1);
+    assert!(sides.registry.shapes.is_empty(), "a stale plan clears the shapes");
+}
+
+#[test]
+fn a_stale_plan_in_a_transaction_block_is_the_clients_error() {
+    let mut sides = Sides::new();
+    sides.validate("SELECT * FROM t WHERE a = 1");
+    let mut ex = Exchange::new(Some(1));
+    query(&mut ex, &mut sides, "BEGIN");
+    reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+    query(&mut ex, &mut sides, "SELECT * FROM t WHERE a = 1");
+    let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'E', STALE), (b'Z', b"E")]);
+    assert_eq!(tags(&got), "EZ");
+    let mut resend = BytesMut::new();
+    ex.take_for_server(&mut resend);
+    assert!(resend.is_empty());
+}
+
+#[test]
+fn the_unnamed_statement_is_the_registrys() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(Some(1));
+    let parse = |ex: &mut Exchange, sides: &mut Sides| {
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, "", "SELECT $1::int", &[]);
+        frontend::bind(&mut p, "", "", &[], [Some(&b"1"[..])].into_iter(), &[]);
+        frontend::execute(&mut p, "", 0);
+        frontend::sync(&mut p);
+        let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+        let mut rest = p;
+        while let Some(m) = split_message(&mut rest, 1 << 20).unwrap() {
+            ex.from_client(m.tag, &whole(m.tag, &m.body), &mut sides.st(), &mut to_server);
+        }
+        ex.client_messages_taken(&mut to_client);
+        (messages(to_server), messages(to_client))
+    };
+    let (sent, answered) = parse(&mut ex, &mut sides);
+    assert_eq!(tags(&sent), "PBES");
+    assert!(answered.is_empty());
+    let name = names::split_parse(&sent[0].1).unwrap().0.to_owned();
+    assert!(name.starts_with("pglane_0_"), "{name}");
+    assert_eq!(names::split_bind(&sent[1].1).unwrap().1, name);
+    let got = reply(
+        &mut ex,
+        &mut sides,
+        &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")],
+    );
+    assert_eq!(tags(&got), "12DCZ");
+    // Again, on another server connection: Parse answered here, prepared there on the way.
+    ex.reset();
+    sides.server = ServerStatements::new(100);
+    let (sent, answered) = parse(&mut ex, &mut sides);
+    assert!(answered.is_empty(), "the ParseComplete pglane gives waits for the server's reply: {answered:?}");
+    assert_eq!(tags(&sent), "PBES", "the injected Parse of the shared statement");
+    let got = reply(
+        &mut ex,
+        &mut sides,
+        &[(b'1', b""), (b'2', b""), (b'D', b"\0\x01\0\0\0\x011"), (b'C', b"SELECT 1\0"), (b'Z', b"I")],
+    );
+    assert_eq!(tags(&got), "12DCZ", "pglane's ParseComplete, then the server's replies but its injected Parse's");
+    assert_eq!(sides.registry.stats().unnamed_mapped, 2);
+}
+
+/// Sends the client's messages; returns what went to the server and what
+/// the client got at once.
+fn send(ex: &mut Exchange, sides: &mut Sides, mut messages_in: BytesMut) -> (Vec<(u8, Vec<u8>)>, Vec<(u8, Vec<u8>)>) {
+    let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
+    while let Some(m) = split_message(&mut messages_in, 1 << 20).unwrap() {
+        ex.from_client(m.tag, &whole(m.tag, &m.body), &mut sides.st(), &mut to_server);
+    }
+    ex.client_messages_taken(&mut to_client);
+    (messages(to_server), messages(to_client))
+}
+
+/// A named Parse and Sync that the server answers: the client knows `name` after.
+fn prepare_named(ex: &mut Exchange, sides: &mut Sides, name: &str, sql: &str) {
+    let mut p = BytesMut::new();
+    frontend::parse(&mut p, name, sql, &[]);
+    frontend::sync(&mut p);
+    let (sent, _) = send(ex, sides, p);
+    assert_eq!(tags(&sent), "PS");
+    assert_eq!(tags(&reply(ex, sides, &[(b'1', b""), (b'Z', b"I")])), "1Z");
+    assert!(sides.client.get(name).is_some());
+}
+
+/// psycopg's pipeline with an error in the middle, as it reached pglane
+/// in tests/drivers (psycopg_suite.py, "errors"): the server's error came
+/// while the client was still writing the pipeline. The Parse before it
+/// was skipped by the server, so the Bind after it must be too, not
+/// answered with pglane's own "does not exist": the client gets the one
+/// error, then ReadyForQuery, as from PostgreSQL.
+#[test]
+fn what_a_client_sends_after_the_servers_error_and_before_its_sync_is_skipped() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(None);
+    let mut first = BytesMut::new();
+    frontend::parse(&mut first, "_pg3_1", "select 1 / $1::int", &[]);
+    frontend::bind(&mut first, "", "_pg3_1", &[], [Some(&b"0"[..])].into_iter(), &[]);
+    frontend::execute(&mut first, "", 0);
+    frontend::parse(&mut first, "_pg3_2", "select $1::int + 200", &[]);
+    let (sent, answered) = send(&mut ex, &mut sides, first);
+    assert_eq!(tags(&sent), "PBEP");
+    assert!(answered.is_empty());
+    let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'E', b"SERROR\0VERROR\0C22012\0Mdivision by zero\0\0")]);
+    assert_eq!(tags(&got), "12E");
+    assert!(sides.client.get("_pg3_2").is_none(), "the server skipped its Parse");
+    let mut rest = BytesMut::new();
+    frontend::bind(&mut rest, "", "_pg3_2", &[], [Some(&b"1"[..])].into_iter(), &[]);
+    frontend::describe(&mut rest, Target::Portal, "");
+    frontend::execute(&mut rest, "", 0);
+    frontend::sync(&mut rest);
+    let (sent, answered) = send(&mut ex, &mut sides, rest);
+    assert_eq!(tags(&sent), "S", "the server skips all but the Sync anyway");
+    assert!(answered.is_empty(), "no answer of pglane's own: {}", tags(&answered));
+    assert_eq!(tags(&reply(&mut ex, &mut sides, &[(b'Z', b"I")])), "Z");
+    assert!(ex.is_releasable());
+    // The next request is served as usual.
+    prepare_named(&mut ex, &mut sides, "_pg3_3", "select $1::int + 200");
+}
+
+/// psycopg's `DEALLOCATE _pg3_N`, as a simple query and as an unnamed
+/// statement, must not reach the server (which knows the statement by
+/// pglane's shared name, so it failed with 26000): only the client's
+/// name goes, and the client sees the DEALLOCATE's own replies.
+#[test]
+fn sql_deallocate_of_a_clients_statement_drops_only_its_name() {
+    for extended in [false, true] {
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(None);
+        prepare_named(&mut ex, &mut sides, "_pg3_0", "SELECT $1::int");
+
+        let mut d = BytesMut::new();
+        if extended {
+            frontend::parse(&mut d, "", "DEALLOCATE _pg3_0", &[]);
+            frontend::bind(&mut d, "", "", &[], std::iter::empty(), &[]);
+            frontend::describe(&mut d, Target::Portal, "");
+            frontend::execute(&mut d, "", 0);
+            frontend::sync(&mut d);
+        } else {
+            frontend::query(&mut d, "DEALLOCATE _pg3_0");
+        }
+        let (sent, answered) = send(&mut ex, &mut sides, d);
+        assert!(answered.is_empty());
+        assert!(sides.client.get("_pg3_0").is_none(), "the client's name is gone");
+        let got = if extended {
+            assert_eq!(tags(&sent), "PBDES");
+            assert_eq!(names::parse_query(names::split_parse(&sent[0].1).unwrap().1), "", "an empty statement instead");
+            reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'n', b""), (b'I', b""), (b'Z', b"T")])
+        } else {
+            assert_eq!(tags(&sent), "Q");
+            assert_eq!(sent[0].1, b"\0", "an empty query instead");
+            reply(&mut ex, &mut sides, &[(b'I', b""), (b'Z', b"T")])
+        };
+        let expected = if extended { "12nCZ" } else { "CZ" };
+        assert_eq!(tags(&got), expected, "extended: {extended}");
+        let complete = got.iter().find(|(t, _)| *t == b'C').unwrap();
+        assert_eq!(complete.1, b"DEALLOCATE\0");
+        assert_eq!(got.last().unwrap().1, b"T", "the server's transaction status");
+        assert!(ex.is_quiet());
+
+        // A name the client does not have passes through, to fail as on a direct connection.
+        let mut d = BytesMut::new();
+        frontend::query(&mut d, "DEALLOCATE _pg3_0");
+        let (sent, _) = send(&mut ex, &mut sides, d);
+        assert_eq!(sent[0].1, b"DEALLOCATE _pg3_0\0");
+    }
+}
+
+/// Binds and runs `s1` (prepared by `prepare_and_describe_s1`) with a Sync.
+fn bind_execute_s1(ex: &mut Exchange, sides: &mut Sides) {
+    let mut p = BytesMut::new();
+    frontend::bind(&mut p, "", "s1", &[], [Some(&b"1"[..])].into_iter(), &[]);
+    frontend::execute(&mut p, "", 0);
+    frontend::sync(&mut p);
+    send(ex, sides, p);
+}
+
+/// Server pipelining's rule: another client's request may go behind
+/// this one's only when what is in flight is whole, outside a
+/// transaction block, and leaves the session as it found it.
+#[test]
+fn only_a_whole_plain_request_outside_a_transaction_may_be_followed() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(None);
+    assert!(!ex.may_be_followed(), "nothing in flight");
+    prepare_and_describe_s1(&mut ex, &mut sides);
+    bind_execute_s1(&mut ex, &mut sides);
+    assert!(ex.may_be_followed(), "Bind, Execute, Sync of a plain SELECT");
+    assert_eq!(ex.ready_due(), 1);
+    let s1 = sides.client.get("s1").unwrap().clone();
+    assert_eq!(ex.statements_in_flight().len(), 1);
+    s1.slow_at.set(Some(crate::rt::now()));
+    assert!(!ex.may_be_followed(), "it ran slowly with a request behind it just now");
+    s1.slow_at.set(Some(crate::rt::now() - crate::pool::opening::SLOW_KEPT));
+    assert!(ex.may_be_followed(), "the mark wore off");
+    reply(&mut ex, &mut sides, &[(b'2', b""), (b'D', b"\0\x01\0\0\0\x01x"), (b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+    assert!(!ex.may_be_followed() && ex.is_releasable());
+
+    // Not before the Sync.
+    let mut p = BytesMut::new();
+    frontend::bind(&mut p, "", "s1", &[], [Some(&b"1"[..])].into_iter(), &[]);
+    frontend::execute(&mut p, "", 0);
+    send(&mut ex, &mut sides, p);
+    assert!(!ex.may_be_followed(), "no Sync yet");
+    let mut p = BytesMut::new();
+    frontend::sync(&mut p);
+    send(&mut ex, &mut sides, p);
+    assert!(ex.may_be_followed());
+    reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+
+    // Not while a Parse is unanswered: its failure would change the
+    // connection's statements.
+    let mut p = BytesMut::new();
+    frontend::parse(&mut p, "s2", "SELECT 2", &[]);
+    frontend::sync(&mut p);
+    send(&mut ex, &mut sides, p);
+    assert!(!ex.may_be_followed(), "a Parse in flight");
+    reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")]);
+
+    // Not inside a transaction block.
+    assert_eq!(tags(&query(&mut ex, &mut sides, "BEGIN")), "Q");
+    assert!(!ex.may_be_followed(), "a simple query passed through");
+    reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+    bind_execute_s1(&mut ex, &mut sides);
+    assert!(!ex.may_be_followed(), "in a transaction block");
+    reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"SELECT 0\0"), (b'Z', b"T")]);
+    query(&mut ex, &mut sides, "COMMIT");
+    reply(&mut ex, &mut sides, &[(b'C', b"COMMIT\0"), (b'Z', b"I")]);
+
+    // Not a statement that may change the session.
+    let mut p = BytesMut::new();
+    frontend::parse(&mut p, "s3", "SELECT set_config('a.b', $1, false)", &[25]);
+    frontend::sync(&mut p);
+    send(&mut ex, &mut sides, p);
+    reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")]);
+    let mut p = BytesMut::new();
+    frontend::bind(&mut p, "", "s3", &[], [Some(&b"x"[..])].into_iter(), &[]);
+    frontend::execute(&mut p, "", 0);
+    frontend::sync(&mut p);
+    send(&mut ex, &mut sides, p);
+    assert!(!ex.may_be_followed(), "set_config");
+}
+
+/// With pipelining on, requests passed through as the client sent them
+/// (simple queries, the unnamed statement without auto-prepare) may be
+/// followed too when their text leaves the session alone.
+#[test]
+fn a_plain_request_passed_through_may_be_followed() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(None).with_pipelining();
+    let answer = [(b'T', &b"\0\0"[..]), (b'C', b"SELECT 0\0"), (b'Z', b"I")];
+    query(&mut ex, &mut sides, "SELECT abalance FROM pgbench_accounts WHERE aid = 7");
+    assert!(ex.may_be_followed(), "a plain simple query");
+    assert_eq!(ex.ready_due(), 1);
+    reply(&mut ex, &mut sides, &answer);
+    for sql in [
+        "SELECT 1 INTO t",
+        "CREATE TABLE t (a int)",
+        "SELECT set_config('a.b', 'c', false)",
+        "BEGIN; SELECT 1",
+        "SET work_mem = '1MB'",
+    ] {
+        query(&mut ex, &mut sides, sql);
+        assert!(!ex.may_be_followed(), "{sql}");
+        reply(&mut ex, &mut sides, &[(b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+    }
+
+    // The unnamed statement, as pgbench -M extended sends it.
+    let unnamed = |sql: &str| {
+        let mut p = BytesMut::new();
+        frontend::parse(&mut p, "", sql, &[]);
+        frontend::bind(&mut p, "", "", &[], [Some(&b"1"[..])].into_iter(), &[]);
+        frontend::describe(&mut p, Target::Portal, "");
+        frontend::execute(&mut p, "", 0);
+        frontend::sync(&mut p);
+        p
+    };
+    let answer = [(b'1', &b""[..]), (b'2', b""), (b'n', b""), (b'C', b"UPDATE 0\0"), (b'Z', b"I")];
+    for round in 0..2 {
+        // The second time its text is known quiet, and so is its answer.
+        send(&mut ex, &mut sides, unnamed("UPDATE t SET a = a + 1 WHERE a = $1"));
+        assert!(ex.may_be_followed(), "a plain unnamed statement, round {round}");
+        reply(&mut ex, &mut sides, &answer);
+        send(&mut ex, &mut sides, unnamed("CREATE TABLE t (a int)"));
+        assert!(!ex.may_be_followed(), "DDL, round {round}");
+        reply(&mut ex, &mut sides, &answer);
+    }
+
+    // A Bind of an unnamed statement Parsed earlier is as plain as that
+    // statement was, whatever is Parsed after it.
+    let mut p = BytesMut::new();
+    frontend::bind(&mut p, "", "", &[], [Some(&b"1"[..])].into_iter(), &[]);
+    frontend::execute(&mut p, "", 0);
+    p.extend_from_slice(&unnamed("SELECT $1::int"));
+    send(&mut ex, &mut sides, p);
+    assert!(!ex.may_be_followed(), "the first Bind runs the CREATE TABLE");
+    reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"CREATE TABLE\0")]);
+    reply(&mut ex, &mut sides, &answer);
+
+    // A client whose request ran slowly with another behind it.
+    ex.ran_slowly();
+    query(&mut ex, &mut sides, "SELECT 1");
+    assert!(!ex.may_be_followed(), "it ran slowly just now");
+    ex.slow_at = Some(crate::rt::now() - crate::pool::opening::SLOW_KEPT);
+    assert!(ex.may_be_followed(), "the mark wore off");
+    reply(&mut ex, &mut sides, &[(b'C', b"SELECT 1\0"), (b'Z', b"I")]);
+
+    // Without pipelining nothing is scanned for it.
+    let mut ex = Exchange::new(None);
+    query(&mut ex, &mut sides, "SELECT 1");
+    assert!(!ex.may_be_followed());
+}
+
+/// A rewritten simple query, once followed, is not run again after a
+/// stale plan (the request behind it is already on the server): the
+/// client gets the error, as a client that pipelined would.
+#[test]
+fn a_followed_rewritten_query_is_not_run_again() {
+    let mut sides = Sides::new();
+    let sql = "SELECT v FROM t WHERE id = 1";
+    let mut ex = Exchange::new(Some(0));
+    for followed in [false, true] {
+        // The shape is validated (again: a stale plan retires it), and
+        // a first run prepares it on the server connection.
+        sides.validate(sql);
+        let first = tags(&query(&mut ex, &mut sides, sql));
+        assert!(!ex.may_be_followed(), "its Parse is in flight");
+        let mut replies: Vec<(u8, &[u8])> = Vec::new();
+        if first.starts_with('C') {
+            replies.push((b'3', b"")); // the stale statement's close
+        }
+        replies.extend([(b'1', &b""[..]), (b'2', b""), (b'n', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+        assert!(first.ends_with("PBDES"), "{first}");
+        reply(&mut ex, &mut sides, &replies);
+
+        assert_eq!(tags(&query(&mut ex, &mut sides, sql)), "BDES");
+        assert!(ex.may_be_followed(), "a rewritten plain query");
+        ex.followed = followed;
+        let stale = b"SERROR\0C0A000\0Mcached plan must not change result type\0RRevalidateCachedQuery\0\0";
+        let got = reply(&mut ex, &mut sides, &[(b'E', stale), (b'Z', b"I")]);
+        let mut to_server = BytesMut::new();
+        ex.take_for_server(&mut to_server);
+        if followed {
+            assert_eq!(tags(&got), "EZ");
+            assert!(to_server.is_empty());
+        } else {
+            assert_eq!(tags(&got), "");
+            assert_eq!(tags(&messages(to_server)), "Q");
+            reply(&mut ex, &mut sides, &[(b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+        }
+        ex.reset();
+    }
+}
+
+/// The client prepares and describes `s1` (one int4 parameter, one int4
+/// column `v`) on its first server connection, which the server accepts.
+fn prepare_and_describe_s1(ex: &mut Exchange, sides: &mut Sides) {
+    let mut p = BytesMut::new();
+    frontend::parse(&mut p, "s1", "SELECT v FROM t WHERE id = $1", &[23]);
+    frontend::describe(&mut p, Target::Statement, "s1");
+    frontend::sync(&mut p);
+    let (sent, _) = send(ex, sides, p);
+    assert_eq!(tags(&sent), "PDS");
+    let int4 = row_description_body(23);
+    let got = reply(ex, sides, &[(b'1', b""), (b't', b"\0\x01\0\0\0\x17"), (b'T', &int4), (b'Z', b"I")]);
+    assert_eq!(tags(&got), "1tTZ");
+}
+
+fn row_description_body(type_oid: u32) -> Vec<u8> {
+    let mut rd = BytesMut::new();
+    let field = backend::FieldDescription {
+        name: "v".into(),
+        table_oid: 16384,
+        column: 2,
+        type_oid,
+        type_size: -1,
+        type_modifier: -1,
+        format: 0,
+    };
+    backend::row_description(&mut rd, &[field]);
+    rd[HEADER_LEN..].to_vec()
+}
+
+/// A client's described statement, prepared lazily on another server
+/// connection after DDL changed its result type (int4 → text), must fail
+/// as PostgreSQL's cached plan does (0A000, RevalidateCachedQuery, which
+/// makes asyncpg and pgjdbc prepare it again), not run with a result the
+/// client decodes by the old description. The client's Bind waits for
+/// pglane's Describe; with an unchanged result it then goes on as sent.
+#[test]
+fn a_lazily_prepared_statement_must_keep_its_result_type() {
+    for changed in [true, false] {
+        let mut sides = Sides::new();
+        let mut ex = Exchange::new(None);
+        prepare_and_describe_s1(&mut ex, &mut sides);
+
+        // Another server connection, after DDL.
+        ex.reset();
+        sides.server = ServerStatements::new(100);
+        let mut b = BytesMut::new();
+        frontend::bind(&mut b, "", "s1", &[], [Some(&b"1"[..])].into_iter(), &[1]);
+        frontend::execute(&mut b, "", 0);
+        frontend::sync(&mut b);
+        let (sent, answered) = send(&mut ex, &mut sides, b);
+        assert!(answered.is_empty());
+        assert_eq!(tags(&sent), "PDH", "Parse, pglane's Describe and Flush; the Bind waits");
+        assert!(ex.held_len() > 0, "the held Bind, Execute and Sync count against the relay's high-water mark");
+        let new_type = row_description_body(if changed { 25 } else { 23 });
+        let got = reply(&mut ex, &mut sides, &[(b'1', b""), (b't', b"\0\x01\0\0\0\x17"), (b'T', &new_type)]);
+        let mut then = BytesMut::new();
+        ex.take_for_server(&mut then);
+        let then = messages(then);
+        assert!(got.is_empty());
+        assert_eq!(ex.held_len(), 0, "released");
+        if changed {
+            assert_eq!(tags(&then), "EBES", "a failing Execute ahead of the held messages");
+            let got = reply(&mut ex, &mut sides, &[(b'E', b"SERROR\0C34000\0Mportal does not exist\0\0"), (b'Z', b"I")]);
+            assert_eq!(tags(&got), "EZ");
+            let e = backend::decode_error_fields(&got[0].1).unwrap();
+            assert_eq!(
+                (e.code.as_str(), e.message.as_str()),
+                ("0A000", "cached plan must not change result type"),
+                "not the server's own error"
+            );
+            assert!(got[0].1.windows(22).any(|w| w == b"RRevalidateCachedQuery"));
+            assert!(ex.is_quiet());
+            // Preparing the text again gives a fresh statement.
+            let mut p = BytesMut::new();
+            frontend::parse(&mut p, "s2", "SELECT v FROM t WHERE id = $1", &[23]);
+            let (sent, _) = send(&mut ex, &mut sides, p);
+            assert_eq!(tags(&sent), "CP", "the stale server statement is closed");
+            let (closed, parsed) = (names::split_target(&sent[0].1).unwrap().1, names::split_parse(&sent[1].1).unwrap().0);
+            assert_ne!(closed, parsed);
+        } else {
+            assert_eq!(tags(&then), "BES", "the held messages, unchanged");
+            let got = reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+            assert_eq!(tags(&got), "2CZ");
+            assert!(ex.is_quiet());
+        }
+    }
+}
