@@ -20,9 +20,9 @@ pub fn split_parse(body: &[u8]) -> Result<(&str, &[u8]), ProtocolError> {
     // Check the rest's shape so that a malformed Parse is never cached.
     let mut check = Reader::new(rest, "Parse");
     check.cstr()?;
-    let count = check.bytes(2)?;
-    let count = i16::from_be_bytes([count[0], count[1]]);
-    if count < 0 || check.rest().len() != count as usize * 4 {
+    // The count is unsigned on the wire: PostgreSQL takes up to 65,535.
+    let count = usize::from(check.u16()?);
+    if check.rest().len() != count * 4 {
         return Err(ProtocolError::Malformed("Parse"));
     }
     Ok((name, rest))
