@@ -8,7 +8,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use pglane::client::exchange::{Exchange, Statements};
 use pglane::prepare::auto::{Decision, Job};
 use pglane::prepare::lexer::{LexOptions, Lexed};
-use pglane::prepare::{ClientStatements, Registry, ServerStatements};
+use pglane::prepare::{ClientStatements, Context, Registry, ServerStatements};
 use pglane::protocol::backend::{self, FieldDescription, TransactionStatus};
 use pglane::protocol::frame::HEADER_LEN;
 use pglane::protocol::frame::{split_message, Scanner};
@@ -16,7 +16,7 @@ use pglane::protocol::frontend;
 use pglane::protocol::names;
 use pglane::settings::Settings;
 use std::hint::black_box;
-use std::task::{Context, Poll, Waker};
+use std::task::{Poll, Waker};
 
 const SELECT: &str = "SELECT abalance FROM pgbench_accounts WHERE aid = 12345;";
 
@@ -158,6 +158,8 @@ fn validate(registry: &Registry, sql: &str) {
     let rewritten = lexed.rewritten(sql);
     let (hash, types) = (lexed.shape_hash(), lexed.param_types());
     let job = |epoch| Job {
+        context: Context::DEFAULT,
+        settings: Settings::default(),
         hash,
         sql: rewritten.as_str().into(),
         param_types: types.into(),
@@ -165,12 +167,12 @@ fn validate(registry: &Registry, sql: &str) {
         options: LexOptions::default(),
         epoch,
     };
-    registry.shapes.note(job, hash, &rewritten, types, 1);
-    let Poll::Ready(job) = registry.shapes.poll_job(&mut Context::from_waker(Waker::noop())) else { panic!("queued") };
+    registry.shapes.note(Context::DEFAULT, job, hash, &rewritten, types, 1);
+    let Poll::Ready(job) = registry.shapes.poll_job(&mut std::task::Context::from_waker(Waker::noop())) else { panic!("queued") };
     let mut parse = BytesMut::new();
     frontend::parse(&mut parse, "", &rewritten, types);
     let (_, key) = names::split_parse(&parse[HEADER_LEN..]).unwrap();
-    let statement = registry.register(key);
+    let statement = registry.register(Context::DEFAULT, key);
     statement.validated.set(true);
     assert!(registry.shapes.decide(&job, Decision::Rewrite(statement)));
 }

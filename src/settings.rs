@@ -4,7 +4,7 @@
 //! transaction mode; `server` records what each connection has. This module
 //! owns the values and the rules; it does no I/O.
 //!
-//! Three sources, all exact about what the server really has:
+//! Four sources, all exact about what the server really has:
 //! - the client's StartupMessage: every parameter but user, database,
 //!   replication and protocol options (`_pq_.*`), and the `-c name=value` /
 //!   `--name=value` switches of `options` ([`from_startup`]). PostgreSQL
@@ -14,12 +14,22 @@
 //!   quoted string would make `search_path=a, b` one schema named `a, b`).
 //!   They are also what RESET goes back to, as on PostgreSQL;
 //! - ParameterStatus messages, which PostgreSQL sends whenever a reported
-//!   setting changes (TimeZone, DateStyle, application_name, ...), including
-//!   when a rollback undoes a SET;
-//! - `SET name = value` / `RESET name` sent as a single simple query outside a
-//!   transaction block, for a few settings PostgreSQL 15 does not report
-//!   (search_path, statement_timeout, ...). A SET inside BEGIN ... COMMIT of
-//!   these is not carried over (documented in the README).
+//!   setting changes (TimeZone, DateStyle, application_name,
+//!   default_transaction_read_only, ...), including when a rollback undoes a
+//!   SET: every reported setting but the server's own ([`SERVER_OWNED`]) is
+//!   carried;
+//! - `SET [SESSION] name = value` / `RESET name` / `RESET ALL` as the whole
+//!   of a statement text ([`parse_change`]), over the simple or the extended
+//!   protocol, sent outside a transaction block, of any setting the server
+//!   does not report (search_path, statement_timeout, work_mem, a custom
+//!   `app.tenant`, ...);
+//! - `SELECT set_config('name', 'value', false)` with literal arguments, as
+//!   the whole of a statement text ([`parse_set_config`]).
+//!
+//! What the client's SQL changes in any other way (a SET inside a
+//! transaction block, `set_config` with computed arguments, a DO block) is
+//! not followed: the exchange pins the client to its server connection
+//! instead (`client::pinning`), which is reset before anyone else gets it.
 //!
 //! A server connection's value can also become [`Value::Unknown`]: SQL that
 //! names one of the output settings pglane negotiates on (extra_float_digits,
@@ -29,6 +39,39 @@
 //! Before a client's transaction runs on a server connection whose settings
 //! differ from the client's, pglane sends the SETs and RESETs that make them
 //! equal. Pure functions; the exchange applies them.
+//!
+//! ## Settings that change what a statement means
+//!
+//! PostgreSQL resolves a statement's text once, at Parse (parse analysis and
+//! rewrite), in the parsing session's settings, and a prepared statement
+//! keeps what it resolved. So a statement pglane shares between clients is
+//! keyed by the values of every setting that parse analysis reads
+//! ([`Settings::parse_context`]). Read off PostgreSQL 15's sources:
+//!
+//! | setting | read at Parse by | what changes |
+//! |---|---|---|
+//! | search_path | namespace.c (every name lookup), regclass/regtype/... input | which table, type, function, operator a name is |
+//! | client_encoding | pq_getmsgstring (the text is converted to the server encoding on receipt) | the text itself, for non-ASCII bytes |
+//! | transform_null_equals | parse_expr.c `transformAExprOp` | `x = NULL` read as `x IS NULL` |
+//! | session_replication_role | rewriteHandler.c (which rules fire) | the rewritten query |
+//! | standard_conforming_strings, backslash_quote, escape_string_warning | scan.l | what a `'...'` literal contains, whether it is an error or a warning |
+//! | TimeZone | timestamptz_in, timetz_in, date_in (`'today'`), via `coerce_type` on a literal | the instant a literal stands for |
+//! | DateStyle | date/timestamp input (field order, `01/02/2000`) | the date a literal stands for |
+//! | IntervalStyle | interval_in (`sql_standard` signs) | the interval a literal stands for |
+//! | timezone_abbreviations | datetime input (`EST`) | the instant |
+//! | array_nulls | array_in | whether `{NULL}` holds a NULL |
+//! | xmloption | xml_in | whether a literal parses as DOCUMENT or CONTENT |
+//! | lc_monetary | cash_in | the amount a money literal stands for |
+//!
+//! The first four can change what any text means ([`PARSE_ANY`]); the rest
+//! only matter to a text with a string literal in it ([`PARSE_LITERALS`]),
+//! since only the literals of a text are converted at Parse (parameters are
+//! converted at Bind, in the settings of the moment). Planner settings
+//! (`enable_*`, `plan_cache_mode`, `work_mem`) change plans, not results;
+//! `row_security` and the role are checked by PostgreSQL's plan cache
+//! itself. Literals that name the moment of parsing (`'now'`, `'today'`,
+//! `'tomorrow'`, `'yesterday'`) make a text mean something else each time it
+//! is parsed: such a text is never shared ([`names_the_moment`]).
 
 use std::collections::BTreeMap;
 
@@ -37,20 +80,40 @@ use thiserror::Error;
 use crate::prepare::lexer::contains_ignore_ascii_case;
 use crate::protocol::startup::StartupParams;
 
-/// Reported settings pglane carries between server connections.
-pub const REPORTED: [&str; 6] =
-    ["application_name", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone", "standard_conforming_strings"];
+/// Settings PostgreSQL 15–18 report with ParameterStatus (the ones a
+/// session may change, spelled as the server reports them): a SET of one is
+/// followed through its report, not its SQL.
+pub const REPORTED: [&str; 8] = [
+    "application_name",
+    "client_encoding",
+    "DateStyle",
+    "default_transaction_read_only",
+    "IntervalStyle",
+    "scram_iterations",
+    "standard_conforming_strings",
+    "TimeZone",
+];
 
-/// Unreported settings pglane follows from the client's SQL.
-pub const FOLLOWED: [&str; 8] = [
-    "search_path",
-    "statement_timeout",
-    "lock_timeout",
-    "idle_in_transaction_session_timeout",
-    "extra_float_digits",
-    "bytea_output",
-    "work_mem",
-    "default_transaction_isolation",
+/// Reported settings that belong to the server, not to the session (or
+/// change only with the role, which pins the client): never carried.
+pub const SERVER_OWNED: [&str; 6] =
+    ["server_version", "server_encoding", "integer_datetimes", "in_hot_standby", "is_superuser", "session_authorization"];
+
+/// Settings parse analysis reads for any text (see the module docs).
+pub const PARSE_ANY: [&str; 4] = ["search_path", "client_encoding", "transform_null_equals", "session_replication_role"];
+
+/// Settings parse analysis reads for the string literals of a text.
+pub const PARSE_LITERALS: [&str; 10] = [
+    "TimeZone",
+    "DateStyle",
+    "IntervalStyle",
+    "timezone_abbreviations",
+    "standard_conforming_strings",
+    "backslash_quote",
+    "escape_string_warning",
+    "array_nulls",
+    "xmloption",
+    "lc_monetary",
 ];
 
 /// Unreported settings that change how values are printed, which binary
@@ -58,25 +121,25 @@ pub const FOLLOWED: [&str; 8] = [
 pub const OUTPUT: [&str; 2] = ["extra_float_digits", "bytea_output"];
 
 /// A setting's value: as ParameterStatus reported it (a plain string, quoted
-/// when sent back), as the client wrote it in SQL (sent back verbatim), as
-/// the client's startup packet gave it (a plain string, applied with
-/// `set_config`), or, on a server connection only, not known.
+/// when sent back), as the client wrote it in SQL (sent back verbatim), as a
+/// plain string applied with `set_config` (from the client's startup packet
+/// or its own `set_config` call), or, on a server connection only, not known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
     Reported(String),
     Sql(String),
-    Startup(String),
+    Plain(String),
     Unknown,
 }
 
 impl Value {
     /// The value as the server would read it from a startup packet or
-    /// `set_config`, if pglane knows it exactly: reported and startup values
+    /// `set_config`, if pglane knows it exactly: reported and plain values
     /// as they are, an SQL value if it is a plain word, number or string
     /// literal (`3`, `-15`, `'hex'`, `hex`).
     pub fn plain(&self) -> Option<&str> {
         match self {
-            Value::Reported(v) | Value::Startup(v) => Some(v),
+            Value::Reported(v) | Value::Plain(v) => Some(v),
             Value::Sql(v) => plain_sql_literal(v),
             Value::Unknown => None,
         }
@@ -97,18 +160,32 @@ fn plain_sql_literal(sql: &str) -> Option<&str> {
 /// The settings one side (a client, or a server connection) has changed from
 /// the server's defaults, and, for a client, what RESET returns them to (its
 /// startup values).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Settings {
     values: BTreeMap<String, Value>,
     /// The client's startup values (not reported ones): RESET, RESET ALL
     /// and DISCARD ALL go back to these. Empty for a server connection.
     baseline: BTreeMap<String, Value>,
+    /// Bumped by every change, so that what is worked out from the values
+    /// ([`Settings::parse_context`]) can be kept until they change.
+    version: u64,
 }
 
-/// A SET or RESET of a followed setting, from a client's simple query.
+impl PartialEq for Settings {
+    fn eq(&self, other: &Settings) -> bool {
+        self.values == other.values && self.baseline == other.baseline
+    }
+}
+
+impl Eq for Settings {}
+
+/// A change of a setting a client made in SQL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
+    /// `SET name = value`: the value as written, sent back verbatim.
     Set(String, String),
+    /// `set_config('name', 'value', false)`: a plain string.
+    SetPlain(String, String),
     Reset(String),
     ResetAll,
 }
@@ -120,38 +197,33 @@ impl Settings {
     pub fn from_startup_values(values: &[(String, String)]) -> Settings {
         let mut settings = Settings::default();
         for (name, value) in values {
-            if is_carried(name) {
+            if REPORTED.contains(&name.as_str()) {
                 settings.set(name, Value::Reported(value.clone()));
                 settings.baseline.insert(name.clone(), Value::Reported(value.clone()));
             } else {
-                settings.set(name, Value::Startup(value.clone()));
-                settings.baseline.insert(name.clone(), Value::Startup(value.clone()));
+                settings.set(name, Value::Plain(value.clone()));
+                settings.baseline.insert(name.clone(), Value::Plain(value.clone()));
             }
         }
         settings
     }
 
     pub fn set(&mut self, name: &str, value: Value) {
+        self.version += 1;
         self.values.insert(name.to_owned(), value);
+    }
+
+    /// Changes with every change of the values (not across instances).
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.values.get(name)
     }
 
-    /// A client's own search_path, as it gave it (`None`: the server's
-    /// default), for keeping its prepared statements apart from those of
-    /// clients on another one. Two spellings of one path are two keys,
-    /// which costs a Parse, never a wrong result.
-    pub fn search_path_key(&self) -> Option<String> {
-        self.values.get("search_path").map(|value| match value {
-            Value::Reported(v) | Value::Startup(v) => format!("v{v}"),
-            Value::Sql(v) => format!("s{v}"),
-            Value::Unknown => "?".to_owned(),
-        })
-    }
-
     pub fn remove(&mut self, name: &str) {
+        self.version += 1;
         self.values.remove(name);
     }
 
@@ -164,6 +236,7 @@ impl Settings {
     pub fn apply(&mut self, change: &Change) {
         match change {
             Change::Set(name, value) => self.set(name, Value::Sql(value.clone())),
+            Change::SetPlain(name, value) => self.set(name, Value::Plain(value.clone())),
             Change::Reset(name) => match self.baseline.get(name) {
                 Some(startup) => {
                     let startup = startup.clone();
@@ -172,7 +245,9 @@ impl Settings {
                 None => self.remove(name),
             },
             Change::ResetAll => {
-                self.values.retain(|name, _| REPORTED.contains(&name.as_str()));
+                // Reported values come back with the server's reports.
+                self.version += 1;
+                self.values.retain(|_, value| matches!(value, Value::Reported(_)));
                 self.values.extend(self.baseline.iter().map(|(n, v)| (n.clone(), v.clone())));
             }
         }
@@ -190,7 +265,45 @@ impl Settings {
     /// Takes `client`'s values (not its baseline): what a server connection
     /// has once [`Settings::sql_to_apply_over`] ran.
     pub fn take_values_of(&mut self, client: &Settings) {
+        self.version += 1;
         self.values.clone_from(&client.values);
+    }
+
+    /// This side's values of the settings parse analysis reads (what a
+    /// side connection takes before it checks a client's query shape).
+    pub fn parse_settings(&self) -> Settings {
+        let mut settings = Settings::default();
+        for name in PARSE_ANY.iter().chain(&PARSE_LITERALS) {
+            if let Some(value) = self.values.get(*name) {
+                settings.set(name, value.clone());
+            }
+        }
+        settings
+    }
+
+    /// The values of the settings parse analysis reads ([`PARSE_ANY`], and
+    /// [`PARSE_LITERALS`] too for a text with string literals), as bytes
+    /// that are equal exactly when those values are: what a shared
+    /// statement is keyed by besides its text. Empty when all are the
+    /// server's defaults.
+    pub fn parse_context(&self, literals: bool) -> Vec<u8> {
+        let names = PARSE_ANY.iter().chain(if literals { &PARSE_LITERALS[..] } else { &[] });
+        let mut key = Vec::new();
+        for name in names {
+            let Some(value) = self.values.get(*name) else { continue };
+            let (kind, text) = match value {
+                Value::Reported(v) => (b'r', v.as_str()),
+                Value::Sql(v) => (b's', v.as_str()),
+                Value::Plain(v) => (b'p', v.as_str()),
+                Value::Unknown => (b'?', ""),
+            };
+            key.extend_from_slice(name.as_bytes());
+            key.push(0);
+            key.push(kind);
+            key.extend_from_slice(text.as_bytes());
+            key.push(0);
+        }
+        key
     }
 
     /// The values ParameterStatus reported, by name.
@@ -220,7 +333,7 @@ impl Settings {
         let any = resets_or_calls_set_config(sql);
         for name in OUTPUT {
             if any || contains_ignore_ascii_case(sql.as_bytes(), name.as_bytes()) {
-                self.values.insert(name.to_owned(), Value::Unknown);
+                self.set(name, Value::Unknown);
             }
         }
     }
@@ -234,7 +347,7 @@ impl Settings {
                 match value {
                     Value::Reported(v) => sql.push_str(&format!("SET \"{name}\" = {};", quote(v))),
                     Value::Sql(v) => sql.push_str(&format!("SET \"{name}\" = {v};")),
-                    Value::Startup(v) => {
+                    Value::Plain(v) => {
                         sql.push_str(&format!("SELECT pg_catalog.set_config({}, {}, false);", quote(name), quote(v)))
                     }
                     // Only a server's value is ever unknown.
@@ -340,20 +453,21 @@ pub fn parse_options(options: &str) -> Result<Vec<(String, String)>, StartupErro
 }
 
 /// A setting's name as pglane tracks it: the spelling of [`REPORTED`] and
-/// [`FOLLOWED`] for those (PostgreSQL's names are case-insensitive), lower
-/// case for any other.
+/// [`PARSE_LITERALS`] for those (PostgreSQL's names are case-insensitive),
+/// lower case for any other.
 pub fn canonical_name(name: &str) -> String {
     REPORTED
         .iter()
-        .chain(FOLLOWED.iter())
+        .chain(PARSE_LITERALS.iter())
         .find(|known| known.eq_ignore_ascii_case(name))
         .map(|known| (*known).to_owned())
         .unwrap_or_else(|| name.to_ascii_lowercase())
 }
 
-/// Is this reported setting one pglane carries?
+/// Is this reported setting (a ParameterStatus name) one pglane carries?
+/// Every one but the server's own.
 pub fn is_carried(name: &str) -> bool {
-    REPORTED.contains(&name)
+    !SERVER_OWNED.contains(&name)
 }
 
 /// Does `SET <name> ...` (as a client spells it) change a setting carried
@@ -364,9 +478,18 @@ pub fn is_carried_name(name: &str) -> bool {
         || name.eq_ignore_ascii_case("names")
 }
 
-/// Recognizes `SET [SESSION] name {TO|=} value` and `RESET name|ALL` of a
-/// followed setting as the whole of a simple query. Anything else (other
-/// settings, SET LOCAL, several statements, comments) is None.
+/// Words after SET [SESSION] that are not a setting pglane follows from SQL:
+/// the role and session authorization (they pin), transaction
+/// characteristics and constraints (they end with the transaction), SET
+/// LOCAL, and SET SEED (not a setting).
+const NOT_FOLLOWED: [&str; 8] =
+    ["role", "authorization", "characteristics", "transaction", "local", "constraints", "seed", "session"];
+
+/// Recognizes `SET [SESSION] name {TO|=} value`, `SET SCHEMA 'x'`,
+/// `SET XML OPTION x` and `RESET name|ALL` as the whole of a statement text,
+/// for any setting the server does not report (those are followed through
+/// their ParameterStatus). Anything else (SET LOCAL, the role, several
+/// statements, comments) is None.
 pub fn parse_change(sql: &str) -> Option<Change> {
     let sql = sql.trim().strip_suffix(';').unwrap_or(sql.trim()).trim();
     if sql.contains(';') || sql.contains("--") || sql.contains("/*") {
@@ -375,30 +498,33 @@ pub fn parse_change(sql: &str) -> Option<Change> {
     let mut words = sql.splitn(2, char::is_whitespace);
     let verb = words.next()?.to_ascii_uppercase();
     let rest = words.next().unwrap_or("").trim_start();
-    let followed = |name: &str| FOLLOWED.iter().find(|f| f.eq_ignore_ascii_case(name)).map(|f| f.to_string());
     match verb.as_str() {
-        "RESET" => {
-            if rest.eq_ignore_ascii_case("all") {
-                Some(Change::ResetAll)
-            } else {
-                followed(rest).map(Change::Reset)
-            }
-        }
+        "RESET" if rest.eq_ignore_ascii_case("all") => Some(Change::ResetAll),
+        "RESET" => followed_name(rest).map(Change::Reset),
         "SET" => {
             let rest = match rest.split_once(char::is_whitespace) {
                 Some((w, r)) if w.eq_ignore_ascii_case("session") => r.trim_start(),
                 _ => rest,
             };
-            let (name, value) = match rest.split_once('=') {
-                Some((n, v)) if !n.trim().contains(char::is_whitespace) => (n.trim(), v.trim()),
+            let (name, value) = match rest.split_once(char::is_whitespace) {
+                Some((w, v)) if w.eq_ignore_ascii_case("schema") => ("search_path".to_owned(), v.trim()),
+                Some((w, v)) if w.eq_ignore_ascii_case("xml") => {
+                    let (option, v) = v.trim_start().split_once(char::is_whitespace)?;
+                    (option.eq_ignore_ascii_case("option").then(|| "xmloption".to_owned())?, v.trim())
+                }
                 _ => {
-                    let (n, v) = rest.split_once(char::is_whitespace)?;
-                    let v = v.trim_start();
-                    let v = v.get(..2).filter(|t| t.eq_ignore_ascii_case("to")).map(|_| v[2..].trim())?;
-                    (n, v)
+                    let (name, value) = match rest.split_once('=') {
+                        Some((n, v)) if !n.trim().contains(char::is_whitespace) => (n.trim(), v.trim()),
+                        _ => {
+                            let (n, v) = rest.split_once(char::is_whitespace)?;
+                            let v = v.trim_start();
+                            let v = v.get(..2).filter(|t| t.eq_ignore_ascii_case("to")).map(|_| v[2..].trim())?;
+                            (n, v)
+                        }
+                    };
+                    (followed_name(name)?, value)
                 }
             };
-            let name = followed(name)?;
             if value.is_empty() {
                 return None;
             }
@@ -409,6 +535,156 @@ pub fn parse_change(sql: &str) -> Option<Change> {
         }
         _ => None,
     }
+}
+
+/// The canonical name of the setting `word` (as written after SET or
+/// RESET: `work_mem`, `"Work_Mem"`, `app.tenant`) if pglane follows it from
+/// SQL: not a reported one, not one of [`NOT_FOLLOWED`].
+fn followed_name(word: &str) -> Option<String> {
+    let name = word.strip_prefix('"').and_then(|w| w.strip_suffix('"')).unwrap_or(word);
+    let valid = |part: &str| {
+        part.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
+    };
+    if name.split('.').count() > 2 || !name.split('.').all(valid) {
+        return None;
+    }
+    if is_carried_name(name) || NOT_FOLLOWED.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        return None;
+    }
+    Some(canonical_name(name))
+}
+
+/// Recognizes `SELECT [pg_catalog.]set_config('name', 'value', is_local)`
+/// (one call or several, comma-separated) with literal arguments as the
+/// whole of a statement text: the session-level changes it makes (none for
+/// `is_local = true`). None for anything else, including literals with a
+/// backslash (whose meaning hangs on standard_conforming_strings) and names
+/// pglane does not follow from SQL.
+pub fn parse_set_config(sql: &str) -> Option<Vec<Change>> {
+    let mut t = Tokens { rest: sql.trim().strip_suffix(';').unwrap_or(sql.trim()) };
+    if !t.word()?.eq_ignore_ascii_case("select") {
+        return None;
+    }
+    let mut changes = Vec::new();
+    loop {
+        let mut function = t.word()?;
+        if function.eq_ignore_ascii_case("pg_catalog") {
+            t.punct('.')?;
+            function = t.word()?;
+        }
+        if !function.eq_ignore_ascii_case("set_config") {
+            return None;
+        }
+        t.punct('(')?;
+        let name = t.string()?;
+        t.punct(',')?;
+        let value = t.string()?;
+        t.punct(',')?;
+        let is_local = t.word()?;
+        t.punct(')')?;
+        let name = if is_carried_name(&name) { canonical_name(&name) } else { followed_name(&name)? };
+        if is_local.eq_ignore_ascii_case("false") {
+            changes.push(Change::SetPlain(name, value));
+        } else if !is_local.eq_ignore_ascii_case("true") {
+            return None;
+        }
+        if t.punct(',').is_none() {
+            break;
+        }
+    }
+    t.rest.trim().is_empty().then_some(changes)
+}
+
+/// The tokens [`parse_set_config`] reads: words, punctuation, plain string
+/// literals.
+struct Tokens<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Tokens<'a> {
+    fn word(&mut self) -> Option<&'a str> {
+        self.rest = self.rest.trim_start();
+        let end = self.rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(self.rest.len());
+        let (word, rest) = self.rest.split_at(end);
+        self.rest = rest;
+        (!word.is_empty()).then_some(word)
+    }
+
+    fn punct(&mut self, c: char) -> Option<()> {
+        self.rest = self.rest.trim_start().strip_prefix(c)?;
+        Some(())
+    }
+
+    /// A `'...'` literal with `''` for a quote and no backslash.
+    fn string(&mut self) -> Option<String> {
+        let mut chars = self.rest.trim_start().strip_prefix('\'')?.char_indices();
+        let body = self.rest.trim_start().strip_prefix('\'')?;
+        let mut value = String::new();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => return None,
+                '\'' if body[i + 1..].starts_with('\'') => {
+                    value.push('\'');
+                    chars.next();
+                }
+                '\'' => {
+                    self.rest = &body[i + 1..];
+                    return Some(value);
+                }
+                c => value.push(c),
+            }
+        }
+        None
+    }
+}
+
+/// Whether `sql` may hold a string literal: a quote, or a dollar quote
+/// (a `$` not followed by a digit). Parse analysis converts the literals
+/// of a text in the settings of [`PARSE_LITERALS`].
+pub fn may_have_string_literal(sql: &[u8]) -> bool {
+    sql.iter().enumerate().any(|(i, &b)| b == b'\'' || (b == b'$' && !sql.get(i + 1).is_some_and(u8::is_ascii_digit)))
+}
+
+/// Whether a string literal of `sql` may name the moment it is parsed
+/// (`'now'`, `'today'`, `'tomorrow 13:00'`, `'yesterday'`), which is frozen
+/// into a statement when it is prepared: such a text is parsed anew for each
+/// client, as PostgreSQL would. Any literal holding one of those words
+/// counts; a text pglane cannot split into literals counts too.
+pub fn names_the_moment(sql: &[u8]) -> bool {
+    const WORDS: [&[u8]; 4] = [b"now", b"today", b"tomorrow", b"yesterday"];
+    let names = |literal: &[u8]| WORDS.iter().any(|w| contains_ignore_ascii_case(literal, w));
+    let mut rest = sql;
+    while let Some(start) = rest.iter().position(|&b| b == b'\'' || b == b'$') {
+        let after = &rest[start + 1..];
+        if rest[start] == b'\'' {
+            // '' inside a literal ends one span and starts the next: the
+            // words are found all the same.
+            let Some(end) = after.iter().position(|&b| b == b'\'') else { return true };
+            if names(&after[..end]) {
+                return true;
+            }
+            rest = &after[end + 1..];
+            continue;
+        }
+        if after.first().is_some_and(u8::is_ascii_digit) {
+            rest = after;
+            continue;
+        }
+        let Some(tag_end) = after.iter().position(|&b| b == b'$') else { return true };
+        let tag = &rest[start..start + tag_end + 2];
+        if !tag[1..tag.len() - 1].iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80) {
+            rest = after;
+            continue;
+        }
+        let body = &after[tag_end + 1..];
+        let Some(end) = body.windows(tag.len()).position(|w| w == tag) else { return true };
+        if names(&body[..end]) {
+            return true;
+        }
+        rest = &body[end + tag.len()..];
+    }
+    false
 }
 
 #[cfg(test)]
@@ -426,6 +702,108 @@ mod tests {
         assert_eq!(parse_change("SET lock_timeout = DEFAULT"), Some(Change::Reset("lock_timeout".into())));
         assert_eq!(parse_change("reset search_path"), Some(Change::Reset("search_path".into())));
         assert_eq!(parse_change("RESET ALL"), Some(Change::ResetAll));
+        // Any setting the server does not report, custom ones included.
+        assert_eq!(parse_change("SET enable_seqscan = off"), Some(Change::Set("enable_seqscan".into(), "off".into())));
+        assert_eq!(parse_change("set Work_Mem to '8MB'"), Some(Change::Set("work_mem".into(), "'8MB'".into())));
+        assert_eq!(parse_change("SET app.Tenant = 42"), Some(Change::Set("app.tenant".into(), "42".into())));
+        assert_eq!(parse_change("SET \"app.user\" = 'x'"), Some(Change::Set("app.user".into(), "'x'".into())));
+        assert_eq!(parse_change("SET SCHEMA 'app'"), Some(Change::Set("search_path".into(), "'app'".into())));
+        assert_eq!(parse_change("SET XML OPTION content"), Some(Change::Set("xmloption".into(), "content".into())));
+        assert_eq!(parse_change("SET timezone_abbreviations TO DEFAULT"), Some(Change::Reset("timezone_abbreviations".into())));
+    }
+
+    #[test]
+    fn reported_settings_role_and_transaction_scoped_ones_are_not_followed_from_sql() {
+        for sql in [
+            "SET TimeZone = 'UTC'",
+            "SET application_name = 'x'",
+            "SET TIME ZONE 'UTC'",
+            "SET NAMES 'UTF8'",
+            "SET ROLE bob",
+            "RESET ROLE",
+            "SET SESSION AUTHORIZATION bob",
+            "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+            "SET TRANSACTION READ ONLY",
+            "SET LOCAL work_mem = '1MB'",
+            "SET CONSTRAINTS ALL DEFERRED",
+            "SET SEED TO 0.5",
+            "SET a.b.c = 1",
+            "SET 1x = 1",
+            "SET default_transaction_read_only = on",
+        ] {
+            assert_eq!(parse_change(sql), None, "{sql}");
+        }
+    }
+
+    #[test]
+    fn set_config_with_literal_arguments() {
+        assert_eq!(
+            parse_set_config("select set_config('statement_timeout', '1234', false)"),
+            Some(vec![Change::SetPlain("statement_timeout".into(), "1234".into())])
+        );
+        assert_eq!(
+            parse_set_config("SELECT pg_catalog.set_config('search_path', 'a, b', false), set_config('lock_timeout','1s',true);"),
+            Some(vec![Change::SetPlain("search_path".into(), "a, b".into())])
+        );
+        // Reported ones are followed too (ParameterStatus confirms them).
+        assert_eq!(
+            parse_set_config("select set_config('default_transaction_read_only', 'on', false)"),
+            Some(vec![Change::SetPlain("default_transaction_read_only".into(), "on".into())])
+        );
+        assert_eq!(
+            parse_set_config("select set_config('app.x', 'it''s', false)"),
+            Some(vec![Change::SetPlain("app.x".into(), "it's".into())])
+        );
+        for sql in [
+            "select set_config('a.b', x, false)",
+            "select set_config('a.b', 'c', false) from t",
+            "select set_config('a.b', 'c\\d', false)",
+            "select set_config('role', 'bob', false)",
+            "select set_config('a.b', 'c', maybe)",
+            "select 1, set_config('a.b', 'c', false)",
+            "select set_config('a.b', 'c')",
+            "select now()",
+        ] {
+            assert_eq!(parse_set_config(sql), None, "{sql}");
+        }
+    }
+
+    #[test]
+    fn parse_contexts_hold_what_parse_analysis_reads() {
+        let mut a = Settings::default();
+        assert!(a.parse_context(false).is_empty() && a.parse_context(true).is_empty());
+        a.set("application_name", Value::Reported("a".into()));
+        a.set("work_mem", Value::Sql("'8MB'".into()));
+        assert!(a.parse_context(true).is_empty(), "neither changes what a text means");
+        a.set("TimeZone", Value::Reported("UTC".into()));
+        assert!(a.parse_context(false).is_empty(), "TimeZone matters to literals only");
+        assert!(!a.parse_context(true).is_empty());
+        let mut b = a.clone();
+        assert_eq!(a.parse_context(true), b.parse_context(true));
+        b.set("TimeZone", Value::Reported("Asia/Tokyo".into()));
+        assert_ne!(a.parse_context(true), b.parse_context(true));
+        b.set("search_path", Value::Sql("app".into()));
+        assert!(!b.parse_context(false).is_empty());
+        let version = b.version();
+        b.remove("search_path");
+        assert_ne!(b.version(), version, "every change is a new version");
+        assert_eq!(b.parse_settings().get("TimeZone"), Some(&Value::Reported("Asia/Tokyo".into())));
+        assert_eq!(b.parse_settings().get("work_mem"), None);
+    }
+
+    #[test]
+    fn literals_that_name_the_moment() {
+        assert!(names_the_moment(b"select 'now'::timestamptz"));
+        assert!(names_the_moment(b"select 'TODAY'::date, 1"));
+        assert!(names_the_moment(b"select $$tomorrow 13:00$$::timestamp"));
+        assert!(!names_the_moment(b"select now()"), "no literal");
+        assert!(!names_the_moment(b"select now(), 'x', $a$y$a$, $1"), "not in a literal");
+        assert!(names_the_moment(b"select 'it''s now'"));
+        assert!(names_the_moment(b"select 'unterminated now"));
+        assert!(!names_the_moment(b"select $1::timestamptz"));
+        assert!(may_have_string_literal(b"select 'x'"));
+        assert!(may_have_string_literal(b"select $tag$x$tag$"));
+        assert!(!may_have_string_literal(b"select $1, $2"));
     }
 
     #[test]
@@ -433,7 +811,6 @@ mod tests {
         for sql in [
             "SET LOCAL search_path = x",
             "SET search_path = a; select 1",
-            "SET enable_seqscan = off",
             "SET search_path",
             "select 1",
             "SET /* c */ search_path = x",
@@ -502,7 +879,7 @@ mod tests {
         // A parameter of the packet wins over the same setting in options.
         let p = startup(&[("options", "-c extra_float_digits=0"), ("extra_float_digits", "2")]);
         let s = Settings::from_startup_values(&from_startup(&p).unwrap());
-        assert_eq!(s.get("extra_float_digits"), Some(&Value::Startup("2".into())));
+        assert_eq!(s.get("extra_float_digits"), Some(&Value::Plain("2".into())));
         assert_eq!(parse_options("  "), Ok(vec![]));
         assert_eq!(parse_options("-c"), Err(StartupError::Switch("-c".into())));
         assert_eq!(parse_options("-c work_mem"), Err(StartupError::NoValue("work_mem".into())));
@@ -527,12 +904,12 @@ mod tests {
         client.apply(&Change::Reset("search_path".into()));
         server.apply(&Change::Reset("search_path".into()));
         // The server went back to its default, the client to its startup value.
-        assert_eq!(client.get("search_path"), Some(&Value::Startup("app, public".into())));
+        assert_eq!(client.get("search_path"), Some(&Value::Plain("app, public".into())));
         assert_eq!(server.get("search_path"), None);
         assert!(!server.same_values(&client));
         client.apply(&Change::Set("search_path".into(), "x".into()));
         client.apply(&Change::ResetAll);
-        assert_eq!(client.get("search_path"), Some(&Value::Startup("app, public".into())));
+        assert_eq!(client.get("search_path"), Some(&Value::Plain("app, public".into())));
         assert_eq!(client.get("TimeZone"), Some(&Value::Reported("UTC".into())));
         assert_eq!(canonical_name("timezone"), "TimeZone");
         assert_eq!(canonical_name("My.Setting"), "my.setting");
@@ -543,17 +920,17 @@ mod tests {
         let mut s = Settings::default();
         s.set("extra_float_digits", Value::Sql("'-15'".into()));
         s.set("bytea_output", Value::Sql("E'hex'".into()));
-        s.set("search_path", Value::Startup("x".into()));
+        s.set("search_path", Value::Plain("x".into()));
         let output: Vec<_> = s.output().collect();
         assert_eq!(output, [("extra_float_digits", Some("-15")), ("bytea_output", None)]);
         assert_eq!(Value::Sql("3".into()).plain(), Some("3"));
         assert_eq!(Value::Sql("'a''b'".into()).plain(), None);
-        s.set("bytea_output", Value::Startup("hex".into()));
+        s.set("bytea_output", Value::Plain("hex".into()));
         s.forget_output_settings_named_in("SET extra_float_digits = 2", true);
         assert_eq!(s.output().filter(|(_, v)| v.is_none()).count(), 0, "a followed SET is known");
         s.forget_output_settings_named_in("SET LOCAL extra_float_digits = 2", false);
         assert_eq!(s.get("extra_float_digits"), Some(&Value::Unknown));
-        assert_eq!(s.get("bytea_output"), Some(&Value::Startup("hex".into())));
+        assert_eq!(s.get("bytea_output"), Some(&Value::Plain("hex".into())));
         s.forget_output_settings_named_in("select pg_catalog.set_config($1, $2, false)", false);
         assert_eq!(s.get("bytea_output"), Some(&Value::Unknown));
         // An unknown value is made known again by a RESET.

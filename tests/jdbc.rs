@@ -42,3 +42,49 @@ fn jdbc_prepared_statements_20_threads_on_4_server_connections() {
     let servers: i64 = pg.psql("select count(*) from pg_stat_activity where datname = 'jdbc_db'").parse().unwrap();
     assert!(servers <= 4, "{servers} server connections");
 }
+
+/// Compiles `tests/jdbc/<class>.java` into `dir` and runs it with `args`;
+/// returns its stdout, asserting it succeeded.
+fn run_java(dir: &Path, class: &str, args: &[&str], log: impl Fn() -> String) -> String {
+    let classes = dir.join("classes");
+    std::fs::create_dir_all(&classes).unwrap();
+    let source = format!("{}/tests/jdbc/{class}.java", env!("CARGO_MANIFEST_DIR"));
+    let javac = Command::new("javac").args(["-cp", DRIVER, "-d"]).arg(&classes).arg(&source).output().expect("javac runs");
+    assert!(javac.status.success(), "{}", String::from_utf8_lossy(&javac.stderr));
+    let classpath = format!("{}:{}", classes.display(), DRIVER);
+    let run = Command::new("java").args(["-cp", &classpath, class]).args(args).output().expect("java runs");
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(run.status.success(), "{stdout}\n{}\n{}", String::from_utf8_lossy(&run.stderr), log());
+    stdout
+}
+
+/// pgjdbc with its defaults, 8 connections open at once on a pool of 2:
+/// its startup `SET extra_float_digits = 3` (extended protocol) is carried,
+/// not pinned; statements of up to 65,535 parameters; schema changes and
+/// search_path switches through unnamed and named statements. Direct and
+/// through pglane (with and without auto-prepare) give the same results.
+#[test]
+fn jdbc_defaults_share_server_connections_and_statements() {
+    assert!(Path::new(DRIVER).exists(), "{DRIVER} missing: apt-get install libpostgresql-jdbc-java (tools/test does)");
+    let pg = postgres();
+    pg.fresh_database("jdbc_sharing", None);
+    let direct_url = format!("jdbc:postgresql://127.0.0.1:{}/jdbc_sharing", pg.port);
+    let dir = std::env::temp_dir().join(format!("pglane-jdbc-sharing-{}", std::process::id()));
+    let direct = run_java(&dir, "Sharing", &[&direct_url, "postgres", "secret", "8"], String::new);
+    assert!(direct.ends_with("ok\n") && direct.lines().count() > 10, "{direct}");
+    for features in ["auto_prepare = false\nbinary_negotiation = false\n", "auto_prepare = true\nbinary_negotiation = true\n"] {
+        let lane = Pglane::start_with_args(
+            &format!(
+                "pool_mode = \"transaction\"\nquery_wait_timeout = 20\n{features}[databases.app]\nhost = \"127.0.0.1\"\n\
+                 port = {}\ndbname = \"jdbc_sharing\"\npool_size = 2\n[users.postgres]\npassword = \"secret\"\n",
+                pg.port
+            ),
+            &["--cores", "1"],
+        );
+        let url = format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port);
+        let through = run_java(&dir, "Sharing", &[&url, "postgres", "secret", "8"], || lane.log());
+        assert_eq!(through, direct, "{features}");
+        assert!(!lane.log().contains("client pinned"), "{}", lane.log());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -34,7 +34,6 @@ use crate::prepare::shape::{self, Reason, Rewrite, Verdict};
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::{frontend, names};
 use crate::server::{Described, ServerError};
-use crate::settings::Settings;
 
 /// How often, and for how long, the validator looks for an idle server
 /// connection before it queues for one.
@@ -99,7 +98,7 @@ async fn validate(pool: &Rc<Pool>, job: &Job) -> Decision {
         Some(Ok(outcome)) => {
             lease.release();
             match outcome {
-                Ok(()) => Decision::Rewrite(register(pool, &rewrite)),
+                Ok(()) => Decision::Rewrite(register(pool, job, &rewrite)),
                 Err(Check::OriginalFailed) => Decision::RetryAfter(Instant::now() + RETRY_AFTER),
                 Err(Check::Refused(reason)) => failed(pool, reason),
             }
@@ -153,12 +152,13 @@ enum Check {
 }
 
 /// Parse + Describe of the original and the rewritten text on a connection
-/// with no session settings of another client's (search_path above all).
+/// with the settings of the shape's context (search_path above all) and no
+/// other client's.
 async fn side_check(lease: &mut Lease, job: &Job, rewrite: &Rewrite) -> Result<Result<(), Check>, ServerError> {
-    let reset = Settings::default().sql_to_apply_over(&lease.session.borrow().settings);
-    if let Some(reset) = reset {
-        lease.run_to_idle(&reset).await?;
-        lease.session.borrow_mut().settings = Settings::default();
+    let align = job.settings.sql_to_apply_over(&lease.session.borrow().settings);
+    if let Some(align) = align {
+        lease.run_to_idle(&align).await?;
+        lease.session.borrow_mut().settings.take_values_of(&job.settings);
     }
     let described = lease.describe(&[(&job.original, &[]), (&rewrite.sql, &rewrite.param_types)]).await?;
     Ok(match described.as_slice() {
@@ -178,12 +178,12 @@ fn compare(original: &Described, rewritten: &Described, rewrite: &Rewrite) -> Re
 }
 
 /// The registry's statement for the rewrite, known good (a server accepted it).
-fn register(pool: &Pool, rewrite: &Rewrite) -> Rc<crate::prepare::Statement> {
+fn register(pool: &Pool, job: &Job, rewrite: &Rewrite) -> Rc<crate::prepare::Statement> {
     let mut parse = BytesMut::new();
     frontend::parse(&mut parse, "", &rewrite.sql, &rewrite.param_types);
     // Our own encoding always splits; the key is the Parse body after the name.
     let key = names::split_parse(&parse[HEADER_LEN..]).map(|(_, rest)| rest).unwrap_or_default();
-    let statement = pool.registry.register(key);
+    let statement = pool.registry.register(job.context, key);
     statement.validated.set(true);
     statement
 }
@@ -236,6 +236,8 @@ mod tests {
     #[test]
     fn the_parser_verdict_must_match_what_was_looked_up() {
         let job = |sql: &str, original: &str| Job {
+            context: crate::prepare::Context::DEFAULT,
+            settings: crate::settings::Settings::default(),
             hash: 0,
             sql: sql.into(),
             param_types: Box::new([23]),

@@ -644,10 +644,6 @@ impl Session {
         self.settings = settings::Settings::from_startup_values(&asked);
         // Nothing of the client's own to check with a server first.
         self.startup_applied = self.settings.is_empty();
-        if self.settings.get("search_path").is_some() {
-            // Shared statements are prepared under the default search_path.
-            self.exchange.no_auto_prepare();
-        }
         let mut out = BytesMut::new();
         for (name, value) in server_params {
             let asked = asked.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.as_str());

@@ -780,7 +780,7 @@ mod tests {
         let s = server_text_settings(&login, &defaults, &server);
         assert!(s.time_zone.is_some());
         assert_eq!(s.extra_float_digits, Some(3), "a followed SET");
-        server.set("extra_float_digits", Value::Startup("-15".into()));
+        server.set("extra_float_digits", Value::Plain("-15".into()));
         assert_eq!(server_text_settings(&login, &defaults, &server).extra_float_digits, Some(-15), "a startup value pglane set");
         server.set("extra_float_digits", Value::Sql("2.6".into()));
         assert_eq!(

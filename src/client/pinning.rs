@@ -20,7 +20,11 @@
 //! - `SET`/`RESET` of session state that pglane does not carry (the caller
 //!   says which setting names it carries), incl. `SET ROLE` and
 //!   `SET SESSION AUTHORIZATION`; `SET LOCAL`, `SET TRANSACTION` and
-//!   `SET CONSTRAINTS` end with the transaction and do not pin. `RESET ALL`
+//!   `SET CONSTRAINTS` end with the transaction and do not pin;
+//! - `set_config(...)`, unless the caller follows the text (a lone
+//!   `SELECT set_config('name', 'value', false)`, `crate::settings`);
+//! - a `DO` block that names any of this (its body is not followed);
+//! - `RESET ALL`
 //!   does not pin either, wherever it appears: it leaves no state behind
 //!   (asyncpg's pool sends it, after `CLOSE ALL; UNLISTEN *;`, each time a
 //!   connection goes back to its pool; pinning there would hold a server
@@ -50,9 +54,22 @@ pub enum SessionFeature {
     HoldCursor,
     SqlPrepare,
     UnfollowedSet,
+    SetConfig,
+    DoBlock,
 }
 
 impl SessionFeature {
+    /// Whether what it leaves behind changes what the client's statement
+    /// texts mean, unseen: a setting pglane does not know, or a temporary
+    /// object whose name shadows others. Then the client's statements can no
+    /// longer be shared with anyone's.
+    pub fn hides_meaning(self) -> bool {
+        matches!(
+            self,
+            SessionFeature::TempObject | SessionFeature::UnfollowedSet | SessionFeature::SetConfig | SessionFeature::DoBlock
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             SessionFeature::Listen => "LISTEN",
@@ -61,6 +78,8 @@ impl SessionFeature {
             SessionFeature::HoldCursor => "a WITH HOLD cursor",
             SessionFeature::SqlPrepare => "SQL PREPARE",
             SessionFeature::UnfollowedSet => "a SET that pglane does not carry between server connections",
+            SessionFeature::SetConfig => "a set_config call that pglane does not carry between server connections",
+            SessionFeature::DoBlock => "a DO block that may change session state",
         }
     }
 }
@@ -203,6 +222,13 @@ impl<'a> FeatureScan<'a> {
         if self.index == 0 && is("listen") {
             return Some(SessionFeature::Listen);
         }
+        // Its body may do anything below, unseen (a string it EXECUTEs).
+        if self.index == 0 && is("do") {
+            return Some(SessionFeature::DoBlock);
+        }
+        if is("set_config") {
+            return Some(SessionFeature::SetConfig);
+        }
         // PREPARE name ..., but not PREPARE TRANSACTION (two-phase commit).
         if self.index == 1 && self.first.eq_ignore_ascii_case("prepare") && !is("transaction") {
             return Some(SessionFeature::SqlPrepare);
@@ -254,6 +280,10 @@ pub struct Resets {
     /// went back to its reset value. (The caller makes that the client's
     /// startup value, as PostgreSQL would.)
     pub only: bool,
+    /// The query may change a setting: a statement beginning `SET`,
+    /// `RESET`, `DISCARD` or `DO`, or `set_config` anywhere. (The caller
+    /// does not key statements by its settings until it is answered.)
+    pub touches: bool,
 }
 
 /// What `sql` resets: [`Resets`].
@@ -277,6 +307,7 @@ struct ResetScan<'a> {
     all: bool,
     any_reset: bool,
     sets: bool,
+    does: bool,
 }
 
 impl<'a> ResetScan<'a> {
@@ -293,6 +324,7 @@ impl<'a> ResetScan<'a> {
                     None => {
                         self.sets |= word.eq_ignore_ascii_case("set");
                         self.any_reset |= word.eq_ignore_ascii_case("reset") || word.eq_ignore_ascii_case("discard");
+                        self.does |= word.eq_ignore_ascii_case("do");
                         self.first = Some(word);
                     }
                     Some(f) => {
@@ -305,7 +337,7 @@ impl<'a> ResetScan<'a> {
     }
 
     fn result(&self) -> Resets {
-        Resets { all: self.all, only: self.any_reset && !self.sets }
+        Resets { all: self.all, only: self.any_reset && !self.sets, touches: self.any_reset || self.sets || self.does }
     }
 }
 
@@ -474,7 +506,9 @@ mod tests {
         assert_eq!(pins("set role bob"), Some(UnfollowedSet));
         assert_eq!(pins("reset work_mem"), Some(UnfollowedSet));
         assert_eq!(pins("select 1; set work_mem = '1MB'"), Some(UnfollowedSet));
-        assert_eq!(pins("DO $$ begin perform pg_advisory_lock(1); end $$"), Some(AdvisoryLock));
+        assert_eq!(pins("DO $$ begin perform pg_advisory_lock(1); end $$"), Some(DoBlock));
+        assert_eq!(pins("DO $$ begin execute 'set search_path = x'; end $$"), Some(DoBlock));
+        assert_eq!(pins("select set_config('a.b', x, false) from t"), Some(SetConfig));
     }
 
     #[test]

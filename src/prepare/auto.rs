@@ -26,12 +26,13 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Poll, Waker};
 use std::time::Instant;
 
 use super::lexer::{LexOptions, Unsupported};
-use super::registry::Statement;
+use super::registry::{Context, Statement};
 use super::shape::Reason;
+use crate::settings::Settings;
 
 /// Jobs a pool's validation queue holds at most: one new shape is parsed at
 /// a time, so a flood of new shapes would otherwise queue without bound.
@@ -48,8 +49,9 @@ pub const MAX_CHECKED_LEN: usize = 1 << 20;
 /// one counter each ([`PassThrough::index`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PassThrough {
-    /// The client mentioned search_path (its names may resolve differently).
-    SearchPath,
+    /// pglane does not know the client's settings exactly (it is pinned, or
+    /// changing them right now): its shapes would be its own.
+    UnknownSettings,
     /// Its client encoding can hide a quote or backslash in a multibyte character.
     Encoding,
     /// Extended-protocol messages of the client's are not yet Synced.
@@ -77,7 +79,7 @@ pub enum PassThrough {
 impl PassThrough {
     /// The reasons that are neither the lexer's nor the validator's.
     const OWN: [PassThrough; 9] = [
-        PassThrough::SearchPath,
+        PassThrough::UnknownSettings,
         PassThrough::Encoding,
         PassThrough::NotSynced,
         PassThrough::FailedTransaction,
@@ -113,7 +115,7 @@ impl PassThrough {
     /// `lexer_`, the validator's with `refused_`.
     pub fn label(self) -> String {
         match self {
-            PassThrough::SearchPath => "search_path".into(),
+            PassThrough::UnknownSettings => "unknown_settings".into(),
             PassThrough::Encoding => "client_encoding".into(),
             PassThrough::NotSynced => "not_synced".into(),
             PassThrough::FailedTransaction => "failed_transaction".into(),
@@ -130,7 +132,7 @@ impl PassThrough {
     /// What it means, for people.
     pub fn description(self) -> String {
         match self {
-            PassThrough::SearchPath => "the client mentioned search_path".into(),
+            PassThrough::UnknownSettings => "the client's settings are not known exactly (pinned, or changing)".into(),
             PassThrough::Encoding => "a client encoding the lexer cannot read safely".into(),
             PassThrough::NotSynced => "sent before the client's extended-protocol messages were synced".into(),
             PassThrough::FailedTransaction => "in a failed transaction block".into(),
@@ -219,6 +221,10 @@ pub enum Lookup {
 /// A shape to validate: what the validator needs, owned.
 #[derive(Debug, Clone)]
 pub struct Job {
+    /// The settings context of the shape, and the client's settings in it,
+    /// which the side connection takes before it checks the shape.
+    pub context: Context,
+    pub settings: Settings,
     pub hash: u64,
     /// The statement to prepare (the lexer's rewritten text).
     pub sql: Box<str>,
@@ -239,6 +245,7 @@ impl Job {
 
 #[derive(Debug)]
 struct Entry {
+    context: Context,
     sql: Box<str>,
     param_types: Box<[u32]>,
     decision: Decision,
@@ -250,8 +257,8 @@ struct Entry {
 }
 
 impl Entry {
-    fn is(&self, sql: &str, param_types: &[u32]) -> bool {
-        &*self.sql == sql && &*self.param_types == param_types
+    fn is(&self, context: Context, sql: &str, param_types: &[u32]) -> bool {
+        self.context == context && &*self.sql == sql && &*self.param_types == param_types
     }
 }
 
@@ -292,10 +299,10 @@ impl Shapes {
 
     /// The hot path: what to do with a query whose shape hash, rewritten
     /// text and parameter types are these.
-    pub fn lookup(&self, hash: u64, sql: &str, param_types: &[u32], now: impl FnOnce() -> Instant) -> Lookup {
+    pub fn lookup(&self, context: Context, hash: u64, sql: &str, param_types: &[u32], now: impl FnOnce() -> Instant) -> Lookup {
         let clock = self.tick();
         let mut map = self.by_hash.borrow_mut();
-        let Some(entry) = map.get_mut(&hash).and_then(|v| v.iter_mut().find(|e| e.is(sql, param_types))) else {
+        let Some(entry) = map.get_mut(&hash).and_then(|v| v.iter_mut().find(|e| e.is(context, sql, param_types))) else {
             return Lookup::Miss;
         };
         entry.used = clock;
@@ -314,11 +321,19 @@ impl Shapes {
     /// and queues the shape for validation once it has been seen `after`
     /// times, if the queue has room. Returns why the query passed through:
     /// [`PassThrough::Validating`] if the shape was queued.
-    pub fn note(&self, job: impl FnOnce(u64) -> Job, hash: u64, sql: &str, param_types: &[u32], after: u32) -> PassThrough {
+    pub fn note(
+        &self,
+        context: Context,
+        job: impl FnOnce(u64) -> Job,
+        hash: u64,
+        sql: &str,
+        param_types: &[u32],
+        after: u32,
+    ) -> PassThrough {
         let clock = self.tick();
         let seen = {
             let mut map = self.by_hash.borrow_mut();
-            match map.get_mut(&hash).and_then(|v| v.iter_mut().find(|e| e.is(sql, param_types))) {
+            match map.get_mut(&hash).and_then(|v| v.iter_mut().find(|e| e.is(context, sql, param_types))) {
                 Some(entry) => {
                     entry.used = clock;
                     match entry.decision {
@@ -330,22 +345,22 @@ impl Shapes {
             }
         };
         if seen < after {
-            self.put(hash, sql, param_types, Decision::Seen(seen), clock);
+            self.put(context, hash, sql, param_types, Decision::Seen(seen), clock);
             return PassThrough::Policy;
         }
         // (The rewritten text is about as long as the original.)
         if sql.len() > MAX_CHECKED_LEN {
             // Remembered as seen: the next query of the shape is looked at again.
-            self.put(hash, sql, param_types, Decision::Seen(seen), clock);
+            self.put(context, hash, sql, param_types, Decision::Seen(seen), clock);
             return PassThrough::TooLong;
         }
         let job = job(self.epoch.get());
         let bytes = self.queued_bytes.get() + job.bytes();
         if self.queue.borrow().len() >= MAX_QUEUED_JOBS || bytes > MAX_QUEUED_BYTES {
-            self.put(hash, sql, param_types, Decision::Seen(seen), clock);
+            self.put(context, hash, sql, param_types, Decision::Seen(seen), clock);
             return PassThrough::QueueFull;
         }
-        self.put(hash, sql, param_types, Decision::Pending, clock);
+        self.put(context, hash, sql, param_types, Decision::Pending, clock);
         self.queued_bytes.set(bytes);
         self.queue.borrow_mut().push_back(job);
         if let Some(waker) = self.waker.borrow_mut().take() {
@@ -361,7 +376,7 @@ impl Shapes {
             return false;
         }
         let mut map = self.by_hash.borrow_mut();
-        match map.get_mut(&job.hash).and_then(|v| v.iter_mut().find(|e| e.is(&job.sql, &job.param_types))) {
+        match map.get_mut(&job.hash).and_then(|v| v.iter_mut().find(|e| e.is(job.context, &job.sql, &job.param_types))) {
             Some(entry) if matches!(entry.decision, Decision::Pending) => {
                 if matches!(decision, Decision::Rewrite(_) | Decision::PassThrough(_)) {
                     entry.spelling = Some(Rc::new(Spelling { sql: job.original.clone(), options: job.options }));
@@ -379,6 +394,7 @@ impl Shapes {
     /// spelling is cached with that verdict, and its lookup is returned.
     pub fn respelled(
         &self,
+        context: Context,
         hash: u64,
         sql: &str,
         param_types: &[u32],
@@ -388,15 +404,15 @@ impl Shapes {
             let map = self.by_hash.borrow();
             map.get(&hash)?
                 .iter()
-                .filter(|e| !e.respelled && &*e.param_types == param_types)
+                .filter(|e| !e.respelled && e.context == context && &*e.param_types == param_types)
                 .filter_map(|e| Some((e.spelling.clone()?, e.decision.clone())))
                 .collect()
         };
         let (spelling, decision) = candidates.into_iter().find(|(spelling, _)| same(spelling))?;
         let clock = self.tick();
-        self.put(hash, sql, param_types, decision, clock);
+        self.put(context, hash, sql, param_types, decision, clock);
         let mut map = self.by_hash.borrow_mut();
-        let entry = map.get_mut(&hash).and_then(|v| v.iter_mut().find(|e| e.is(sql, param_types)))?;
+        let entry = map.get_mut(&hash).and_then(|v| v.iter_mut().find(|e| e.is(context, sql, param_types)))?;
         entry.spelling = Some(spelling.clone());
         entry.respelled = true;
         Some(match &entry.decision {
@@ -407,9 +423,9 @@ impl Shapes {
     }
 
     /// The verdict for a shape, if it is cached (for tests and the admin console).
-    pub fn decision(&self, hash: u64, sql: &str, param_types: &[u32]) -> Option<Decision> {
+    pub fn decision(&self, context: Context, hash: u64, sql: &str, param_types: &[u32]) -> Option<Decision> {
         let map = self.by_hash.borrow();
-        map.get(&hash)?.iter().find(|e| e.is(sql, param_types)).map(|e| e.decision.clone())
+        map.get(&hash)?.iter().find(|e| e.is(context, sql, param_types)).map(|e| e.decision.clone())
     }
 
     /// Forgets every shape and queued job (after DDL or a stale plan); returns
@@ -430,7 +446,7 @@ impl Shapes {
     }
 
     /// The next job, for the validator (which is woken when one arrives).
-    pub fn poll_job(&self, cx: &mut Context<'_>) -> Poll<Job> {
+    pub fn poll_job(&self, cx: &mut std::task::Context<'_>) -> Poll<Job> {
         match self.queue.borrow_mut().pop_front() {
             Some(job) => {
                 self.queued_bytes.set(self.queued_bytes.get().saturating_sub(job.bytes()));
@@ -486,9 +502,9 @@ impl Shapes {
         t
     }
 
-    fn put(&self, hash: u64, sql: &str, param_types: &[u32], decision: Decision, clock: u64) {
+    fn put(&self, context: Context, hash: u64, sql: &str, param_types: &[u32], decision: Decision, clock: u64) {
         let mut map = self.by_hash.borrow_mut();
-        if let Some(entry) = map.get_mut(&hash).and_then(|v| v.iter_mut().find(|e| e.is(sql, param_types))) {
+        if let Some(entry) = map.get_mut(&hash).and_then(|v| v.iter_mut().find(|e| e.is(context, sql, param_types))) {
             entry.decision = decision;
             return;
         }
@@ -496,8 +512,15 @@ impl Shapes {
             let evicted = evict_oldest(&mut map, (self.capacity / EVICT_FRACTION).max(1));
             self.len.set(self.len.get() - evicted);
         }
-        let entry =
-            Entry { sql: sql.into(), param_types: param_types.into(), decision, used: clock, spelling: None, respelled: false };
+        let entry = Entry {
+            context,
+            sql: sql.into(),
+            param_types: param_types.into(),
+            decision,
+            used: clock,
+            spelling: None,
+            respelled: false,
+        };
         map.entry(hash).or_default().push(entry);
         self.len.set(self.len.get() + 1);
     }
@@ -543,6 +566,8 @@ mod tests {
 
     fn job(hash: u64, sql: &str) -> impl FnOnce(u64) -> Job + '_ {
         move |epoch| Job {
+            context: Context::DEFAULT,
+            settings: Settings::default(),
             hash,
             sql: sql.into(),
             param_types: Box::new([23]),
@@ -553,12 +578,12 @@ mod tests {
     }
 
     fn lookup(shapes: &Shapes, hash: u64, sql: &str) -> Lookup {
-        shapes.lookup(hash, sql, &[23], Instant::now)
+        shapes.lookup(Context::DEFAULT, hash, sql, &[23], Instant::now)
     }
 
     fn take(shapes: &Shapes) -> Option<Job> {
         let waker = futures_lite::future::block_on(futures_lite::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())));
-        match shapes.poll_job(&mut Context::from_waker(&waker)) {
+        match shapes.poll_job(&mut std::task::Context::from_waker(&waker)) {
             Poll::Ready(job) => Some(job),
             Poll::Pending => None,
         }
@@ -569,11 +594,11 @@ mod tests {
         let shapes = Shapes::new(10);
         let registry = Registry::new(0, 10);
         assert!(matches!(lookup(&shapes, 7, "select $1"), Lookup::Miss));
-        assert_eq!(shapes.note(job(7, "select $1"), 7, "select $1", &[23], 1), PassThrough::Validating);
+        assert_eq!(shapes.note(Context::DEFAULT, job(7, "select $1"), 7, "select $1", &[23], 1), PassThrough::Validating);
         assert!(matches!(lookup(&shapes, 7, "select $1"), Lookup::PassThrough(PassThrough::Validating)));
         let queued = take(&shapes).expect("queued");
         assert!(take(&shapes).is_none(), "queued once");
-        let statement = registry.register(b"select $1\0\0\x01\0\0\0\x17");
+        let statement = registry.register(Context::DEFAULT, b"select $1\0\0\x01\0\0\0\x17");
         assert!(shapes.decide(&queued, Decision::Rewrite(statement.clone())));
         match lookup(&shapes, 7, "select $1") {
             Lookup::Rewrite(s, None) => assert!(Rc::ptr_eq(&s, &statement)),
@@ -581,16 +606,16 @@ mod tests {
         }
         // The same hash with another text or other types is another shape.
         assert!(matches!(lookup(&shapes, 7, "select  $1"), Lookup::Miss));
-        assert!(matches!(shapes.lookup(7, "select $1", &[20], Instant::now), Lookup::Miss));
+        assert!(matches!(shapes.lookup(Context::DEFAULT, 7, "select $1", &[20], Instant::now), Lookup::Miss));
     }
 
     #[test]
     fn the_policy_can_wait_for_several_executions() {
         let shapes = Shapes::new(10);
-        assert_eq!(shapes.note(job(1, "a"), 1, "a", &[23], 3), PassThrough::Policy);
+        assert_eq!(shapes.note(Context::DEFAULT, job(1, "a"), 1, "a", &[23], 3), PassThrough::Policy);
         assert!(matches!(lookup(&shapes, 1, "a"), Lookup::Miss));
-        assert_eq!(shapes.note(job(1, "a"), 1, "a", &[23], 3), PassThrough::Policy);
-        assert_eq!(shapes.note(job(1, "a"), 1, "a", &[23], 3), PassThrough::Validating);
+        assert_eq!(shapes.note(Context::DEFAULT, job(1, "a"), 1, "a", &[23], 3), PassThrough::Policy);
+        assert_eq!(shapes.note(Context::DEFAULT, job(1, "a"), 1, "a", &[23], 3), PassThrough::Validating);
         assert!(take(&shapes).is_some());
     }
 
@@ -598,10 +623,10 @@ mod tests {
     fn a_verdict_reached_before_a_clear_is_dropped() {
         let shapes = Shapes::new(10);
         let registry = Registry::new(0, 10);
-        shapes.note(job(1, "a"), 1, "a", &[23], 1);
+        shapes.note(Context::DEFAULT, job(1, "a"), 1, "a", &[23], 1);
         let queued = take(&shapes).expect("queued");
-        shapes.note(job(2, "b"), 2, "b", &[23], 1);
-        let statement = registry.register(b"b");
+        shapes.note(Context::DEFAULT, job(2, "b"), 2, "b", &[23], 1);
+        let statement = registry.register(Context::DEFAULT, b"b");
         assert!(shapes.decide(&take(&shapes).expect("queued"), Decision::Rewrite(statement.clone())));
         let dropped = shapes.clear();
         assert_eq!(dropped.len(), 1);
@@ -614,28 +639,28 @@ mod tests {
     #[test]
     fn retry_after_lets_the_first_query_past_the_instant_queue_it_again() {
         let shapes = Shapes::new(10);
-        shapes.note(job(1, "a"), 1, "a", &[23], 1);
+        shapes.note(Context::DEFAULT, job(1, "a"), 1, "a", &[23], 1);
         let queued = take(&shapes).expect("queued");
         let later = Instant::now() + std::time::Duration::from_secs(60);
         shapes.decide(&queued, Decision::RetryAfter(later));
         assert!(matches!(lookup(&shapes, 1, "a"), Lookup::PassThrough(PassThrough::RetryLater)));
-        assert!(matches!(shapes.lookup(1, "a", &[23], || later), Lookup::Miss));
-        assert_eq!(shapes.note(job(1, "a"), 1, "a", &[23], 1), PassThrough::Validating);
+        assert!(matches!(shapes.lookup(Context::DEFAULT, 1, "a", &[23], || later), Lookup::Miss));
+        assert_eq!(shapes.note(Context::DEFAULT, job(1, "a"), 1, "a", &[23], 1), PassThrough::Validating);
     }
 
     #[test]
     fn another_spelling_takes_a_verdict_once_found_the_same_statement() {
         let shapes = Shapes::new(10);
         let registry = Registry::new(0, 10);
-        shapes.note(job(7, "select $1"), 7, "select $1", &[23], 1);
-        assert!(shapes.respelled(7, "SELECT $1", &[23], |_| true).is_none(), "no verdict yet");
+        shapes.note(Context::DEFAULT, job(7, "select $1"), 7, "select $1", &[23], 1);
+        assert!(shapes.respelled(Context::DEFAULT, 7, "SELECT $1", &[23], |_| true).is_none(), "no verdict yet");
         let queued = take(&shapes).expect("queued");
-        let statement = registry.register(b"select $1\0\0\x01\0\0\0\x17");
+        let statement = registry.register(Context::DEFAULT, b"select $1\0\0\x01\0\0\0\x17");
         assert!(shapes.decide(&queued, Decision::Rewrite(statement.clone())));
-        assert!(shapes.respelled(7, "SELECT $1", &[23], |_| false).is_none(), "not the same statement");
-        assert!(shapes.respelled(7, "SELECT $1", &[20], |_| panic!("other types")).is_none());
+        assert!(shapes.respelled(Context::DEFAULT, 7, "SELECT $1", &[23], |_| false).is_none(), "not the same statement");
+        assert!(shapes.respelled(Context::DEFAULT, 7, "SELECT $1", &[20], |_| panic!("other types")).is_none());
         let mut compared = Vec::new();
-        match shapes.respelled(7, "SELECT $1", &[23], |first| {
+        match shapes.respelled(Context::DEFAULT, 7, "SELECT $1", &[23], |first| {
             compared.push(first.sql.to_string());
             true
         }) {
@@ -651,11 +676,11 @@ mod tests {
         assert!(matches!(lookup(&shapes, 7, "select $1"), Lookup::Rewrite(_, None)));
         assert_eq!(shapes.len(), 2);
         // A refusal is taken the same way.
-        shapes.note(job(8, "show $1"), 8, "show $1", &[23], 1);
+        shapes.note(Context::DEFAULT, job(8, "show $1"), 8, "show $1", &[23], 1);
         let queued = take(&shapes).expect("queued");
         assert!(shapes.decide(&queued, Decision::PassThrough(Reason::Utility)));
         assert!(matches!(
-            shapes.respelled(8, "SHOW $1", &[23], |_| true),
+            shapes.respelled(Context::DEFAULT, 8, "SHOW $1", &[23], |_| true),
             Some(Lookup::PassThrough(PassThrough::Refused(Reason::Utility)))
         ));
         assert!(shapes.clear().iter().all(|s| Rc::ptr_eq(s, &statement)), "one statement, however many spellings");
@@ -664,7 +689,7 @@ mod tests {
     #[test]
     fn a_refused_shape_passes_through_with_its_reason() {
         let shapes = Shapes::new(10);
-        shapes.note(job(1, "a"), 1, "a", &[23], 1);
+        shapes.note(Context::DEFAULT, job(1, "a"), 1, "a", &[23], 1);
         let queued = take(&shapes).expect("queued");
         assert!(shapes.decide(&queued, Decision::PassThrough(Reason::Utility)));
         assert!(matches!(lookup(&shapes, 1, "a"), Lookup::PassThrough(PassThrough::Refused(Reason::Utility))));
@@ -676,16 +701,16 @@ mod tests {
         let texts: Vec<String> = (0..=MAX_QUEUED_JOBS).map(|i| format!("select {i}")).collect();
         for (i, text) in texts.iter().enumerate() {
             let want = if i < MAX_QUEUED_JOBS { PassThrough::Validating } else { PassThrough::QueueFull };
-            assert_eq!(shapes.note(job(i as u64, text), i as u64, text, &[23], 1), want, "{text}");
+            assert_eq!(shapes.note(Context::DEFAULT, job(i as u64, text), i as u64, text, &[23], 1), want, "{text}");
         }
         assert_eq!(shapes.queued(), MAX_QUEUED_JOBS);
         let last = texts.last().expect("texts");
         let hash = MAX_QUEUED_JOBS as u64;
         // Left out: not pending, so its next query tries again.
         assert!(matches!(lookup(&shapes, hash, last), Lookup::Miss));
-        assert_eq!(shapes.note(job(hash, last), hash, last, &[23], 1), PassThrough::QueueFull);
+        assert_eq!(shapes.note(Context::DEFAULT, job(hash, last), hash, last, &[23], 1), PassThrough::QueueFull);
         take(&shapes).expect("a job");
-        assert_eq!(shapes.note(job(hash, last), hash, last, &[23], 1), PassThrough::Validating);
+        assert_eq!(shapes.note(Context::DEFAULT, job(hash, last), hash, last, &[23], 1), PassThrough::Validating);
         assert!(matches!(lookup(&shapes, hash, last), Lookup::PassThrough(PassThrough::Validating)));
     }
 
@@ -696,6 +721,8 @@ mod tests {
         let big_job = |hash: u64, sql: &str| {
             let sql: Box<str> = sql.into();
             move |epoch| Job {
+                context: Context::DEFAULT,
+                settings: Settings::default(),
                 hash,
                 sql: sql.clone(),
                 param_types: Box::new([23]),
@@ -709,18 +736,21 @@ mod tests {
         assert!(fits < MAX_QUEUED_JOBS);
         for i in 0..fits {
             let text = format!("{big}{i}");
-            assert_eq!(shapes.note(big_job(i as u64, &text), i as u64, &text, &[23], 1), PassThrough::Validating);
+            assert_eq!(
+                shapes.note(Context::DEFAULT, big_job(i as u64, &text), i as u64, &text, &[23], 1),
+                PassThrough::Validating
+            );
         }
         let text = format!("{big}x");
-        assert_eq!(shapes.note(big_job(99, &text), 99, &text, &[23], 1), PassThrough::QueueFull);
+        assert_eq!(shapes.note(Context::DEFAULT, big_job(99, &text), 99, &text, &[23], 1), PassThrough::QueueFull);
         take(&shapes).expect("a job");
-        assert_eq!(shapes.note(big_job(99, &text), 99, &text, &[23], 1), PassThrough::Validating);
+        assert_eq!(shapes.note(Context::DEFAULT, big_job(99, &text), 99, &text, &[23], 1), PassThrough::Validating);
         // Too long to check at all.
         let huge = "y".repeat(MAX_CHECKED_LEN + 1);
-        assert_eq!(shapes.note(big_job(100, &huge), 100, &huge, &[23], 1), PassThrough::TooLong);
+        assert_eq!(shapes.note(Context::DEFAULT, big_job(100, &huge), 100, &huge, &[23], 1), PassThrough::TooLong);
         shapes.clear();
         assert_eq!(shapes.queued(), 0);
-        assert_eq!(shapes.note(big_job(101, &big), 101, &big, &[23], 1), PassThrough::Validating);
+        assert_eq!(shapes.note(Context::DEFAULT, big_job(101, &big), 101, &big, &[23], 1), PassThrough::Validating);
     }
 
     #[test]
@@ -739,27 +769,27 @@ mod tests {
         let shapes = Shapes::new(16);
         let texts: Vec<String> = (0..17).map(|i| format!("s{i}")).collect();
         for (i, t) in texts.iter().enumerate().take(16) {
-            shapes.note(job(i as u64, t), i as u64, t, &[23], 5);
+            shapes.note(Context::DEFAULT, job(i as u64, t), i as u64, t, &[23], 5);
         }
         // s0 is used again: s1 and s2 are the oldest now.
         lookup(&shapes, 0, "s0");
-        shapes.note(job(16, &texts[16]), 16, &texts[16], &[23], 5);
+        shapes.note(Context::DEFAULT, job(16, &texts[16]), 16, &texts[16], &[23], 5);
         assert_eq!(shapes.len(), 15);
         for (i, t) in texts.iter().enumerate() {
-            assert_eq!(shapes.decision(i as u64, t, &[23]).is_some(), !matches!(i, 1 | 2), "{t}");
+            assert_eq!(shapes.decision(Context::DEFAULT, i as u64, t, &[23]).is_some(), !matches!(i, 1 | 2), "{t}");
         }
     }
 
     #[test]
     fn the_least_recently_used_shape_is_evicted() {
         let shapes = Shapes::new(2);
-        shapes.note(job(1, "a"), 1, "a", &[23], 5);
-        shapes.note(job(2, "b"), 2, "b", &[23], 5);
+        shapes.note(Context::DEFAULT, job(1, "a"), 1, "a", &[23], 5);
+        shapes.note(Context::DEFAULT, job(2, "b"), 2, "b", &[23], 5);
         lookup(&shapes, 1, "a");
-        shapes.note(job(3, "c"), 3, "c", &[23], 5);
+        shapes.note(Context::DEFAULT, job(3, "c"), 3, "c", &[23], 5);
         assert_eq!(shapes.len(), 2);
-        assert!(shapes.decision(1, "a", &[23]).is_some());
-        assert!(shapes.decision(2, "b", &[23]).is_none());
-        assert!(shapes.decision(3, "c", &[23]).is_some());
+        assert!(shapes.decision(Context::DEFAULT, 1, "a", &[23]).is_some());
+        assert!(shapes.decision(Context::DEFAULT, 2, "b", &[23]).is_none());
+        assert!(shapes.decision(Context::DEFAULT, 3, "c", &[23]).is_some());
     }
 }

@@ -16,4 +16,4 @@ pub mod lexer;
 mod registry;
 pub mod shape;
 
-pub use registry::{ClientStatements, PrepareStats, Registry, RowRecord, ServerStatements, Statement, StatementLimit};
+pub use registry::{ClientStatements, Context, PrepareStats, Registry, RowRecord, ServerStatements, Statement, StatementLimit};

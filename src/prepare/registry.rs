@@ -8,6 +8,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 use super::auto::{PassThroughCounts, Shapes};
+use crate::settings::Change;
 
 /// One distinct statement of the shard.
 #[derive(Debug)]
@@ -16,12 +17,11 @@ pub struct Statement {
     /// The name pglane gives it on servers: `pglane_<shard>_<id>`.
     pub server_name: Rc<str>,
     /// The Parse body after the name (query text, parameter types): what
-    /// makes two statements the same, and what pglane sends to prepare it on
-    /// another server connection.
+    /// makes two statements the same, with `context`, and what pglane sends
+    /// to prepare it on another server connection.
     pub key: Bytes,
-    /// Its key in the registry: `key`, prefixed with the search_path it was
-    /// registered under, if any (see [`Registry::register_under`]).
-    map_key: Bytes,
+    /// The settings its text was resolved in (see [`Context`]).
+    pub context: Context,
     /// A server has accepted this Parse, so later Parses of it can be answered
     /// without asking one.
     pub validated: Cell<bool>,
@@ -43,6 +43,9 @@ pub struct Statement {
     /// When a run of it with another client's request behind it last took
     /// long (`pool::opening::SLOW`): for a while, no request goes behind it.
     pub slow_at: Cell<Option<std::time::Instant>>,
+    /// The settings running it changes, if its text is a SET pglane follows
+    /// (the client's exchange works it out from the text when it first asks).
+    pub changes: std::cell::OnceCell<Option<Rc<[Change]>>>,
 }
 
 /// The sizes of one statement's DataRows, as seen by the relay. Plain data:
@@ -151,16 +154,50 @@ impl PrepareStats {
     }
 }
 
-/// One pool's statements, keyed by Parse body.
+/// The settings a statement's text was resolved in, as far as they change
+/// what PostgreSQL makes of it at Parse (`crate::settings::Settings::parse_context`):
+/// an interned id of their values, or a client's private one. Two clients
+/// share a server statement only when its text, parameter types and
+/// context are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Context(u32);
+
+impl Context {
+    /// Every setting at the server's default.
+    pub const DEFAULT: Context = Context(0);
+
+    /// A context no other client has (see [`Registry::private_context`]).
+    pub fn is_private(self) -> bool {
+        self.0 & PRIVATE != 0
+    }
+}
+
+/// The bit of a private [`Context`].
+const PRIVATE: u32 = 1 << 31;
+
+/// Contexts interned before the table starts over (a client that sets its
+/// TimeZone to thousands of values must not grow it without bound; the
+/// statements of forgotten contexts are only not shared any more).
+const CONTEXTS_KEPT: usize = 4096;
+
+/// One pool's statements, keyed by context and Parse body.
 pub struct Registry {
     shard: usize,
-    by_key: RefCell<HashMap<Bytes, Rc<Statement>>>,
+    by_key: RefCell<HashMap<Context, HashMap<Bytes, Rc<Statement>>>>,
+    /// Interned contexts: [`Settings::parse_context`] bytes to their id.
+    ///
+    /// [`Settings::parse_context`]: crate::settings::Settings::parse_context
+    contexts: RefCell<HashMap<Vec<u8>, Context>>,
+    next_context: Cell<u32>,
     next_id: Cell<u64>,
     /// Above this many statements, those no client refers to are dropped.
     capacity: usize,
+    len: Cell<usize>,
     stats: RefCell<PrepareStats>,
     /// Auto-prepare's shape decisions for this pool.
     pub shapes: Shapes,
+    /// Called by [`Registry::ddl_seen`].
+    on_ddl: RefCell<Option<Box<dyn Fn()>>>,
 }
 
 impl Registry {
@@ -168,69 +205,77 @@ impl Registry {
         Registry {
             shard,
             by_key: RefCell::default(),
+            contexts: RefCell::default(),
+            next_context: Cell::new(1),
             next_id: Cell::new(1),
             capacity: capacity.max(1),
+            len: Cell::new(0),
             stats: RefCell::default(),
             shapes: Shapes::new(capacity),
+            on_ddl: RefCell::default(),
         }
     }
 
-    /// The statement for this Parse body, registered if new, for clients on
-    /// the server's default search_path.
-    pub fn register(&self, key: &[u8]) -> Rc<Statement> {
-        self.register_under(None, key)
+    /// The context of these settings' values (`parse_context` bytes): the
+    /// same id for the same bytes, [`Context::DEFAULT`] for none.
+    pub fn context(&self, values: &[u8]) -> Context {
+        if values.is_empty() {
+            return Context::DEFAULT;
+        }
+        let mut contexts = self.contexts.borrow_mut();
+        if let Some(&context) = contexts.get(values) {
+            return context;
+        }
+        if contexts.len() >= CONTEXTS_KEPT {
+            contexts.clear();
+        }
+        let context = Context(self.next_context());
+        contexts.insert(values.to_vec(), context);
+        context
     }
 
-    /// The statement for this Parse body under a client's own search_path
-    /// (`None`: the server's default), registered if new.
+    /// A context of one client's own, shared with no one: for statements
+    /// it parses while pglane does not know its settings exactly.
+    pub fn private_context(&self) -> Context {
+        Context(self.next_context() | PRIVATE)
+    }
+
+    fn next_context(&self) -> u32 {
+        let n = self.next_context.get();
+        self.next_context.set(if n + 1 >= PRIVATE { 1 } else { n + 1 });
+        n
+    }
+
+    /// The statement for this Parse body in `context`, registered if new.
     ///
-    /// The same text is a different statement under another search_path
+    /// The same text is a different statement in another context
     /// (schema-per-tenant: `select x from t` is another table, maybe with
-    /// another result type), so clients share a server statement only when
-    /// both match. Sharing it anyway would make PostgreSQL re-plan it under
-    /// the other search_path on each switch, or refuse with "cached plan
-    /// must not change result type".
-    pub fn register_under(&self, search_path: Option<&str>, body: &[u8]) -> Rc<Statement> {
-        let map_key = Self::map_key(search_path, body);
-        if let Some(s) = self.by_key.borrow().get(map_key.as_ref()) {
+    /// another result type; `'...'::timestamptz` another instant in another
+    /// TimeZone), so clients share a server statement only when both match.
+    pub fn register(&self, context: Context, body: &[u8]) -> Rc<Statement> {
+        if let Some(s) = self.by_key.borrow().get(&context).and_then(|m| m.get(body)) {
             return s.clone();
         }
         self.trim();
         let id = self.next_id.get();
         self.next_id.set(id + 1);
-        let map_key = Bytes::copy_from_slice(&map_key);
+        let key = Bytes::copy_from_slice(body);
         let statement = Rc::new(Statement {
             id,
             server_name: format!("pglane_{}_{}", self.shard, id).into(),
-            key: map_key.slice(map_key.len() - body.len()..),
-            map_key: map_key.clone(),
+            key: key.clone(),
+            context,
             validated: Cell::new(false),
             description: RefCell::new(None),
             described: RefCell::new(None),
             rows: Cell::new(RowRecord::default()),
             leaves_session_alone: std::cell::OnceCell::new(),
             slow_at: Cell::new(None),
+            changes: std::cell::OnceCell::new(),
         });
-        self.by_key.borrow_mut().insert(map_key, statement.clone());
+        self.by_key.borrow_mut().entry(context).or_default().insert(key, statement.clone());
+        self.len.set(self.len.get() + 1);
         statement
-    }
-
-    /// The registry's key: the Parse body itself on the default search_path,
-    /// else NUL, the search_path, NUL, the body. A Parse body starts with
-    /// its query text, a C string, so it never starts with NUL, and no
-    /// setting value contains one: the two kinds of key never collide.
-    fn map_key<'a>(search_path: Option<&str>, body: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
-        match search_path {
-            None => std::borrow::Cow::Borrowed(body),
-            Some(path) => {
-                let mut key = Vec::with_capacity(path.len() + body.len() + 2);
-                key.push(0);
-                key.extend_from_slice(path.as_bytes());
-                key.push(0);
-                key.extend_from_slice(body);
-                std::borrow::Cow::Owned(key)
-            }
-        }
     }
 
     /// Forgets a statement whose Parse failed, unless a client still holds it.
@@ -244,8 +289,13 @@ impl Registry {
     /// key since (it was retired, and its text registered again).
     fn remove_if_current(&self, statement: &Rc<Statement>) {
         let mut map = self.by_key.borrow_mut();
-        if map.get(&statement.map_key).is_some_and(|s| Rc::ptr_eq(s, statement)) {
-            map.remove(&statement.map_key);
+        let Some(statements) = map.get_mut(&statement.context) else { return };
+        if statements.get(&statement.key).is_some_and(|s| Rc::ptr_eq(s, statement)) {
+            statements.remove(&statement.key);
+            self.len.set(self.len.get() - 1);
+            if statements.is_empty() {
+                map.remove(&statement.context);
+            }
         }
     }
 
@@ -259,14 +309,19 @@ impl Registry {
 
     /// Drops statements no client refers to while over capacity.
     fn trim(&self) {
-        let mut map = self.by_key.borrow_mut();
-        if map.len() >= self.capacity {
-            map.retain(|_, s| Rc::strong_count(s) > 1);
+        if self.len.get() < self.capacity {
+            return;
         }
+        let mut map = self.by_key.borrow_mut();
+        for statements in map.values_mut() {
+            statements.retain(|_, s| Rc::strong_count(s) > 1);
+        }
+        map.retain(|_, statements| !statements.is_empty());
+        self.len.set(map.values().map(HashMap::len).sum());
     }
 
     pub fn len(&self) -> usize {
-        self.by_key.borrow().len()
+        self.len.get()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -282,6 +337,23 @@ impl Registry {
         }
     }
 
+    /// DDL ran (through pglane, or found out from a description or plan
+    /// that changed): every statement and shape of this pool is resolved
+    /// again ([`Registry::schema_changed`]), and so are those of the other
+    /// pools and shards of the database, through the hook the shard set.
+    pub fn ddl_seen(&self) {
+        self.schema_changed();
+        if let Some(hook) = self.on_ddl.borrow().as_ref() {
+            hook();
+        }
+    }
+
+    /// What [`Registry::ddl_seen`] calls besides (the shard tells the
+    /// database's other registries).
+    pub fn set_ddl_hook(&self, hook: Box<dyn Fn()>) {
+        *self.on_ddl.borrow_mut() = Some(hook);
+    }
+
     /// The schema may have changed (DDL, a stale plan): every shape is
     /// validated again before it is rewritten, and statements are prepared
     /// afresh, under new names, for the next Parse of their text.
@@ -289,7 +361,7 @@ impl Registry {
         for statement in self.shapes.clear() {
             self.retire(&statement);
         }
-        let all: Vec<Rc<Statement>> = self.by_key.borrow().values().cloned().collect();
+        let all: Vec<Rc<Statement>> = self.by_key.borrow().values().flat_map(|m| m.values().cloned()).collect();
         for statement in &all {
             self.retire(statement);
         }
@@ -439,9 +511,9 @@ mod tests {
     #[test]
     fn one_statement_per_key_with_a_shard_unique_name() {
         let r = Registry::new(3, 100);
-        let a = r.register(b"select 1\0\0\0");
-        let b = r.register(b"select 1\0\0\0");
-        let c = r.register(b"select 2\0\0\0");
+        let a = r.register(Context::DEFAULT, b"select 1\0\0\0");
+        let b = r.register(Context::DEFAULT, b"select 1\0\0\0");
+        let c = r.register(Context::DEFAULT, b"select 2\0\0\0");
         assert!(Rc::ptr_eq(&a, &b));
         assert_ne!(a.id, c.id);
         assert_eq!(&*a.server_name, format!("pglane_3_{}", a.id));
@@ -449,40 +521,48 @@ mod tests {
     }
 
     #[test]
-    fn the_same_text_under_another_search_path_is_another_statement() {
+    fn the_same_text_in_another_context_is_another_statement() {
         let r = Registry::new(0, 100);
-        let default = r.register(b"select x from t\0\0\0");
-        let a = r.register_under(Some("tenant_a"), b"select x from t\0\0\0");
-        let b = r.register_under(Some("tenant_b"), b"select x from t\0\0\0");
+        let default = r.register(Context::DEFAULT, b"select x from t\0\0\0");
+        let (tenant_a, tenant_b) = (r.context(b"search_path\0sa"), r.context(b"search_path\0sb"));
+        assert_ne!(tenant_a, tenant_b);
+        assert_eq!(r.context(b"search_path\0sa"), tenant_a, "interned");
+        assert_eq!(r.context(b""), Context::DEFAULT);
+        let a = r.register(tenant_a, b"select x from t\0\0\0");
+        let b = r.register(tenant_b, b"select x from t\0\0\0");
         assert_ne!(default.id, a.id);
         assert_ne!(a.id, b.id);
-        assert!(Rc::ptr_eq(&a, &r.register_under(Some("tenant_a"), b"select x from t\0\0\0")));
-        assert!(Rc::ptr_eq(&default, &r.register_under(None, b"select x from t\0\0\0")));
+        assert!(Rc::ptr_eq(&a, &r.register(tenant_a, b"select x from t\0\0\0")));
+        assert!(Rc::ptr_eq(&default, &r.register(Context::DEFAULT, b"select x from t\0\0\0")));
         // Each is prepared with the client's own Parse body.
         assert_eq!(&b.key[..], b"select x from t\0\0\0");
         // Retiring one leaves the others.
         r.retire(&a);
-        assert!(!Rc::ptr_eq(&a, &r.register_under(Some("tenant_a"), b"select x from t\0\0\0")));
-        assert!(Rc::ptr_eq(&b, &r.register_under(Some("tenant_b"), b"select x from t\0\0\0")));
+        assert!(!Rc::ptr_eq(&a, &r.register(tenant_a, b"select x from t\0\0\0")));
+        assert!(Rc::ptr_eq(&b, &r.register(tenant_b, b"select x from t\0\0\0")));
+        // A private context is no one else's.
+        let (p, q) = (r.private_context(), r.private_context());
+        assert!(p.is_private() && q.is_private() && p != q && !tenant_a.is_private());
+        assert!(!Rc::ptr_eq(&r.register(p, b"select 1\0\0\0"), &r.register(q, b"select 1\0\0\0")));
     }
 
     #[test]
     fn unreferenced_statements_are_trimmed_at_capacity() {
         let r = Registry::new(0, 2);
-        let kept = r.register(b"a");
-        drop(r.register(b"b"));
-        let _c = r.register(b"c"); // at capacity: "b" (unreferenced) goes
+        let kept = r.register(Context::DEFAULT, b"a");
+        drop(r.register(Context::DEFAULT, b"b"));
+        let _c = r.register(Context::DEFAULT, b"c"); // at capacity: "b" (unreferenced) goes
         assert_eq!(r.len(), 2);
-        assert!(Rc::ptr_eq(&kept, &r.register(b"a")));
+        assert!(Rc::ptr_eq(&kept, &r.register(Context::DEFAULT, b"a")));
     }
 
     #[test]
     fn failed_parses_are_forgotten_unless_validated() {
         let r = Registry::new(0, 10);
-        let s = r.register(b"bad");
+        let s = r.register(Context::DEFAULT, b"bad");
         r.forget_failed(&s);
         assert_eq!(r.len(), 0);
-        let s = r.register(b"good");
+        let s = r.register(Context::DEFAULT, b"good");
         s.validated.set(true);
         r.forget_failed(&s);
         assert_eq!(r.len(), 1);
@@ -491,29 +571,29 @@ mod tests {
     #[test]
     fn a_retired_statement_is_replaced_on_the_next_register() {
         let r = Registry::new(0, 10);
-        let old = r.register(b"select * from t");
+        let old = r.register(Context::DEFAULT, b"select * from t");
         r.retire(&old);
-        let new = r.register(b"select * from t");
+        let new = r.register(Context::DEFAULT, b"select * from t");
         assert_ne!(old.id, new.id);
         r.retire(&old); // retiring again does not touch the new one
-        assert!(Rc::ptr_eq(&new, &r.register(b"select * from t")));
+        assert!(Rc::ptr_eq(&new, &r.register(Context::DEFAULT, b"select * from t")));
     }
 
     #[test]
     fn a_failed_parse_of_a_retired_statement_leaves_its_successor() {
         let r = Registry::new(0, 10);
-        let old = r.register(b"select * from t");
+        let old = r.register(Context::DEFAULT, b"select * from t");
         r.schema_changed();
-        let new = r.register(b"select * from t");
+        let new = r.register(Context::DEFAULT, b"select * from t");
         r.forget_failed(&old);
-        assert!(Rc::ptr_eq(&new, &r.register(b"select * from t")));
+        assert!(Rc::ptr_eq(&new, &r.register(Context::DEFAULT, b"select * from t")));
     }
 
     #[test]
     fn client_names_are_capped_and_undone_by_id() {
         let r = Registry::new(0, 10);
         let mut c = ClientStatements::new(1);
-        let s = r.register(b"x");
+        let s = r.register(Context::DEFAULT, b"x");
         c.insert("S_1", s.clone()).unwrap();
         assert_eq!(c.insert("S_2", s.clone()), Err(StatementLimit(1)));
         c.remove_if("S_1", s.id + 1);
@@ -525,7 +605,8 @@ mod tests {
     #[test]
     fn server_sets_evict_the_least_recently_used() {
         let r = Registry::new(0, 10);
-        let (a, b, c) = (r.register(b"a"), r.register(b"b"), r.register(b"c"));
+        let (a, b, c) =
+            (r.register(Context::DEFAULT, b"a"), r.register(Context::DEFAULT, b"b"), r.register(Context::DEFAULT, b"c"));
         let mut s = ServerStatements::new(2);
         assert_eq!(s.add(&a), None);
         assert_eq!(s.add(&b), None);

@@ -158,6 +158,8 @@ impl Shared {
 pub struct Shard {
     /// This shard's index, also encoded in the cancel keys it hands out.
     pub id: usize,
+    /// Itself, for the hooks its pools call back with.
+    me: std::rc::Weak<Shard>,
     pub shards: usize,
     pub shared: Arc<Shared>,
     pub shutdown: ShutdownSignal,
@@ -256,8 +258,9 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                         return;
                     }
                 };
-            let shard = Rc::new(Shard {
+            let shard = Rc::new_cyclic(|me| Shard {
                 id,
+                me: me.clone(),
                 shards,
                 shared,
                 shutdown: ShutdownSignal::default(),
@@ -523,8 +526,39 @@ impl Shard {
         // Statements are shared by the clients of one pool only: the same text
         // can mean something else in another database or to another user.
         let pool = Pool::new(target, size, Registry::new(self.id, REGISTRY_CAPACITY));
+        let (me, database, user) = (self.me.clone(), database.to_owned(), user.to_owned());
+        pool.registry.set_ddl_hook(Box::new(move || {
+            if let Some(shard) = me.upgrade() {
+                shard.schema_changed(&database, Some(&user));
+            }
+        }));
         self.pools.borrow_mut().insert(key, pool.clone());
         Some(pool)
+    }
+
+    /// DDL ran in `database`: the statements and shapes of this shard's
+    /// pools of it are resolved again, but for the pool of `seen_by` (the
+    /// user whose pool saw it, and did so itself), and the other shards are
+    /// told. Off the query path: DDL is rare.
+    pub fn schema_changed(&self, database: &str, seen_by: Option<&str>) {
+        for ((db, user), pool) in self.pools.borrow().iter() {
+            if db == database && seen_by != Some(user.as_str()) {
+                pool.registry.schema_changed();
+            }
+        }
+        if seen_by.is_none() {
+            return;
+        }
+        for peer in (0..self.shards).filter(|&s| s != self.id) {
+            let message = ShardMessage::SchemaChanged { database: database.to_owned() };
+            if let Err(message) = self.peers.try_send_to(peer, message) {
+                let peers = self.peers.clone();
+                rt::spawn_local(async move {
+                    let _ = peers.send_to(peer, message).await;
+                })
+                .detach();
+            }
+        }
     }
 
     /// Remembers how to log in to the server as an auth_query user (what its

@@ -101,6 +101,12 @@ pub enum ShardMessage {
         process_id: i32,
         secret_key: i32,
     },
+    /// DDL ran on another shard's connection to this database (see
+    /// `prepare::Registry::ddl_seen`): this shard's statements of it are
+    /// resolved again.
+    SchemaChanged {
+        database: String,
+    },
     /// A client connection another shard accepted, for this one to serve
     /// (see [`Peers::place_client`]); already counted as this shard's.
     Adopt {
@@ -226,6 +232,7 @@ pub(super) fn serve_peers(shard: &Rc<Shard>, inbox: flume::Receiver<ShardMessage
             match message {
                 ShardMessage::Cancel { process_id, secret_key } => shard.cancel_local(process_id, secret_key).await,
                 ShardMessage::Adopt { socket, peer } => shard.serve_client(socket, peer),
+                ShardMessage::SchemaChanged { database } => shard.schema_changed(&database, None),
                 ShardMessage::Ask { from, request, question } => {
                     let shard = shard.clone();
                     crate::rt::spawn_local(async move {

@@ -167,6 +167,26 @@ async def ddl_changes_result_type():
     await b.close()
 
 
+async def extension_recreated():
+    """A type dropped and created again has a new OID: a connection that
+    prepares a statement of it afterwards must be told the new one (asyncpg
+    otherwise fails: "could not resolve query result and/or argument
+    types"), whether the DDL ran on another connection or outside."""
+    a = await connect()
+    await a.execute("create extension if not exists hstore")
+    await a.set_builtin_type_codec("hstore", codec_name="pg_contrib.hstore")
+    check("hstore_before", await a.fetchval("select $1::hstore", {"a": "1"}), {"a": "1"})
+    b = await connect()
+    await b.execute("drop extension hstore; create extension hstore")
+    await b.close()
+    for k in range(3):
+        c = await connect()
+        await c.set_builtin_type_codec("hstore", codec_name="pg_contrib.hstore")
+        check(f"hstore_after_{k}", await c.fetchval("select $1::hstore", {"b": str(k)}), {"b": str(k)})
+        await c.close()
+    await a.close()
+
+
 async def pool_workload():
     pool = await asyncpg.create_pool(DSN, min_size=4, max_size=20, timeout=60, command_timeout=120)
     errors = []
@@ -209,7 +229,7 @@ async def main():
     await setup()
     failed = []
     only = set(sys.argv[2:])
-    steps = [("codecs_and_prepare", codecs_and_prepare), ("pool", pool_workload), ("ddl", ddl_changes_result_type)]
+    steps = [("codecs_and_prepare", codecs_and_prepare), ("pool", pool_workload), ("ddl", ddl_changes_result_type), ("hstore", extension_recreated)]
     for name, step in steps:
         if (only and name not in only) or (not only and name in OPT_IN):
             continue

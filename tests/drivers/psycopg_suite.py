@@ -9,8 +9,10 @@ after the client moved to another server connection), psycopg's
 DEALLOCATE of statements it rotates out (prepared_max) and DEALLOCATE ALL
 after ROLLBACK, pipeline mode (with an error in the middle), executemany,
 COPY in/out (text and binary), a server-side cursor in a transaction, binary
-results, errors inside a transaction then rollback, and threads on the small
-pool checking every row.
+results, errors inside a transaction then rollback, threads on the small
+pool checking every row, and what sharing must never change (the unnamed
+statement after search_path, literals in each client's TimeZone, set_config
+staying with its connection).
 
 Usage: python3 psycopg_suite.py DSN
 """
@@ -347,6 +349,36 @@ def threads():
               (320, sum(t * 1000 * 40 + 780 for t in range(8))))
 
 
+def sharing():
+    """What sharing statements and server connections must never change:
+    the unnamed statement psycopg's exec_params sends is always what it last
+    parsed, even after search_path comes up; a literal is read in each
+    connection's TimeZone; set_config by one connection reaches no other."""
+    with connect(autocommit=True) as c:
+        got = []
+        for sql in [b"select 'first'", b"select 'first'", b"set search_path to public", b"select 'second'",
+                    b"select 'third' where true"]:
+            r = c.pgconn.exec_params(sql, [])
+            got.append(r.get_value(0, 0).decode() if r.ntuples else r.command_status.decode())
+        check("sharing_exec_params", got, ["first", "first", "SET", "second", "third"])
+    instant = "2000-01-02 03:00:00.456789"
+    for zone, offset in [("Etc/GMT+2", -2), ("Etc/GMT-2", 2), ("UTC", 0), ("Asia/Kolkata", 5.5)]:
+        for threshold in (0, None):
+            kw = {} if threshold is None else {"prepare_threshold": threshold}
+            with connect(autocommit=True, options=f"-c TimeZone={zone}", **kw) as c:
+                for k in range(3):
+                    got = c.execute(f"select '{instant}'::timestamptz").fetchone()[0]
+                    want = datetime.datetime(2000, 1, 2, 3, 0, 0, 456789,
+                                             tzinfo=datetime.timezone(datetime.timedelta(hours=offset)))
+                    check(f"sharing_tz_{zone}_{threshold}_{k}", got, want)
+    with connect(autocommit=True) as a, connect(autocommit=True) as b:
+        a.execute("select set_config('statement_timeout', '1234', false)")
+        check("sharing_set_config_a", a.execute("show statement_timeout").fetchone()[0], "1234ms")
+        for k in range(4):
+            check(f"sharing_set_config_b_{k}", b.execute("show statement_timeout").fetchone()[0], "0")
+            check(f"sharing_set_config_a_{k}", a.execute("show statement_timeout").fetchone()[0], "1234ms")
+
+
 def main():
     setup()
     mover = Mover()
@@ -359,6 +391,7 @@ def main():
         ("binary", lambda: binary_results(mover)),
         ("errors", lambda: errors_then_rollback(mover)),
         ("threads", threads),
+        ("sharing", sharing),
     ]
     only = set(sys.argv[2:])
     failed = []

@@ -11,11 +11,12 @@
 //! each in its own file:
 //!
 //! - [`statements`]: the client's statement names and the Describe cache
-//!   (named statements renamed to the shard's shared ones);
+//!   (named statements renamed to the shard's shared ones, the unnamed
+//!   statement mapped or passed through);
 //! - [`rewrite`]: auto-prepare, a simple query run as a validated shape's
 //!   statement, and its errors mapped back to the client's text;
 //! - [`session`]: the hooks of session state: settings followed and
-//!   aligned, pinning, DDL seen;
+//!   aligned, pinning, the context statements are keyed by, DDL seen;
 //! - [`negotiation`]: binary format negotiation of a portal;
 //! - [`pipelining`]: whether another client's request may go right behind
 //!   this one's on the same server connection.
@@ -45,10 +46,10 @@ use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
 use crate::server::ServerSession;
-use crate::settings::{self, Change, Settings};
+use crate::settings::{Change, Settings};
 use rewrite::AutoPrepare;
-use session::{changes_schema, follow_change};
-use statements::{is_stale_plan, stale_result_error};
+use session::{changes_schema, Contexts};
+use statements::{is_stale_plan, stale_result_error, ClientName, Unnamed};
 
 /// The statement and settings state the exchange reads and changes.
 pub struct Statements<'a> {
@@ -101,12 +102,12 @@ enum Due {
 
 #[derive(Debug)]
 enum Request {
-    /// `undo` is what to take back if the server skips or refuses it.
+    /// `parsed` is what to take back if the server skips or refuses it.
     /// `plain`: of the unnamed statement, passed through, with a text that
     /// [`pinning::leaves_session_alone`] (worked out with server pipelining
     /// only; see [`Exchange::may_be_followed`]).
     Parse {
-        undo: Option<Prepared>,
+        parsed: Parsed,
         plain: bool,
     },
     /// `plain`: of the unnamed statement passed through, whose text was
@@ -131,11 +132,12 @@ enum Request {
         evicted: Option<Rc<str>>,
     },
     /// pglane's Describe of a statement it just prepared on this server
-    /// connection for a client's Bind, while clients hold its cached
-    /// description `expected`: the result type must be the same.
-    CheckResult {
+    /// connection, while clients hold its description `expected` (see
+    /// `statements`).
+    Check {
         statement: Rc<Statement>,
         expected: Bytes,
+        check: Check,
     },
     /// An Execute of no portal, sent to make the server fail (and skip to
     /// Sync) where a changed result type fails on a direct connection; its
@@ -143,9 +145,12 @@ enum Request {
     StaleResult,
     /// `plan`: the portal was negotiated, its DataRows are transcoded.
     /// `rows_of`: the statement whose row record its rows update.
+    /// `changes`: the settings the portal changes (a SET pglane follows),
+    /// recorded when it completes.
     Execute {
         plan: Option<Rc<Plan>>,
         rows_of: Option<Rc<Statement>>,
+        changes: Option<Rc<[Change]>>,
     },
     /// `rewritten`: the Sync ending a rewritten simple query.
     Sync {
@@ -182,17 +187,49 @@ impl Due {
     }
 }
 
+/// Why pglane checks a statement's description on a server connection, and
+/// what it does if the description changed (see `statements`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Check {
+    /// The client parses it now under this name: the name becomes a fresh
+    /// statement. The client's messages wait for the answer.
+    Parse(ClientName),
+    /// An old statement of the client's, for its Bind or Describe: its
+    /// result must not have changed (else 0A000). The messages wait.
+    Use,
+    /// For a rewritten simple query, whose reply no description decides:
+    /// nothing waits; a change only retires the statement.
+    Verify,
+}
+
+/// What a Parse did to pglane's bookkeeping, taken back if the server
+/// refuses or skips it.
 #[derive(Debug)]
-struct Prepared {
-    statement: Rc<Statement>,
-    /// The client's name for it, if this Parse was the client's own.
-    client_name: Option<String>,
+enum Parsed {
+    /// A registry statement, now on this server connection. `name`: the
+    /// client's name it was parsed under (None: pglane parses it for a Bind
+    /// or Describe). `previous`: the client's unnamed statement before, when
+    /// this is its Parse of the unnamed statement.
+    Statement { statement: Rc<Statement>, name: Option<ClientName>, previous: Option<Unnamed> },
+    /// The client's own unnamed statement, passed through; `previous` is
+    /// what it was before.
+    Unnamed { previous: Unnamed },
+    /// pglane parses the client's own unnamed statement again here.
+    Nothing,
 }
 
 #[derive(Debug)]
 enum Local {
-    ParseComplete { client_name: String, statement: u64 },
-    CloseComplete { restore: Option<(String, Rc<Statement>)> },
+    /// The client's Parse of `statement` under `name`, which this server
+    /// connection has already; `previous` as for [`Parsed::Statement`].
+    ParseComplete {
+        name: ClientName,
+        statement: Rc<Statement>,
+        previous: Option<Unnamed>,
+    },
+    CloseComplete {
+        restore: Option<(String, Rc<Statement>)>,
+    },
     Description(Bytes),
     Error(ErrorFields),
 }
@@ -204,38 +241,44 @@ pub struct Exchange {
     /// pglane raised an error itself: drop client messages until Sync, as
     /// PostgreSQL would.
     skip_to_sync: bool,
-    /// The ParameterDescription of a statement Describe being cached.
+    /// The ParameterDescription of a statement Describe being cached or
+    /// checked.
     describing: BytesMut,
-    /// A followed SET/RESET the client sent, recorded once it succeeds
-    /// outside a transaction block.
-    pending_change: Option<Change>,
-    /// This client Parsed the unnamed statement on the server connection it
-    /// holds (what another client left there is not its to use).
-    unnamed_parsed: bool,
-    /// The text of the unnamed statement it Parsed last, passed through,
-    /// leaves the session alone (see [`Request::Parse`]).
-    unnamed_plain: bool,
+    /// Followed changes of settings the client sent, recorded once they
+    /// succeed outside a transaction block.
+    pending_changes: Vec<Change>,
+    /// The portals bound from statements that change settings pglane
+    /// follows (a SET over the extended protocol), and their changes.
+    portal_changes: Vec<(String, Rc<[Change]>)>,
+    /// What the client's unnamed statement is.
+    unnamed: Unnamed,
     /// The server's unnamed statement is an empty query standing for the
     /// client's `DEALLOCATE name`, and this portal (if any) was bound from it.
     deallocate_unnamed: bool,
     deallocate_portal: Option<String>,
-    /// The client's messages wait here while a [`Request::CheckResult`] is
-    /// unanswered (`holding`); `hold_from` is where they start in this
-    /// call's `to_server`.
+    /// The client's messages, as it sent them, wait here while a
+    /// [`Request::Check`] is unanswered (`holding`), and are translated
+    /// once it is.
     held: BytesMut,
     holding: bool,
-    hold_from: Option<usize>,
     /// The client used session state that cannot follow it to another
     /// server connection: it keeps this one until it leaves (see [`pinning`]).
     pub pinned: Option<SessionFeature>,
+    /// A request that may change a setting is unanswered: the client's
+    /// settings are not known exactly until its transaction ends.
+    settings_in_flux: bool,
+    /// The contexts the client's statements are keyed by, for its settings
+    /// of now (worked out again when they change).
+    contexts: Option<Contexts>,
+    /// DDL ran since the last ReadyForQuery 'I'.
+    ddl_pending: bool,
     /// Auto-prepare's state for this client; None when it is off.
     auto: Option<AutoPrepare>,
     /// Texts this client sent that no scan found anything in.
     quiet: QuietTexts,
-    /// The registry statement this client's unnamed statement is (auto-prepare).
-    unnamed: Option<Rc<Statement>>,
     /// Messages for the server that a server message caused (a rewritten
-    /// query run again as it was); see [`Exchange::take_for_server`].
+    /// query run again as it was, held messages translated after a check);
+    /// see [`Exchange::take_for_server`].
     for_server: BytesMut,
     /// Binary format negotiation of this client's portals.
     negotiator: Negotiator,
@@ -300,18 +343,19 @@ impl Exchange {
             due,
             skip_to_sync,
             describing,
-            pending_change,
-            unnamed_parsed,
-            unnamed_plain,
+            pending_changes,
+            portal_changes,
+            unnamed,
             deallocate_unnamed,
             deallocate_portal,
             held,
             holding,
-            hold_from,
             pinned,
+            settings_in_flux,
+            contexts: _,
+            ddl_pending,
             auto,
             quiet: _,
-            unnamed: _,
             for_server,
             negotiator,
             failure,
@@ -328,20 +372,22 @@ impl Exchange {
         due.clear();
         *skip_to_sync = false;
         *describing = BytesMut::new();
-        *pending_change = None;
-        *unnamed_parsed = false;
-        *unnamed_plain = false;
+        pending_changes.clear();
+        portal_changes.clear();
+        // The client's unnamed statement stays its own; this server
+        // connection's copy is not its to use any more.
+        unnamed.left_server();
         *deallocate_unnamed = false;
         *deallocate_portal = None;
         *held = BytesMut::new();
         *holding = false;
-        *hold_from = None;
         *pinned = None;
+        *settings_in_flux = false;
+        *ddl_pending = false;
         if let Some(a) = auto.as_mut() {
             while !a.running.is_empty() {
                 a.finished();
             }
-            a.ddl_pending = false;
         }
         *for_server = BytesMut::new();
         negotiator.clear();
@@ -379,16 +425,10 @@ impl Exchange {
     /// itself waits for [`Exchange::client_messages_taken`].
     pub fn from_client(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) {
         if self.holding {
-            let mut later = BytesMut::new();
-            self.from_client_now(tag, message, st, &mut later);
-            self.held.extend_from_slice(&later);
+            self.held.extend_from_slice(message);
             return;
         }
         self.from_client_now(tag, message, st, to_server);
-        if let Some(at) = self.hold_from.take() {
-            let later = to_server.split_off(at);
-            self.held.extend_from_slice(&later);
-        }
     }
 
     fn from_client_now(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) {
@@ -408,54 +448,17 @@ impl Exchange {
         }
         let forwarded = match tag {
             frontend::PARSE => self.parse(message, body, st, to_server),
-            frontend::BIND => match names::split_bind(body) {
-                Ok((portal, name, rest)) if !name.is_empty() => match st.client.get(name).cloned() {
-                    Some(s) => self.bind(&s, portal, rest, st, to_server),
-                    None => self.refuse_unknown_statement(name),
-                },
-                Ok((portal, "", rest)) if self.unnamed.is_some() => match self.unnamed.clone() {
-                    Some(s) => self.bind(&s, portal, rest, st, to_server),
-                    None => self.refuse_unknown_statement(""),
-                },
-                Ok((_, "", _)) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
-                bind => {
-                    if let Ok((portal, _, _)) = bind {
-                        self.negotiator.bound(portal, None, None);
-                    }
-                    let plain = self.unnamed_plain && matches!(bind, Ok((_, "", _)));
-                    self.pass_request(message, to_server, Request::Bind { statement: None, plain })
-                }
-            },
+            frontend::BIND => self.bind(message, body, st, to_server),
             frontend::DESCRIBE => match names::split_target(body) {
-                Ok((Target::Statement, name)) if !name.is_empty() => match st.client.get(name).cloned() {
-                    Some(s) => self.describe_statement(s, st, to_server),
-                    None => self.refuse_unknown_statement(name),
-                },
-                Ok((Target::Statement, "")) if self.unnamed.is_some() => match self.unnamed.clone() {
-                    Some(s) => self.describe_statement(s, st, to_server),
-                    None => self.refuse_unknown_statement(""),
-                },
-                Ok((Target::Statement, "")) if !self.unnamed_parsed => self.refuse_unknown_statement(""),
+                Ok((Target::Statement, name)) => self.describe_statement(message, name, st, to_server),
                 Ok((Target::Portal, name)) => {
                     let portal = self.negotiator.plan(name);
                     self.pass_request(message, to_server, Request::Describe { cache: None, portal })
                 }
-                _ => self.pass_request(message, to_server, Request::Describe { cache: None, portal: None }),
+                Err(_) => self.pass_request(message, to_server, Request::Describe { cache: None, portal: None }),
             },
             frontend::CLOSE => match names::split_target(body) {
-                Ok((Target::Statement, name)) if !name.is_empty() => {
-                    // The server copy stays (other clients share it); closing
-                    // an unknown name is not an error in PostgreSQL either.
-                    let restore = st.client.remove(name).map(|s| (name.to_owned(), s));
-                    self.due.push_back(Due::Local(Local::CloseComplete { restore }));
-                    false
-                }
-                Ok((Target::Statement, "")) if self.maps_unnamed() => {
-                    // The client's unnamed statement is a shared one: only the name goes.
-                    self.unnamed = None;
-                    self.due.push_back(Due::Local(Local::CloseComplete { restore: None }));
-                    false
-                }
+                Ok((Target::Statement, name)) => self.close_statement(message, name, st, to_server),
                 target => {
                     if let Ok((Target::Portal, name)) = target {
                         self.negotiator.closed(name);
@@ -469,40 +472,31 @@ impl Exchange {
                     self.pass_request(message, to_server, Request::Deallocate { execute: true })
                 }
                 decoded => {
-                    let portal = decoded.map(|(portal, _)| self.negotiator.portal(portal)).unwrap_or_default();
-                    self.pass_request(message, to_server, Request::Execute { plan: portal.plan, rows_of: portal.rows_of })
+                    let (portal, changes) = match decoded {
+                        Ok((portal, _)) => {
+                            let changes = self.portal_changes.iter().find(|(p, _)| p == portal).map(|(_, c)| c.clone());
+                            (self.negotiator.portal(portal), changes)
+                        }
+                        Err(_) => (Default::default(), None),
+                    };
+                    let request = Request::Execute { plan: portal.plan, rows_of: portal.rows_of, changes };
+                    self.pass_request(message, to_server, request)
                 }
             },
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
             frontend::QUERY => {
-                // A simple query replaces the unnamed statement and portal.
-                self.unnamed_parsed = false;
-                self.unnamed_plain = false;
-                self.unnamed = None;
-                self.deallocate_unnamed = false;
-                if self.deallocate_portal.as_deref() == Some("") {
-                    self.deallocate_portal = None;
-                }
-                self.pending_change = follow_change(body, self.tracker.status());
+                self.simple_query_sent();
                 if let Ok(sql) = frontend::decode_query(body) {
-                    let followed = self.pending_change.is_some();
-                    let carried = |name: &str| followed || settings::is_carried_name(name);
-                    let resets = match self.pinned {
-                        None => {
-                            let (feature, resets) = pinning::session_feature_and_resets(sql, carried);
-                            self.pin(feature);
-                            resets
-                        }
-                        Some(_) => pinning::resets(sql),
-                    };
-                    if st.negotiation.is_some() {
-                        st.server_settings.forget_output_settings_named_in(sql, followed);
-                    }
-                    self.resetting = resets.only;
-                    if self.pending_change.is_none() && self.tracker.status() == backend::TransactionStatus::Idle && resets.all {
+                    let watched = self.watch_text(sql, st);
+                    self.resetting = watched.resets.only;
+                    match watched.changes {
+                        Some(changes) => self.pending_changes = changes,
                         // RESET ALL among other statements (asyncpg's pool reset):
                         // not pinning, and followed once the whole query succeeds.
-                        self.pending_change = Some(Change::ResetAll);
+                        None if self.tracker.status() == backend::TransactionStatus::Idle && watched.resets.all => {
+                            self.pending_changes = vec![Change::ResetAll];
+                        }
+                        None => self.pending_changes.clear(),
                     }
                 }
                 self.deallocate(body, st, to_server)
@@ -532,6 +526,38 @@ impl Exchange {
         }
     }
 
+    /// A check is answered: the client's messages held meanwhile are
+    /// translated now, into [`Exchange::take_for_server`]'s buffer, until
+    /// another check holds the rest. The tail of a message still being
+    /// streamed (CopyData) goes on as it is.
+    fn release_held(&mut self, st: &mut Statements<'_>) {
+        self.holding = false;
+        let mut held = std::mem::take(&mut self.held);
+        let mut out = std::mem::take(&mut self.for_server);
+        while !held.is_empty() {
+            if self.holding {
+                self.held.extend_from_slice(&held);
+                break;
+            }
+            let header = crate::protocol::frame::parse_header(&held, usize::MAX).ok().flatten();
+            let Some(len) = header.map(|h| HEADER_LEN + h.body_len) else {
+                out.extend_from_slice(&held);
+                break;
+            };
+            if held.len() < len {
+                out.extend_from_slice(&held);
+                break;
+            }
+            let message = held.split_to(len);
+            if message[0] == frontend::COPY_DATA {
+                self.from_client_stream(message[0], &message, &mut out);
+            } else {
+                self.from_client_now(message[0], &message, st, &mut out);
+            }
+        }
+        self.for_server = out;
+    }
+
     /// The client's messages at hand have all been taken: what pglane
     /// answers itself goes out now, unless the next answer due after it is
     /// the server's. Then it waits and goes out with that reply
@@ -555,16 +581,20 @@ impl Exchange {
 
     /// The first bytes of a streamed client message (CopyData).
     pub fn from_client_stream(&mut self, tag: u8, bytes: &[u8], to_server: &mut BytesMut) {
-        if !self.skip_to_sync {
+        if self.holding {
+            self.held.extend_from_slice(bytes);
+        } else if !self.skip_to_sync {
             self.tracker.client_sent(tag);
-            if self.holding { &mut self.held } else { to_server }.extend_from_slice(bytes);
+            to_server.extend_from_slice(bytes);
         }
     }
 
     /// More bytes of the streamed client message.
     pub fn from_client_stream_more(&mut self, bytes: &[u8], to_server: &mut BytesMut) {
-        if !self.skip_to_sync {
-            if self.holding { &mut self.held } else { to_server }.extend_from_slice(bytes);
+        if self.holding {
+            self.held.extend_from_slice(bytes);
+        } else if !self.skip_to_sync {
+            to_server.extend_from_slice(bytes);
         }
     }
 
@@ -583,7 +613,7 @@ impl Exchange {
     fn pass_query(&mut self, message: &[u8], body: &[u8], to_server: &mut BytesMut) -> bool {
         let plain = self.pipelining
             && self.pinned.is_none()
-            && self.pending_change.is_none()
+            && self.pending_changes.is_empty()
             && frontend::decode_query(body).is_ok_and(pinning::leaves_session_alone);
         self.pass_request(message, to_server, Request::Query { plain })
     }
@@ -654,7 +684,7 @@ impl Exchange {
                 }
             }
             backend::ERROR_RESPONSE => {
-                self.pending_change = None;
+                self.pending_changes.clear();
                 if let Some(Due::Server { request: Request::StaleResult, .. }) = self.due.front() {
                     forward = false;
                     stale_result_error(to_client);
@@ -673,9 +703,9 @@ impl Exchange {
                 self.server_error(body, st)
             }
             backend::PARSE_COMPLETE => {
-                if let Some(Due::Server { request: Request::Parse { undo, .. }, forward: f }) = self.pop_server_reply() {
-                    if let Some(p) = undo {
-                        p.statement.validated.set(true);
+                if let Some(Due::Server { request: Request::Parse { parsed, .. }, forward: f }) = self.pop_server_reply() {
+                    if let Parsed::Statement { statement, .. } = parsed {
+                        statement.validated.set(true);
                     }
                     forward = f;
                 }
@@ -695,7 +725,10 @@ impl Exchange {
             }
             backend::PARAMETER_DESCRIPTION => {
                 forward = !self.describe_is_pglanes();
-                if matches!(self.due.front(), Some(Due::Server { request: Request::Describe { cache: Some(_), .. }, .. })) {
+                if matches!(
+                    self.due.front(),
+                    Some(Due::Server { request: Request::Describe { cache: Some(_), .. } | Request::Check { .. }, .. })
+                ) {
                     self.describing.clear();
                     self.describing.extend_from_slice(message);
                 }
@@ -718,11 +751,13 @@ impl Exchange {
                 }
             }
             backend::ROW_DESCRIPTION | backend::NO_DATA => {
-                if let Some(Due::Server { request: Request::CheckResult { .. }, .. }) = self.due.front() {
+                if let Some(Due::Server { request: Request::Check { .. }, .. }) = self.due.front() {
                     forward = false;
-                    if let Some(Due::Server { request: Request::CheckResult { statement, expected }, .. }) = self.due.pop_front()
+                    if let Some(Due::Server { request: Request::Check { statement, expected, check }, .. }) = self.due.pop_front()
                     {
-                        self.result_checked(&statement, &expected, tag, body, st);
+                        let mut answer = std::mem::take(&mut self.describing);
+                        answer.extend_from_slice(message);
+                        self.checked(&statement, &expected, check, answer.freeze(), st);
                     }
                 } else if let Some(Due::Server { request: Request::QueryDescribe { plan }, .. }) = self.due.front() {
                     // A rewritten simple query's RowDescription: the client's,
@@ -776,12 +811,17 @@ impl Exchange {
             backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
                 if matches!(self.due.front(), Some(Due::Server { request: Request::Execute { .. }, .. })) {
                     self.rows_ended();
-                    self.due.pop_front();
+                    if let Some(Due::Server { request: Request::Execute { changes: Some(changes), .. }, .. }) =
+                        self.due.pop_front()
+                    {
+                        self.pending_changes.extend(changes.iter().cloned());
+                    }
                 }
                 if tag == backend::COMMAND_COMPLETE && matches!(body, b"DISCARD ALL\0" | b"DEALLOCATE ALL\0") {
                     // The server forgot every statement, and so did this client.
                     st.server.clear();
                     st.client.clear();
+                    self.unnamed = Unnamed::None;
                 }
                 if tag == backend::COMMAND_COMPLETE && body == b"DISCARD ALL\0" {
                     // And its settings went back to the server's defaults;
@@ -790,9 +830,9 @@ impl Exchange {
                     st.client_settings.apply(&Change::ResetAll);
                     self.realign = !st.client_settings.same_values(st.server_settings);
                 }
-                if let Some(auto) = self.auto.as_mut().filter(|_| tag == backend::COMMAND_COMPLETE && changes_schema(body)) {
-                    st.registry.schema_changed();
-                    auto.ddl_pending = true;
+                if tag == backend::COMMAND_COMPLETE && changes_schema(body) {
+                    st.registry.ddl_seen();
+                    self.ddl_pending = true;
                 }
             }
             backend::READY_FOR_QUERY => {
@@ -815,21 +855,20 @@ impl Exchange {
                         _ => {}
                     }
                 }
-                if body == b"I" {
+                let idle = body == b"I";
+                if idle {
                     self.negotiator.transaction_ended();
                 }
-                if let Some(auto) = self.auto.as_mut().filter(|a| a.ddl_pending && body == b"I") {
-                    // The DDL is committed (or rolled back): shapes validated
-                    // while it was in flight saw the old schema.
-                    auto.ddl_pending = false;
-                    st.registry.schema_changed();
+                if self.ddl_pending && idle {
+                    // The DDL is committed (or rolled back): statements
+                    // described and shapes validated while it was in flight
+                    // saw the old schema.
+                    self.ddl_pending = false;
+                    st.registry.ddl_seen();
                 }
-                if let Some(change) = self.pending_change.take() {
-                    if body == b"I" {
-                        st.client_settings.apply(&change);
-                        st.server_settings.apply(&change);
-                        self.realign = !st.client_settings.same_values(st.server_settings);
-                    }
+                self.changes_answered(idle, st);
+                if idle && !self.due.iter().any(Due::ends_request) {
+                    self.settings_in_flux = false;
                 }
             }
             _ => {}
@@ -838,11 +877,11 @@ impl Exchange {
             to_client.extend_from_slice(message);
         }
         self.tracker.server_sent(tag, body);
-        if self.holding && !self.due.iter().any(|d| matches!(d, Due::Server { request: Request::CheckResult { .. }, .. })) {
+        let waiting =
+            |d: &Due| matches!(d, Due::Server { request: Request::Check { check: Check::Parse(_) | Check::Use, .. }, .. });
+        if self.holding && !self.due.iter().any(waiting) {
             // Checked (or skipped after an error): the client's messages go on.
-            self.holding = false;
-            let held = std::mem::take(&mut self.held);
-            self.for_server.extend_from_slice(&held);
+            self.release_held(st);
         }
         self.answer_local(to_client);
         forward
@@ -852,7 +891,7 @@ impl Exchange {
     fn describe_is_pglanes(&self) -> bool {
         matches!(
             self.due.front(),
-            Some(Due::Server { request: Request::Describe { .. } | Request::CheckResult { .. }, forward: false })
+            Some(Due::Server { request: Request::Describe { .. } | Request::Check { .. }, forward: false })
         )
     }
 
@@ -900,37 +939,23 @@ impl Exchange {
             }
             let Some(due) = self.due.pop_front() else { break };
             match due {
-                Due::Server { request: Request::Parse { undo: Some(p), .. }, .. } => {
-                    if self.unnamed.as_ref().is_some_and(|u| Rc::ptr_eq(u, &p.statement)) {
-                        self.unnamed = None;
-                    }
-                    st.server.remove(p.statement.id);
-                    if let Some(name) = &p.client_name {
-                        st.client.remove_if(name, p.statement.id);
-                    }
-                    st.registry.forget_failed(&p.statement);
-                }
+                Due::Server { request: Request::Parse { parsed, .. }, .. } => self.undo_parse(parsed, first, st),
                 Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } if first && stale_plan => {
                     // "cached plan must not change result type": close it here,
-                    // and let new Parses of the text prepare it afresh.
+                    // and let new Parses of the text prepare it afresh. DDL
+                    // pglane did not see: every statement and shape too.
                     st.server.mark_stale(s.id);
                     st.registry.retire(&s);
-                    if self.auto.is_some() {
-                        // DDL pglane did not see: every shape is checked again.
-                        st.registry.schema_changed();
-                    }
+                    st.registry.ddl_seen();
                 }
                 Due::Server { request: Request::Close { evicted: Some(name) }, .. } => {
                     // Skipped: the server still has it. Close it at the next chance.
                     st.server.push_stale(name);
                 }
-                Due::Local(Local::ParseComplete { client_name, statement })
-                    if client_name.is_empty() && self.unnamed.as_ref().is_some_and(|u| u.id == statement) =>
-                {
-                    // A skipped Parse of the unnamed statement.
-                    self.unnamed = None;
+                Due::Local(Local::ParseComplete { name, statement, previous }) => {
+                    let parsed = Parsed::Statement { statement, name: Some(name), previous };
+                    self.undo_parse(parsed, false, st);
                 }
-                Due::Local(Local::ParseComplete { client_name, statement }) => st.client.remove_if(&client_name, statement),
                 Due::Local(Local::CloseComplete { restore: Some((name, s)) }) => {
                     let _ = st.client.insert(&name, s);
                 }
@@ -940,6 +965,29 @@ impl Exchange {
         }
         if self.due.is_empty() {
             self.skip_to_sync = true;
+        }
+    }
+
+    /// Takes back what a Parse the server refused (`refused`) or skipped
+    /// did to the bookkeeping. A refused Parse of the unnamed statement
+    /// leaves none (PostgreSQL drops the old one first); a skipped one
+    /// leaves the one before.
+    fn undo_parse(&mut self, parsed: Parsed, refused: bool, st: &mut Statements<'_>) {
+        let unnamed_before = |previous: Option<Unnamed>| if refused { Unnamed::None } else { previous.unwrap_or_default() };
+        match parsed {
+            Parsed::Statement { statement, name, previous } => {
+                st.server.remove(statement.id);
+                match name {
+                    Some(ClientName::Named(name)) => st.client.remove_if(&name, statement.id),
+                    Some(ClientName::Unnamed) if matches!(&self.unnamed, Unnamed::Shared(s) if Rc::ptr_eq(s, &statement)) => {
+                        self.unnamed = unnamed_before(previous);
+                    }
+                    _ => {}
+                }
+                st.registry.forget_failed(&statement);
+            }
+            Parsed::Unnamed { previous } => self.unnamed = unnamed_before(Some(previous)),
+            Parsed::Nothing => self.unnamed.left_server(),
         }
     }
 

@@ -123,7 +123,7 @@ impl Exchange {
     /// (`len` is not called otherwise). A row over the cap marks the
     /// statement for good, and counts.
     pub(super) fn rows_seen(&self, len: impl FnOnce() -> usize, registry: &Registry) {
-        let Some(Due::Server { request: Request::Execute { plan, rows_of: Some(s) }, .. }) = self.due.front() else { return };
+        let Some(Due::Server { request: Request::Execute { plan, rows_of: Some(s), .. }, .. }) = self.due.front() else { return };
         let len = len();
         let before = s.rows.get();
         let after = negotiate::row_seen(before, len);
@@ -142,7 +142,7 @@ impl Exchange {
     /// execution whose rows were all seen, for an un-negotiated portal (a
     /// portal read in batches counts once, at its last).
     pub(super) fn rows_ended(&self) {
-        if let Some(Due::Server { request: Request::Execute { plan: None, rows_of: Some(s) }, .. }) = self.due.front() {
+        if let Some(Due::Server { request: Request::Execute { plan: None, rows_of: Some(s), .. }, .. }) = self.due.front() {
             s.rows.set(negotiate::execution_seen(s.rows.get()));
         }
     }

@@ -5,7 +5,7 @@
 use std::rc::Rc;
 
 use super::super::pinning;
-use super::{Due, Exchange, Local, Request};
+use super::{Due, Exchange, Local, Parsed, Request};
 use crate::prepare::Statement;
 use crate::protocol::backend;
 
@@ -61,7 +61,7 @@ impl Exchange {
             Due::Server {
                 request:
                     Request::Query { plain: true }
-                    | Request::Parse { undo: None, plain: true }
+                    | Request::Parse { parsed: Parsed::Unnamed { .. }, plain: true }
                     | Request::Bind { statement: None, plain: true },
                 ..
             } => passed_may_follow,
@@ -83,7 +83,7 @@ impl Exchange {
             && !self.skip_to_sync
             && !self.realign
             && !self.resetting
-            && self.pending_change.is_none()
+            && self.pending_changes.is_empty()
             && self.pinned.is_none()
             && self.failure.is_none()
             && self.for_server.is_empty()

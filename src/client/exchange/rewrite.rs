@@ -16,9 +16,10 @@
 //! stale outside a transaction block ran nothing: its error is dropped and
 //! the plain query is sent instead ([`Exchange::take_for_server`]).
 //!
-//! A client that mentions search_path in a query, or sent one in its
-//! startup packet, gets no auto-prepare from then on: its names may resolve
-//! differently from the shapes validated under the default search_path.
+//! Shapes are keyed by the context of the client's settings, as statements
+//! are (`statements`): a client with a search_path of its own gets the
+//! shapes validated under that search_path. A client whose settings pglane
+//! does not know exactly (pinned, or changing them right now) gets none.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -26,10 +27,10 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use super::{Due, Exchange, Request, Statements};
+use super::{Check, Due, Exchange, Request, Statements};
 use crate::prepare::auto::{Job, Lookup, PassThrough, Spelling};
 use crate::prepare::lexer::{self, LexOptions, Lexed};
-use crate::prepare::{Registry, Statement};
+use crate::prepare::{Context, Registry, Statement};
 use crate::protocol::backend;
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
@@ -75,10 +76,6 @@ pub(super) struct AutoPrepare {
     pub(super) spare: Vec<String>,
     /// Simple queries looked at; every [`TIMING_SAMPLE`]th is timed.
     pub(super) looked_at: u32,
-    /// The client mentioned search_path: no more auto-prepare for it.
-    pub(super) off: bool,
-    /// DDL ran since the last ReadyForQuery 'I'.
-    pub(super) ddl_pending: bool,
 }
 
 impl AutoPrepare {
@@ -92,23 +89,12 @@ impl AutoPrepare {
             running: VecDeque::new(),
             spare: Vec::new(),
             looked_at: 0,
-            off: false,
-            ddl_pending: false,
         }
     }
 
-    /// The validated statement to run the simple query `sql` as, or why it
-    /// passes through. A miss queues the shape for validation (per the policy).
-    pub(super) fn statement_for(
-        &mut self,
-        sql: &str,
-        ready: Ready,
-        settings: &Settings,
-        registry: &Registry,
-    ) -> Result<Rc<Statement>, PassThrough> {
-        if self.notice_search_path(sql) {
-            return Err(PassThrough::SearchPath);
-        }
+    /// Lexes the simple query `sql` into its shape (the rewritten text,
+    /// [`AutoPrepare::rewritten`]), or says why it passes through.
+    pub(super) fn lex(&mut self, sql: &str, ready: Ready, settings: &Settings) -> Result<(), PassThrough> {
         match ready {
             Ready::Yes => {}
             Ready::NotSynced => return Err(PassThrough::NotSynced),
@@ -119,11 +105,28 @@ impl AutoPrepare {
         self.lexed.lex(sql, options).map_err(PassThrough::Lexer)?;
         self.rewritten.clear();
         self.lexed.write_rewritten(sql, &mut self.rewritten);
+        Ok(())
+    }
+
+    /// The validated statement to run the query just lexed (`sql`) as, in
+    /// `context`, or why it passes through. A miss queues the shape for
+    /// validation (per the policy), with the client's `settings`.
+    pub(super) fn statement_for(
+        &mut self,
+        sql: &str,
+        context: Context,
+        settings: &Settings,
+        registry: &Registry,
+    ) -> Result<Rc<Statement>, PassThrough> {
+        if context.is_private() {
+            return Err(PassThrough::UnknownSettings);
+        }
+        let options = self.options;
         let (hash, types, rewritten) = (self.lexed.shape_hash(), self.lexed.param_types(), &self.rewritten);
-        let mut lookup = registry.shapes.lookup(hash, rewritten, types, Instant::now);
+        let mut lookup = registry.shapes.lookup(context, hash, rewritten, types, Instant::now);
         if matches!(lookup, Lookup::Miss) {
             let same = |first: &Spelling| lexer::same_statement(&first.sql, first.options, sql, options);
-            if let Some(respelled) = registry.shapes.respelled(hash, rewritten, types, same) {
+            if let Some(respelled) = registry.shapes.respelled(context, hash, rewritten, types, same) {
                 registry.count(|c| c.respellings += 1);
                 lookup = respelled;
             }
@@ -136,6 +139,8 @@ impl AutoPrepare {
             Lookup::PassThrough(why) => Err(why),
             Lookup::Miss => {
                 let job = |epoch| Job {
+                    context,
+                    settings: settings.parse_settings(),
                     hash,
                     sql: rewritten.as_str().into(),
                     param_types: types.into(),
@@ -143,16 +148,9 @@ impl AutoPrepare {
                     options,
                     epoch,
                 };
-                Err(registry.shapes.note(job, hash, rewritten, types, self.after))
+                Err(registry.shapes.note(context, job, hash, rewritten, types, self.after))
             }
         }
-    }
-
-    /// Turns auto-prepare off for good if `sql` may change search_path.
-    /// Returns whether it is off.
-    pub(super) fn notice_search_path(&mut self, sql: &str) -> bool {
-        self.off = self.off || mentions_search_path(sql);
-        self.off
     }
 
     /// A rewritten query was sent: keep its text until its ReadyForQuery.
@@ -256,16 +254,13 @@ pub(super) enum Ready {
 
 /// How this client's queries are lexed, or why they must not be: a
 /// client encoding in which a multibyte character can hide a quote or
-/// backslash, or a search_path of its own.
+/// backslash.
 pub(super) fn lex_options(settings: &Settings) -> Result<LexOptions, PassThrough> {
     const UNSAFE_ENCODINGS: [&str; 7] = ["SJIS", "SHIFT_JIS_2004", "BIG5", "GBK", "UHC", "GB18030", "JOHAB"];
     let value = |name| match settings.get(name) {
-        Some(Value::Reported(v) | Value::Sql(v) | Value::Startup(v)) => Some(v.as_str()),
+        Some(Value::Reported(v) | Value::Sql(v) | Value::Plain(v)) => Some(v.as_str()),
         Some(Value::Unknown) | None => None,
     };
-    if settings.get("search_path").is_some() {
-        return Err(PassThrough::SearchPath);
-    }
     if value("client_encoding").is_some_and(|e| UNSAFE_ENCODINGS.iter().any(|u| u.eq_ignore_ascii_case(e.trim_matches('\'')))) {
         return Err(PassThrough::Encoding);
     }
@@ -273,19 +268,7 @@ pub(super) fn lex_options(settings: &Settings) -> Result<LexOptions, PassThrough
     Ok(LexOptions { standard_conforming_strings: !off })
 }
 
-/// Whether `sql` names search_path anywhere (SET, set_config, a function).
-pub(super) fn mentions_search_path(sql: &str) -> bool {
-    crate::prepare::lexer::contains_ignore_ascii_case(sql.as_bytes(), b"search_path")
-}
-
 impl Exchange {
-    /// No auto-prepare for this client (it has a search_path of its own).
-    pub fn no_auto_prepare(&mut self) {
-        if let Some(auto) = self.auto.as_mut() {
-            auto.off = true;
-        }
-    }
-
     /// Runs a simple query as its shape's validated statement (see the
     /// module doc). Returns false, having sent nothing, if it must pass through.
     pub(super) fn rewrite_query(&mut self, body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
@@ -300,7 +283,18 @@ impl Exchange {
             (true, backend::TransactionStatus::Failed) => Ready::Failed,
             (true, _) => Ready::Yes,
         };
-        let statement = match auto.statement_for(sql, ready, st.client_settings, st.registry) {
+        let lexed = auto.lex(sql, ready, st.client_settings);
+        let looked_up = match lexed {
+            Ok(()) => {
+                let rewritten = std::mem::take(&mut auto.rewritten);
+                let context = self.context_for(rewritten.as_bytes(), st);
+                let auto = self.auto.as_mut().expect("auto-prepare is on");
+                auto.rewritten = rewritten;
+                auto.statement_for(sql, context, st.client_settings, st.registry)
+            }
+            Err(why) => Err(why),
+        };
+        let statement = match looked_up {
             Ok(statement) => statement,
             Err(why) => {
                 let spent = started.map(|t| t.elapsed().as_nanos() as u64);
@@ -315,7 +309,9 @@ impl Exchange {
                 return false;
             }
         };
-        self.ensure_prepared(&statement, st, to_server);
+        // Its reply is a simple query's, which no description of the
+        // statement decides: checked, but not waited for.
+        self.prepare_here(&statement, Check::Verify, st, to_server);
         let Some(auto) = self.auto.as_mut() else { return false };
         let (plan, rows_of) = if st.negotiation.is_some() {
             // Negotiated like a client's Bind that asks for all text, as
@@ -351,7 +347,7 @@ impl Exchange {
         });
         self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement), plain: false }, forward: false });
         self.expect(Request::QueryDescribe { plan: plan.clone() });
-        self.expect(Request::Execute { plan, rows_of });
+        self.expect(Request::Execute { plan, rows_of, changes: None });
         self.expect(Request::Sync { rewritten: true });
         true
     }

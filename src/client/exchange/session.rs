@@ -1,46 +1,131 @@
 //! The exchange's hooks of session state: the settings a client changes
 //! are followed (`crate::settings`) and the server connection is aligned to
 //! them; SQL that leaves state pglane cannot carry pins the client
-//! (`super::super::pinning`); DDL seen is told to the registry.
+//! (`super::super::pinning`); the context a client's statements are keyed
+//! by is worked out from its settings (`prepare::Context`); DDL seen is told
+//! to the registry.
 
 use bytes::BytesMut;
 
 use super::super::pinning::{self, SessionFeature};
-use super::rewrite::mentions_search_path;
 use super::{Due, Exchange, Request, Statements};
+use std::rc::Rc;
+
+use crate::prepare::{Context, Statement};
 use crate::protocol::backend;
 use crate::protocol::frontend;
+use crate::protocol::names;
 use crate::settings::{self, Change, Settings, Value};
 
+/// A command tag of a statement that may change what a prepared statement
+/// means: CREATE, ALTER or DROP of anything, IMPORT FOREIGN SCHEMA.
 pub(super) fn changes_schema(tag: &[u8]) -> bool {
-    [&b"CREATE "[..], b"ALTER ", b"DROP "].iter().any(|verb| tag.starts_with(verb))
+    [&b"CREATE "[..], b"ALTER ", b"DROP ", b"IMPORT FOREIGN SCHEMA"].iter().any(|verb| tag.starts_with(verb))
 }
 
-/// A followed SET/RESET in a simple query sent outside a transaction block.
-pub(super) fn follow_change(body: &[u8], status: backend::TransactionStatus) -> Option<Change> {
-    let starts_like_set =
-        body.len() > 4 && (body[..3].eq_ignore_ascii_case(b"set") || body[..5.min(body.len())].eq_ignore_ascii_case(b"reset"));
-    if !starts_like_set || status != backend::TransactionStatus::Idle {
-        return None;
-    }
-    settings::parse_change(frontend::decode_query(body).ok()?)
+/// What [`Exchange::watch_text`] found in a statement text.
+#[derive(Debug, Default)]
+pub(super) struct Watched {
+    /// The changes of settings it makes, if it is nothing but a SET, RESET
+    /// or `set_config` pglane follows (and was sent outside a transaction
+    /// block).
+    pub changes: Option<Vec<Change>>,
+    /// What its statements reset (see `pinning::Resets`).
+    pub resets: pinning::Resets,
+    /// It leaves the session alone (worked out with pipelining only).
+    pub plain: bool,
+}
+
+/// The client's contexts for the settings it has now.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Contexts {
+    /// The `Settings::version` they were worked out at.
+    version: u64,
+    /// For texts without string literals, and for texts with them.
+    plain: Context,
+    literals: Context,
 }
 
 impl Exchange {
-    /// Whether `sql`, a Parse's text just scanned, gave no scan anything to
-    /// do: it did not pin the client (which is not pinned), names no output
-    /// setting, RESET, DISCARD or set_config, and not search_path. Such a
-    /// text is skipped when it comes again (see [`super::quiet`]).
-    pub(super) fn is_quiet_text(&self, sql: &str) -> bool {
-        self.pinned.is_none() && !settings::may_change_output_settings(sql) && !mentions_search_path(sql)
+    /// Looks at a statement text the client sends (a simple query's, or a
+    /// Parse's) for what it does to session state, before it goes to the
+    /// server: it pins the client if it leaves state pglane cannot carry;
+    /// until it is answered, the client's statements are not keyed by its
+    /// settings if it may change one; output settings it may change are no
+    /// longer known on the server connection.
+    pub(super) fn watch_text(&mut self, sql: &str, st: &mut Statements<'_>) -> Watched {
+        let idle = self.tracker.status() == backend::TransactionStatus::Idle;
+        let changes = idle.then(|| follow_changes(sql)).flatten();
+        let followed = changes.is_some();
+        let carried = |name: &str| followed || settings::is_carried_name(name);
+        let (feature, resets) = match self.pinned {
+            None => pinning::session_feature_and_resets(sql, carried),
+            Some(_) => (None, pinning::resets(sql)),
+        };
+        self.pin(feature.filter(|_| !followed));
+        if resets.touches {
+            self.settings_in_flux = true;
+        }
+        if st.negotiation.is_some() {
+            st.server_settings.forget_output_settings_named_in(sql, followed);
+        }
+        if first_word_is(sql, "create") {
+            // CREATE TABLE ... AS answers with a SELECT tag.
+            self.ddl_pending = true;
+        }
+        let plain = self.pipelining && self.pinned.is_none() && !followed && pinning::leaves_session_alone(sql);
+        Watched { changes, resets, plain }
     }
 
-    /// Pins the client if `sql`, a Parse's text, leaves session state behind
-    /// that pglane does not carry.
-    pub(super) fn watch_session_state(&mut self, sql: &str) {
-        if self.pinned.is_none() {
-            self.pin(pinning::session_feature(sql, settings::is_carried_name));
+    /// Whether `sql`, a Parse's text just watched, gave no scan anything to
+    /// do: it did not pin the client (which is not pinned), may change no
+    /// setting, and is not DDL. Such a text is skipped when it comes again
+    /// (see [`super::super::quiet`]).
+    pub(super) fn is_quiet_text(&self, sql: &str, watched: &Watched) -> bool {
+        self.pinned.is_none()
+            && watched.changes.is_none()
+            && !watched.resets.touches
+            && !settings::may_change_output_settings(sql)
+            && !first_word_is(sql, "create")
+    }
+
+    /// The context a statement of text `text` is keyed by for this client
+    /// now (see `prepare::Context`): that of its settings as pglane knows
+    /// them; or, when it does not know what its texts mean (see
+    /// [`Exchange::settings_known`]: a request that may change a setting is
+    /// unanswered, say) or the text names the moment it is parsed, a new
+    /// private one, so that the statement is the client's own and parsed for
+    /// it by the server.
+    pub(super) fn context_for(&mut self, text: &[u8], st: &Statements<'_>) -> Context {
+        if !self.settings_known() || settings::names_the_moment(text) {
+            return st.registry.private_context();
         }
+        let version = st.client_settings.version();
+        let contexts = match self.contexts {
+            Some(c) if c.version == version => c,
+            _ => {
+                let c = Contexts {
+                    version,
+                    plain: st.registry.context(&st.client_settings.parse_context(false)),
+                    literals: st.registry.context(&st.client_settings.parse_context(true)),
+                };
+                self.contexts = Some(c);
+                c
+            }
+        };
+        if settings::may_have_string_literal(text) {
+            contexts.literals
+        } else {
+            contexts.plain
+        }
+    }
+
+    /// Whether pglane knows what the client's statement texts mean (its
+    /// settings exactly, and no temporary object of its own shadows a
+    /// name), so that its statements may be shared (see
+    /// [`Exchange::context_for`]).
+    pub(super) fn settings_known(&self) -> bool {
+        !self.pinned.is_some_and(SessionFeature::hides_meaning) && !self.settings_in_flux
     }
 
     /// The client used `feature` (if any): it keeps its server connection.
@@ -59,11 +144,10 @@ impl Exchange {
             self.tracker.client_sent(frontend::QUERY);
             self.due.push_back(Due::Server { request: Request::Query { plain: false }, forward: false });
             server.take_values_of(client);
+            self.unnamed.left_server();
         }
     }
 
-    /// A ParameterStatus: the server connection now has this value, and so
-    /// does the client if it is told.
     /// A ParameterStatus: the server connection's value, and the client's if
     /// it is told. When a query that only resets changed a setting the
     /// client's startup packet gave, the server went back to *its* reset
@@ -92,5 +176,86 @@ impl Exchange {
         }
         st.client_settings.set(&name, Value::Reported(value));
         None
+    }
+
+    /// A ReadyForQuery: what the client changed in settings, if followed,
+    /// is now its own and the server connection's once its transaction is
+    /// over (`idle`). A followed change left inside a transaction block
+    /// (a SET over the extended protocol after a BEGIN in the same group)
+    /// would outlive it unseen: the client is pinned.
+    pub(super) fn changes_answered(&mut self, idle: bool, st: &mut Statements<'_>) {
+        let changes = std::mem::take(&mut self.pending_changes);
+        if changes.is_empty() {
+            return;
+        }
+        if !idle {
+            self.pin(Some(SessionFeature::UnfollowedSet));
+            return;
+        }
+        for change in &changes {
+            st.client_settings.apply(change);
+            st.server_settings.apply(change);
+        }
+        self.realign = !st.client_settings.same_values(st.server_settings);
+    }
+}
+
+/// The settings `sql` changes if it is nothing but a SET, RESET or
+/// `set_config` pglane follows.
+pub(super) fn follow_changes(sql: &str) -> Option<Vec<Change>> {
+    if first_word_is(sql, "set") || first_word_is(sql, "reset") {
+        settings::parse_change(sql).map(|c| vec![c])
+    } else if first_word_is(sql, "select") {
+        settings::parse_set_config(sql)
+    } else {
+        None
+    }
+}
+
+/// The settings running `s` changes, if its text is a SET pglane follows;
+/// worked out once per statement.
+pub(super) fn statement_changes(s: &Statement) -> Option<Rc<[Change]>> {
+    s.changes.get_or_init(|| follow_changes(names::parse_query(&s.key)).map(Rc::from)).clone()
+}
+
+/// Whether `sql` begins (after whitespace) with `word`, in any case.
+fn first_word_is(sql: &str, word: &str) -> bool {
+    let sql = sql.trim_start().as_bytes();
+    sql.len() >= word.len()
+        && sql[..word.len()].eq_ignore_ascii_case(word.as_bytes())
+        && !sql.get(word.len()).is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn followed_texts() {
+        assert_eq!(
+            follow_changes("SET extra_float_digits = 3"),
+            Some(vec![Change::Set("extra_float_digits".into(), "3".into())])
+        );
+        assert_eq!(follow_changes("  reset work_mem;"), Some(vec![Change::Reset("work_mem".into())]));
+        assert_eq!(
+            follow_changes("select set_config('statement_timeout', '1234', false)"),
+            Some(vec![Change::SetPlain("statement_timeout".into(), "1234".into())])
+        );
+        assert_eq!(follow_changes("select set_config('statement_timeout', '1', true)"), Some(vec![]));
+        assert_eq!(follow_changes("selected"), None);
+        assert_eq!(follow_changes("select 1"), None);
+        assert_eq!(follow_changes("settle"), None);
+    }
+
+    #[test]
+    fn ddl_tags() {
+        for tag in ["CREATE TABLE", "DROP EXTENSION", "ALTER TYPE", "CREATE DOMAIN", "IMPORT FOREIGN SCHEMA"] {
+            assert!(changes_schema(tag.as_bytes()), "{tag}");
+        }
+        for tag in ["SELECT 1", "INSERT 0 1", "SET", "COMMENT"] {
+            assert!(!changes_schema(tag.as_bytes()), "{tag}");
+        }
+        assert!(first_word_is(" Create table t as select 1", "create"));
+        assert!(!first_word_is("created", "create"));
     }
 }

@@ -1,37 +1,91 @@
 //! The client's statement names, and the Describe cache.
 //!
 //! Clients name statements (`S_1`); servers know them by pglane's names
-//! (`pglane_<shard>_<id>`), shared by every client of the shard that
-//! prepared the same text. So:
+//! (`pglane_<shard>_<id>`), shared by every client of the pool that parsed
+//! the same text with the same parameter types in the same context: the
+//! values of the settings PostgreSQL reads when it parses a text
+//! (search_path, TimeZone for a literal, ...; see `crate::settings`). A
+//! client whose settings pglane does not know exactly (pinned, or changing
+//! them right now) gets statements of its own. So:
 //!
-//! - a client's Parse of a statement the shard already validated is answered
-//!   with ParseComplete right here, and a new one is forwarded under the
-//!   shard's name;
+//! - a client's Parse of a statement this server connection has prepared
+//!   is answered with ParseComplete right here; any other is forwarded
+//!   under the statement's server name, and the server answers;
 //! - Bind and Describe of a named statement are renamed, and preceded by a
 //!   Parse (whose ParseComplete the client never sees) when this server
-//!   connection has not prepared it yet;
-//! - Describe of a statement the shard has described before is answered from
+//!   connection has not prepared it yet. That Parse declares the parameter
+//!   types the client was told, as PostgreSQL's plan cache keeps them;
+//! - Describe of a statement this connection has prepared is answered from
 //!   the cached ParameterDescription and RowDescription;
+//! - whenever a statement whose description clients hold is prepared on
+//!   another connection, pglane describes it there and holds the client's
+//!   messages until the answer comes: a description that changed (DDL pglane
+//!   did not see) makes the client's new Parse a new statement, and fails
+//!   an old statement's Bind with PostgreSQL's 0A000, as a direct connection
+//!   would;
+//! - a statement parsed in settings the client no longer has, used on a
+//!   connection that lacks it, is resolved again in the client's settings of
+//!   now (as PostgreSQL re-analyses a statement whose search_path changed),
+//!   never prepared there under the old statement's name;
 //! - Close of a statement only drops the client's name, answered here;
-//! - with auto-prepare, the unnamed statement (Parse "") is the registry's
-//!   named statement for its text and parameter types, so a client that
-//!   parses the same text again and again (pgjdbc with prepareThreshold=0)
-//!   has it prepared once per server connection.
+//! - with auto-prepare, the client's unnamed statement (Parse "") is the
+//!   registry's statement for its text, so a client that parses the same
+//!   text again and again (pgjdbc with prepareThreshold=0) has it prepared
+//!   once per server connection. Otherwise it passes through as sent, and
+//!   pglane parses it again on the next server connection if the client
+//!   binds it there. Either way it always means what the client last
+//!   parsed under it.
 //!
-//! Unnamed statements and portals otherwise pass through untouched, as does
-//! every byte of a message that is not renamed.
+//! Portals and every byte of a message that is not renamed pass through
+//! untouched.
 
 use std::rc::Rc;
 
-use bytes::BytesMut;
+use bytes::{BufMut, Bytes, BytesMut};
 
-use super::super::pinning;
-use super::{Due, Exchange, Local, Prepared, Request, Statements};
+use super::session::{statement_changes, Watched};
+use super::{Check, Due, Exchange, Local, Parsed, Request, Statements};
 use crate::prepare::Statement;
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
+use crate::settings::Change;
+
+/// What the client's unnamed statement is.
+#[derive(Debug, Clone, Default)]
+pub(super) enum Unnamed {
+    /// There is none: never parsed, or destroyed (a simple query, a failed
+    /// Parse, a Close).
+    #[default]
+    None,
+    /// The registry's statement for its text (auto-prepare's mapping).
+    Shared(Rc<Statement>),
+    /// Passed through as the client sent it: `body` is its Parse after the
+    /// name. `here`: the server connection the client holds has it now.
+    /// `plain`: its text leaves the session alone (worked out with
+    /// pipelining only). `changes`: the settings it changes when run, if
+    /// it is a SET pglane follows.
+    Own { body: Bytes, here: bool, plain: bool, changes: Option<Rc<[Change]>> },
+}
+
+impl Unnamed {
+    /// The client's transaction left the server connection (or pglane's
+    /// own simple query replaced its unnamed statement there): its own
+    /// unnamed statement must be parsed again before it is used.
+    pub(super) fn left_server(&mut self) {
+        if let Unnamed::Own { here, .. } = self {
+            *here = false;
+        }
+    }
+}
+
+/// Which of the client's names a statement was parsed under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ClientName {
+    Named(String),
+    Unnamed,
+}
 
 /// "cached plan must not change result type": SQLSTATE 0A000 raised by the
 /// plan cache's revalidation (pgjdbc's test, `willHealViaReparse`).
@@ -41,8 +95,6 @@ pub(super) fn is_stale_plan(body: &[u8]) -> bool {
     field(b'C') == Some(b"0A000") && matches!(field(b'R'), Some(b"RevalidateCachedQuery" | b"RevalidateCachedPlan"))
 }
 
-/// A command tag of a statement that may change what a prepared statement
-/// means: CREATE, ALTER or DROP of anything.
 /// Does a statement Describe's answer (`tag`, `body`: RowDescription or
 /// NoData) show the result columns of `expected` (a cached
 /// ParameterDescription followed by a RowDescription or NoData, whole):
@@ -71,11 +123,36 @@ pub(super) fn same_result(expected: &[u8], tag: u8, body: &[u8]) -> bool {
     }
 }
 
+/// The Parse body (after the name) that prepares `s` as the clients that
+/// hold its description know it: its text, with every parameter's type
+/// declared as that description gives it (PostgreSQL's plan cache keeps a
+/// statement's parameter types when it analyses it again after DDL). Its
+/// own body when no description is known.
+fn prepare_body(s: &Statement) -> Bytes {
+    let described = s.described.borrow();
+    let types = described.as_deref().and_then(|d| {
+        let len = usize::try_from(i32::from_be_bytes(d.get(1..HEADER_LEN)?.try_into().ok()?)).ok()?;
+        match d.first() {
+            Some(&backend::PARAMETER_DESCRIPTION) => backend::decode_parameter_description(d.get(HEADER_LEN..1 + len)?).ok(),
+            _ => None,
+        }
+    });
+    let Some(types) = types else { return s.key.clone() };
+    let text = names::query_bytes(&s.key);
+    let mut body = BytesMut::with_capacity(text.len() + 3 + 4 * types.len());
+    body.extend_from_slice(text);
+    body.put_u8(0);
+    body.put_u16(types.len() as u16);
+    for oid in types {
+        body.put_u32(oid);
+    }
+    body.freeze()
+}
+
 /// PostgreSQL's error for a prepared statement whose result type changed,
 /// with its routine: asyncpg and pgjdbc prepare the statement again when
 /// they see `RevalidateCachedQuery`.
 pub(super) fn stale_result_error(to_client: &mut BytesMut) {
-    use bytes::BufMut;
     let mut body = Vec::with_capacity(96);
     for (field, value) in [
         (b'S', "ERROR"),
@@ -95,57 +172,56 @@ pub(super) fn stale_result_error(to_client: &mut BytesMut) {
     to_client.extend_from_slice(&body);
 }
 
-impl Exchange {
-    /// Whether the unnamed statement is the registry's (auto-prepare is on for this client).
-    pub(super) fn maps_unnamed(&self) -> bool {
-        self.auto.as_ref().is_some_and(|a| !a.off)
-    }
+/// Whether a text is worth mapping onto a shared statement: a statement
+/// PostgreSQL plans (what it saves is planning), not a utility command.
+fn is_plannable(text: &[u8]) -> bool {
+    let start = text.iter().position(|b| !b.is_ascii_whitespace() && *b != b'(').unwrap_or(text.len());
+    let word: &[u8] = &text[start..];
+    let end = word.iter().position(|b| !b.is_ascii_alphabetic()).unwrap_or(word.len());
+    let word = &word[..end];
+    [&b"select"[..], b"insert", b"update", b"delete", b"values", b"with", b"table", b"merge"]
+        .iter()
+        .any(|k| word.eq_ignore_ascii_case(k))
+}
 
+impl Exchange {
+    /// A client's Parse (see the module docs). Returns whether anything was
+    /// forwarded.
     pub(super) fn parse(&mut self, message: &[u8], body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
-        let parsed = names::split_parse(body);
-        // The text leaves the session alone (scanned with pipelining only).
-        let mut plain = false;
-        if let Ok((_, rest)) = &parsed {
-            let text = names::query_bytes(rest);
-            if let Some(quiet_plain) = self.quiet.get(text) {
-                plain = quiet_plain;
-            } else {
+        let Ok((name, rest)) = names::split_parse(body) else {
+            // Malformed: the server refuses it, and the unnamed statement
+            // is gone either way.
+            self.unnamed = Unnamed::None;
+            let previous = Unnamed::None;
+            self.pass(message, to_server, Request::Parse { parsed: Parsed::Unnamed { previous }, plain: false });
+            return true;
+        };
+        let text = names::query_bytes(rest);
+        // The context is that of the settings before this text runs.
+        let context = self.context_for(text, st);
+        let watched = match self.quiet.get(text) {
+            Some(plain) => Watched { plain, ..Watched::default() },
+            None => {
                 let sql = names::parse_query(rest);
-                self.watch_session_state(sql);
-                if st.negotiation.is_some() {
-                    st.server_settings.forget_output_settings_named_in(sql, false);
+                let watched = self.watch_text(sql, st);
+                if self.is_quiet_text(sql, &watched) {
+                    self.quiet.remember(text, watched.plain);
                 }
-                if let Some(auto) = self.auto.as_mut() {
-                    auto.notice_search_path(sql);
-                }
-                plain = self.pipelining && self.pinned.is_none() && pinning::leaves_session_alone(sql);
-                if self.is_quiet_text(sql) {
-                    self.quiet.remember(text, plain);
-                }
+                watched
             }
-        }
-        if let Ok(("", rest)) = parsed {
+        };
+        if name.is_empty() {
             if self.deallocate_parsed(rest, st, to_server) {
                 return true;
             }
+            return self.parse_unnamed(message, rest, context, watched, st, to_server);
         }
-        let (name, rest) = match parsed {
-            Ok((name, rest)) if !name.is_empty() => (name, rest),
-            Ok(("", rest)) if self.maps_unnamed() => return self.parse_unnamed(rest, st, to_server),
-            _ => {
-                let plain = plain && matches!(parsed, Ok(("", _)));
-                self.unnamed_parsed = true;
-                self.unnamed_plain = plain;
-                self.pass(message, to_server, Request::Parse { undo: None, plain });
-                return true;
-            }
-        };
         st.registry.count(|s| s.client_parses += 1);
         if st.client.get(name).is_some() {
             self.raise(ErrorFields::error("42P05", format!("prepared statement \"{name}\" already exists")));
             return false;
         }
-        let statement = st.registry.register_under(st.client_settings.search_path_key().as_deref(), rest);
+        let statement = st.registry.register(context, rest);
         if let Err(limit) = st.client.insert(name, statement.clone()) {
             self.raise(ErrorFields::error(
                 "53400",
@@ -153,71 +229,204 @@ impl Exchange {
             ));
             return false;
         }
-        if statement.validated.get() || st.server.has(statement.id) {
-            // Known good: prepared on this server connection when first used.
-            // Or its Parse is on its way to this connection already (the
-            // same text under two names in one pipeline): a second Parse
-            // under the server name would fail, and if the first fails, the
-            // server skips this answer's place up to Sync, and so does pglane.
-            st.registry.count(|s| s.parses_answered += 1);
-            self.due.push_back(Due::Local(Local::ParseComplete { client_name: name.to_owned(), statement: statement.id }));
-            return false;
-        }
-        // New to the shard: the server checks it now and the client gets its answer.
-        self.close_stale(st, to_server);
-        self.make_room(&statement, st, to_server);
-        names::put_parse(to_server, &statement.server_name, rest);
-        st.registry.count(|s| s.server_parses += 1);
-        let undo = Some(Prepared { statement, client_name: Some(name.to_owned()) });
-        self.due.push_back(Due::Server { request: Request::Parse { undo, plain: false }, forward: true });
-        true
+        self.parse_shared(statement, ClientName::Named(name.to_owned()), None, st, to_server)
     }
 
-    /// A Parse of the unnamed statement, made the registry's statement for
-    /// its text and types: answered here when a server already accepted it
-    /// (or this connection has it), forwarded under its server name if not.
-    pub(super) fn parse_unnamed(&mut self, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
-        st.registry.count(|c| c.unnamed_mapped += 1);
-        let statement = st.registry.register_under(st.client_settings.search_path_key().as_deref(), rest);
-        self.unnamed = Some(statement.clone());
-        if statement.validated.get() || st.server.has(statement.id) {
-            st.registry.count(|c| c.parses_answered += 1);
-            self.due.push_back(Due::Local(Local::ParseComplete { client_name: String::new(), statement: statement.id }));
-            return false;
-        }
-        self.close_stale(st, to_server);
-        self.make_room(&statement, st, to_server);
-        names::put_parse(to_server, &statement.server_name, rest);
-        st.registry.count(|c| c.server_parses += 1);
-        let undo = Some(Prepared { statement, client_name: None });
-        self.due.push_back(Due::Server { request: Request::Parse { undo, plain: false }, forward: true });
-        true
-    }
-
-    /// Bind of a statement the registry knows, renamed; with binary format
-    /// negotiation, asking binary for the columns it can turn back into text.
-    pub(super) fn bind(
+    /// A Parse of the unnamed statement: the registry's statement for its
+    /// text when auto-prepare maps it, else passed through as sent.
+    fn parse_unnamed(
         &mut self,
-        s: &Rc<Statement>,
-        portal: &str,
+        message: &[u8],
         rest: &[u8],
+        context: crate::prepare::Context,
+        watched: Watched,
         st: &mut Statements<'_>,
         to_server: &mut BytesMut,
     ) -> bool {
-        let lazily = !st.server.has(s.id);
-        self.ensure_prepared(s, st, to_server);
-        if lazily {
-            self.check_result(s, to_server);
+        let previous = std::mem::take(&mut self.unnamed);
+        let text = names::query_bytes(rest);
+        let mapped = self.auto.is_some() && !context.is_private() && watched.changes.is_none() && is_plannable(text);
+        if mapped {
+            st.registry.count(|c| c.unnamed_mapped += 1);
+            let statement = st.registry.register(context, rest);
+            self.unnamed = Unnamed::Shared(statement.clone());
+            return self.parse_shared(statement, ClientName::Unnamed, Some(previous), st, to_server);
         }
-        let (plan, rows_of) = self.send_bind(s, portal, rest, st, to_server);
-        self.negotiator.bound(portal, plan, rows_of);
-        self.expect(Request::Bind { statement: Some(s.clone()), plain: false });
+        let changes = watched.changes.map(Rc::from);
+        self.unnamed = Unnamed::Own { body: Bytes::copy_from_slice(rest), here: true, plain: watched.plain, changes };
+        self.pass(message, to_server, Request::Parse { parsed: Parsed::Unnamed { previous }, plain: watched.plain });
         true
     }
 
-    /// Describe of a statement the registry knows: answered from its cached
-    /// description, or asked of the server (and the answer cached).
-    pub(super) fn describe_statement(&mut self, s: Rc<Statement>, st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+    /// The client Parsed `statement` under `name`: answered here if this
+    /// connection has it, else forwarded under its server name; and if
+    /// clients hold a description of it, checked against what the server
+    /// says now before anything else of the client's goes on.
+    /// `previous`: the client's unnamed statement before, if this is its Parse of
+    /// the unnamed statement.
+    fn parse_shared(
+        &mut self,
+        statement: Rc<Statement>,
+        name: ClientName,
+        previous: Option<Unnamed>,
+        st: &mut Statements<'_>,
+        to_server: &mut BytesMut,
+    ) -> bool {
+        if st.server.has(statement.id) {
+            // Prepared here before, or on its way here already (the same text
+            // under two names in one pipeline: a second Parse under the
+            // server name would fail; if the first fails, the server skips
+            // this answer's place up to Sync, and so does pglane).
+            st.registry.count(|s| s.parses_answered += 1);
+            self.due.push_back(Due::Local(Local::ParseComplete { name, statement, previous }));
+            return false;
+        }
+        self.close_stale(st, to_server);
+        self.make_room(&statement, st, to_server);
+        names::put_parse(to_server, &statement.server_name, &statement.key);
+        st.registry.count(|s| s.server_parses += 1);
+        let expected = statement.described.borrow().clone();
+        let parsed = Parsed::Statement { statement: statement.clone(), name: Some(name.clone()), previous };
+        self.due.push_back(Due::Server { request: Request::Parse { parsed, plain: false }, forward: true });
+        if let Some(expected) = expected {
+            self.check(statement, expected, Check::Parse(name), to_server);
+        }
+        true
+    }
+
+    /// The statement a Bind or Describe of the client's `name` uses: the
+    /// one it parsed, unless that one is not on this connection and was
+    /// parsed in settings the client no longer has. Then it is resolved
+    /// again in the client's settings of now, and the client's name means
+    /// that one from here on.
+    fn statement_for_use(&mut self, s: Rc<Statement>, name: &ClientName, st: &mut Statements<'_>) -> Rc<Statement> {
+        if st.server.has(s.id) {
+            return s;
+        }
+        let context = self.context_for(names::query_bytes(&s.key), st);
+        if context == s.context {
+            return s;
+        }
+        let again = st.registry.register(context, &s.key);
+        if again.described.borrow().is_none() {
+            // What the client was told is what the new one must still give.
+            again.described.replace(s.described.borrow().clone());
+        }
+        match name {
+            ClientName::Named(name) => {
+                st.client.remove(name);
+                let _ = st.client.insert(name, again.clone());
+            }
+            ClientName::Unnamed => self.unnamed = Unnamed::Shared(again.clone()),
+        }
+        again
+    }
+
+    /// A Bind. Returns whether it was forwarded (it is held, not forwarded,
+    /// while the statement it binds is checked on this connection).
+    pub(super) fn bind(&mut self, message: &[u8], body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let bind = names::split_bind(body);
+        let shared = match &bind {
+            Ok((_, "", _)) => match self.unnamed.clone() {
+                Unnamed::None if !self.deallocate_unnamed => return self.refuse_unknown_statement(""),
+                Unnamed::Shared(s) => Some((s, ClientName::Unnamed)),
+                _ => None,
+            },
+            Ok((_, name, _)) => match st.client.get(name).cloned() {
+                Some(s) => Some((s, ClientName::Named((*name).to_owned()))),
+                None => return self.refuse_unknown_statement(name),
+            },
+            Err(_) => None,
+        };
+        let Some((s, name)) = shared else {
+            // The client's own unnamed statement (or a malformed Bind, for the server to refuse).
+            let (plain, changes) = match &mut self.unnamed {
+                Unnamed::Own { body, here, plain, changes } if bind.is_ok() => {
+                    if !*here {
+                        // Parsed on another server connection: again here.
+                        names::put_parse(to_server, "", body);
+                        self.due.push_back(Due::Server {
+                            request: Request::Parse { parsed: Parsed::Nothing, plain: false },
+                            forward: false,
+                        });
+                        *here = true;
+                    }
+                    (*plain, changes.clone())
+                }
+                _ => (false, None),
+            };
+            if let Ok((portal, _, _)) = bind {
+                self.negotiator.bound(portal, None, None);
+                self.bound_changes(portal, changes);
+            }
+            return self.pass_request(message, to_server, Request::Bind { statement: None, plain });
+        };
+        let Ok((portal, _, rest)) = bind else { return false };
+        let s = self.statement_for_use(s, &name, st);
+        if self.prepare_here(&s, Check::Use, st, to_server) {
+            self.held.extend_from_slice(message);
+            return false;
+        }
+        self.bound_changes(portal, statement_changes(&s));
+        let (plan, rows_of) = self.send_bind(&s, portal, rest, st, to_server);
+        self.negotiator.bound(portal, plan, rows_of);
+        self.expect(Request::Bind { statement: Some(s), plain: false });
+        true
+    }
+
+    /// Remembers the settings a portal changes when it runs (a SET pglane
+    /// follows), or forgets that it did.
+    fn bound_changes(&mut self, portal: &str, changes: Option<Rc<[Change]>>) {
+        self.portal_changes.retain(|(p, _)| p != portal);
+        if let Some(changes) = changes {
+            self.portal_changes.push((portal.to_owned(), changes));
+        }
+    }
+
+    /// Describe of a statement (`target` is one): of the client's own
+    /// unnamed statement, passed through (parsed here again first if need
+    /// be); of a registry statement, answered from its cached description
+    /// if this connection has prepared it, or asked of the server (and the
+    /// answer cached). Returns whether anything was forwarded.
+    pub(super) fn describe_statement(
+        &mut self,
+        message: &[u8],
+        name: &str,
+        st: &mut Statements<'_>,
+        to_server: &mut BytesMut,
+    ) -> bool {
+        let (s, client_name) = if name.is_empty() {
+            match self.unnamed.clone() {
+                Unnamed::Shared(s) => (s, ClientName::Unnamed),
+                Unnamed::Own { body, here, .. } => {
+                    if !here {
+                        names::put_parse(to_server, "", &body);
+                        self.due.push_back(Due::Server {
+                            request: Request::Parse { parsed: Parsed::Nothing, plain: false },
+                            forward: false,
+                        });
+                        if let Unnamed::Own { here, .. } = &mut self.unnamed {
+                            *here = true;
+                        }
+                    }
+                    return self.pass_request(message, to_server, Request::Describe { cache: None, portal: None });
+                }
+                Unnamed::None if self.deallocate_unnamed => {
+                    return self.pass_request(message, to_server, Request::Describe { cache: None, portal: None })
+                }
+                Unnamed::None => return self.refuse_unknown_statement(""),
+            }
+        } else {
+            match st.client.get(name).cloned() {
+                Some(s) => (s, ClientName::Named(name.to_owned())),
+                None => return self.refuse_unknown_statement(name),
+            }
+        };
+        let s = self.statement_for_use(s, &client_name, st);
+        if self.prepare_here(&s, Check::Use, st, to_server) {
+            self.held.extend_from_slice(message);
+            return false;
+        }
         let cached = s.description.borrow().clone();
         match cached {
             Some(description) => {
@@ -226,12 +435,51 @@ impl Exchange {
                 false
             }
             None => {
-                self.ensure_prepared(&s, st, to_server);
                 frontend::describe(to_server, Target::Statement, &s.server_name);
                 self.expect(Request::Describe { cache: Some(s), portal: None });
                 true
             }
         }
+    }
+
+    /// Close of a statement: of a registry statement, only the client's
+    /// name goes (the server copy stays, other clients share it; closing an
+    /// unknown name is not an error in PostgreSQL either), answered here;
+    /// of the client's own unnamed statement, forwarded if this connection
+    /// has it. Returns whether anything was forwarded.
+    pub(super) fn close_statement(
+        &mut self,
+        message: &[u8],
+        name: &str,
+        st: &mut Statements<'_>,
+        to_server: &mut BytesMut,
+    ) -> bool {
+        if !name.is_empty() {
+            let restore = st.client.remove(name).map(|s| (name.to_owned(), s));
+            self.due.push_back(Due::Local(Local::CloseComplete { restore }));
+            return false;
+        }
+        match std::mem::take(&mut self.unnamed) {
+            Unnamed::Own { here: true, .. } => {
+                self.pass(message, to_server, Request::Close { evicted: None });
+                true
+            }
+            _ => {
+                self.due.push_back(Due::Local(Local::CloseComplete { restore: None }));
+                false
+            }
+        }
+    }
+
+    /// A simple query destroys the unnamed statement (and the unnamed
+    /// portal), on a direct connection too.
+    pub(super) fn simple_query_sent(&mut self) {
+        self.unnamed = Unnamed::None;
+        self.deallocate_unnamed = false;
+        if self.deallocate_portal.as_deref() == Some("") {
+            self.deallocate_portal = None;
+        }
+        self.bound_changes("", None);
     }
 
     /// `DEALLOCATE name` of a statement the client prepared (psycopg sends
@@ -268,10 +516,8 @@ impl Exchange {
             return false;
         }
         frontend::parse(to_server, "", "", &[]);
-        self.expect(Request::Parse { undo: None, plain: false });
-        self.unnamed = None;
-        self.unnamed_parsed = true;
-        self.unnamed_plain = false;
+        let previous = std::mem::take(&mut self.unnamed);
+        self.expect(Request::Parse { parsed: Parsed::Unnamed { previous }, plain: false });
         self.deallocate_unnamed = true;
         true
     }
@@ -287,51 +533,110 @@ impl Exchange {
         }
     }
 
-    /// `s` was just prepared on this server connection for a Bind, and
-    /// clients may have its description (asyncpg and pgjdbc decode results
-    /// by it). On a direct connection a result type changed by DDL fails
-    /// the Bind (0A000); here the fresh Parse would succeed with the new
-    /// type. So pglane describes it and holds the client's messages until
-    /// the answer shows the same result columns (one round trip, once per
-    /// statement and server connection).
-    pub(super) fn check_result(&mut self, s: &Rc<Statement>, to_server: &mut BytesMut) {
-        let Some(expected) = s.described.borrow().clone() else { return };
-        if self.holding || self.hold_from.is_some() {
-            return;
-        }
-        frontend::describe(to_server, Target::Statement, &s.server_name);
-        frontend::flush(to_server);
-        self.due.push_back(Due::Server { request: Request::CheckResult { statement: s.clone(), expected }, forward: false });
-        self.hold_from = Some(to_server.len());
-        self.holding = true;
-    }
-
-    /// The answer to [`Exchange::check_result`]. A changed result: the
-    /// statement is retired (preparing its text again gives a fresh one)
-    /// and the server is made to fail ahead of the held Bind, so the client
-    /// gets 0A000 and the server skips to Sync, as on a direct connection.
-    pub(super) fn result_checked(&mut self, s: &Rc<Statement>, expected: &[u8], tag: u8, body: &[u8], st: &mut Statements<'_>) {
-        if same_result(expected, tag, body) {
-            return;
-        }
-        tracing::debug!(statement = %s.server_name, "the result type of a prepared statement changed");
-        st.registry.retire(s);
-        st.server.mark_stale(s.id);
-        frontend::execute(&mut self.for_server, "pglane: result type changed", 0);
-        self.due.push_front(Due::Server { request: Request::StaleResult, forward: true });
-    }
-
-    /// Makes sure this server connection has `s` before a Bind or Describe uses it.
-    pub(super) fn ensure_prepared(&mut self, s: &Rc<Statement>, st: &mut Statements<'_>, to_server: &mut BytesMut) {
+    /// Makes sure this server connection has `s` before a Bind or Describe
+    /// (or a rewritten query) uses it: if it lacks it, pglane parses it (as
+    /// [`prepare_body`] gives it) and, if clients hold its description,
+    /// checks it (`check`). Returns whether the client's messages now wait
+    /// for that check: the one that needed it, and what follows.
+    pub(super) fn prepare_here(
+        &mut self,
+        s: &Rc<Statement>,
+        check: Check,
+        st: &mut Statements<'_>,
+        to_server: &mut BytesMut,
+    ) -> bool {
         self.close_stale(st, to_server);
         if st.server.has(s.id) {
-            return;
+            return false;
         }
         self.make_room(s, st, to_server);
-        names::put_parse(to_server, &s.server_name, &s.key);
+        names::put_parse(to_server, &s.server_name, &prepare_body(s));
         st.registry.count(|c| c.server_parses += 1);
-        let undo = Some(Prepared { statement: s.clone(), client_name: None });
-        self.due.push_back(Due::Server { request: Request::Parse { undo, plain: false }, forward: false });
+        let parsed = Parsed::Statement { statement: s.clone(), name: None, previous: None };
+        self.due.push_back(Due::Server { request: Request::Parse { parsed, plain: false }, forward: false });
+        let Some(expected) = s.described.borrow().clone() else { return false };
+        let waits = check != Check::Verify;
+        self.check(s.clone(), expected, check, to_server);
+        waits
+    }
+
+    /// Describes `s`, just parsed on this connection, to see whether it is
+    /// still what clients were told (`expected`); unless the check is only
+    /// [`Check::Verify`], the client's messages from here wait for the
+    /// answer. One round trip, once per statement and server connection.
+    fn check(&mut self, s: Rc<Statement>, expected: Bytes, check: Check, to_server: &mut BytesMut) {
+        frontend::describe(to_server, Target::Statement, &s.server_name);
+        if check != Check::Verify {
+            frontend::flush(to_server);
+            self.holding = true;
+        }
+        self.due.push_back(Due::Server { request: Request::Check { statement: s, expected, check }, forward: false });
+    }
+
+    /// The answer to [`Exchange::check`]: `answer` is the ParameterDescription
+    /// and the RowDescription or NoData (whole) the server gave now.
+    ///
+    /// - Parsed by the client now, and different: its Parse made a new
+    ///   statement on a direct connection. The old one is retired (so is
+    ///   every other: DDL happened that pglane did not see), the client's
+    ///   name is a fresh statement with the new description, and this
+    ///   connection's copy is closed and parsed again under the fresh name.
+    /// - An old statement whose result changed: the server is made to fail
+    ///   ahead of the held messages, so the client gets 0A000 and the server
+    ///   skips to Sync, as on a direct connection.
+    pub(super) fn checked(&mut self, s: &Rc<Statement>, expected: &[u8], check: Check, answer: Bytes, st: &mut Statements<'_>) {
+        match check {
+            Check::Parse(name) if *expected != *answer => {
+                tracing::debug!(statement = %s.server_name, "a statement's description changed outside pglane's view");
+                st.registry.ddl_seen();
+                let fresh = st.registry.register(s.context, &s.key);
+                fresh.validated.set(true);
+                fresh.description.replace(Some(answer.clone()));
+                fresh.described.replace(Some(answer));
+                match name {
+                    ClientName::Named(name) => {
+                        st.client.remove(&name);
+                        let _ = st.client.insert(&name, fresh.clone());
+                    }
+                    ClientName::Unnamed => self.unnamed = Unnamed::Shared(fresh.clone()),
+                }
+                let mut out = std::mem::take(&mut self.for_server);
+                frontend::close(&mut out, Target::Statement, &s.server_name);
+                self.due.push_back(Due::Server { request: Request::Close { evicted: None }, forward: false });
+                st.server.remove(s.id);
+                self.make_room(&fresh, st, &mut out);
+                names::put_parse(&mut out, &fresh.server_name, &fresh.key);
+                let parsed = Parsed::Statement { statement: fresh, name: None, previous: None };
+                self.due.push_back(Due::Server { request: Request::Parse { parsed, plain: false }, forward: false });
+                self.for_server = out;
+            }
+            Check::Parse(_) => {}
+            Check::Verify => {
+                if *expected != *answer {
+                    tracing::debug!(statement = %s.server_name, "a statement's description changed outside pglane's view");
+                    st.registry.ddl_seen();
+                    st.server.mark_stale(s.id);
+                }
+            }
+            Check::Use => {
+                let row = answer.get(1..HEADER_LEN).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(i32::from_be_bytes);
+                let row = row.and_then(|len| answer.get(1 + usize::try_from(len).ok()?..));
+                let same = match row {
+                    Some(row) if row.len() >= HEADER_LEN => same_result(expected, row[0], &row[HEADER_LEN..]),
+                    _ => true,
+                };
+                if same {
+                    return;
+                }
+                tracing::debug!(statement = %s.server_name, "the result type of a prepared statement changed");
+                st.registry.retire(s);
+                st.server.mark_stale(s.id);
+                frontend::execute(&mut self.for_server, "pglane: result type changed", 0);
+                self.due.push_front(Due::Server { request: Request::StaleResult, forward: true });
+                // The server skips what follows up to Sync; so does pglane.
+                self.skip_to_sync = true;
+            }
+        }
     }
 
     /// Records `s` on the server connection, closing the statement it evicts.
@@ -362,5 +667,20 @@ impl Exchange {
         };
         self.raise(ErrorFields::error("26000", message));
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plannable_texts() {
+        for sql in ["select 1", "  (SELECT 1)", "insert into t values ($1)", "WITH a AS (select 1) select * from a", "table t"] {
+            assert!(is_plannable(sql.as_bytes()), "{sql}");
+        }
+        for sql in ["set x = 1", "begin", "create table t (a int)", "show search_path", "", "selectx"] {
+            assert!(!is_plannable(sql.as_bytes()), "{sql}");
+        }
     }
 }

@@ -1,0 +1,452 @@
+//! Sharing never changes a result: the same scripts of wire messages, sent by
+//! several clients with different session settings, get the same bytes back
+//! from PostgreSQL directly and through pglane in transaction mode.
+//!
+//! A scenario is a list of steps, each some protocol messages one client
+//! sends, answered up to its last ReadyForQuery. It runs once against
+//! PostgreSQL with one connection per client, and once through pglane with
+//! the clients sharing one or two server connections, against the same
+//! database (so that table and type OIDs agree), and every reply of every
+//! step must be the same, byte for byte. Each runs with pglane's defaults,
+//! with auto-prepare and binary format negotiation on, and with both off.
+//! `SHARING_SHOW=1` prints every step's replies, both ways.
+
+mod common;
+#[path = "common/raw.rs"]
+mod raw;
+
+use bytes::BytesMut;
+use common::{postgres, Pglane};
+use pglane::protocol::backend;
+use pglane::protocol::frame::Message;
+use pglane::protocol::frontend::{self, Target};
+use raw::{error_code, first_column, RawClient};
+
+/// The role every client logs in as: trusted over TCP by the test server.
+const USER: &str = "trustuser";
+
+/// What pglane runs with in a scenario.
+#[derive(Clone, Copy, Debug)]
+enum Features {
+    /// The config's defaults.
+    Defaults,
+    /// auto_prepare (from the first execution) and binary_negotiation.
+    Everything,
+    /// Both off.
+    Nothing,
+}
+
+impl Features {
+    fn config(self) -> &'static str {
+        match self {
+            Features::Defaults => "",
+            Features::Everything => "auto_prepare = true\nauto_prepare_after = 1\nbinary_negotiation = true\n",
+            Features::Nothing => "auto_prepare = false\nbinary_negotiation = false\n",
+        }
+    }
+}
+
+const ALL_FEATURES: [Features; 3] = [Features::Defaults, Features::Everything, Features::Nothing];
+
+/// One client's messages, answered up to the last of their ReadyForQuerys.
+struct Step {
+    client: usize,
+    bytes: BytesMut,
+}
+
+struct Scenario {
+    /// Each client's startup parameters beyond user and database.
+    clients: Vec<Vec<(&'static str, &'static str)>>,
+    steps: Vec<Step>,
+}
+
+impl Scenario {
+    fn new(clients: &[&[(&'static str, &'static str)]]) -> Scenario {
+        Scenario { clients: clients.iter().map(|c| c.to_vec()).collect(), steps: Vec::new() }
+    }
+
+    fn step(&mut self, client: usize, build: impl FnOnce(&mut BytesMut)) -> &mut Self {
+        let mut bytes = BytesMut::new();
+        build(&mut bytes);
+        self.steps.push(Step { client, bytes });
+        self
+    }
+
+    /// A simple query.
+    fn query(&mut self, client: usize, sql: &str) -> &mut Self {
+        self.step(client, |b| frontend::query(b, sql))
+    }
+
+    /// `sql` as libpq's PQexecParams sends it: the unnamed statement and
+    /// portal, text parameters, Describe portal, Execute, Sync.
+    fn exec_params(&mut self, client: usize, sql: &str, params: &[&str]) -> &mut Self {
+        self.step(client, |b| unnamed_exec(b, sql, params))
+    }
+
+    /// Parse of `name` with Describe statement, then Sync (PQprepare +
+    /// PQdescribePrepared in one go).
+    fn prepare(&mut self, client: usize, name: &str, sql: &str) -> &mut Self {
+        self.step(client, |b| {
+            frontend::parse(b, name, sql, &[]);
+            frontend::describe(b, Target::Statement, name);
+            frontend::sync(b);
+        })
+    }
+
+    /// Bind of `name` with text parameters, Describe portal, Execute, Sync
+    /// (PQexecPrepared).
+    fn exec_prepared(&mut self, client: usize, name: &str, params: &[&str]) -> &mut Self {
+        self.step(client, |b| bind_exec(b, name, params))
+    }
+
+    /// The replies to every step, through a connection per client to `port`
+    /// and `database`.
+    fn run(&self, port: u16, database: &str) -> Vec<Vec<Message>> {
+        let mut clients: Vec<RawClient> = self
+            .clients
+            .iter()
+            .map(|params| {
+                let mut all = vec![("user", USER), ("database", database)];
+                all.extend(params.iter().copied());
+                RawClient::login_with(port, &all)
+            })
+            .collect();
+        self.steps
+            .iter()
+            .map(|step| {
+                let client = &mut clients[step.client];
+                client.send(&step.bytes);
+                (0..ready_count(&step.bytes)).flat_map(|_| client.until_ready()).collect()
+            })
+            .collect()
+    }
+}
+
+/// How many ReadyForQuery messages the server owes for `bytes`: one per
+/// Query and per Sync.
+fn ready_count(bytes: &[u8]) -> usize {
+    let mut rest = bytes;
+    let mut count = 0;
+    while rest.len() >= 5 {
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        if matches!(rest[0], frontend::QUERY | frontend::SYNC) {
+            count += 1;
+        }
+        rest = &rest[1 + len..];
+    }
+    count
+}
+
+fn unnamed_exec(b: &mut BytesMut, sql: &str, params: &[&str]) {
+    frontend::parse(b, "", sql, &[]);
+    bind_exec(b, "", params);
+}
+
+fn bind_exec(b: &mut BytesMut, name: &str, params: &[&str]) {
+    frontend::bind(b, "", name, &[], params.iter().map(|p| Some(p.as_bytes())), &[]);
+    frontend::describe(b, Target::Portal, "");
+    frontend::execute(b, "", 0);
+    frontend::sync(b);
+}
+
+/// A readable form of a reply, for failure messages.
+fn show(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .map(|m| match m.tag {
+            backend::DATA_ROW => format!("D{:?}", first_column(std::slice::from_ref(m))),
+            backend::ERROR_RESPONSE => {
+                let e = backend::decode_error_fields(&m.body).expect("error");
+                format!("E[{} {}]", e.code, e.message)
+            }
+            backend::COMMAND_COMPLETE => format!("C[{}]", backend::decode_command_complete(&m.body).unwrap_or("?")),
+            backend::PARAMETER_STATUS => {
+                let (n, v) = backend::decode_parameter_status(&m.body).expect("status");
+                format!("S[{n}={v}]")
+            }
+            tag => (tag as char).to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs `scenario` against PostgreSQL directly and through pglane (one
+/// shard, `pool_size` server connections, `features`), in database `db`
+/// (created fresh, owned by the clients' role, with `setup` run in it as
+/// that role), and asserts the replies are the
+/// same bytes.
+fn same_through_pglane(db: &str, setup: &str, pool_size: usize, scenario: &Scenario) {
+    let pg = postgres();
+    for features in ALL_FEATURES {
+        pg.fresh_database(db, Some(USER));
+        if !setup.is_empty() {
+            pg.psql_db(db, &format!("set role {USER}; {setup}"));
+        }
+        let direct = scenario.run(pg.port, db);
+        let lane = Pglane::trusting_on_one_shard(USER, features.config(), db, pool_size);
+        let through = scenario.run(lane.port, "app");
+        if std::env::var_os("SHARING_SHOW").is_some() {
+            for (i, (d, t)) in direct.iter().zip(&through).enumerate() {
+                eprintln!("{features:?} step {i}:\n  direct: {}\n  pglane: {}", show(d), show(t));
+            }
+        }
+        for (i, (d, t)) in direct.iter().zip(&through).enumerate() {
+            assert!(
+                d == t,
+                "step {i} (client {}) with {features:?}:\n  direct: {}\n  pglane: {}\n--- pglane log ---\n{}",
+                scenario.steps[i].client,
+                show(d),
+                show(t),
+                lane.log()
+            );
+        }
+    }
+}
+
+/// psycopg's `pgconn.exec_params`: once the client mentioned search_path,
+/// its unnamed statements passed through, but its Binds still ran the last
+/// statement it had mapped (direct: first, first, SET, second, third).
+#[test]
+fn the_unnamed_statement_is_what_the_client_last_parsed() {
+    let mut s = Scenario::new(&[&[]]);
+    s.exec_params(0, "select 'first'", &[])
+        .exec_params(0, "select 'first'", &[])
+        .exec_params(0, "set search_path to public", &[])
+        .exec_params(0, "select 'second'", &[])
+        .exec_params(0, "select 'third' where true", &[])
+        .exec_params(0, "select $1::text", &["fourth"]);
+    same_through_pglane("sharing_unnamed", "", 1, &s);
+}
+
+/// A literal `'...'::timestamptz` is converted when the statement is
+/// parsed, in the parsing session's TimeZone: clients in other zones must
+/// not get the first client's instant.
+#[test]
+fn literals_are_read_in_each_clients_time_zone() {
+    let zones: [&[(&str, &str)]; 4] =
+        [&[("TimeZone", "Etc/GMT+2")], &[("TimeZone", "Etc/GMT-2")], &[("TimeZone", "UTC")], &[("TimeZone", "Asia/Kolkata")]];
+    let mut s = Scenario::new(&zones);
+    let texts = [
+        "select '2000-01-02 03:00:00.456789'::timestamptz",
+        "select '2000-01-02 03:00:00'::timestamptz = '2000-01-02 03:00:00+00'",
+        "select '03:00:00'::timetz",
+        "select extract(epoch from '2000-01-02 03:00:00'::timestamptz)",
+    ];
+    for client in 0..4 {
+        for (i, sql) in texts.iter().enumerate() {
+            s.exec_params(client, sql, &[]);
+            s.prepare(client, &format!("tz_{i}"), sql);
+            s.exec_prepared(client, &format!("tz_{i}"), &[]);
+            // The same text again: auto-prepare's simple queries.
+            s.query(client, sql);
+        }
+    }
+    // And after a client changed its zone mid-session.
+    s.query(0, "set timezone to 'America/New_York'");
+    s.exec_params(0, texts[0], &[]);
+    s.query(0, texts[0]);
+    s.prepare(0, "tz_after", texts[0]).exec_prepared(0, "tz_after", &[]);
+    same_through_pglane("sharing_tz", "", 2, &s);
+}
+
+/// DateStyle decides how `01/02/2000` is read, IntervalStyle how a
+/// negative SQL-standard interval is.
+#[test]
+fn literals_are_read_in_each_clients_date_and_interval_style() {
+    let clients: [&[(&str, &str)]; 4] = [
+        &[("DateStyle", "ISO, MDY")],
+        &[("DateStyle", "ISO, DMY")],
+        &[("IntervalStyle", "sql_standard")],
+        &[("IntervalStyle", "postgres")],
+    ];
+    let mut s = Scenario::new(&clients);
+    for client in 0..4 {
+        for (i, sql) in ["select '01/02/2000'::date", "select '-1 2:03:04'::interval"].iter().enumerate() {
+            s.exec_params(client, sql, &[]);
+            s.prepare(client, &format!("style_{i}"), sql).exec_prepared(client, &format!("style_{i}"), &[]);
+            s.query(client, sql);
+        }
+    }
+    same_through_pglane("sharing_style", "", 1, &s);
+}
+
+/// `set_config(..., false)` changes the session: the next client of that
+/// server connection must not inherit it.
+#[test]
+fn set_config_stays_with_its_client() {
+    let mut s = Scenario::new(&[&[], &[]]);
+    s.query(0, "select set_config('statement_timeout', '1234', false)")
+        .query(1, "show statement_timeout")
+        .query(0, "show statement_timeout")
+        .exec_params(0, "select pg_catalog.set_config('lock_timeout', '4321', false)", &[])
+        .exec_params(1, "show lock_timeout", &[])
+        .exec_params(0, "show lock_timeout", &[])
+        .query(0, "select set_config('default_transaction_read_only', 'on', false)")
+        .query(1, "create table t_ro (a int); drop table t_ro")
+        .query(0, "show default_transaction_read_only")
+        .query(0, "create table t_ro (a int)");
+    same_through_pglane("sharing_set_config", "", 1, &s);
+}
+
+/// pgjdbc sends `SET extra_float_digits = 3` over the extended protocol on
+/// every connection: carried like a simple-query SET, to every server
+/// connection the client gets, and to no other client.
+#[test]
+fn a_set_over_the_extended_protocol_is_carried() {
+    let mut s = Scenario::new(&[&[], &[]]);
+    s.exec_params(0, "SET extra_float_digits = 3", &[])
+        .exec_params(1, "SET application_name = 'b'", &[])
+        .query(1, "show extra_float_digits")
+        .query(0, "show extra_float_digits")
+        .exec_params(0, "select 0.1::float8", &[])
+        .exec_params(1, "select 0.1::float8", &[])
+        .exec_params(0, "RESET extra_float_digits", &[])
+        .query(0, "show extra_float_digits")
+        .query(1, "show application_name");
+    same_through_pglane("sharing_extended_set", "", 1, &s);
+}
+
+/// A type dropped and created again has a new OID: a Describe through
+/// pglane must answer with the new one, as PostgreSQL does, for a client
+/// that prepares the text after the DDL (asyncpg: "could not resolve query
+/// result and/or argument types"), whether the DDL came through pglane
+/// (from a client of another server connection) or not.
+#[test]
+fn descriptions_follow_ddl() {
+    let pg = postgres();
+    let db = "sharing_ddl";
+    for features in ALL_FEATURES {
+        pg.fresh_database(db, Some(USER));
+        pg.psql_db(db, &format!("set role {USER}; create type mood as enum ('happy'); create extension hstore"));
+        let lane = Pglane::trusting_on_one_shard(USER, features.config(), db, 2);
+        let login = || RawClient::login_with(lane.port, &[("user", USER), ("database", "app")]);
+        let (mut a, mut b) = (login(), login());
+        let oid = |name: &str| -> u32 { pg.psql_db(db, &format!("select '{name}'::regtype::oid")).parse().unwrap() };
+        let described = |client: &mut RawClient, name: &str, sql: &str| -> (u32, u32) {
+            let mut out = BytesMut::new();
+            frontend::parse(&mut out, name, sql, &[]);
+            frontend::describe(&mut out, Target::Statement, name);
+            frontend::sync(&mut out);
+            client.send(&out);
+            let got = client.until_ready();
+            let param = got.iter().find(|m| m.tag == backend::PARAMETER_DESCRIPTION).expect("ParameterDescription");
+            let row = got.iter().find(|m| m.tag == backend::ROW_DESCRIPTION).expect("RowDescription");
+            let param = backend::decode_parameter_description(&param.body).unwrap()[0];
+            let row = backend::decode_row_description(&row.body).unwrap()[0].type_oid;
+            (param, row)
+        };
+        let mood = oid("mood");
+        assert_eq!(described(&mut a, "d1", "select $1::mood"), (mood, mood));
+        assert_eq!(described(&mut b, "d1", "select $1::mood"), (mood, mood));
+        // Through pglane, by a client on another server connection.
+        let mut out = BytesMut::new();
+        frontend::query(&mut out, "begin; select 1");
+        a.send(&out);
+        a.until_ready();
+        out.clear();
+        frontend::query(&mut out, "drop type mood; create type mood as enum ('sad', 'happy')");
+        b.send(&out);
+        assert_eq!(error_code(&b.until_ready()), None);
+        out.clear();
+        frontend::query(&mut out, "commit");
+        a.send(&out);
+        a.until_ready();
+        let mood = oid("mood");
+        assert_eq!(described(&mut a, "d2", "select $1::mood"), (mood, mood), "{features:?}: DDL through pglane");
+        assert_eq!(described(&mut b, "d2", "select $1::mood"), (mood, mood), "{features:?}: DDL through pglane");
+        // Elsewhere: pglane did not see it.
+        let hstore = oid("hstore");
+        assert_eq!(described(&mut a, "h1", "select $1::hstore"), (hstore, hstore));
+        pg.psql_db(db, &format!("set role {USER}; drop extension hstore; create extension hstore"));
+        let hstore = oid("hstore");
+        // a holds its server connection (which prepared h1 before the DDL):
+        // the others run on the other one, which prepares the text anew.
+        let mut out = BytesMut::new();
+        frontend::query(&mut out, "begin");
+        a.send(&out);
+        a.until_ready();
+        for round in 0..3 {
+            let c = &mut login();
+            let got = described(c, &format!("h{}", round + 2), "select $1::hstore");
+            assert_eq!(got, (hstore, hstore), "{features:?}: DDL elsewhere, round {round}");
+        }
+        out.clear();
+        frontend::query(&mut out, "commit");
+        a.send(&out);
+        a.until_ready();
+        // And then on a's connection too: the change retired what it had.
+        assert_eq!(described(&mut a, "h9", "select $1::hstore"), (hstore, hstore), "{features:?}: DDL elsewhere, then");
+    }
+}
+
+/// A Parse with 32,768 parameter types or more, and a Bind with as many
+/// values: PostgreSQL takes up to 65,535 (the counts are unsigned).
+#[test]
+fn up_to_65535_parameters() {
+    for n in [32_767usize, 32_768, 65_535] {
+        let list: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
+        let sql = format!("select cardinality(array[{}])", list.join(","));
+        let values: Vec<String> = (1..=n).map(|_| "1".to_owned()).collect();
+        let pg = postgres();
+        pg.fresh_database("sharing_params", None);
+        for features in ALL_FEATURES {
+            let lane = Pglane::trusting_on_one_shard(USER, features.config(), "sharing_params", 1);
+            let mut client = RawClient::login_with(lane.port, &[("user", USER), ("database", "app")]);
+            let mut out = BytesMut::new();
+            let types = vec![23u32; n];
+            frontend::parse(&mut out, "big", &sql, &types);
+            frontend::bind(&mut out, "", "big", &[], values.iter().map(|v| Some(v.as_bytes())), &[]);
+            frontend::execute(&mut out, "", 0);
+            frontend::sync(&mut out);
+            client.send(&out);
+            let got = client.until_ready();
+            assert_eq!(error_code(&got), None, "{n} parameters with {features:?}: {}", show(&got));
+            assert_eq!(first_column(&got), vec![n.to_string()], "{n} parameters with {features:?}");
+        }
+    }
+}
+
+/// DDL seen through one shard reaches the statements of every shard: a
+/// client of another shard that prepares the text again gets the new type.
+#[test]
+fn ddl_through_one_shard_is_seen_by_the_others() {
+    let pg = postgres();
+    let db = "sharing_ddl_shards";
+    pg.fresh_database(db, Some(USER));
+    pg.psql_db(db, &format!("set role {USER}; create type mood as enum ('happy')"));
+    let lane = Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\nauth_type = \"trust\"\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\n\
+             dbname = \"{db}\"\npool_size = 2\n[users.{USER}]\n",
+            pg.port
+        ),
+        &["--cores", "2"],
+    );
+    let oid = || -> u32 { pg.psql_db(db, "select 'mood'::regtype::oid").parse().unwrap() };
+    // Clients that log in one after another are spread over the shards.
+    let mut clients: Vec<RawClient> =
+        (0..4).map(|_| RawClient::login_with(lane.port, &[("user", USER), ("database", "app")])).collect();
+    let describe = |client: &mut RawClient, name: &str| -> u32 {
+        let mut out = BytesMut::new();
+        frontend::parse(&mut out, name, "select $1::mood", &[]);
+        frontend::describe(&mut out, Target::Statement, name);
+        frontend::sync(&mut out);
+        client.send(&out);
+        let got = client.until_ready();
+        let param = got.iter().find(|m| m.tag == backend::PARAMETER_DESCRIPTION).expect("ParameterDescription");
+        backend::decode_parameter_description(&param.body).unwrap()[0]
+    };
+    let before = oid();
+    for client in &mut clients {
+        assert_eq!(describe(client, "m1"), before);
+    }
+    let mut out = BytesMut::new();
+    frontend::query(&mut out, "drop type mood; create type mood as enum ('sad')");
+    clients[0].send(&out);
+    assert_eq!(error_code(&clients[0].until_ready()), None);
+    let after = oid();
+    assert_ne!(before, after);
+    for (i, client) in clients.iter_mut().enumerate() {
+        assert_eq!(describe(client, "m2"), after, "client {i}");
+    }
+}
