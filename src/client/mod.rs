@@ -103,9 +103,13 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     };
     let mode = config.pool_mode_for(&database, &user);
     let auto_prepare = config.auto_prepare_policy();
-    let exchange = match config.server_pipelining && !config.binary_negotiation && mode == PoolMode::Transaction {
-        true => Exchange::new(auto_prepare).with_pipelining(),
-        false => Exchange::new(auto_prepare),
+    let exchange = match mode {
+        // The client keeps its server connection: nothing to share or rename.
+        PoolMode::Session => Exchange::passing_through(),
+        PoolMode::Transaction if config.server_pipelining && !config.binary_negotiation => {
+            Exchange::new(auto_prepare).with_pipelining()
+        }
+        PoolMode::Transaction => Exchange::new(auto_prepare),
     };
     let mut session = Session {
         shard: shard.clone(),
@@ -418,11 +422,13 @@ impl Session {
                     client: &mut self.statements,
                     client_settings: &mut self.settings,
                     server: &server.session,
-                    negotiation: self.config.binary_negotiation.then_some(exchange::Negotiation {
-                        server_params: &server.params,
-                        output_defaults: &server.output_defaults,
-                        max_row: self.config.max_message_size,
-                    }),
+                    negotiation: (self.config.binary_negotiation && self.mode == PoolMode::Transaction).then_some(
+                        exchange::Negotiation {
+                            server_params: &server.params,
+                            output_defaults: &server.output_defaults,
+                            max_row: self.config.max_message_size,
+                        },
+                    ),
                 },
                 release_when_idle,
                 shutdown: &self.shard.shutdown,

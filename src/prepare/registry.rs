@@ -394,6 +394,12 @@ impl ClientStatements {
         self.names.get(name)
     }
 
+    /// A name of the client's for `statement`, if it has one (for errors:
+    /// a scan of its names).
+    pub fn name_of(&self, statement: &Rc<Statement>) -> Option<&str> {
+        self.names.iter().find(|(_, s)| Rc::ptr_eq(s, statement)).map(|(name, _)| name.as_str())
+    }
+
     pub fn insert(&mut self, name: &str, statement: Rc<Statement>) -> Result<(), StatementLimit> {
         if self.names.len() >= self.limit {
             return Err(StatementLimit(self.limit));

@@ -274,6 +274,10 @@ pub struct Exchange {
     ddl_pending: bool,
     /// Auto-prepare's state for this client; None when it is off.
     auto: Option<AutoPrepare>,
+    /// The client's statements are its own on its server connection
+    /// (session mode): its messages pass through as sent
+    /// ([`Exchange::passing_through`]). Else they are the pool's, shared.
+    passes_through: bool,
     /// Texts this client sent that no scan found anything in.
     quiet: QuietTexts,
     /// Messages for the server that a server message caused (a rewritten
@@ -329,6 +333,14 @@ impl Exchange {
         Exchange { auto: auto_prepare.map(AutoPrepare::new), ..Exchange::default() }
     }
 
+    /// An exchange that renames, shares and rewrites nothing: every message
+    /// goes to the server as the client sent it, for a client that keeps its
+    /// server connection (session mode). Replies are still matched, for the
+    /// relay to know where the conversation stands.
+    pub fn passing_through() -> Exchange {
+        Exchange { passes_through: true, ..Exchange::default() }
+    }
+
     /// The client's transaction is over and its server connection goes back:
     /// what was about that connection is forgotten, the client's own state
     /// (auto-prepare, its unnamed statement) is kept.
@@ -355,6 +367,7 @@ impl Exchange {
             contexts: _,
             ddl_pending,
             auto,
+            passes_through: _,
             quiet: _,
             for_server,
             negotiator,
@@ -447,6 +460,9 @@ impl Exchange {
             self.note_bind(body);
         }
         let forwarded = match tag {
+            frontend::PARSE | frontend::BIND | frontend::DESCRIBE | frontend::CLOSE | frontend::QUERY if self.passes_through => {
+                self.pass_through(tag, message, to_server)
+            }
             frontend::PARSE => self.parse(message, body, st, to_server),
             frontend::BIND => self.bind(message, body, st, to_server),
             frontend::DESCRIBE => match names::split_target(body) {
@@ -598,6 +614,19 @@ impl Exchange {
         }
     }
 
+    /// A message of a client whose statements are its own
+    /// ([`Exchange::passing_through`]), as it sent it.
+    fn pass_through(&mut self, tag: u8, message: &[u8], to_server: &mut BytesMut) -> bool {
+        let request = match tag {
+            frontend::PARSE => Request::Parse { parsed: Parsed::Nothing, plain: false },
+            frontend::BIND => Request::Bind { statement: None, plain: false },
+            frontend::DESCRIBE => Request::Describe { cache: None, portal: None },
+            frontend::CLOSE => Request::Close { evicted: None },
+            _ => Request::Query { plain: false },
+        };
+        self.pass_request(message, to_server, request)
+    }
+
     fn pass(&mut self, message: &[u8], to_server: &mut BytesMut, request: Request) {
         to_server.extend_from_slice(message);
         self.expect(request);
@@ -699,6 +728,9 @@ impl Exchange {
                         }
                         forward = false;
                     }
+                }
+                if forward && self.write_error_in_clients_names(body, st, to_client) {
+                    forward = false;
                 }
                 self.server_error(body, st)
             }

@@ -639,6 +639,46 @@ impl Exchange {
         }
     }
 
+    /// Writes an error the server sent for a request about a registry
+    /// statement with pglane's name for it (`bind message supplies 1
+    /// parameters, but prepared statement "pglane_0_7" requires 2`) put back
+    /// as the client's own, as PostgreSQL would have named it to the client.
+    /// Returns false, having written nothing, when the error names no
+    /// statement of pglane's (nearly always).
+    pub(super) fn write_error_in_clients_names(&self, body: &[u8], st: &Statements<'_>, to_client: &mut BytesMut) -> bool {
+        self.error_in_clients_names(body, st, to_client).is_some()
+    }
+
+    fn error_in_clients_names(&self, body: &[u8], st: &Statements<'_>, to_client: &mut BytesMut) -> Option<()> {
+        if !body.windows(7).any(|w| w == b"pglane_") {
+            return None;
+        }
+        let statement = match self.due.front() {
+            Some(Due::Server {
+                request: Request::Bind { statement: Some(s), .. } | Request::Describe { cache: Some(s), .. },
+                ..
+            }) => s,
+            Some(Due::Server { request: Request::Parse { parsed: Parsed::Statement { statement, .. }, .. }, .. }) => statement,
+            _ => return None,
+        };
+        let name = match &self.unnamed {
+            Unnamed::Shared(u) if Rc::ptr_eq(u, statement) => String::new(),
+            _ => st.client.name_of(statement)?.to_owned(),
+        };
+        let (ours, theirs) = (format!("\"{}\"", statement.server_name), format!("\"{name}\""));
+        let fields = backend::error_field_list(body).ok()?;
+        let renamed: Vec<(u8, Vec<u8>)> = fields
+            .iter()
+            .map(|&(code, value)| match std::str::from_utf8(value) {
+                Ok(text) if text.contains(&ours) => (code, text.replace(&ours, &theirs).into_bytes()),
+                _ => (code, value.to_vec()),
+            })
+            .collect();
+        let fields: Vec<(u8, &[u8])> = renamed.iter().map(|(c, v)| (*c, v.as_slice())).collect();
+        backend::put_error_field_list(to_client, backend::ERROR_RESPONSE, &fields);
+        Some(())
+    }
+
     /// Records `s` on the server connection, closing the statement it evicts.
     pub(super) fn make_room(&mut self, s: &Statement, st: &mut Statements<'_>, to_server: &mut BytesMut) {
         if let Some(evicted) = st.server.add(s) {
