@@ -12,7 +12,7 @@ mod raw;
 #[path = "common/scenario.rs"]
 mod scenario;
 
-use scenario::{same_through_pglane, same_through_pglane_in, Scenario, USER};
+use scenario::{same_through_pglane, same_through_pglane_in, Scenario};
 
 #[test]
 fn session_mode_passes_statements_through() {
