@@ -28,7 +28,7 @@ struct Cli {
     /// Run from an existing pgbouncer.ini, with its %include files and its
     /// auth_file. Each setting pglane ignores is logged as a warning; settings
     /// it cannot safely ignore (auth_type = cert or ldap, disable_pqexec = 1,
-    /// ...) are errors. See "Replacing PgBouncer" in README.md.
+    /// ...) are errors. See docs/migrating-from-pgbouncer.md.
     #[arg(long, value_name = "FILE")]
     pgbouncer_ini: Option<PathBuf>,
 

@@ -156,7 +156,8 @@ pub struct Config {
     #[serde(default)]
     pub client_idle_timeout: f64,
     /// Seconds a client may sit idle inside a transaction, holding its server
-    /// connection, before both are closed; 0: never.
+    /// connection, before its transaction is rolled back and it is
+    /// disconnected (the server connection is kept); 0: never.
     #[serde(default)]
     pub idle_transaction_timeout: f64,
     /// Seconds a query may run before it is cancelled and its client
