@@ -106,9 +106,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     let exchange = match mode {
         // The client keeps its server connection: nothing to share or rename.
         PoolMode::Session => Exchange::passing_through(),
-        PoolMode::Transaction if config.server_pipelining && !config.binary_negotiation => {
-            Exchange::new(auto_prepare).with_pipelining()
-        }
+        PoolMode::Transaction if config.server_pipelining => Exchange::new(auto_prepare).with_pipelining(),
         PoolMode::Transaction => Exchange::new(auto_prepare),
     };
     let mut session = Session {
@@ -422,7 +420,7 @@ impl Session {
                     client: &mut self.statements,
                     client_settings: &mut self.settings,
                     server: &server.session,
-                    negotiation: (self.config.binary_negotiation && self.mode == PoolMode::Transaction).then_some(
+                    negotiation: (self.config.negotiates() && self.mode == PoolMode::Transaction).then_some(
                         exchange::Negotiation {
                             server_params: &server.params,
                             output_defaults: &server.output_defaults,

@@ -186,8 +186,8 @@ pub struct Config {
     /// Binary format negotiation: for prepared statements whose result
     /// columns pglane knows, ask the server for binary where the client wants
     /// text and the type can be turned back into PostgreSQL's exact text
-    /// (see `client::negotiate` for which types and when).
-    #[serde(default)]
+    /// (see `client::negotiate` for which types and when). On by default.
+    #[serde(default = "defaults::on")]
     pub binary_negotiation: bool,
     /// Server pipelining (transaction mode): when a client's request in
     /// flight leaves the server session as it found it (plain SELECT,
@@ -206,7 +206,8 @@ pub struct Config {
     pub max_client_prepared_statements: usize,
     /// Auto-prepare: run simple queries of a validated shape, and unnamed
     /// statements, as shared named server-side statements (see `prepare`).
-    #[serde(default)]
+    /// On by default.
+    #[serde(default = "defaults::on")]
     pub auto_prepare: bool,
     /// Simple queries of a new shape before it is validated (1: the first).
     #[serde(default = "defaults::auto_prepare_after")]
@@ -252,6 +253,9 @@ pub struct Config {
 }
 
 mod defaults {
+    pub fn on() -> bool {
+        true
+    }
     pub fn unix_socket_mode() -> u32 {
         0o777
     }
@@ -460,6 +464,13 @@ pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>, String> {
 impl Config {
     /// Auto-prepare's policy for a new session: executions of a new shape
     /// before it is validated, or None when auto-prepare is off.
+    /// Whether binary format negotiation applies: `binary_negotiation`,
+    /// unless `server_pipelining` is on (the two do not work together yet:
+    /// a follower's portals are not negotiated, and the pipelining wins).
+    pub fn negotiates(&self) -> bool {
+        self.binary_negotiation && !self.server_pipelining
+    }
+
     pub fn auto_prepare_policy(&self) -> Option<u32> {
         self.auto_prepare.then_some(self.auto_prepare_after.max(1))
     }

@@ -605,7 +605,7 @@ impl Shard {
             max_prepared_statements: config.max_prepared_statements,
             tls: crate::net::tls::server_tls(config, &db.address()),
             scram_max_iterations: config.server_scram_max_iterations,
-            learn_output_settings: config.binary_negotiation,
+            learn_output_settings: config.negotiates(),
         };
         Some((target, Config::pool_size_per_shard(db.pool_size, self.shards, self.id)))
     }

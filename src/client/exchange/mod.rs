@@ -336,7 +336,9 @@ impl Exchange {
     /// An exchange that renames, shares and rewrites nothing: every message
     /// goes to the server as the client sent it, for a client that keeps its
     /// server connection (session mode). Replies are still matched, for the
-    /// relay to know where the conversation stands.
+    /// relay to know where the conversation stands, and the settings the
+    /// client changes are still followed (pglane applies its startup
+    /// settings with SET, so a RESET must go back to them, as on PostgreSQL).
     pub fn passing_through() -> Exchange {
         Exchange { passes_through: true, ..Exchange::default() }
     }
@@ -460,7 +462,7 @@ impl Exchange {
             self.note_bind(body);
         }
         let forwarded = match tag {
-            frontend::PARSE | frontend::BIND | frontend::DESCRIBE | frontend::CLOSE | frontend::QUERY if self.passes_through => {
+            frontend::BIND | frontend::DESCRIBE | frontend::CLOSE if self.passes_through => {
                 self.pass_through(tag, message, to_server)
             }
             frontend::PARSE => self.parse(message, body, st, to_server),
@@ -515,9 +517,13 @@ impl Exchange {
                         None => self.pending_changes.clear(),
                     }
                 }
-                self.deallocate(body, st, to_server)
-                    || self.rewrite_query(body, st, to_server)
-                    || self.pass_query(message, body, to_server)
+                if self.passes_through {
+                    self.pass_query(message, body, to_server)
+                } else {
+                    self.deallocate(body, st, to_server)
+                        || self.rewrite_query(body, st, to_server)
+                        || self.pass_query(message, body, to_server)
+                }
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
             frontend::COPY_DONE | frontend::COPY_FAIL => {
@@ -614,15 +620,13 @@ impl Exchange {
         }
     }
 
-    /// A message of a client whose statements are its own
+    /// A Bind, Describe or Close of a client whose statements are its own
     /// ([`Exchange::passing_through`]), as it sent it.
     fn pass_through(&mut self, tag: u8, message: &[u8], to_server: &mut BytesMut) -> bool {
         let request = match tag {
-            frontend::PARSE => Request::Parse { parsed: Parsed::Nothing, plain: false },
             frontend::BIND => Request::Bind { statement: None, plain: false },
             frontend::DESCRIBE => Request::Describe { cache: None, portal: None },
-            frontend::CLOSE => Request::Close { evicted: None },
-            _ => Request::Query { plain: false },
+            _ => Request::Close { evicted: None },
         };
         self.pass_request(message, to_server, request)
     }

@@ -128,9 +128,10 @@ impl Exchange {
         !self.pinned.is_some_and(SessionFeature::hides_meaning) && !self.settings_in_flux
     }
 
-    /// The client used `feature` (if any): it keeps its server connection.
+    /// The client used `feature` (if any): it keeps its server connection
+    /// (as a session-mode client does anyway).
     pub(super) fn pin(&mut self, feature: Option<SessionFeature>) {
-        if let Some(feature) = feature {
+        if let Some(feature) = feature.filter(|_| !self.passes_through) {
             self.pinned = Some(feature);
             tracing::info!("client pinned to its server connection until it disconnects: it used {}", feature.as_str());
         }

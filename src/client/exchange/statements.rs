@@ -196,20 +196,14 @@ impl Exchange {
             self.pass(message, to_server, Request::Parse { parsed: Parsed::Unnamed { previous }, plain: false });
             return true;
         };
-        let text = names::query_bytes(rest);
+        if self.passes_through {
+            self.watch_parse_text(rest, st);
+            self.pass(message, to_server, Request::Parse { parsed: Parsed::Nothing, plain: false });
+            return true;
+        }
         // The context is that of the settings before this text runs.
-        let context = self.context_for(text, st);
-        let watched = match self.quiet.get(text) {
-            Some(plain) => Watched { plain, ..Watched::default() },
-            None => {
-                let sql = names::parse_query(rest);
-                let watched = self.watch_text(sql, st);
-                if self.is_quiet_text(sql, &watched) {
-                    self.quiet.remember(text, watched.plain);
-                }
-                watched
-            }
-        };
+        let context = self.context_for(names::query_bytes(rest), st);
+        let watched = self.watch_parse_text(rest, st);
         if name.is_empty() {
             if self.deallocate_parsed(rest, st, to_server) {
                 return true;
@@ -230,6 +224,22 @@ impl Exchange {
             return false;
         }
         self.parse_shared(statement, ClientName::Named(name.to_owned()), None, st, to_server)
+    }
+
+    /// [`Exchange::watch_text`] of a Parse's text (`rest`: the Parse after
+    /// its name), skipped for a text found quiet before, and remembered if
+    /// it is quiet.
+    fn watch_parse_text(&mut self, rest: &[u8], st: &mut Statements<'_>) -> Watched {
+        let text = names::query_bytes(rest);
+        if let Some(plain) = self.quiet.get(text) {
+            return Watched { plain, ..Watched::default() };
+        }
+        let sql = names::parse_query(rest);
+        let watched = self.watch_text(sql, st);
+        if self.is_quiet_text(sql, &watched) {
+            self.quiet.remember(text, watched.plain);
+        }
+        watched
     }
 
     /// A Parse of the unnamed statement: the registry's statement for its
