@@ -322,8 +322,13 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
         let disabled = snapshots.iter().any(|s| s.disabled.contains(name));
         t.push(vec![
             s(name),
-            s(&db.host),
-            s(db.port),
+            // PgBouncer's columns: the host list, and one port; hosts on
+            // ports of their own are listed as host:port.
+            s(match db.port.len() {
+                1 => db.host.join(","),
+                _ => db.host.iter().zip(&db.port).map(|(h, p)| format!("{h}:{p}")).collect::<Vec<_>>().join(","),
+            }),
+            s(db.port[0]),
             s(db.dbname.as_deref().unwrap_or(name)),
             db.user.clone(),
             s(db.pool_size),

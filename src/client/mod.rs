@@ -783,8 +783,9 @@ impl Session {
     /// Releases the connection, or closes it (by dropping the lease) if it
     /// was left mid-conversation; returns it with what must run on it first
     /// if it needs cleaning.
-    fn release_if_clean(&mut self, server: Lease) -> Option<(Lease, Cleanup)> {
+    fn release_if_clean(&mut self, mut server: Lease) -> Option<(Lease, Cleanup)> {
         self.end_transaction();
+        server.refused_a_write |= self.exchange.tracker.take_read_only_error();
         // Replies owed to the client ahead still to come (server pipelining).
         let owed = std::mem::take(&mut self.skip_ready) > 0;
         let b = &mut self.buffers;

@@ -30,6 +30,10 @@ pub struct Tracker {
     copy_in: bool,
     copy_in_from_execute: bool,
     status: TransactionStatus,
+    /// The server answered a write with "cannot execute ... in a read-only
+    /// transaction" (25006): on a read-write pool its host may have become
+    /// read-only (see `pool::hosts`).
+    read_only_error: bool,
 }
 
 impl Default for Tracker {
@@ -42,6 +46,7 @@ impl Default for Tracker {
             copy_in: false,
             copy_in_from_execute: false,
             status: TransactionStatus::Idle,
+            read_only_error: false,
         }
     }
 }
@@ -92,8 +97,14 @@ impl Tracker {
                 self.copy_in = true;
                 self.copy_in_from_execute = self.last_run_was_execute;
             }
+            backend::ERROR_RESPONSE if is_read_only_error(body) => self.read_only_error = true,
             _ => {}
         }
+    }
+
+    /// Has the server refused a write as read-only since the last call?
+    pub fn take_read_only_error(&mut self) -> bool {
+        std::mem::take(&mut self.read_only_error)
     }
 
     /// How many Syncs the server ignores when the client ends the COPY FROM
@@ -128,9 +139,35 @@ impl Tracker {
     }
 }
 
+/// An ErrorResponse body whose SQLSTATE is 25006 (read_only_sql_transaction).
+fn is_read_only_error(body: &[u8]) -> bool {
+    backend::error_field_list(body).is_ok_and(|fields| fields.iter().any(|&(field, value)| field == b'C' && value == b"25006"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_only_error_is_noticed_once() {
+        let error = |code: &str| {
+            let mut out = bytes::BytesMut::new();
+            backend::error_response(
+                &mut out,
+                &backend::ErrorFields::error(code, "cannot execute INSERT in a read-only transaction"),
+            );
+            out[5..].to_vec()
+        };
+        let mut t = Tracker::default();
+        t.server_sent(backend::ERROR_RESPONSE, &error("42P01"));
+        assert!(!t.take_read_only_error());
+        t.server_sent(backend::ERROR_RESPONSE, &error("25006"));
+        t.server_sent(b'Z', b"I");
+        assert!(t.take_read_only_error());
+        assert!(!t.take_read_only_error(), "taken");
+        t.server_sent(backend::ERROR_RESPONSE, b"");
+        assert!(!t.take_read_only_error(), "a malformed body is no such error");
+    }
 
     fn run(t: &mut Tracker, client: &[u8]) {
         for &tag in client {

@@ -143,6 +143,27 @@ pub struct Config {
     /// Seconds a shutdown waits for transactions in flight before closing them.
     #[serde(default = "defaults::shutdown_timeout")]
     pub shutdown_timeout: f64,
+    /// Let another pglane listen on `listen` (and `metrics_listen`) too, for
+    /// a rolling restart: start the new one, then SIGTERM the old one, which
+    /// hands the port over (see `runtime::listeners`). Only a pglane may share
+    /// the port; any other process holding it is still refused.
+    #[serde(default)]
+    pub so_reuseport: bool,
+    /// Seconds a client that needs a new server connection keeps waiting
+    /// while no host of its database can serve it (refused, down, shutting
+    /// down, or not what target_session_attrs asks for: a failover in
+    /// progress), pglane trying the hosts again every quarter second; then it
+    /// gets the error. 0: at once. Errors that waiting cannot cure (a wrong
+    /// password, a missing database, too many connections) come at once.
+    #[serde(default = "defaults::server_retry_timeout")]
+    pub server_retry_timeout: f64,
+    /// Seconds between checks, on one idle server connection per host, that
+    /// the hosts of a database with a target_session_attrs other than "any"
+    /// still are what it asks for (a standby promoted, a primary made
+    /// read-only); the idle connections of a host that is not are closed,
+    /// lent ones when they come back. 0: never.
+    #[serde(default = "defaults::host_check_interval")]
+    pub host_check_interval: f64,
     /// Seconds a server connection may sit idle in its pool before it is
     /// closed; 0: never.
     #[serde(default = "defaults::server_idle_timeout")]
@@ -301,11 +322,17 @@ mod defaults {
     pub fn server_scram_max_iterations() -> u32 {
         crate::auth::scram::DEFAULT_MAX_ITERATIONS
     }
-    pub fn host() -> String {
-        "127.0.0.1".into()
+    pub fn hosts() -> Vec<String> {
+        vec!["127.0.0.1".into()]
     }
-    pub fn port() -> u16 {
-        5432
+    pub fn ports() -> Vec<u16> {
+        vec![5432]
+    }
+    pub fn server_retry_timeout() -> f64 {
+        5.0
+    }
+    pub fn host_check_interval() -> f64 {
+        5.0
     }
     pub fn pool_size() -> usize {
         20
@@ -350,16 +377,27 @@ impl std::fmt::Display for SslMode {
     }
 }
 
-/// A database clients may connect to, and the server it lives on.
+/// A database clients may connect to, and the servers it lives on.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Database {
-    /// A host name or IP address, or a directory holding PostgreSQL's unix
-    /// socket (`/var/run/postgresql`), as libpq spells it.
-    #[serde(default = "defaults::host")]
-    pub host: String,
-    #[serde(default = "defaults::port")]
-    pub port: u16,
+    /// Host names or IP addresses, or directories holding PostgreSQL's unix
+    /// socket (`/var/run/postgresql`), as libpq spells them: one (`host =
+    /// "db1"`) or a list (`host = ["db1", "db2"]`), tried as
+    /// `target_session_attrs` and `load_balance_hosts` say (see
+    /// `crate::pool::hosts`).
+    #[serde(default = "defaults::hosts", deserialize_with = "one_or_many")]
+    pub host: Vec<String>,
+    /// One port for every host, or one per host, as libpq's `port` list.
+    #[serde(default = "defaults::ports", deserialize_with = "one_or_many")]
+    pub port: Vec<u16>,
+    /// Which hosts' sessions this database's server connections may use, as
+    /// libpq's setting of the same name.
+    #[serde(default)]
+    pub target_session_attrs: TargetSessionAttrs,
+    /// In which order a new server connection tries the hosts.
+    #[serde(default)]
+    pub load_balance_hosts: LoadBalanceHosts,
     /// The database's name on the server; defaults to the name clients use.
     pub dbname: Option<String>,
     /// Server connections for this database and one user, **over all shards**.
@@ -419,12 +457,111 @@ impl std::fmt::Display for ServerAddress {
 }
 
 impl Database {
-    pub fn address(&self) -> ServerAddress {
-        if self.host.starts_with('/') {
-            ServerAddress::Unix(Path::new(&self.host).join(format!(".s.PGSQL.{}", self.port)))
-        } else {
-            ServerAddress::Tcp { host: self.host.clone(), port: self.port }
+    /// The servers, in the order the config lists them: each host with its
+    /// port (the one port, when one is given for all).
+    pub fn addresses(&self) -> Vec<ServerAddress> {
+        self.host
+            .iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let port = self.port.get(i).or(self.port.first()).copied().unwrap_or(5432);
+                if host.starts_with('/') {
+                    ServerAddress::Unix(Path::new(host).join(format!(".s.PGSQL.{port}")))
+                } else {
+                    ServerAddress::Tcp { host: host.clone(), port }
+                }
+            })
+            .collect()
+    }
+
+    /// Several hosts, or a condition on the one: a server connection is
+    /// checked when it opens, and the pool keeps track of its hosts.
+    pub fn has_host_choice(&self) -> bool {
+        self.host.len() > 1 || self.target_session_attrs != TargetSessionAttrs::Any
+    }
+
+    fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        if self.pool_size == 0 {
+            return Err(invalid(format!("databases.{name}.pool_size must be at least 1")));
         }
+        if self.host.is_empty() || self.host.iter().any(String::is_empty) {
+            return Err(invalid(format!("databases.{name}.host is empty")));
+        }
+        if self.port.contains(&0) || self.port.is_empty() {
+            return Err(invalid(format!("databases.{name}.port must be a port number (1-65535)")));
+        }
+        if self.port.len() != 1 && self.port.len() != self.host.len() {
+            return Err(invalid(format!(
+                "databases.{name}.port lists {} ports for {} hosts: give one port for all hosts, or one per host",
+                self.port.len(),
+                self.host.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `target_session_attrs`: which sessions a server connection may be, as
+/// libpq defines them. PostgreSQL 14 and later report `in_hot_standby` and
+/// `default_transaction_read_only` at login; older servers are asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetSessionAttrs {
+    /// Any server will do (no check).
+    #[default]
+    Any,
+    /// A session that accepts writes by default: not in hot standby, and
+    /// `default_transaction_read_only` off.
+    ReadWrite,
+    /// The converse: in hot standby, or `default_transaction_read_only` on.
+    ReadOnly,
+    /// Not in hot standby.
+    Primary,
+    /// In hot standby.
+    Standby,
+    /// A standby if any host is one, else any server.
+    PreferStandby,
+}
+
+impl std::fmt::Display for TargetSessionAttrs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TargetSessionAttrs::Any => "any",
+            TargetSessionAttrs::ReadWrite => "read-write",
+            TargetSessionAttrs::ReadOnly => "read-only",
+            TargetSessionAttrs::Primary => "primary",
+            TargetSessionAttrs::Standby => "standby",
+            TargetSessionAttrs::PreferStandby => "prefer-standby",
+        })
+    }
+}
+
+/// `load_balance_hosts`: the order in which a new server connection tries a
+/// database's hosts (hosts known to be down or unsuitable are tried last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadBalanceHosts {
+    /// In the listed order, starting with the host the pool last got a
+    /// suitable connection from (libpq's default; PgBouncer's `disable`).
+    #[default]
+    Disable,
+    /// In a random order for each connection (libpq's `random`).
+    Random,
+    /// Each connection starts with the host after the previous one's
+    /// (PgBouncer's default for a host list).
+    RoundRobin,
+}
+
+/// A TOML value that is one `T` or a list of them (libpq's comma lists).
+fn one_or_many<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    match toml::Value::deserialize(deserializer)? {
+        toml::Value::Array(items) => items.into_iter().map(|item| T::deserialize(item).map_err(D::Error::custom)).collect(),
+        one => T::deserialize(one).map(|v| vec![v]).map_err(D::Error::custom),
     }
 }
 
@@ -548,18 +685,15 @@ impl Config {
             ("client_idle_timeout", self.client_idle_timeout),
             ("idle_transaction_timeout", self.idle_transaction_timeout),
             ("query_timeout", self.query_timeout),
+            ("server_retry_timeout", self.server_retry_timeout),
+            ("host_check_interval", self.host_check_interval),
         ] {
             if !(seconds.is_finite() && (0.0..=MAX_TIMEOUT_SECS).contains(&seconds)) {
                 return Err(invalid(format!("{name} must be 0 (off) or a number of seconds up to a year, not {seconds}")));
             }
         }
         for (name, db) in &self.databases {
-            if db.pool_size == 0 {
-                return Err(invalid(format!("databases.{name}.pool_size must be at least 1")));
-            }
-            if db.host.is_empty() {
-                return Err(invalid(format!("databases.{name}.host is empty")));
-            }
+            db.validate(name)?;
         }
         self.load_hba()?;
         for (name, db) in &self.databases {
@@ -681,7 +815,9 @@ password = "secret"
         assert_eq!(c.pool_mode, PoolMode::Transaction);
         assert_eq!(c.auth_type, AuthType::ScramSha256);
         assert_eq!(c.databases["app"].pool_size, 8);
-        assert_eq!(c.databases["app"].address(), ServerAddress::Tcp { host: "127.0.0.1".into(), port: 5432 });
+        assert_eq!(c.databases["app"].addresses(), vec![ServerAddress::Tcp { host: "127.0.0.1".into(), port: 5432 }]);
+        assert_eq!(c.databases["app"].target_session_attrs, TargetSessionAttrs::Any);
+        assert!(!c.databases["app"].has_host_choice());
         assert_eq!(c.max_message_size, 64 << 20);
         assert_eq!(c.pool_mode_for("app", "postgres"), PoolMode::Transaction);
     }
@@ -709,7 +845,46 @@ password = "secret"
     #[test]
     fn unix_socket_hosts() {
         let c = Config::parse(&MINIMAL.replace("host = \"127.0.0.1\"", "host = \"/var/run/postgresql\"")).unwrap();
-        assert_eq!(c.databases["app"].address(), ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5432".into()));
+        assert_eq!(c.databases["app"].addresses(), vec![ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5432".into())]);
+    }
+
+    #[test]
+    fn host_lists_as_libpq_has_them() {
+        let with = |lines: &str| Config::parse(&MINIMAL.replace("host = \"127.0.0.1\"\nport = 5432", lines));
+        let tcp = |host: &str, port| ServerAddress::Tcp { host: host.into(), port };
+        // One port for all hosts.
+        let c = with("host = [\"db1\", \"db2\"]\nport = 5433\ntarget_session_attrs = \"read-write\"").unwrap();
+        let db = &c.databases["app"];
+        assert_eq!(db.addresses(), vec![tcp("db1", 5433), tcp("db2", 5433)]);
+        assert_eq!((db.target_session_attrs, db.load_balance_hosts), (TargetSessionAttrs::ReadWrite, LoadBalanceHosts::Disable));
+        assert!(db.has_host_choice());
+        // One port per host, a unix socket among them.
+        let c = with("host = [\"db1\", \"/run/pg\"]\nport = [5432, 6543]\nload_balance_hosts = \"random\"").unwrap();
+        let db = &c.databases["app"];
+        assert_eq!(db.addresses(), vec![tcp("db1", 5432), ServerAddress::Unix("/run/pg/.s.PGSQL.6543".into())]);
+        assert_eq!(db.load_balance_hosts, LoadBalanceHosts::Random);
+        // A single host with a condition is a choice too: it is checked.
+        assert!(with("target_session_attrs = \"primary\"").unwrap().databases["app"].has_host_choice());
+        for (value, attrs) in [
+            ("any", TargetSessionAttrs::Any),
+            ("read-write", TargetSessionAttrs::ReadWrite),
+            ("read-only", TargetSessionAttrs::ReadOnly),
+            ("primary", TargetSessionAttrs::Primary),
+            ("standby", TargetSessionAttrs::Standby),
+            ("prefer-standby", TargetSessionAttrs::PreferStandby),
+        ] {
+            let c = with(&format!("target_session_attrs = \"{value}\"")).unwrap();
+            assert_eq!(c.databases["app"].target_session_attrs, attrs);
+            assert_eq!(attrs.to_string(), value);
+        }
+        let bad = |lines: &str| with(lines).unwrap_err().to_string();
+        assert!(bad("host = [\"a\", \"b\", \"c\"]\nport = [1, 2]").contains("lists 2 ports for 3 hosts"));
+        assert!(bad("host = []").contains("host is empty"));
+        assert!(bad("host = [\"a\", \"\"]").contains("host is empty"));
+        assert!(bad("port = 0").contains("port must be a port number"));
+        assert!(bad("port = [5432, \"x\"]").contains("expected u16"), "{}", bad("port = [5432, \"x\"]"));
+        assert!(bad("target_session_attrs = \"read_write\"").contains("read-write"));
+        assert!(bad("load_balance_hosts = \"yes\"").contains("random"));
     }
 
     #[test]

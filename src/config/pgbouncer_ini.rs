@@ -31,6 +31,8 @@
 //! | `unix_socket_dir` (default `/tmp`; empty: none) | `unix_socket_dir`, and `host` of databases without `host=` |
 //! | `unix_socket_mode` | the same |
 //! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]` |
+//! | `[databases]` `host=a,b port=5432,5433` (libpq's lists), `target_session_attrs`, `load_balance_hosts` | the same, as TOML lists |
+//! | `so_reuseport` | the same (rolling restarts; see `crate::runtime::listeners`) |
 //! | `[users]` `pool_mode` | `[users.NAME] pool_mode` |
 //!
 //! Every other setting, parameter or section becomes one [`Warning`] naming
@@ -45,7 +47,9 @@
 //! - PgBouncer's defaults are written out where they differ from pglane's: a
 //!   file without `pool_mode` pools per session, without `auth_type` uses md5,
 //!   without `max_client_conn` admits 100 clients, and a database without
-//!   `host=` uses the unix socket in `unix_socket_dir` (default `/tmp`).
+//!   `host=` uses the unix socket in `unix_socket_dir` (default `/tmp`), and
+//!   one with a host list and no `load_balance_hosts` spreads its connections
+//!   over the hosts (`round-robin`).
 //!   PgBouncer's `max_packet_size` default (2 GiB) is not: pglane keeps its own
 //!   limit unless the file sets one.
 //! - The `*` fallback database is ignored with a warning: pglane serves only
@@ -420,6 +424,9 @@ impl Translation<'_> {
                 self.set(key, line.value);
             }
         }
+        if let Some(line) = settings.remove("so_reuseport") {
+            self.set("so_reuseport", boolean(&line, "so_reuseport")?);
+        }
         self.tls_and_security(&mut settings)?;
         let globals = Globals {
             default_pool_size,
@@ -522,8 +529,9 @@ impl Translation<'_> {
         }
         let pairs = connstr::parse(&line.value).map_err(|e| invalid(line, &format!("[databases] {name}"), &e.to_string()))?;
         let mut database = Table::new();
-        let mut host = None;
-        let mut port = DEFAULT_SERVER_PORT;
+        let mut hosts = None;
+        let mut ports = vec![DEFAULT_SERVER_PORT];
+        let mut load_balance_hosts = None;
         let mut pool_size = globals.default_pool_size;
         for (key, value) in pairs {
             let setting = format!("{key} of database {name}");
@@ -531,8 +539,30 @@ impl Translation<'_> {
                 "dbname" | "user" | "auth_user" | "auth_query" | "auth_dbname" => {
                     database.insert(key, value.into());
                 }
-                "host" => host = Some(self.server_host(&value, &line.at, name)?),
-                "port" => port = parse_port(&value).ok_or_else(|| invalid(line, &setting, PORT_EXPECTED))?,
+                "host" => hosts = Some(server_hosts(&value, &line.at, name)?),
+                "port" => {
+                    ports = list(&value)
+                        .map(parse_port)
+                        .collect::<Option<Vec<u16>>>()
+                        .ok_or_else(|| invalid(line, &setting, PORT_EXPECTED))?;
+                }
+                "target_session_attrs" => {
+                    let value = value.to_ascii_lowercase();
+                    if !["any", "read-write", "read-only", "primary", "standby", "prefer-standby"].contains(&value.as_str()) {
+                        let message = "expected any, read-write, read-only, primary, standby or prefer-standby";
+                        return Err(invalid(line, &setting, message));
+                    }
+                    database.insert(key, value.into());
+                }
+                "load_balance_hosts" => {
+                    let value = match value.to_ascii_lowercase().as_str() {
+                        "round-robin" => "round-robin",
+                        "disable" => "disable",
+                        "random" => "random",
+                        _ => return Err(invalid(line, &setting, "expected round-robin, disable or random")),
+                    };
+                    load_balance_hosts = Some(value);
+                }
                 "password" => {
                     plaintext_password(&value).map_err(|message| invalid(line, &setting, &message))?;
                     database.insert(key, value.into());
@@ -552,42 +582,24 @@ impl Translation<'_> {
                 }
             }
         }
-        let host = match host {
-            Some(host) => host,
-            None if !globals.unix_socket_dir.is_empty() => globals.unix_socket_dir.clone(),
+        let hosts = match hosts {
+            Some(hosts) => hosts,
+            None if !globals.unix_socket_dir.is_empty() => vec![globals.unix_socket_dir.clone()],
             None => {
                 return Err(invalid(line, &format!("[databases] {name}"), "no host=, and unix_socket_dir is empty"));
             }
         };
-        database.insert("host".into(), host.into());
-        database.insert("port".into(), i64::from(port).into());
+        // PgBouncer spreads new connections over a host list unless told
+        // not to; pglane's own default (and libpq's) is the listed order.
+        if hosts.len() > 1 {
+            database.insert("load_balance_hosts".into(), load_balance_hosts.unwrap_or("round-robin").into());
+        } else if let Some(order) = load_balance_hosts {
+            database.insert("load_balance_hosts".into(), order.into());
+        }
+        database.insert("host".into(), one_or_list(hosts));
+        database.insert("port".into(), one_or_list(ports.into_iter().map(i64::from).collect()));
         database.insert("pool_size".into(), pool_size.into());
         Ok(Some(database))
-    }
-
-    /// The first host of a `host=` list (PgBouncer connects to them in turn).
-    fn server_host(&mut self, value: &str, at: &Location, database: &str) -> Result<String, IniError> {
-        let mut hosts = value.split(',').map(str::trim).filter(|host| !host.is_empty());
-        let setting = || format!("host of database {database}");
-        let first = hosts.next().ok_or_else(|| IniError::Invalid {
-            at: at.clone(),
-            setting: setting(),
-            message: "no host name".into(),
-        })?;
-        let others = hosts.count();
-        if others > 0 {
-            let message = format!("database {database} lists {} hosts; pglane connects to the first, {first}, only", others + 1);
-            self.warn(at, "host", &message);
-        }
-        if first.starts_with('@') {
-            return Err(IniError::Unsupported {
-                at: at.clone(),
-                setting: setting(),
-                value: first.into(),
-                reason: "pglane does not connect to abstract unix sockets".into(),
-            });
-        }
-        Ok(first.to_owned())
     }
 
     /// One `[users]` entry's settings.
@@ -732,6 +744,37 @@ fn plaintext_password(value: &str) -> Result<(), String> {
             secret.kind()
         )),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The hosts of a `host=` list, as libpq and PgBouncer write it (`a,b`).
+fn server_hosts(value: &str, at: &Location, database: &str) -> Result<Vec<String>, IniError> {
+    let hosts: Vec<String> = list(value).map(str::to_owned).collect();
+    let setting = || format!("host of database {database}");
+    if hosts.is_empty() {
+        return Err(IniError::Invalid { at: at.clone(), setting: setting(), message: "no host name".into() });
+    }
+    if let Some(abstract_socket) = hosts.iter().find(|host| host.starts_with('@')) {
+        return Err(IniError::Unsupported {
+            at: at.clone(),
+            setting: setting(),
+            value: abstract_socket.clone(),
+            reason: "pglane does not connect to abstract unix sockets".into(),
+        });
+    }
+    Ok(hosts)
+}
+
+/// The items of a comma-separated list, blanks around them removed.
+fn list(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|item| !item.is_empty())
+}
+
+/// A TOML value of one item, or a list of several.
+fn one_or_list<T: Into<Value>>(mut items: Vec<T>) -> Value {
+    match items.len() {
+        1 => items.remove(0).into(),
+        _ => Value::Array(items.into_iter().map(Into::into).collect()),
     }
 }
 

@@ -96,10 +96,14 @@ impl Contexts {
         };
         if mode != SslMode::Disable {
             for (name, db) in &config.databases {
-                if let ServerAddress::Tcp { host, .. } = db.address() {
-                    ServerName::try_from(host.as_str()).map_err(|_| {
-                        format!("databases.{name}.host = {host:?} is not a name TLS can check (server_tls_sslmode = \"{mode}\")")
-                    })?;
+                for address in db.addresses() {
+                    if let ServerAddress::Tcp { host, .. } = address {
+                        ServerName::try_from(host.as_str()).map_err(|_| {
+                            format!(
+                                "databases.{name}.host = {host:?} is not a name TLS can check (server_tls_sslmode = \"{mode}\")"
+                            )
+                        })?;
+                    }
                 }
             }
         }
@@ -469,7 +473,7 @@ mod tests {
         let c = parse("").unwrap();
         assert_eq!((c.client_tls_sslmode, c.server_tls_sslmode), (SslMode::Disable, SslMode::Disable));
         assert!(acceptor(&c).is_none());
-        assert!(server_tls(&c, &c.databases["app"].address()).is_none());
+        assert!(server_tls(&c, &c.databases["app"].addresses()[0]).is_none());
     }
 
     #[test]
@@ -485,7 +489,7 @@ mod tests {
         // The pools share validate's configs: nothing is read per connection.
         let acceptor = acceptor(&ok).unwrap();
         assert!(Arc::ptr_eq(&acceptor, loaded.clients.as_ref().unwrap()));
-        let target = server_tls(&ok, &ok.databases["app"].address()).unwrap();
+        let target = server_tls(&ok, &ok.databases["app"].addresses()[0]).unwrap();
         assert!(Arc::ptr_eq(&target.config, loaded.servers.as_ref().unwrap()));
         // Unix-socket servers never use TLS.
         assert!(server_tls(&ok, &ServerAddress::Unix("/tmp/.s.PGSQL.5432".into())).is_none());

@@ -14,7 +14,11 @@
 //! With server pipelining on, a client that holds a connection may offer it
 //! to the first waiter before it is free ([`Opening`], in `opening`): the
 //! waiter's request then goes to the server right behind the holder's.
+//!
+//! Which of a database's hosts a new connection goes to, and when a host's
+//! connections must go, is `hosts`'s.
 
+pub mod hosts;
 pub mod opening;
 pub use opening::{Handover, Offer, Opening, OpeningLost};
 
@@ -35,6 +39,10 @@ pub enum PoolError {
     WaitTimeout,
     #[error(transparent)]
     Server(#[from] ServerError),
+    /// Of several hosts (or one with a target_session_attrs), none gave a
+    /// connection that would do.
+    #[error("no server would do for target_session_attrs={attrs}: {tried}")]
+    NoServer { attrs: crate::config::TargetSessionAttrs, tried: String },
 }
 
 /// Per-pool counters, read by the admin console and metrics.
@@ -144,8 +152,15 @@ pub struct Pool {
     /// one to offer them to (see [`Pool::post`]). Weak: a holder that moves
     /// on takes its opening back by dropping it.
     posted: RefCell<VecDeque<Weak<Opening>>>,
-    /// ParameterStatus values of the first server connection, shown to clients at login.
+    /// ParameterStatus values of the first server connection, shown to
+    /// clients at login; replaced by those of a connection to another host
+    /// (after a failover, the new primary's).
     server_params: RefCell<Option<Rc<Vec<(String, String)>>>>,
+    server_params_host: Cell<usize>,
+    /// What the pool knows of its target's hosts (see `hosts`).
+    hosts: hosts::HostBook,
+    /// A `check_hosts` is under way.
+    checking: Cell<bool>,
     stats: Cell<PoolStats>,
     /// The prepared statements shared by this pool's clients (see `prepare`).
     pub registry: crate::prepare::Registry,
@@ -182,6 +197,9 @@ struct Waiter {
 impl Pool {
     pub fn new(target: ServerTarget, max_size: usize, registry: crate::prepare::Registry) -> Rc<Pool> {
         Rc::new(Pool {
+            hosts: hosts::HostBook::new(target.hosts.len()),
+            checking: Cell::new(false),
+            server_params_host: Cell::new(0),
             target: RefCell::new(target),
             max_size: Cell::new(max_size),
             generation: Cell::new(0),
@@ -246,8 +264,12 @@ impl Pool {
     pub fn reconfigure(&self, target: ServerTarget, max_size: usize) {
         let moved = {
             let old = self.target.borrow();
-            old.address != target.address || old.dbname != target.dbname || old.user != target.user
+            let addresses = |t: &ServerTarget| t.hosts.iter().map(|h| h.address.clone()).collect::<Vec<_>>();
+            addresses(&old) != addresses(&target) || old.dbname != target.dbname || old.user != target.user
         };
+        if moved {
+            self.hosts.reset(target.hosts.len());
+        }
         *self.target.borrow_mut() = target;
         self.max_size.set(max_size);
         if moved {
@@ -302,7 +324,7 @@ impl Pool {
         }
         if self.open.get() < self.max_size.get() {
             self.open.set(self.open.get() + 1);
-            return self.open_in_slot().await.map(Checkout::Lease);
+            return self.open_in_slot(wait).await.map(Checkout::Lease);
         }
         if may_follow {
             if let Some(opening) = self.claim_posted() {
@@ -336,7 +358,10 @@ impl Pool {
         drop(guard);
         match grant {
             Some(Grant::Conn(conn)) => Ok(Checkout::Lease(self.lease(conn))),
-            Some(Grant::Slot) => self.open_in_slot().await.map(Checkout::Lease),
+            Some(Grant::Slot) => {
+                let left = waiter.deadline.saturating_duration_since(std::time::Instant::now());
+                self.open_in_slot(left).await.map(Checkout::Lease)
+            }
             Some(Grant::Behind(opening)) => {
                 self.bump(|s| s.pipelined += 1);
                 Ok(Checkout::Behind(opening))
@@ -461,32 +486,42 @@ impl Pool {
     /// Closes idle connections that sat idle longer than `idle_timeout` or
     /// live longer than `lifetime`; returns how many.
     pub fn close_expired(&self, idle_timeout: Duration, lifetime: Duration) -> usize {
-        let expired: Vec<ServerConn> = {
+        self.close_idle_where(|c| c.idle_since.elapsed() >= idle_timeout || c.created.elapsed() >= lifetime)
+    }
+
+    /// Closes idle connections (for shutdown and reloads).
+    pub fn close_idle(&self) {
+        self.close_idle_where(|_| true);
+    }
+
+    /// Closes the idle connections `which` picks; returns how many.
+    fn close_idle_where(&self, which: impl Fn(&ServerConn) -> bool) -> usize {
+        let closed: Vec<ServerConn> = {
             let mut idle = self.idle.borrow_mut();
-            let (keep, expired): (Vec<_>, Vec<_>) = std::mem::take(&mut *idle)
-                .into_iter()
-                .partition(|c| c.idle_since.elapsed() < idle_timeout && c.created.elapsed() < lifetime);
-            *idle = keep;
-            expired
+            let (closed, kept) = std::mem::take(&mut *idle).into_iter().partition(|c| which(c));
+            *idle = kept;
+            closed
         };
-        let n = expired.len();
-        for _ in expired {
+        let n = closed.len();
+        for _ in closed {
             self.slot_freed();
         }
         n
     }
 
-    /// Closes idle connections (for shutdown and reloads).
-    pub fn close_idle(&self) {
-        let closed = std::mem::take(&mut *self.idle.borrow_mut());
-        for _ in closed {
-            self.slot_freed();
-        }
+    fn take_idle(&self) -> Option<ServerConn> {
+        self.take_idle_where(|_| true)
     }
 
-    fn take_idle(&self) -> Option<ServerConn> {
+    /// The most recently idle healthy connection `which` picks, if any;
+    /// the unhealthy ones met on the way are closed.
+    fn take_idle_where(&self, which: impl Fn(&ServerConn) -> bool) -> Option<ServerConn> {
         loop {
-            let conn = self.idle.borrow_mut().pop()?;
+            let conn = {
+                let mut idle = self.idle.borrow_mut();
+                let at = idle.iter().rposition(&which)?;
+                idle.remove(at)
+            };
             if conn.is_healthy() {
                 return Some(conn);
             }
@@ -495,25 +530,16 @@ impl Pool {
         }
     }
 
-    async fn open_in_slot(self: &Rc<Self>) -> Result<Lease, PoolError> {
-        let target = self.target.borrow().clone();
-        // Boxed: connecting (TLS included) is a large future, and checkout is
-        // part of every client task's state.
-        match Box::pin(ServerConn::connect(&target, self.generation.get())).await {
-            Ok(mut conn) => {
-                conn.census = Some(CensusToken::enlist(&self.census, conn.generation));
-                self.bump(|s| s.connects += 1);
-                if self.server_params.borrow().is_none() {
-                    *self.server_params.borrow_mut() = Some(Rc::new(conn.params.clone()));
-                }
-                Ok(self.lease(conn))
-            }
-            Err(e) => {
-                self.bump(|s| s.connect_failures += 1);
-                self.slot_freed();
-                Err(e.into())
-            }
+    /// Opens a connection in a slot already counted in `open` (freed if that fails).
+    async fn open_in_slot(self: &Rc<Self>, wait: Duration) -> Result<Lease, PoolError> {
+        let mut conn = self.open_on_some_host(wait).await?;
+        conn.census = Some(CensusToken::enlist(&self.census, conn.generation));
+        self.bump(|s| s.connects += 1);
+        if self.server_params.borrow().is_none() || self.server_params_host.get() != conn.host {
+            *self.server_params.borrow_mut() = Some(Rc::new(conn.params.clone()));
+            self.server_params_host.set(conn.host);
         }
+        Ok(self.lease(conn))
     }
 
     fn lease(self: &Rc<Self>, conn: ServerConn) -> Lease {
@@ -526,7 +552,7 @@ impl Pool {
 
     /// A connection comes back idle and clean.
     fn checkin(&self, mut conn: ServerConn) {
-        if conn.generation < self.generation.get() || self.open.get() > self.max_size.get() {
+        if conn.generation < self.generation.get() || self.open.get() > self.max_size.get() || !self.keeps_host(&conn) {
             drop(conn);
             self.slot_freed();
             return;
@@ -592,8 +618,11 @@ impl Lease {
     /// Gives the connection back for reuse. Only call this when the server is
     /// idle (ReadyForQuery 'I') with nothing in flight.
     pub fn release(mut self) {
-        if let Some(conn) = self.conn.take() {
-            self.pool.checkin(conn);
+        let Some(conn) = self.conn.take() else { return };
+        let read_write = self.pool.target.borrow().target_session_attrs == crate::config::TargetSessionAttrs::ReadWrite;
+        match conn.refused_a_write && read_write {
+            true => self.pool.recheck(conn),
+            false => self.pool.checkin(conn),
         }
     }
 }
@@ -631,14 +660,19 @@ mod tests {
     /// A server no test reaches.
     fn target() -> ServerTarget {
         ServerTarget {
-            address: ServerAddress::Tcp { host: "127.0.0.1".into(), port: 1 },
+            hosts: vec![crate::server::ServerHost {
+                address: ServerAddress::Tcp { host: "127.0.0.1".into(), port: 1 },
+                tls: None,
+            }],
+            target_session_attrs: Default::default(),
+            load_balance_hosts: Default::default(),
+            retry_timeout: Duration::ZERO,
             dbname: "app".into(),
             user: "app".into(),
             secret: None,
             scram_keys: None,
             connect_timeout: Duration::from_secs(1),
             max_prepared_statements: 8,
-            tls: None,
             scram_max_iterations: 4096,
             learn_output_settings: false,
         }

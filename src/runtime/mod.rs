@@ -35,7 +35,7 @@ use crate::pool::Pool;
 use crate::prepare::Registry;
 use crate::rt;
 use crate::rt::net::Socket;
-use crate::server::{CancelKey, ServerTarget};
+use crate::server::{CancelKey, ServerHost, ServerTarget};
 
 pub use clients::{ClientEntry, ClientInfo, ClientState};
 pub use peers::{Answer, Control, Question, ShardMessage};
@@ -184,6 +184,8 @@ pub struct Shard {
     /// How to log in to the server as an auth_query user, by (database,
     /// user): learned from that user's last successful client login.
     learned_logins: RefCell<HashMap<(String, String), crate::client::auth_query::ServerLogin>>,
+    /// When the pools last checked their hosts (host_check_interval).
+    hosts_checked: Cell<std::time::Instant>,
 }
 
 /// How many shards, and on which CPUs: one on each CPU of `cpus` (a list
@@ -276,6 +278,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 spare_buffers: RefCell::default(),
                 auth_query_cache: Default::default(),
                 learned_logins: RefCell::default(),
+                hosts_checked: Cell::new(std::time::Instant::now()),
             });
             peers::serve_peers(&shard, inbox);
             if let Some(metrics) = metrics {
@@ -595,15 +598,22 @@ impl Shard {
             Some(login) => (login.secret, login.scram_keys),
             None => (secret, None),
         };
+        let hosts = db
+            .addresses()
+            .into_iter()
+            .map(|address| ServerHost { tls: crate::net::tls::server_tls(config, &address), address })
+            .collect();
         let target = ServerTarget {
-            address: db.address(),
+            hosts,
+            target_session_attrs: db.target_session_attrs,
+            load_balance_hosts: db.load_balance_hosts,
+            retry_timeout: Config::secs(config.server_retry_timeout),
             dbname: db.dbname.clone().unwrap_or_else(|| database.to_owned()),
             user: server_user,
             secret,
             scram_keys,
             connect_timeout: Config::secs(config.server_connect_timeout),
             max_prepared_statements: config.max_prepared_statements,
-            tls: crate::net::tls::server_tls(config, &db.address()),
             scram_max_iterations: config.server_scram_max_iterations,
             learn_output_settings: config.negotiates(),
         };
@@ -629,6 +639,7 @@ impl Shard {
                 self.apply_config();
             }
             self.close_expired_servers();
+            self.check_hosts_when_due();
             let now = std::time::Instant::now();
             for pool in self.pools().values() {
                 pool.expire_waiters(now);
@@ -664,6 +675,23 @@ impl Shard {
             if n > 0 {
                 tracing::debug!(shard = self.id, %database, %user, closed = n, "closed expired idle server connections");
             }
+        }
+    }
+
+    /// Every host_check_interval: each pool asks its hosts, on idle
+    /// connections, whether they still are what target_session_attrs asks
+    /// for (see `pool::hosts`), each pool on a task of its own.
+    fn check_hosts_when_due(&self) {
+        let config = self.shared.config.load();
+        let Some(every) = Config::optional_secs(config.host_check_interval) else { return };
+        let now = std::time::Instant::now();
+        if now.saturating_duration_since(self.hosts_checked.get()) < every {
+            return;
+        }
+        self.hosts_checked.set(now);
+        let timeout = Config::secs(config.server_connect_timeout);
+        for pool in self.pools().values().filter(|pool| pool.checks_hosts()) {
+            rt::spawn_local(pool.clone().check_hosts(timeout)).detach();
         }
     }
 

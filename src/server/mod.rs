@@ -17,12 +17,15 @@ use tracing::debug;
 use crate::auth::md5::{md5_password_hash, md5_salted_response};
 use crate::auth::scram::{ClientKeys, SaltedPasswordCache, ScramClient, SCRAM_SHA_256};
 use crate::auth::secret::Secret;
-use crate::config::{ServerAddress, SslMode};
+use crate::config::{LoadBalanceHosts, ServerAddress, SslMode, TargetSessionAttrs};
 use crate::net::tls::ServerTls;
 use crate::net::{read_message, ReadError, Stream};
 use crate::prepare::ServerStatements;
 use crate::protocol::backend::{self, Authentication, ErrorFields, TransactionStatus};
 use crate::protocol::{frontend, startup};
+
+pub mod role;
+pub use role::{Fit, Role};
 
 /// Largest message pglane reads whole from a server during login and reset.
 const MAX_LOGIN_MESSAGE: usize = 1 << 20;
@@ -57,10 +60,34 @@ pub enum ServerError {
     Protocol(#[from] crate::protocol::ProtocolError),
 }
 
+impl ServerError {
+    /// The server cannot be reached, or is going away or not up yet: a
+    /// reason to try another host, and to try again later, that says
+    /// nothing of the config. A refusal that waiting does not cure (a wrong
+    /// password, no such database, too many connections) is not.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            ServerError::Connect { .. } | ServerError::Read(ReadError::Io(_) | ReadError::Closed) | ServerError::Write(_) => true,
+            // 57P01-57P03: shutting down, crash recovery, starting up or in
+            // recovery; 08: connection exceptions.
+            ServerError::Refused(e) => e.code.starts_with("57P") || e.code.starts_with("08"),
+            _ => false,
+        }
+    }
+}
+
 /// What pglane needs to open a server connection for one pool.
 #[derive(Debug, Clone)]
 pub struct ServerTarget {
-    pub address: ServerAddress,
+    /// The database's servers, in the order the config lists them.
+    pub hosts: Vec<ServerHost>,
+    /// Which of their sessions will do, and in which order to try them
+    /// (see `crate::pool::hosts`).
+    pub target_session_attrs: TargetSessionAttrs,
+    pub load_balance_hosts: LoadBalanceHosts,
+    /// How long a connection waits for a host that will do when none does
+    /// (server_retry_timeout).
+    pub retry_timeout: Duration,
     pub dbname: String,
     pub user: String,
     /// The secret to answer the server's password request with, if any.
@@ -71,14 +98,20 @@ pub struct ServerTarget {
     pub connect_timeout: Duration,
     /// Size of each connection's prepared-statement set.
     pub max_prepared_statements: usize,
-    /// TLS to this server (server_tls_sslmode); `None` for plaintext.
-    pub tls: Option<crate::net::tls::ServerTls>,
     /// Highest SCRAM iteration count pglane computes for this server
     /// (server_scram_max_iterations).
     pub scram_max_iterations: u32,
     /// Ask each new connection for its values of the unreported output
     /// settings (binary_negotiation needs them).
     pub learn_output_settings: bool,
+}
+
+/// One server of a database.
+#[derive(Debug, Clone)]
+pub struct ServerHost {
+    pub address: ServerAddress,
+    /// TLS to this server (server_tls_sslmode); `None` for plaintext.
+    pub tls: Option<crate::net::tls::ServerTls>,
 }
 
 /// Which backend a server connection is: where, which process, since when.
@@ -118,6 +151,14 @@ pub struct ServerConn {
     pub session: Rc<RefCell<ServerSession>>,
     /// The pool generation it was opened in (see `Pool::reconnect`).
     pub generation: u64,
+    /// Which of its target's hosts it is connected to.
+    pub host: usize,
+    /// What its session is, when pglane needed to know (a target_session_attrs
+    /// other than "any"); learnt at login (see [`role`]).
+    pub role: Option<Role>,
+    /// It passed a client a read-only error (25006): its pool asks its host
+    /// what it is before it serves anyone else (see `pool::hosts`).
+    pub refused_a_write: bool,
     /// Counts it among its pool's open connections while it lives.
     pub census: Option<crate::pool::CensusToken>,
     /// The values of the unreported output settings (extra_float_digits,
@@ -128,22 +169,26 @@ pub struct ServerConn {
 }
 
 impl ServerConn {
-    /// Connects and logs in; returns once the server says ReadyForQuery.
-    pub async fn connect(target: &ServerTarget, generation: u64) -> Result<ServerConn, ServerError> {
-        let opened = match &target.tls {
+    /// Connects to host `host` of `target` and logs in; returns once the
+    /// server says ReadyForQuery, and (when target_session_attrs is not
+    /// "any") knows what the session is.
+    pub async fn connect(target: &ServerTarget, host: usize, generation: u64) -> Result<ServerConn, ServerError> {
+        let server = &target.hosts[host];
+        let address = &server.address;
+        let opened = match &server.tls {
             // libpq's allow: plaintext first, TLS if the server refuses that.
-            Some(tls) if tls.mode == SslMode::Allow => match open(target, None).await {
+            Some(tls) if tls.mode == SslMode::Allow => match open(target, address, None).await {
                 Err(ServerError::Refused(e)) => {
-                    debug!(server = %target.address, "plaintext login refused ({}), trying TLS", e.message);
-                    open(target, Some(tls)).await
+                    debug!(server = %address, "plaintext login refused ({}), trying TLS", e.message);
+                    open(target, address, Some(tls)).await
                 }
                 other => other,
             },
-            tls => open(target, tls.as_ref()).await,
+            tls => open(target, address, tls.as_ref()).await,
         };
         let mut conn = opened.map(|(stream, (process_id, secret_key, params))| ServerConn {
             cancel_key: Rc::new(CancelKey {
-                address: target.address.clone(),
+                address: address.clone(),
                 process_id,
                 secret_key,
                 connected_at: std::time::SystemTime::now(),
@@ -158,9 +203,18 @@ impl ServerConn {
                 settings: Default::default(),
             })),
             generation,
+            host,
+            role: None,
+            refused_a_write: false,
             census: None,
             output_defaults: Vec::new(),
         })?;
+        if target.target_session_attrs != TargetSessionAttrs::Any {
+            conn.role = match Role::from_params(&conn.params) {
+                Some(role) => Some(role),
+                None => Some(conn.ask_role(target.connect_timeout).await?),
+            };
+        }
         if target.learn_output_settings {
             let sql = format!(
                 "SELECT name, setting FROM pg_catalog.pg_settings WHERE name IN ({})",
@@ -170,19 +224,28 @@ impl ServerConn {
             conn.output_defaults = match crate::rt::with_timeout(target.connect_timeout, learn).await {
                 Some(Ok(Ok(pairs))) => pairs,
                 Some(Ok(Err(e))) => {
-                    debug!(server = %target.address, "cannot read the output settings ({}): binary floats stay off", e.message);
+                    debug!(server = %address, "cannot read the output settings ({}): binary floats stay off", e.message);
                     Vec::new()
                 }
                 Some(Err(e)) => return Err(e),
-                None => {
-                    return Err(ServerError::Connect {
-                        addr: target.address.clone(),
-                        source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out reading settings after login"),
-                    })
-                }
+                None => return Err(timed_out(address, "timed out reading settings after login")),
             };
         }
         Ok(conn)
+    }
+
+    /// Asks the server what this session is (see [`role::ROLE_QUERY`]),
+    /// within `timeout`: for servers that do not report it at login, and for
+    /// the periodic check of an idle connection.
+    pub async fn ask_role(&mut self, timeout: Duration) -> Result<Role, ServerError> {
+        let asked = crate::rt::with_timeout(timeout, self.query_pairs(role::ROLE_QUERY)).await;
+        match asked {
+            Some(Ok(Ok(pairs))) => Role::from_answer(&pairs)
+                .ok_or(ServerError::Unexpected { tag: backend::DATA_ROW, during: "the check of what the session is" }),
+            Some(Ok(Err(refused))) => Err(ServerError::Refused(refused)),
+            Some(Err(e)) => Err(e),
+            None => Err(timed_out(&self.cancel_key.address, "timed out asking what the session is")),
+        }
     }
 
     /// Runs `sql`, a simple query whose rows have two text columns, and
@@ -321,27 +384,32 @@ pub struct Described {
     pub row: Option<Vec<backend::FieldDescription>>,
 }
 
-/// Opens a connection, with TLS if `tls` says so, and logs in, all within
-/// the connect timeout.
-async fn open(target: &ServerTarget, tls: Option<&ServerTls>) -> Result<(Stream, LoginResult), ServerError> {
-    let mut stream = Stream::connect(&target.address, target.connect_timeout)
+/// Opens a connection to `address`, with TLS if `tls` says so, and logs in,
+/// all within the connect timeout.
+async fn open(
+    target: &ServerTarget,
+    address: &ServerAddress,
+    tls: Option<&ServerTls>,
+) -> Result<(Stream, LoginResult), ServerError> {
+    let mut stream = Stream::connect(address, target.connect_timeout)
         .await
-        .map_err(|source| ServerError::Connect { addr: target.address.clone(), source })?;
+        .map_err(|source| ServerError::Connect { addr: address.clone(), source })?;
     let handshake = async {
         if let Some(tls) = tls {
             crate::net::tls::negotiate(&mut stream, tls)
                 .await
-                .map_err(|source| ServerError::Tls { addr: target.address.clone(), source })?;
+                .map_err(|source| ServerError::Tls { addr: address.clone(), source })?;
         }
         login(&mut stream, target).await
     };
-    let logged_in = crate::rt::with_timeout(target.connect_timeout, handshake).await.unwrap_or_else(|| {
-        Err(ServerError::Connect {
-            addr: target.address.clone(),
-            source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out logging in"),
-        })
-    })?;
+    let logged_in = crate::rt::with_timeout(target.connect_timeout, handshake)
+        .await
+        .unwrap_or_else(|| Err(timed_out(address, "timed out logging in")))?;
     Ok((stream, logged_in))
+}
+
+fn timed_out(address: &ServerAddress, what: &str) -> ServerError {
+    ServerError::Connect { addr: address.clone(), source: std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_owned()) }
 }
 
 async fn login(stream: &mut Stream, target: &ServerTarget) -> Result<LoginResult, ServerError> {

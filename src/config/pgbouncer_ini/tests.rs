@@ -67,7 +67,7 @@ fn a_minimal_file_gets_pgbouncer_defaults() {
     assert_eq!(c.auth_type, AuthType::Md5);
     assert_eq!(c.max_client_conn, 100);
     let app = &c.databases["app"];
-    assert_eq!(app.address(), ServerAddress::Tcp { host: "127.0.0.1".into(), port: 5432 });
+    assert_eq!(app.addresses(), vec![ServerAddress::Tcp { host: "127.0.0.1".into(), port: 5432 }]);
     assert_eq!(app.dbname.as_deref(), Some("postgres"));
     assert_eq!(app.pool_size, 20);
     assert_eq!((app.user.as_deref(), app.password.as_deref(), app.pool_mode), (None, None, None));
@@ -239,12 +239,12 @@ default_pool_size = 11
     let (c, warnings) = config(text);
     assert!(warnings.is_empty(), "{warnings:?}");
     let app = &c.databases["app"];
-    assert_eq!(app.address(), ServerAddress::Tcp { host: "db1.internal".into(), port: 5433 });
+    assert_eq!(app.addresses(), vec![ServerAddress::Tcp { host: "db1.internal".into(), port: 5433 }]);
     assert_eq!(app.dbname.as_deref(), Some("appdb"));
     assert_eq!(app.user.as_deref(), Some("owner"));
     assert_eq!(app.password.as_deref(), Some("it's a secret"));
     assert_eq!((app.pool_size, app.pool_mode), (3, Some(PoolMode::Session)));
-    assert_eq!(c.databases["copy"].address(), ServerAddress::Tcp { host: "10.0.0.5".into(), port: 5432 });
+    assert_eq!(c.databases["copy"].addresses(), vec![ServerAddress::Tcp { host: "10.0.0.5".into(), port: 5432 }]);
     assert_eq!(c.databases["copy"].pool_size, 11);
 }
 
@@ -252,13 +252,13 @@ default_pool_size = 11
 fn databases_without_host_use_the_unix_socket_dir() {
     let (c, warnings) = config("[databases]\nfoodb =\nbar = dbname=baz\n[pgbouncer]\nlisten_addr = *\n");
     assert!(warnings.is_empty());
-    assert_eq!(c.databases["foodb"].address(), ServerAddress::Unix("/tmp/.s.PGSQL.5432".into()));
+    assert_eq!(c.databases["foodb"].addresses(), vec![ServerAddress::Unix("/tmp/.s.PGSQL.5432".into())]);
     assert_eq!(c.databases["foodb"].dbname, None);
-    assert_eq!(c.databases["bar"].address(), ServerAddress::Unix("/tmp/.s.PGSQL.5432".into()));
+    assert_eq!(c.databases["bar"].addresses(), vec![ServerAddress::Unix("/tmp/.s.PGSQL.5432".into())]);
 
     let (c, warnings) =
         config("[databases]\nfoodb = port=5433\n[pgbouncer]\nlisten_addr = *\nunix_socket_dir = /var/run/postgresql\n");
-    assert_eq!(c.databases["foodb"].address(), ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5433".into()));
+    assert_eq!(c.databases["foodb"].addresses(), vec![ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5433".into())]);
     assert!(warnings.is_empty());
     // pglane listens there too, as PgBouncer does.
     assert_eq!(c.unix_socket_path(), Some("/var/run/postgresql/.s.PGSQL.6432".into()));
@@ -269,12 +269,38 @@ fn databases_without_host_use_the_unix_socket_dir() {
 
 #[test]
 fn database_hosts() {
+    use crate::config::{LoadBalanceHosts, TargetSessionAttrs};
+    let tcp = |host: &str, port| ServerAddress::Tcp { host: host.into(), port };
+    // libpq's lists; PgBouncer's default for a list is round-robin.
     let (c, warnings) = config("[databases]\napp = host=10.0.0.1,10.0.0.2 dbname=x\n[pgbouncer]\nlisten_addr = *\n");
-    assert_eq!(c.databases["app"].host, "10.0.0.1");
-    assert_eq!(warned(&warnings), [(2, "host")]);
-    assert!(warnings[0].message.contains("lists 2 hosts"));
-    assert!(error("[databases]\napp = host=@pgsock\n[pgbouncer]\nlisten_addr = *\n").contains("abstract unix sockets"));
-    assert!(error("[databases]\napp = host=,\n[pgbouncer]\nlisten_addr = *\n").contains("host of database app: no host name"));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let app = &c.databases["app"];
+    assert_eq!(app.addresses(), vec![tcp("10.0.0.1", 5432), tcp("10.0.0.2", 5432)]);
+    assert_eq!((app.load_balance_hosts, app.target_session_attrs), (LoadBalanceHosts::RoundRobin, TargetSessionAttrs::Any));
+    let (c, warnings) = config(
+        "[databases]\napp = host='a, b' port=5432,5433 target_session_attrs=read-write load_balance_hosts=disable\n\
+         one = host=c target_session_attrs=Prefer-Standby\n[pgbouncer]\nlisten_addr = *\n",
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let app = &c.databases["app"];
+    assert_eq!(app.addresses(), vec![tcp("a", 5432), tcp("b", 5433)]);
+    assert_eq!((app.load_balance_hosts, app.target_session_attrs), (LoadBalanceHosts::Disable, TargetSessionAttrs::ReadWrite));
+    let one = &c.databases["one"];
+    assert_eq!(
+        (one.load_balance_hosts, one.target_session_attrs),
+        (LoadBalanceHosts::Disable, TargetSessionAttrs::PreferStandby)
+    );
+    let bad = |connstr: &str| error(&format!("[databases]\napp = {connstr}\n[pgbouncer]\nlisten_addr = *\n"));
+    assert!(bad("host=@pgsock").contains("abstract unix sockets"));
+    assert!(bad("host=a,@pgsock").contains("abstract unix sockets"));
+    assert!(bad("host=,").contains("host of database app: no host name"));
+    assert!(bad("host=a,b,c port=1,2").contains("lists 2 ports for 3 hosts"), "{}", bad("host=a,b,c port=1,2"));
+    assert!(bad("host=a port=1,x").contains("port of database app: expected a port number"));
+    assert!(bad("host=a target_session_attrs=master").contains("expected any, read-write"));
+    assert!(bad("host=a load_balance_hosts=yes").contains("expected round-robin, disable or random"));
+    // so_reuseport carries over (rolling restarts).
+    assert!(config(&with_settings("so_reuseport = 1")).0.so_reuseport);
+    assert!(!config(BASE).0.so_reuseport);
 }
 
 #[test]
@@ -313,7 +339,7 @@ app = host=db client_encoding=UTF8 connect_query='SELECT 1' max_db_connections=5
 listen_addr = *
 ";
     let (c, warnings) = config(text);
-    assert_eq!(c.databases["app"].host, "db");
+    assert_eq!(c.databases["app"].host, ["db"]);
     assert_eq!(warned(&warnings), [(2, "client_encoding"), (2, "connect_query"), (2, "max_db_connections"), (2, "frobnicate")]);
     assert_eq!(
         warnings[0].to_string(),
@@ -565,7 +591,7 @@ fn a_later_line_wins_as_in_pgbouncer() {
     let text = "[databases]\napp = host=one\n[pgbouncer]\npool_mode = session\nlisten_addr = *\n\
                 [databases]\napp = host=two\n[pgbouncer]\npool_mode = transaction\n";
     let (c, _) = config(text);
-    assert_eq!(c.databases["app"].host, "two");
+    assert_eq!(c.databases["app"].host, ["two"]);
     assert_eq!(c.pool_mode, PoolMode::Transaction);
 }
 
@@ -579,7 +605,7 @@ fn includes_through_the_whole_pipeline() {
             ("/etc/pgbouncer/conf.d/tuning.ini", "\nserver_check_delay = 60\nmax_client_conn = 50\n"),
         ],
     );
-    assert_eq!(c.databases["app"].host, "db");
+    assert_eq!(c.databases["app"].host, ["db"]);
     assert_eq!(c.max_client_conn, 50);
     assert_eq!(warnings.len(), 1);
     assert_eq!(warnings[0].at.to_string(), "/etc/pgbouncer/conf.d/tuning.ini:2");
@@ -651,7 +677,7 @@ fn the_shipped_example_imports_cleanly() {
     assert_eq!(c.stats_users, ["stats", "postgres"]);
     assert_eq!(c.databases["reports"].password.as_deref(), Some("rep's secret"));
     assert_eq!(c.databases["reports"].pool_mode, Some(PoolMode::Session));
-    assert_eq!(c.databases["local"].address(), ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5432".into()));
+    assert_eq!(c.databases["local"].addresses(), vec![ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5432".into())]);
     assert_eq!(c.databases["legacy"].pool_size, 20);
     assert_eq!(c.users["batch"].pool_mode, Some(PoolMode::Session));
     // The example's SCRAM secrets are real ones, for the passwords the file says.

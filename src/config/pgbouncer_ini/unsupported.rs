@@ -30,7 +30,6 @@ pub fn pgbouncer_setting(key: &str) -> &'static str {
         "max_db_connections" | "max_user_connections" => POOL_LIMITS,
         "max_db_client_connections" | "max_user_client_connections" => CLIENT_LIMITS,
         "peer_id" => "pglane routes cancel requests between its own shards; it does not peer with other processes",
-        "so_reuseport" => "pglane always listens with SO_REUSEPORT, once per shard",
         "scram_iterations" => "pglane derives SCRAM secrets for plaintext passwords with 4096 iterations",
         "auth_ident_file" => "pglane does not support ident maps",
         "auth_ldap_options" => "pglane does not support LDAP",
@@ -62,7 +61,6 @@ pub fn database_parameter(key: &str) -> &'static str {
         "max_db_connections" => POOL_LIMITS,
         "max_db_client_connections" => CLIENT_LIMITS,
         "query_wait_timeout" => "pglane has only the global query_wait_timeout",
-        "load_balance_hosts" | "target_session_attrs" => "pglane connects to one host per database",
         "connect_query" | "server_lifetime" => NOT_YET,
         _ => "not a PgBouncer connection parameter pglane knows of",
     }
