@@ -13,12 +13,17 @@
 //!   | `md5user`   | `md5pass`   | md5 (stored as md5 hash) |
 //!   | `trustuser` | (none)      | trust                    |
 //!
-//!   Over the unix socket in [`Postgres::socket_dir`] everything is `trust`.
+//!   Over the unix socket in [`Postgres::socket_dir`] everything is `trust`
+//!   (replication too). [`Postgres::start_standby_of`] makes a streaming
+//!   standby of a private server (`pg_basebackup -R`), [`Postgres::promote`]
+//!   promotes it.
 //!   Tests that stop/restart the server should use a private instance
 //!   ([`Postgres::start_new`]) or live in their own `tests/*.rs` file, because
 //!   tests in one file run in parallel against the shared server.
 //! * **The pglane binary under test** — [`Pglane::start`] writes a config file,
 //!   spawns `pglane --config <file>`, waits until it listens, and stops it on drop.
+//!   [`Pglane::try_start_on`] starts one on a given port (a second pglane on
+//!   the port of the first, for rolling restarts) with extra environment.
 //! * **Client helpers** — [`connect`] / [`try_connect`] (tokio-postgres, NoTls),
 //!   and [`Psql`] for psql runs.
 //!
@@ -78,6 +83,7 @@ GRANT CREATE ON SCHEMA public TO md5user, trustuser, scramuser;";
 const PG_HBA: &str = "\
 # written by tests/common/mod.rs
 local all all                     trust
+local replication all             trust
 host  all md5user   127.0.0.1/32  md5
 host  all trustuser 127.0.0.1/32  trust
 host  all all       127.0.0.1/32  scram-sha-256
@@ -135,6 +141,61 @@ impl Postgres {
         pg.start_on_free_port();
         pg.psql(ROLES_SQL);
         pg
+    }
+
+    /// Starts a streaming standby of `primary`: `pg_basebackup -R` over the
+    /// primary's unix socket, then a server of its own on a free port (the
+    /// copied postgresql.conf is the primary's; the settings appended here
+    /// come later and win). Dropping it stops it and removes its temp dir.
+    pub fn start_standby_of(primary: &Postgres) -> Postgres {
+        let bin_dir = primary.bin_dir.clone();
+        let dir = make_temp_dir("pg");
+        give_to_pg_user(&dir);
+        spawn_pg_watchdog(&dir, &bin_dir);
+        let data_dir = dir.join("data");
+        let log_file = dir.join("postgres.log");
+        let mut cmd = pg_user_command(bin_dir.join("pg_basebackup"), &dir);
+        cmd.arg("-D").arg(&data_dir).arg("-h").arg(&primary.socket_dir);
+        cmd.args(["-p", &primary.port.to_string(), "-U", SUPERUSER, "-R", "-X", "stream", "--no-sync", "-c", "fast"]);
+        if let Err(err) = run(&mut cmd) {
+            primary.fail(&format!("pg_basebackup failed: {err}"));
+        }
+        let mut standby = Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file };
+        standby.start_on_free_port();
+        standby
+    }
+
+    /// Is this server a standby (in recovery)?
+    pub fn is_in_recovery(&self) -> bool {
+        self.psql("select pg_is_in_recovery()") == "t"
+    }
+
+    /// `pg_ctl promote -w`: the standby becomes a primary; returns once it
+    /// takes writes.
+    pub fn promote(&self) {
+        if let Err(err) = self.pg_ctl(&["-w", "-t", "60", "promote"]) {
+            self.fail(&format!("pg_ctl promote failed: {err}"));
+        }
+    }
+
+    /// Waits until the standby `standby` has replayed everything this
+    /// primary has written so far.
+    pub fn wait_for_standby(&self, standby: &Postgres, limit: Duration) {
+        // The harness runs with synchronous_commit off, and the WAL writer
+        // leaves a partial page unwritten until a commit needs it (a commit
+        // that wrote nothing else is asynchronous whatever the setting): a
+        // WAL switch flushes everything before it, so it is sent, and the
+        // standby has all of it once it has replayed the switch.
+        self.psql("select pg_switch_wal()");
+        let lsn = self.psql("select pg_current_wal_flush_lsn()");
+        let deadline = Instant::now() + limit;
+        let caught_up = format!("select pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn");
+        while standby.psql(&caught_up) != "t" {
+            if Instant::now() > deadline {
+                standby.fail(&format!("the standby has not replayed up to {lsn} after {limit:?}"));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
     }
 
     /// Picks a free port, writes postgresql.conf and starts; retries on failure
@@ -384,23 +445,37 @@ pool_size = {pool_size}
     pub fn start_with_args(config_body: &str, extra_args: &[&str]) -> Pglane {
         for attempt in 1.. {
             let port = free_port();
-            let mut pglane = Pglane { port, dir: make_temp_dir("pglane"), child: None };
-            pglane.write_config(config_body);
-            pglane.spawn(extra_args);
-            let Err(why) = pglane.wait_until_listening() else {
-                return pglane;
-            };
-            pglane.stop();
-            let log = pglane.log();
-            if attempt < PGLANE_START_ATTEMPTS && log.contains("in use") {
-                eprintln!("harness: pglane port {port} was taken ({why}), retrying");
-                continue;
+            match Pglane::try_start_on(port, config_body, extra_args, &[]) {
+                Ok(pglane) => return pglane,
+                Err((why, log)) if attempt < PGLANE_START_ATTEMPTS && log.contains("in use") => {
+                    eprintln!("harness: pglane port {port} was taken ({why}), retrying");
+                }
+                Err((why, log)) => panic!("pglane did not start: {why}\n--- pglane log ---\n{}", tail(&log, 200)),
             }
-            let config = fs::read_to_string(pglane.config_path()).unwrap_or_default();
-            drop(pglane); // not panicking yet: removes the temp dir quietly
-            panic!("pglane did not start: {why}\n--- config ---\n{config}\n--- pglane log ---\n{}", tail(&log, 200));
         }
         unreachable!()
+    }
+
+    /// Starts pglane on `port`, which another pglane may hold (a rolling
+    /// restart, `so_reuseport`), with `env` set for it (e.g. NOTIFY_SOCKET).
+    /// Err(why, log) if it exits or does not listen within 15 s.
+    pub fn try_start_on(
+        port: u16,
+        config_body: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Pglane, (String, String)> {
+        let mut pglane = Pglane { port, dir: make_temp_dir("pglane"), child: None };
+        pglane.write_config(config_body);
+        pglane.spawn(extra_args, env);
+        let Err(why) = pglane.wait_until_listening() else {
+            return Ok(pglane);
+        };
+        pglane.stop();
+        let config = fs::read_to_string(pglane.config_path()).unwrap_or_default();
+        let log = format!("--- config ---\n{config}\n--- log ---\n{}", pglane.log());
+        drop(pglane); // not panicking yet: removes the temp dir quietly
+        Err((why, log))
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -418,7 +493,7 @@ pool_size = {pool_size}
         self.dir.join("pglane.log")
     }
 
-    fn spawn(&mut self, extra_args: &[&str]) {
+    fn spawn(&mut self, extra_args: &[&str], env: &[(&str, &str)]) {
         let log = fs::File::create(self.log_path()).expect("create pglane.log");
         let mut cmd = Command::new(pglane_bin());
         cmd.arg("--config")
@@ -431,6 +506,7 @@ pool_size = {pool_size}
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        cmd.envs(env.iter().copied());
         let child = cmd.spawn().expect("spawn pglane binary");
         spawn_child_watchdog(child.id(), &self.dir);
         self.child = Some(child);
