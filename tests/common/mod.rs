@@ -625,6 +625,98 @@ fn spawn_child_watchdog(child_pid: u32, dir: &Path) {
 }
 
 // ---------------------------------------------------------------------------
+// PgBouncer, for comparisons
+// ---------------------------------------------------------------------------
+
+/// A PgBouncer (the one on PATH) run as the PostgreSQL OS user when root,
+/// for the `#[ignore]`d runs that measure what it does in pglane's place.
+/// Trusts user `postgres`; stopped (SIGINT, then SIGKILL) on drop.
+pub struct Pgbouncer {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Pgbouncer {
+    /// Starts PgBouncer on `port` with `[databases]` lines `databases` and
+    /// more `[pgbouncer]` settings `settings`.
+    pub fn start_on(port: u16, databases: &str, settings: &str) -> Pgbouncer {
+        let dir = make_temp_dir("pgbouncer");
+        give_to_pg_user(&dir);
+        let mut bouncer = Pgbouncer { port, dir, child: None };
+        bouncer.write_config(databases, settings);
+        fs::write(bouncer.dir.join("users.txt"), "\"postgres\" \"\"\n").unwrap();
+        let mut cmd = pg_user_command("pgbouncer", &bouncer.dir);
+        cmd.arg(bouncer.dir.join("pgbouncer.ini")).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        bouncer.child = Some(cmd.spawn().expect("spawn pgbouncer"));
+        let deadline = Instant::now() + PGLANE_START_TIMEOUT;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "pgbouncer did not listen on {port}:\n{}", bouncer.log());
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        bouncer
+    }
+
+    /// Rewrites pgbouncer.ini (then `signal(SIGHUP)` reloads it).
+    pub fn write_config(&self, databases: &str, settings: &str) {
+        let dir = self.dir.display();
+        let text = format!(
+            "[databases]\n{databases}\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir = {dir}\n\
+             auth_type = trust\nauth_file = {dir}/users.txt\nadmin_users = postgres\nlogfile = {dir}/pgbouncer.log\n\
+             pidfile = {dir}/pgbouncer.pid\n{settings}\n",
+            port = self.port
+        );
+        let path = self.dir.join("pgbouncer.ini");
+        fs::write(&path, text).unwrap();
+        give_to_pg_user(&path);
+    }
+
+    /// The pid of the PgBouncer process (runuser's child when root).
+    pub fn pid(&self) -> i32 {
+        let text = fs::read_to_string(self.dir.join("pgbouncer.pid")).unwrap_or_default();
+        text.trim().parse().unwrap_or_else(|_| panic!("no pgbouncer.pid:\n{}", self.log()))
+    }
+
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
+    }
+
+    /// Waits up to `limit` for it to exit by itself; true if it did.
+    pub fn wait_exit(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while let Some(child) = self.child.as_mut() {
+            if let Ok(Some(_)) = child.try_wait() {
+                self.child = None;
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        true
+    }
+}
+
+impl Drop for Pgbouncer {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal(libc::SIGINT);
+            if !self.wait_exit(Duration::from_secs(5)) {
+                self.signal(libc::SIGKILL);
+                self.wait_exit(Duration::from_secs(5));
+            }
+        }
+        remove_temp_dir(&self.dir);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Clients
 // ---------------------------------------------------------------------------
 
