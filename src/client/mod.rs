@@ -243,7 +243,9 @@ async fn login(
     if shard.client_count() > config.max_client_conn {
         return Err(SessionError::Refused(ErrorFields::fatal("53300", "no more connections allowed (max_client_conn)")));
     }
-    if shard.shutdown.is_fired() {
+    // Handing the port over (so_reuseport), a client accepted before the
+    // listener closed is served: it reached this pglane, not the next one.
+    if shard.shutdown.is_fired() && !config.so_reuseport {
         return Err(SessionError::Refused(ErrorFields::fatal("57P03", "pglane is shutting down")));
     }
     let Some(user) = params.user() else {
@@ -741,9 +743,13 @@ impl Session {
         }
     }
 
-    /// Waits, holding no server, until the client sends something.
+    /// Waits, holding no server, until the client sends something. A
+    /// shutdown ends the wait, except for a client that has not had a
+    /// transaction yet while the port is handed over (so_reuseport): its
+    /// first request is on the way, and it gets to run it.
     async fn wait_for_client(&mut self) -> Result<Idle, SessionError> {
         let id = self.waker_id();
+        let spared = self.config.so_reuseport && !self.entry.has_been_served();
         let (inbox, client, shutdown, killed, waker_left) =
             (&mut self.buffers.from_client, &mut self.client, &self.shard.shutdown, &self.entry.killed, &mut self.waker_left);
         futures_lite::future::poll_fn(|cx| loop {
@@ -756,7 +762,7 @@ impl Session {
                 None if inbox.eof => return std::task::Poll::Ready(Ok(Idle::Gone)),
                 None => {}
             }
-            if shutdown.poll_fired_once(id, cx, waker_left) {
+            if !spared && shutdown.poll_fired_once(id, cx, waker_left) {
                 return std::task::Poll::Ready(Ok(Idle::Shutdown));
             }
             match inbox.poll_fill(cx, client) {

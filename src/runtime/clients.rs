@@ -59,6 +59,8 @@ pub struct ClientEntry {
     /// `cancel_held` until it is, as sent now it would cancel the other's.
     pub following: Cell<bool>,
     pub cancel_held: Cell<bool>,
+    /// It has held a server connection at least once.
+    served: Cell<bool>,
 }
 
 impl ClientEntry {
@@ -73,7 +75,15 @@ impl ClientEntry {
             killed: Cell::new(false),
             following: Cell::new(false),
             cancel_held: Cell::new(false),
+            served: Cell::new(false),
         }
+    }
+
+    /// Has it held a server connection since it logged in? A client that
+    /// has not has its first request on the way (it just logged in): a
+    /// rolling restart lets it run that (see `runtime::listeners`).
+    pub fn has_been_served(&self) -> bool {
+        self.served.get()
     }
 
     pub fn state(&self) -> ClientState {
@@ -86,6 +96,7 @@ impl ClientEntry {
     }
 
     pub fn set_state(&self, state: ClientState) {
+        self.served.set(self.served.get() || state == ClientState::Active);
         if self.state.get() != state {
             self.state.set(state);
             self.state_since.set(crate::rt::now());

@@ -11,6 +11,8 @@
 
 mod clients;
 mod control;
+pub mod listeners;
+mod notify;
 mod nudge;
 mod peers;
 mod shutdown;
@@ -38,6 +40,7 @@ use crate::rt::net::Socket;
 use crate::server::{CancelKey, ServerHost, ServerTarget};
 
 pub use clients::{ClientEntry, ClientInfo, ClientState};
+use listeners::{adopt_unix_listener, bind_listener, ensure_port_free, Listener, UnixSocket};
 pub use peers::{Answer, Control, Question, ShardMessage};
 pub use shutdown::ShutdownSignal;
 
@@ -124,6 +127,9 @@ impl Shared {
     /// shutdown had already begun.
     pub fn begin_shutdown(&self) -> bool {
         let already = self.shutting_down.swap(true, Ordering::SeqCst);
+        if !already {
+            notify::stopping();
+        }
         self.nudges.nudge_all();
         already
     }
@@ -135,6 +141,16 @@ impl Shared {
     /// Reads the config files again; stores the new config if it is valid and
     /// keeps the old one (returning why) if not.
     pub fn reload(&self) -> Result<Vec<String>, String> {
+        notify::reloading();
+        let reloaded = self.load_again();
+        match &reloaded {
+            Ok(_) => notify::ready("serving; config reloaded"),
+            Err(e) => notify::ready(&format!("serving; config not reloaded, the old one stays: {e}")),
+        }
+        reloaded
+    }
+
+    fn load_again(&self) -> Result<Vec<String>, String> {
         let (mut config, warnings) = crate::config::load(self.source.toml.as_deref(), self.source.pgbouncer_ini.as_deref())?;
         let old = self.config.load();
         if self.source.cores.is_some() || self.source.cpus.is_some() {
@@ -162,7 +178,11 @@ pub struct Shard {
     me: std::rc::Weak<Shard>,
     pub shards: usize,
     pub shared: Arc<Shared>,
+    /// Fired once the shard no longer accepts connections: sessions end
+    /// (see `client`).
     pub shutdown: ShutdownSignal,
+    /// Fired when pglane begins to shut down: the listeners stop.
+    stop_accepting: ShutdownSignal,
     pools: RefCell<HashMap<(String, String), Rc<Pool>>>,
     clients: RefCell<HashMap<i32, Rc<ClientEntry>>>,
     next_client: Cell<u32>,
@@ -211,17 +231,17 @@ pub fn cpu_plan(cores: Option<usize>, cpus: Option<&str>) -> Result<Vec<usize>, 
 /// (after `shared.shutting_down` is set). Returns an error if any shard could
 /// not start (e.g. the listen address is taken).
 pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
-    let unix_socket = match shared.config.load().unix_socket_path() {
-        Some(path) => Some(UnixSocket::bind(path, shared.config.load().unix_socket_mode)?),
-        None => None,
-    };
-    {
+    let unix_socket = {
         let config = shared.config.load();
-        ensure_port_free(&config.listen)?;
+        ensure_port_free(&config.listen, config.so_reuseport)?;
         if let Some(metrics) = &config.metrics_listen {
-            ensure_port_free(metrics)?;
+            ensure_port_free(metrics, config.so_reuseport)?;
         }
-    }
+        match config.unix_socket_path() {
+            Some(path) => Some(UnixSocket::bind(path, config.unix_socket_mode, config.so_reuseport)?),
+            None => None,
+        }
+    };
     let mut nudge_readers = Vec::new();
     for _ in cpus {
         nudge_readers.push(shared.nudges.add().map_err(|e| format!("cannot create the shards' wake-up sockets: {e}"))?);
@@ -266,6 +286,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 shards,
                 shared,
                 shutdown: ShutdownSignal::default(),
+                stop_accepting: ShutdownSignal::default(),
                 pools: RefCell::default(),
                 clients: RefCell::default(),
                 next_client: Cell::new(1),
@@ -282,7 +303,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
             });
             peers::serve_peers(&shard, inbox);
             if let Some(metrics) = metrics {
-                rt::spawn_local(shard.clone().accept_until_shutdown(Listener::Tcp(metrics), admit_scraper)).detach();
+                rt::spawn_local(shard.clone().accept_until_stopped(Listener::Tcp(metrics), admit_scraper)).detach();
             }
             let _ = ready.send(Ok(()));
             shard.run(listener, unix, nudged).await;
@@ -312,6 +333,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         }
         None => info!(shards = cpus.len(), listen = %shared.config.load().listen, "pglane is ready"),
     }
+    notify::ready(&format!("serving on {} with {} shards", shared.config.load().listen, cpus.len()));
     let mut panicked = Vec::new();
     for (id, h) in handles.into_iter().enumerate() {
         match h.join() {
@@ -360,48 +382,6 @@ impl Drop for PanicGuard {
     }
 }
 
-/// The clients' unix socket: bound once for all shards (unix sockets have no
-/// SO_REUSEPORT spreading), accepted on by every shard through its own copy
-/// of the descriptor, and removed from the file system when pglane stops.
-struct UnixSocket {
-    path: std::path::PathBuf,
-    listener: std::os::unix::net::UnixListener,
-}
-
-impl UnixSocket {
-    fn bind(path: std::path::PathBuf, mode: u32) -> Result<UnixSocket, String> {
-        use std::os::unix::fs::PermissionsExt;
-        if path.exists() {
-            // A socket file left by a process that died is in the way; one
-            // that answers belongs to a running pooler or server.
-            if std::os::unix::net::UnixStream::connect(&path).is_ok() {
-                return Err(format!("{} is in use by another process", path.display()));
-            }
-            std::fs::remove_file(&path).map_err(|e| format!("cannot remove the stale socket {}: {e}", path.display()))?;
-        }
-        let listener = std::os::unix::net::UnixListener::bind(&path)
-            .map_err(|e| format!("cannot listen on the unix socket {}: {e}", path.display()))?;
-        // Non-blocking, as every shard's copy (see `adopt_unix_listener`).
-        listener.set_nonblocking(true).map_err(|e| format!("{}: {e}", path.display()))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
-        Ok(UnixSocket { path, listener })
-    }
-}
-
-impl Drop for UnixSocket {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// This shard's handle on the shared unix listening socket: its own copy
-/// of the descriptor (`try_clone`, made before the shard starts), on its
-/// own reactor. All copies share one open file, non-blocking for all.
-fn adopt_unix_listener(copy: std::io::Result<std::os::unix::net::UnixListener>) -> std::io::Result<rt::net::Listener> {
-    rt::net::Listener::from_fd(copy?.into())
-}
-
 impl Shard {
     async fn run(
         self: Rc<Self>,
@@ -411,37 +391,64 @@ impl Shard {
     ) {
         rt::spin_before_park(Duration::from_micros(self.shared.config.load().spin_before_park_us));
         let watcher = rt::spawn_local(self.clone().housekeeping(nudged));
-        let unix = unix.map(|l| rt::spawn_local(self.clone().accept_until_shutdown(Listener::Unix(l), Shard::admit)));
-        self.clone().accept_until_shutdown(Listener::Tcp(listener), Shard::admit).await;
+        let unix = unix.map(|l| rt::spawn_local(self.clone().accept_until_stopped(Listener::Unix(l), Shard::admit)));
+        self.clone().accept_until_stopped(Listener::Tcp(listener), Shard::admit).await;
         if let Some(unix) = unix {
             unix.await;
         }
         info!(shard = self.id, "no longer accepting connections");
+        // Only now are the sessions told: every client accepted so far has
+        // its session, and ends it as `client` says a shutdown ends one.
+        self.shutdown.fire();
         watcher.await;
         self.drain().await;
     }
 
-    /// Accepts on `listener` until shutdown, handing each connection to
-    /// `admit`. A failed accept (out of descriptors, say) is logged and
-    /// retried a moment later; the listener closes when this returns.
-    async fn accept_until_shutdown(
+    /// Accepts on `listener` until the shard stops accepting, handing each
+    /// connection to `admit`. A failed accept (out of descriptors, say) is
+    /// logged and retried a moment later; the listener closes when this
+    /// returns. With so_reuseport, the port is handed over first (see
+    /// `listeners`): new connection requests go to the other pglane, and
+    /// those already queued here are still accepted.
+    async fn accept_until_stopped(
         self: Rc<Self>,
         listener: Listener,
         admit: fn(&Rc<Shard>, OwnedFd, Option<std::net::SocketAddr>),
     ) {
         loop {
-            let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-                self.shutdown.wait().await;
+            let accepted = futures_lite::future::or(async { Some(self.accept_one(&listener, admit).await) }, async {
+                self.stop_accepting.wait().await;
                 None
             })
             .await;
-            match accepted {
-                None => return,
-                Some(Ok((socket, peer))) => admit(&self, socket, peer),
-                Some(Err(e)) => {
-                    warn!(shard = self.id, listener = listener.name(), "accept failed: {e}");
-                    rt::sleep(Duration::from_millis(10)).await;
-                }
+            if accepted.is_none() {
+                break;
+            }
+        }
+        if !self.shared.config.load().so_reuseport {
+            return;
+        }
+        if let Err(e) = listener.stop_taking_new() {
+            warn!(
+                shard = self.id,
+                listener = listener.name(),
+                "cannot hand the port over (clients queued on it may be reset): {e}"
+            );
+        }
+        let linger = async {
+            loop {
+                self.accept_one(&listener, admit).await;
+            }
+        };
+        rt::with_timeout(listeners::HAND_OVER_LINGER, linger).await;
+    }
+
+    async fn accept_one(self: &Rc<Self>, listener: &Listener, admit: fn(&Rc<Shard>, OwnedFd, Option<std::net::SocketAddr>)) {
+        match listener.accept().await {
+            Ok((socket, peer)) => admit(self, socket, peer),
+            Err(e) => {
+                warn!(shard = self.id, listener = listener.name(), "accept failed: {e}");
+                rt::sleep(Duration::from_millis(10)).await;
             }
         }
     }
@@ -623,7 +630,7 @@ impl Shard {
     /// Turns what plain threads change process-wide (the shutdown flag, a new
     /// config) and the passing of time into this shard's own actions, each
     /// time it is nudged (see [`nudge`]): at once after a signal, and every
-    /// [`nudge::TICK`] otherwise. Fires the shard's shutdown when it is time.
+    /// [`nudge::TICK`] otherwise. Stops the shard's listeners when it is time.
     async fn housekeeping(self: Rc<Self>, nudged: std::os::unix::net::UnixStream) {
         use futures_lite::AsyncReadExt;
         let mut nudged = match Socket::from_fd(nudged.into()) {
@@ -661,7 +668,7 @@ impl Shard {
                 nudged = None;
             }
         }
-        self.shutdown.fire();
+        self.stop_accepting.fire();
     }
 
     /// server_idle_timeout and server_lifetime, checked at each tick.
@@ -805,107 +812,9 @@ fn admit_scraper(shard: &Rc<Shard>, socket: OwnedFd, _peer: Option<std::net::Soc
     rt::spawn_local(async move { crate::admin::metrics::serve(&shard, stream).await }).detach();
 }
 
-/// The sockets a shard accepts on.
-enum Listener {
-    /// The client port, or metrics_listen.
-    Tcp(rt::net::Listener),
-    /// The unix socket, shared by all shards (see [`adopt_unix_listener`]).
-    Unix(rt::net::Listener),
-}
-
-impl Listener {
-    fn name(&self) -> &'static str {
-        match self {
-            Listener::Tcp(_) => "tcp",
-            Listener::Unix(_) => "unix",
-        }
-    }
-
-    /// The next connection, and its peer's address if it came over TCP.
-    /// It is not yet any executor's: the shard that serves it adopts it.
-    async fn accept(&self) -> std::io::Result<(OwnedFd, Option<std::net::SocketAddr>)> {
-        match self {
-            Listener::Tcp(listener) => {
-                let socket = std::net::TcpStream::from(listener.accept().await?);
-                let _ = socket.set_nodelay(true);
-                let peer = socket.peer_addr().ok();
-                Ok((socket.into(), peer))
-            }
-            Listener::Unix(listener) => Ok((listener.accept().await?, None)),
-        }
-    }
-}
-
-/// Refuses to start on a port another process listens on. The shards' own
-/// sockets use SO_REUSEPORT, which would let them join the other process's
-/// (the kernel would then split new connections between the two pglanes,
-/// say a second one started by mistake). A plain bind, with SO_REUSEADDR so
-/// that connections in TIME_WAIT from a previous run do not count, fails if
-/// anything listens there.
-fn ensure_port_free(addr: &str) -> Result<(), String> {
-    match reusable_tcp_socket(addr).and_then(|(probe, at)| probe.bind(&at.into())) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            Err(format!("cannot listen on {addr}: it is in use by another process (another pglane?)"))
-        }
-        Err(e) => Err(format!("cannot listen on {addr}: {e}")),
-    }
-}
-
-/// A TCP socket for `addr` with SO_REUSEADDR (so a restart is not refused
-/// while old connections sit in TIME_WAIT), not yet bound.
-fn reusable_tcp_socket(addr: &str) -> std::io::Result<(socket2::Socket, std::net::SocketAddr)> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let addr: std::net::SocketAddr =
-        addr.parse().map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad listen address {addr}")))?;
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    Ok((socket, addr))
-}
-
-/// A listening socket with SO_REUSEPORT (one per shard, the kernel spreads
-/// connections over them) and SO_REUSEADDR.
-fn bind_listener(addr: &str) -> std::io::Result<rt::net::Listener> {
-    let (socket, addr) = reusable_tcp_socket(addr)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(1024)?;
-    rt::net::Listener::from_fd(socket.into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_stale_unix_socket_is_replaced_and_a_live_one_refused() {
-        let dir = std::env::temp_dir().join(format!("pglane-unix-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(".s.PGSQL.6432");
-        // A crashed process leaves its socket file behind.
-        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
-        assert!(path.exists());
-        let live = UnixSocket::bind(path.clone(), 0o700).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o700);
-        // Another pglane must not steal it.
-        let err = UnixSocket::bind(path.clone(), 0o777).err().unwrap();
-        assert!(err.contains("in use"), "{err}");
-        drop(live);
-        assert!(!path.exists(), "removed when pglane stops");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_port_another_process_listens_on_is_refused() {
-        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = other.local_addr().unwrap().to_string();
-        let err = ensure_port_free(&addr).unwrap_err();
-        assert!(err.contains("in use by another process"), "{err}");
-        drop(other);
-        ensure_port_free(&addr).unwrap();
-    }
 
     #[test]
     fn a_panicking_shard_stops_the_others() {
