@@ -645,13 +645,14 @@ impl Pgbouncer {
         give_to_pg_user(&dir);
         let mut bouncer = Pgbouncer { port, dir, child: None };
         bouncer.write_config(databases, settings);
-        fs::write(bouncer.dir.join("users.txt"), "\"postgres\" \"\"\n").unwrap();
+        fs::write(bouncer.dir.join("users.txt"), "\"postgres\" \"\"\n\"trustuser\" \"\"\n").unwrap();
         let mut cmd = pg_user_command("pgbouncer", &bouncer.dir);
         cmd.arg(bouncer.dir.join("pgbouncer.ini")).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         bouncer.child = Some(cmd.spawn().expect("spawn pgbouncer"));
+        // Its own log says so: another PgBouncer may answer on the port.
         let deadline = Instant::now() + PGLANE_START_TIMEOUT;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "pgbouncer did not listen on {port}:\n{}", bouncer.log());
+        while !bouncer.log().contains("process up") || TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "pgbouncer did not start on {port}:\n{}", bouncer.log());
             std::thread::sleep(POLL_INTERVAL);
         }
         bouncer
@@ -682,6 +683,10 @@ impl Pgbouncer {
         unsafe { libc::kill(self.pid(), sig) };
     }
 
+    fn running_pid(&self) -> Option<i32> {
+        fs::read_to_string(self.dir.join("pgbouncer.pid")).ok()?.trim().parse().ok()
+    }
+
     pub fn log(&self) -> String {
         fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
     }
@@ -705,10 +710,11 @@ impl Pgbouncer {
 
 impl Drop for Pgbouncer {
     fn drop(&mut self) {
-        if self.child.is_some() {
-            self.signal(libc::SIGINT);
+        if let (Some(_), Some(pid)) = (&self.child, self.running_pid()) {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGINT) };
             if !self.wait_exit(Duration::from_secs(5)) {
-                self.signal(libc::SIGKILL);
+                unsafe { libc::kill(pid, libc::SIGKILL) };
                 self.wait_exit(Duration::from_secs(5));
             }
         }

@@ -35,19 +35,31 @@ impl RawClient {
     /// Sends a StartupMessage with `params` and reads the server's answer
     /// up to the first ReadyForQuery or ErrorResponse, whatever it is.
     pub fn start(port: u16, params: &[(&str, &str)]) -> (RawClient, Vec<Message>) {
+        let mut client = Self::connect(port);
+        let login = client.startup(params);
+        (client, login)
+    }
+
+    /// Connects and sends nothing yet.
+    pub fn connect(port: u16) -> RawClient {
         let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut client = RawClient { stream, buf: BytesMut::new() };
+        RawClient { stream, buf: BytesMut::new() }
+    }
+
+    /// Sends a StartupMessage with `params` and reads the server's answer
+    /// up to the first ReadyForQuery or ErrorResponse, whatever it is.
+    pub fn startup(&mut self, params: &[(&str, &str)]) -> Vec<Message> {
         let mut out = BytesMut::new();
         startup::encode_startup(&mut out, params);
-        client.send(&out);
+        self.send(&out);
         let mut login = Vec::new();
         loop {
-            let m = client.recv();
+            let m = self.recv();
             let done = m.tag == backend::READY_FOR_QUERY || m.tag == backend::ERROR_RESPONSE;
             login.push(m);
             if done {
-                return (client, login);
+                return login;
             }
         }
     }
