@@ -257,10 +257,15 @@ impl LoadedServer {
         pg.psql("create table fault_t(w int, n bigint); grant all on fault_t to public");
         // pglane logs in to the server as trustuser (trust in pg_hba), so
         // that reconnecting measures pglane, not the SCRAM key derivation of
-        // a debug build (~0.2 s of CPU per server connection).
+        // a debug build (~0.2 s of CPU per server connection). With
+        // server_retry_timeout = 0 a client that needs a server connection
+        // while the server is down gets the error at once, as these tests
+        // count (by default it would wait for the server; tests/failover.rs
+        // shows that).
         let lane = Pglane::start_with_args(
             &format!(
                 "pool_mode = \"transaction\"\nauth_type = \"trust\"\nserver_connect_timeout = 2\nquery_wait_timeout = 10\n\
+                 server_retry_timeout = 0\n\
                  [databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"postgres\"\nuser = \"trustuser\"\npool_size = 8\n\
                  [users.postgres]\npassword = \"secret\"\n",
                 pg.port

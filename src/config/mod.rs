@@ -153,8 +153,10 @@ pub struct Config {
     /// while no host of its database can serve it (refused, down, shutting
     /// down, or not what target_session_attrs asks for: a failover in
     /// progress), pglane trying the hosts again every quarter second; then it
-    /// gets the error. 0: at once. Errors that waiting cannot cure (a wrong
-    /// password, a missing database, too many connections) come at once.
+    /// gets the error. Counted from when the pool first found no host, so
+    /// that once an outage has lasted that long clients get the error at
+    /// once. 0: at once. Errors that waiting cannot cure (a wrong password,
+    /// a missing database, too many connections) come at once.
     #[serde(default = "defaults::server_retry_timeout")]
     pub server_retry_timeout: f64,
     /// Seconds between checks, on one idle server connection per host, that

@@ -17,8 +17,9 @@
 //!   it (hosts unreachable, shutting down or not what is asked for: a
 //!   failover in progress), it tries again every [`RETRY_PAUSE`] until
 //!   `server_retry_timeout`, holding its client as a busy pool would;
-//! - a host found unreachable or unsuitable has its idle connections closed
-//!   at once, and lent ones when they come back ([`Pool::keeps_host`]);
+//! - a host found unsuitable, or unreachable while there is another to go
+//!   to, has its idle connections closed at once, and lent ones when they
+//!   come back ([`Pool::keeps_host`]);
 //! - [`Pool::check_hosts`], run by the shard every `host_check_interval`,
 //!   asks one idle connection per host what its session is now (a standby
 //!   is promoted under its sessions; a primary fenced with
@@ -137,9 +138,17 @@ impl HostBook {
         order
     }
 
-    /// May a connection to `host` go on serving clients?
+    /// May a connection to `host` go on serving clients? Not if the host
+    /// is unsuitable, nor, when there is another host to go to, if it
+    /// could not be reached (a connection that looks fine may hang). The
+    /// one host of a database keeps its connections through a failed
+    /// connection attempt: closing them would help nothing.
     pub fn keeps(&self, host: usize) -> bool {
-        !matches!(self.seen(host), Seen::Misfit | Seen::Down { .. })
+        match self.seen(host) {
+            Seen::Misfit => false,
+            Seen::Down { .. } => self.count() == 1,
+            _ => true,
+        }
     }
 }
 
@@ -170,22 +179,29 @@ impl Drop for SlotGuard<'_> {
 impl Pool {
     /// Opens a connection in a slot already counted in `open`, on the first
     /// host that will do, trying again while none does and waiting may cure
-    /// that, until `server_retry_timeout` or `wait` (the client's
-    /// query_wait_timeout left), whichever is first. The slot is freed if
-    /// this fails or is dropped.
+    /// that, until `server_retry_timeout` has passed since the pool found no
+    /// host, or `wait` (the client's query_wait_timeout left), whichever is
+    /// first. The slot is freed if this fails or is dropped.
     pub(super) async fn open_on_some_host(&self, wait: Duration) -> Result<ServerConn, PoolError> {
         let mut slot = SlotGuard { pool: self, armed: true };
         let target = self.target.borrow().clone();
-        let deadline = crate::rt::now() + target.retry_timeout.min(wait);
+        let waited_enough = crate::rt::now() + wait;
         loop {
             match self.open_round(&target).await {
                 Ok(conn) => {
                     slot.armed = false;
+                    self.no_host_since.set(None);
                     return Ok(conn);
                 }
                 Err(misses) => {
                     let curable = misses.iter().any(|m| m.curable);
                     let now = crate::rt::now();
+                    // Counted from when the pool first found no host, not
+                    // from when this client began: the clients queued
+                    // behind this one do not each wait the whole time again.
+                    let since = self.no_host_since.get().unwrap_or(now);
+                    self.no_host_since.set(Some(since));
+                    let deadline = waited_enough.min(since + target.retry_timeout);
                     if !curable || now + RETRY_PAUSE > deadline {
                         self.bump(|s| s.connect_failures += 1);
                         return Err(no_server(&target, misses));
@@ -247,7 +263,10 @@ impl Pool {
     fn lost_host(&self, host: usize, seen: Seen, why: &str) {
         let was = self.hosts.seen(host);
         self.hosts.saw(host, seen);
-        let closed = self.close_idle_where(|conn| conn.host == host);
+        let closed = match self.hosts.keeps(host) {
+            true => 0,
+            false => self.close_idle_where(|conn| conn.host == host),
+        };
         if !matches!(was, Seen::Misfit | Seen::Down { .. }) || closed > 0 {
             let target = self.target.borrow();
             let address = target.hosts.get(host).map(|h| h.address.to_string()).unwrap_or_default();
@@ -292,8 +311,7 @@ impl Pool {
 
     /// Asks `conn` (out of the idle list, still counted open) what its
     /// session is, and keeps it or leaves its host accordingly.
-    async fn recheck_now(self: &Rc<Self>, mut conn: ServerConn, timeout: Duration) {
-        conn.refused_a_write = false;
+    async fn recheck_now(self: &Rc<Self>, conn: ServerConn, timeout: Duration) {
         let attrs = self.target.borrow().target_session_attrs;
         let host = conn.host;
         let mut lease = self.lease(conn);
@@ -429,5 +447,12 @@ mod tests {
         // A refused login (too many connections) leaves what is open alone.
         b.saw(1, Seen::Refused { until: now + DOWN_FOR });
         assert!(b.keeps(1));
+        // With nowhere else to go, a failed attempt closes nothing; an
+        // unsuitable host is left all the same.
+        let one = book(1);
+        one.saw(0, Seen::Down { until: now + DOWN_FOR });
+        assert!(one.keeps(0));
+        one.saw(0, Seen::Misfit);
+        assert!(!one.keeps(0));
     }
 }

@@ -161,6 +161,9 @@ pub struct Pool {
     hosts: hosts::HostBook,
     /// A `check_hosts` is under way.
     checking: Cell<bool>,
+    /// Since when no host would do, if that is how the last attempt ended
+    /// (see `hosts`: server_retry_timeout runs from there).
+    no_host_since: Cell<Option<std::time::Instant>>,
     stats: Cell<PoolStats>,
     /// The prepared statements shared by this pool's clients (see `prepare`).
     pub registry: crate::prepare::Registry,
@@ -199,6 +202,7 @@ impl Pool {
         Rc::new(Pool {
             hosts: hosts::HostBook::new(target.hosts.len()),
             checking: Cell::new(false),
+            no_host_since: Cell::new(None),
             server_params_host: Cell::new(0),
             target: RefCell::new(target),
             max_size: Cell::new(max_size),
@@ -265,7 +269,12 @@ impl Pool {
         let moved = {
             let old = self.target.borrow();
             let addresses = |t: &ServerTarget| t.hosts.iter().map(|h| h.address.clone()).collect::<Vec<_>>();
-            addresses(&old) != addresses(&target) || old.dbname != target.dbname || old.user != target.user
+            // Connections opened under other target_session_attrs were not
+            // checked for these.
+            addresses(&old) != addresses(&target)
+                || old.target_session_attrs != target.target_session_attrs
+                || old.dbname != target.dbname
+                || old.user != target.user
         };
         if moved {
             self.hosts.reset(target.hosts.len());
@@ -618,9 +627,9 @@ impl Lease {
     /// Gives the connection back for reuse. Only call this when the server is
     /// idle (ReadyForQuery 'I') with nothing in flight.
     pub fn release(mut self) {
-        let Some(conn) = self.conn.take() else { return };
+        let Some(mut conn) = self.conn.take() else { return };
         let read_write = self.pool.target.borrow().target_session_attrs == crate::config::TargetSessionAttrs::ReadWrite;
-        match conn.refused_a_write && read_write {
+        match std::mem::take(&mut conn.refused_a_write) && read_write {
             true => self.pool.recheck(conn),
             false => self.pool.checkin(conn),
         }
