@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::writers::{Failure, Writers};
 use common::{try_connect, Pgbouncer, Pglane, Postgres, Psql};
 
 /// A client operation slower than this is a hang.
@@ -37,7 +38,7 @@ const RECOVERY: Duration = Duration::from_secs(10);
 const WRITERS: u32 = 8;
 
 /// One client operation: when it started and ended, and its error if any.
-struct Op {
+struct Outcome {
     started: Instant,
     ended: Instant,
     error: Option<String>,
@@ -45,7 +46,7 @@ struct Op {
 
 #[derive(Default)]
 struct Tally {
-    ops: Mutex<Vec<Op>>,
+    ops: Mutex<Vec<Outcome>>,
     /// (writer, n) of every write a client saw succeed.
     acked: Mutex<BTreeSet<(u32, u64)>>,
     hangs: Mutex<u32>,
@@ -90,44 +91,30 @@ fn writers(
     stop: Arc<AtomicBool>,
     tally: Arc<Tally>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..WRITERS)
-        .map(|w| {
-            let (stop, tally) = (stop.clone(), tally.clone());
-            rt.spawn(async move {
-                let mut client: Option<tokio_postgres::Client> = None;
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let started = Instant::now();
-                    let outcome = async {
-                        if client.as_ref().is_none_or(|c| c.is_closed()) {
-                            client = Some(
-                                try_connect(port, "postgres", "", "app").await.map_err(|e| format!("connect: {}", what(&e)))?,
-                            );
-                        }
-                        n += 1;
-                        let sql = format!("insert into writes values ({w}, {n})");
-                        client.as_ref().unwrap().batch_execute(&sql).await.map_err(|e| what(&e))
-                    };
-                    let error = match tokio::time::timeout(HANG, outcome).await {
-                        Ok(Ok(())) => {
-                            tally.acked.lock().unwrap().insert((w, n));
-                            None
-                        }
-                        Ok(Err(e)) => Some(e),
-                        Err(_) => {
-                            *tally.hangs.lock().unwrap() += 1;
-                            Some("hang".into())
-                        }
-                    };
-                    if error.is_some() {
-                        client = None;
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                    tally.ops.lock().unwrap().push(Op { started, ended: Instant::now(), error });
-                }
-            })
-        })
-        .collect()
+    let writers = Writers {
+        port,
+        user: "postgres",
+        password: "",
+        db: "app",
+        count: WRITERS as usize,
+        hang: HANG,
+        sql: |w, n| format!("insert into writes values ({w}, {n})"),
+    };
+    writers.spawn(rt, stop, move |op| {
+        let error = match &op.failure {
+            None => {
+                tally.acked.lock().unwrap().insert((op.writer as u32, op.n));
+                None
+            }
+            Some(Failure::Connect(e)) => Some(format!("connect: {}", what(e))),
+            Some(Failure::Statement(e)) => Some(what(e)),
+            Some(Failure::Hang) => {
+                *tally.hangs.lock().unwrap() += 1;
+                Some("hang".into())
+            }
+        };
+        tally.ops.lock().unwrap().push(Outcome { started: op.started, ended: op.ended, error });
+    })
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -274,7 +261,7 @@ impl Load {
     /// the distinct errors.
     fn between(&self, from: Instant, to: Instant) -> (usize, usize, BTreeSet<String>) {
         let ops = self.tally.ops.lock().unwrap();
-        let window: Vec<&Op> = ops.iter().filter(|o| o.started >= from && o.started < to).collect();
+        let window: Vec<&Outcome> = ops.iter().filter(|o| o.started >= from && o.started < to).collect();
         let errors: BTreeSet<String> =
             window.iter().filter_map(|o| o.error.clone()).map(|e| e.chars().take(70).collect()).collect();
         let failed = window.iter().filter(|o| o.error.is_some()).count();

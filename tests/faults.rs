@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use common::writers::{Failure, Writers};
 use common::{postgres, try_connect, Pglane, Postgres, Psql};
 use pglane::protocol::backend;
 use pglane::protocol::frontend;
@@ -160,8 +161,8 @@ struct Tally {
 }
 
 impl Tally {
-    fn fail(&self, start: Instant, what: String) {
-        self.errors.lock().unwrap().push((start, Instant::now(), what));
+    fn fail(&self, start: Instant, end: Instant, what: String) {
+        self.errors.lock().unwrap().push((start, end, what));
     }
 
     fn errors_started_after(&self, t: Instant) -> Vec<String> {
@@ -186,51 +187,26 @@ fn start_load(
     stop: Arc<AtomicBool>,
     tally: Arc<Tally>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..workers)
-        .map(|w| {
-            let (stop, tally) = (stop.clone(), tally.clone());
-            rt.spawn(async move {
-                let mut client: Option<tokio_postgres::Client> = None;
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let start = Instant::now();
-                    if client.as_ref().is_none_or(|c| c.is_closed()) {
-                        match tokio::time::timeout(HANG, try_connect(port, "postgres", "secret", "app")).await {
-                            Ok(Ok(c)) => client = Some(c),
-                            Ok(Err(e)) => {
-                                tally.fail(start, format!("connect: {}", sqlstate(&e)));
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                                continue;
-                            }
-                            Err(_) => {
-                                tally.hangs.fetch_add(1, Ordering::Relaxed);
-                                continue;
-                            }
-                        }
-                    }
-                    let c = client.as_ref().unwrap();
-                    n += 1;
-                    let sql = format!(
-                        "begin; insert into fault_t values ({w}, {n}); select count(*) from fault_t where w = {w}; commit"
-                    );
-                    match tokio::time::timeout(HANG, c.batch_execute(&sql)).await {
-                        Ok(Ok(())) => {
-                            tally.ok.fetch_add(1, Ordering::Relaxed);
-                            tally.ok_at.lock().unwrap().push(Instant::now());
-                        }
-                        Ok(Err(e)) => {
-                            tally.fail(start, sqlstate(&e));
-                            client = None;
-                        }
-                        Err(_) => {
-                            tally.hangs.fetch_add(1, Ordering::Relaxed);
-                            client = None;
-                        }
-                    }
-                }
-            })
-        })
-        .collect()
+    let writers = Writers {
+        port,
+        user: "postgres",
+        password: "secret",
+        db: "app",
+        count: workers,
+        hang: HANG,
+        sql: |w, n| format!("begin; insert into fault_t values ({w}, {n}); select count(*) from fault_t where w = {w}; commit"),
+    };
+    writers.spawn(rt, stop, move |op| match op.failure {
+        None => {
+            tally.ok.fetch_add(1, Ordering::Relaxed);
+            tally.ok_at.lock().unwrap().push(op.ended);
+        }
+        Some(Failure::Connect(e)) => tally.fail(op.started, op.ended, format!("connect: {}", sqlstate(&e))),
+        Some(Failure::Statement(e)) => tally.fail(op.started, op.ended, sqlstate(&e)),
+        Some(Failure::Hang) => {
+            tally.hangs.fetch_add(1, Ordering::Relaxed);
+        }
+    })
 }
 
 fn runtime() -> tokio::runtime::Runtime {

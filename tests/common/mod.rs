@@ -56,6 +56,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod psql;
+pub mod writers;
 #[allow(unused_imports)] // each test crate uses its own part
 pub use psql::{Psql, PsqlOutput};
 
