@@ -2,8 +2,9 @@
 //! `Type=notify` and `Type=notify-reload`): `READY=1` once every shard
 //! listens, `RELOADING=1` then `READY=1` around a config reload, and
 //! `STOPPING=1` when a shutdown begins, so that `systemctl start` returns
-//! when clients can connect and `systemctl reload` when the new config is
-//! in force (or refused: the old one stays, said in `STATUS=`).
+//! when clients can connect and, under `Type=notify-reload`, `systemctl
+//! reload` when the new config is in force (or refused: the old one stays,
+//! said in `STATUS=`).
 //!
 //! Written by hand: the protocol is one text datagram to the unix socket
 //! that `$NOTIFY_SOCKET` names (a path, or `@name` in the abstract
