@@ -2,7 +2,7 @@
 //! io_uring of its own.
 //!
 //! Why hand-written. pglane started on glommio, and its CPU per transaction
-//! was twice PgBouncer's. The profile (bench/RESULTS.md, "Hot I/O path") put
+//! was twice PgBouncer's. The profile (bench/history/2026-11-30.md, "Hot I/O path") put
 //! that in glommio 0.9's executor, not in pglane: each turn of its loop
 //! re-arms preemption timers (several `io_uring_enter` calls), each park does
 //! a membarrier and links two rings, and every read is a readiness poll plus
