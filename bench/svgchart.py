@@ -34,6 +34,17 @@ def fmt(v):
     return f"{v:g}"
 
 
+def plot_area(x0, y0, w, h, ticks, py, label):
+    """The frame of a plot at (x0, y0), w by h, with a grid line and a `label`led
+    tick at each of `ticks` (placed by `py`)."""
+    out = [f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#999"/>']
+    for t in ticks:
+        y = py(t)
+        out.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="#e5e5e5"/>')
+        out.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{label(t)}</text>')
+    return out
+
+
 def panel(title, ylabel, xs, series, ox, oy):
     """One panel at (ox, oy): `series` maps a target name to y values (None = no data)."""
     out = []
@@ -51,11 +62,7 @@ def panel(title, ylabel, xs, series, ox, oy):
         return y0 + h - h * v / top
 
     out.append(f'<text x="{ox + PANEL_W / 2}" y="{oy + 22}" text-anchor="middle" font-weight="bold">{escape(title)}</text>')
-    out.append(f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#999"/>')
-    for t in ticks:
-        y = py(t)
-        out.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="#e5e5e5"/>')
-        out.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{fmt(t)}</text>')
+    out += plot_area(x0, y0, w, h, ticks, py, fmt)
     for i, x in enumerate(xs):
         out.append(f'<text x="{px(i):.1f}" y="{y0 + h + 16}" text-anchor="middle" font-size="11">{x}</text>')
     out.append(f'<text x="{x0 + w / 2}" y="{y0 + h + 34}" text-anchor="middle" font-size="11">connections</text>')
@@ -117,11 +124,7 @@ def bar_panel(title, subtitle, groups, series, colors, ox, oy, reference=None):
 
     out.append(f'<text x="{ox + BAR_PANEL_W / 2}" y="{oy + 22}" text-anchor="middle" font-weight="bold">{escape(title)}</text>')
     out.append(f'<text x="{ox + BAR_PANEL_W / 2}" y="{oy + 40}" text-anchor="middle" font-size="11">{escape(subtitle)}</text>')
-    out.append(f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#999"/>')
-    for t in ticks:
-        y = py(t)
-        out.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="#e5e5e5"/>')
-        out.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{t:g}x</text>')
+    out += plot_area(x0, y0, w, h, ticks, py, lambda t: f"{t:g}x")
     slot = w / len(groups)
     bar = slot * 0.8 / max(1, len(series))
     for i, group in enumerate(groups):
