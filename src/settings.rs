@@ -555,6 +555,20 @@ fn followed_name(word: &str) -> Option<String> {
     Some(canonical_name(name))
 }
 
+/// Whether `sql` may be a SELECT of `set_config` calls, by its first bytes
+/// alone: every SELECT a client sends is asked, and most are answered
+/// without tokenizing. After SELECT comes `set_config` or `pg_catalog`;
+/// anything else the tokens refuse too.
+fn may_begin_with_set_config(sql: &str) -> bool {
+    let sql = sql.trim_start().as_bytes();
+    let Some(after) = sql.get(..6).filter(|w| w.eq_ignore_ascii_case(b"select")).map(|_| &sql[6..]) else {
+        return false;
+    };
+    let after = after.trim_ascii_start();
+    let starts = |word: &[u8]| after.get(..word.len()).is_some_and(|p| p.eq_ignore_ascii_case(word));
+    starts(b"set_config") || starts(b"pg_catalog")
+}
+
 /// Recognizes `SELECT [pg_catalog.]set_config('name', 'value', is_local)`
 /// (one call or several, comma-separated) with literal arguments as the
 /// whole of a statement text: the session-level changes it makes (none for
@@ -562,6 +576,9 @@ fn followed_name(word: &str) -> Option<String> {
 /// backslash (whose meaning hangs on standard_conforming_strings) and names
 /// pglane does not follow from SQL.
 pub fn parse_set_config(sql: &str) -> Option<Vec<Change>> {
+    if !may_begin_with_set_config(sql) {
+        return None;
+    }
     let mut t = Tokens { rest: sql.trim().strip_suffix(';').unwrap_or(sql.trim()) };
     if !t.word()?.eq_ignore_ascii_case("select") {
         return None;
@@ -639,11 +656,42 @@ impl<'a> Tokens<'a> {
     }
 }
 
+/// What a statement text's string literals make it depend on (see
+/// [`TextTraits::of`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TextTraits {
+    /// It may hold a string literal: parse analysis converts it in the
+    /// settings of [`PARSE_LITERALS`].
+    pub literals: bool,
+    /// A literal of it may name the moment it is parsed
+    /// ([`names_the_moment`]).
+    pub moment: bool,
+}
+
+impl TextTraits {
+    /// Looks at `sql` once; a text without a quote or a dollar quote (most
+    /// statements with parameters) is answered at memchr's speed.
+    pub fn of(sql: &[u8]) -> TextTraits {
+        let literals = may_have_string_literal(sql);
+        TextTraits { literals, moment: literals && names_the_moment(sql) }
+    }
+}
+
 /// Whether `sql` may hold a string literal: a quote, or a dollar quote
 /// (a `$` not followed by a digit). Parse analysis converts the literals
 /// of a text in the settings of [`PARSE_LITERALS`].
 pub fn may_have_string_literal(sql: &[u8]) -> bool {
-    sql.iter().enumerate().any(|(i, &b)| b == b'\'' || (b == b'$' && !sql.get(i + 1).is_some_and(u8::is_ascii_digit)))
+    if sql.contains(&b'\'') {
+        return true;
+    }
+    let mut rest = sql;
+    while let Some(at) = rest.iter().position(|&b| b == b'$') {
+        if !rest.get(at + 1).is_some_and(u8::is_ascii_digit) {
+            return true;
+        }
+        rest = &rest[at + 1..];
+    }
+    false
 }
 
 /// Whether a string literal of `sql` may name the moment it is parsed
@@ -765,6 +813,16 @@ mod tests {
             "select now()",
         ] {
             assert_eq!(parse_set_config(sql), None, "{sql}");
+        }
+    }
+
+    #[test]
+    fn the_first_bytes_tell_most_selects_from_set_config_calls() {
+        for sql in ["select set_config('a', 'b', false)", "  SELECT\n\tPG_CATALOG.set_config(", "selectset_config"] {
+            assert!(may_begin_with_set_config(sql), "{sql}");
+        }
+        for sql in ["SELECT abalance FROM pgbench_accounts WHERE aid = 1", "select 1, set_config('a', 'b', false)", "sel", ""] {
+            assert!(!may_begin_with_set_config(sql), "{sql}");
         }
     }
 

@@ -10,9 +10,9 @@
 //! once is quiet for good: this remembers one client's last few quiet texts,
 //! and a repeat is recognized by comparing bytes, without decoding or
 //! scanning it again.
-//! With server pipelining one more scan asks whether the text leaves the
-//! server session alone (`pinning::leaves_session_alone`); that answer, as
-//! pure, is kept with the text.
+//! What else the caller works out from the text alone (whether it leaves
+//! the server session alone, whether it holds string literals, ...), as
+//! pure, is kept with the text: its answer, of any small `Copy` type.
 //!
 //! Simple queries are not cached: their literals make nearly every text a
 //! new one, and a miss costs more than the scans it would save.
@@ -29,42 +29,46 @@ const ENTRIES: usize = 8;
 /// the cache's memory stays small with many clients).
 const MAX_LEN: usize = 512;
 
-#[derive(Debug, Default)]
-pub struct QuietTexts {
+#[derive(Debug)]
+pub struct QuietTexts<A> {
     texts: Vec<Vec<u8>>,
-    /// Whether each text leaves the server session alone (the caller's
-    /// answer, kept with it; see `pinning::leaves_session_alone`).
-    plain: Vec<bool>,
+    /// What the caller said of each text, kept with it.
+    answers: Vec<A>,
     /// The entry the next text replaces once all are in use.
     next: usize,
 }
 
-impl QuietTexts {
+impl<A> Default for QuietTexts<A> {
+    fn default() -> Self {
+        QuietTexts { texts: Vec::new(), answers: Vec::new(), next: 0 }
+    }
+}
+
+impl<A: Copy> QuietTexts<A> {
     pub fn contains(&self, text: &[u8]) -> bool {
         self.get(text).is_some()
     }
 
-    /// For a text found quiet before, what the caller said of it: whether
-    /// it leaves the session alone.
-    pub fn get(&self, text: &[u8]) -> Option<bool> {
-        self.texts.iter().position(|t| t.as_slice() == text).map(|i| self.plain[i])
+    /// For a text found quiet before, what the caller said of it.
+    pub fn get(&self, text: &[u8]) -> Option<A> {
+        self.texts.iter().position(|t| t.as_slice() == text).map(|i| self.answers[i])
     }
 
-    /// Remembers `text`, which every scan found quiet, and whether it
-    /// leaves the session alone.
-    pub fn remember(&mut self, text: &[u8], plain: bool) {
+    /// Remembers `text`, which every scan found quiet, and what the caller
+    /// says of it.
+    pub fn remember(&mut self, text: &[u8], answer: A) {
         if text.len() > MAX_LEN || self.contains(text) {
             return;
         }
         if self.texts.len() < ENTRIES {
             self.texts.push(text.to_vec());
-            self.plain.push(plain);
+            self.answers.push(answer);
             return;
         }
         let entry = &mut self.texts[self.next];
         entry.clear();
         entry.extend_from_slice(text);
-        self.plain[self.next] = plain;
+        self.answers[self.next] = answer;
         self.next = (self.next + 1) % ENTRIES;
     }
 }
@@ -75,7 +79,7 @@ mod tests {
 
     #[test]
     fn remembers_the_last_texts_and_forgets_the_oldest() {
-        let mut quiet = QuietTexts::default();
+        let mut quiet = QuietTexts::<bool>::default();
         let texts: Vec<String> = (0..ENTRIES + 2).map(|i| format!("select {i}")).collect();
         for t in &texts {
             quiet.remember(t.as_bytes(), false);
@@ -90,7 +94,7 @@ mod tests {
 
     #[test]
     fn long_texts_are_not_kept() {
-        let mut quiet = QuietTexts::default();
+        let mut quiet = QuietTexts::<bool>::default();
         let long = vec![b'x'; MAX_LEN + 1];
         quiet.remember(&long, false);
         assert!(!quiet.contains(&long));
@@ -98,7 +102,7 @@ mod tests {
 
     #[test]
     fn a_repeat_does_not_take_a_second_entry() {
-        let mut quiet = QuietTexts::default();
+        let mut quiet = QuietTexts::<bool>::default();
         for _ in 0..3 * ENTRIES {
             quiet.remember(b"select 1", true);
         }

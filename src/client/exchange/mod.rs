@@ -279,7 +279,7 @@ pub struct Exchange {
     /// ([`Exchange::passing_through`]). Else they are the pool's, shared.
     passes_through: bool,
     /// Texts this client sent that no scan found anything in.
-    quiet: QuietTexts,
+    quiet: QuietTexts<statements::TextFacts>,
     /// Messages for the server that a server message caused (a rewritten
     /// query run again as it was, held messages translated after a check);
     /// see [`Exchange::take_for_server`].

@@ -35,7 +35,7 @@ use crate::protocol::backend;
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
-use crate::settings::{Settings, Value};
+use crate::settings::{Settings, TextTraits, Value};
 
 /// One simple query in this many is timed for the rewrite-time stats (a
 /// client's first one included).
@@ -287,7 +287,7 @@ impl Exchange {
         let looked_up = match lexed {
             Ok(()) => {
                 let rewritten = std::mem::take(&mut auto.rewritten);
-                let context = self.context_for(rewritten.as_bytes(), st);
+                let context = self.context_for(TextTraits::of(rewritten.as_bytes()), st);
                 let auto = self.auto.as_mut().expect("auto-prepare is on");
                 auto.rewritten = rewritten;
                 auto.statement_for(sql, context, st.client_settings, st.registry)

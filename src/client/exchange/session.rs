@@ -15,7 +15,7 @@ use crate::prepare::{Context, Statement};
 use crate::protocol::backend;
 use crate::protocol::frontend;
 use crate::protocol::names;
-use crate::settings::{self, Change, Settings, Value};
+use crate::settings::{self, Change, Settings, TextTraits, Value};
 
 /// A command tag of a statement that may change what a prepared statement
 /// means: CREATE, ALTER or DROP of anything, IMPORT FOREIGN SCHEMA.
@@ -89,15 +89,15 @@ impl Exchange {
             && !first_word_is(sql, "create")
     }
 
-    /// The context a statement of text `text` is keyed by for this client
+    /// The context a statement of a text with `text`'s traits is keyed by for this client
     /// now (see `prepare::Context`): that of its settings as pglane knows
     /// them; or, when it does not know what its texts mean (see
     /// [`Exchange::settings_known`]: a request that may change a setting is
     /// unanswered, say) or the text names the moment it is parsed, a new
     /// private one, so that the statement is the client's own and parsed for
     /// it by the server.
-    pub(super) fn context_for(&mut self, text: &[u8], st: &Statements<'_>) -> Context {
-        if !self.settings_known() || settings::names_the_moment(text) {
+    pub(super) fn context_for(&mut self, text: TextTraits, st: &Statements<'_>) -> Context {
+        if !self.settings_known() || text.moment {
             return st.registry.private_context();
         }
         let version = st.client_settings.version();
@@ -113,7 +113,7 @@ impl Exchange {
                 c
             }
         };
-        if settings::may_have_string_literal(text) {
+        if text.literals {
             contexts.literals
         } else {
             contexts.plain
@@ -204,13 +204,21 @@ impl Exchange {
 /// The settings `sql` changes if it is nothing but a SET, RESET or
 /// `set_config` pglane follows.
 pub(super) fn follow_changes(sql: &str) -> Option<Vec<Change>> {
-    if first_word_is(sql, "set") || first_word_is(sql, "reset") {
+    let word = first_word(sql);
+    if word.eq_ignore_ascii_case(b"set") || word.eq_ignore_ascii_case(b"reset") {
         settings::parse_change(sql).map(|c| vec![c])
-    } else if first_word_is(sql, "select") {
+    } else if word.eq_ignore_ascii_case(b"select") {
         settings::parse_set_config(sql)
     } else {
         None
     }
+}
+
+/// The word `sql` begins with, after whitespace: letters, digits and `_`
+/// (empty if it begins with anything else).
+fn first_word(sql: &str) -> &[u8] {
+    let sql = sql.as_bytes().trim_ascii_start();
+    &sql[..sql.iter().position(|b| !(b.is_ascii_alphanumeric() || *b == b'_')).unwrap_or(sql.len())]
 }
 
 /// The settings running `s` changes, if its text is a SET pglane follows;
@@ -221,7 +229,7 @@ pub(super) fn statement_changes(s: &Statement) -> Option<Rc<[Change]>> {
 
 /// Whether `sql` begins (after whitespace) with `word`, in any case.
 fn first_word_is(sql: &str, word: &str) -> bool {
-    let sql = sql.trim_start().as_bytes();
+    let sql = sql.as_bytes().trim_ascii_start();
     sql.len() >= word.len()
         && sql[..word.len()].eq_ignore_ascii_case(word.as_bytes())
         && !sql.get(word.len()).is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
@@ -246,6 +254,7 @@ mod tests {
         assert_eq!(follow_changes("selected"), None);
         assert_eq!(follow_changes("select 1"), None);
         assert_eq!(follow_changes("settle"), None);
+        assert_eq!(follow_changes("set_config('a.b', 'c', false)"), None);
     }
 
     #[test]

@@ -50,7 +50,7 @@ use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
-use crate::settings::Change;
+use crate::settings::{Change, TextTraits};
 
 /// What the client's unnamed statement is.
 #[derive(Debug, Clone, Default)]
@@ -172,6 +172,25 @@ pub(super) fn stale_result_error(to_client: &mut BytesMut) {
     to_client.extend_from_slice(&body);
 }
 
+/// What pglane works out of a Parse's text alone, kept with a quiet text
+/// (see `quiet`) so that a repeat is not looked at again.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct TextFacts {
+    /// It leaves the session alone (see [`Watched::plain`]).
+    plain: bool,
+    /// What its literals make it depend on.
+    traits: TextTraits,
+    /// It is worth mapping onto a shared statement ([`is_plannable`]).
+    plannable: bool,
+}
+
+impl TextFacts {
+    /// The facts of `text` but `plain`, which watching it tells.
+    fn of(text: &[u8]) -> TextFacts {
+        TextFacts { plain: false, traits: TextTraits::of(text), plannable: is_plannable(text) }
+    }
+}
+
 /// Whether a text is worth mapping onto a shared statement: a statement
 /// PostgreSQL plans (what it saves is planning), not a utility command.
 fn is_plannable(text: &[u8]) -> bool {
@@ -196,20 +215,26 @@ impl Exchange {
             self.pass(message, to_server, Request::Parse { parsed: Parsed::Unnamed { previous }, plain: false });
             return true;
         };
+        let text = names::query_bytes(rest);
+        let known = self.quiet.get(text);
+        let facts = known.unwrap_or_else(|| TextFacts::of(text));
         if self.passes_through {
-            self.watch_parse_text(rest, st);
+            self.watch_parse_text(rest, known, facts, st);
             self.pass(message, to_server, Request::Parse { parsed: Parsed::Nothing, plain: false });
             return true;
         }
-        // The context is that of the settings before this text runs.
-        let context = self.context_for(names::query_bytes(rest), st);
-        let watched = self.watch_parse_text(rest, st);
+        // The context is that of the settings before this text runs; an
+        // unnamed statement needs one only if auto-prepare may map it.
         if name.is_empty() {
+            let context = (self.auto.is_some() && facts.plannable).then(|| self.context_for(facts.traits, st));
+            let watched = self.watch_parse_text(rest, known, facts, st);
             if self.deallocate_parsed(rest, st, to_server) {
                 return true;
             }
             return self.parse_unnamed(message, rest, context, watched, st, to_server);
         }
+        let context = self.context_for(facts.traits, st);
+        self.watch_parse_text(rest, known, facts, st);
         st.registry.count(|s| s.client_parses += 1);
         if st.client.get(name).is_some() {
             self.raise(ErrorFields::error("42P05", format!("prepared statement \"{name}\" already exists")));
@@ -227,17 +252,16 @@ impl Exchange {
     }
 
     /// [`Exchange::watch_text`] of a Parse's text (`rest`: the Parse after
-    /// its name), skipped for a text found quiet before, and remembered if
-    /// it is quiet.
-    fn watch_parse_text(&mut self, rest: &[u8], st: &mut Statements<'_>) -> Watched {
-        let text = names::query_bytes(rest);
-        if let Some(plain) = self.quiet.get(text) {
-            return Watched { plain, ..Watched::default() };
+    /// its name), skipped for a text found quiet before (`known`: its facts
+    /// then), and remembered with its `facts` if it is quiet.
+    fn watch_parse_text(&mut self, rest: &[u8], known: Option<TextFacts>, facts: TextFacts, st: &mut Statements<'_>) -> Watched {
+        if let Some(known) = known {
+            return Watched { plain: known.plain, ..Watched::default() };
         }
         let sql = names::parse_query(rest);
         let watched = self.watch_text(sql, st);
         if self.is_quiet_text(sql, &watched) {
-            self.quiet.remember(text, watched.plain);
+            self.quiet.remember(names::query_bytes(rest), TextFacts { plain: watched.plain, ..facts });
         }
         watched
     }
@@ -248,15 +272,15 @@ impl Exchange {
         &mut self,
         message: &[u8],
         rest: &[u8],
-        context: crate::prepare::Context,
+        context: Option<crate::prepare::Context>,
         watched: Watched,
         st: &mut Statements<'_>,
         to_server: &mut BytesMut,
     ) -> bool {
         let previous = std::mem::take(&mut self.unnamed);
-        let text = names::query_bytes(rest);
-        let mapped = self.auto.is_some() && !context.is_private() && watched.changes.is_none() && is_plannable(text);
-        if mapped {
+        // A context was worked out only if auto-prepare may map the text.
+        let shared = context.filter(|c| !c.is_private() && watched.changes.is_none());
+        if let Some(context) = shared {
             st.registry.count(|c| c.unnamed_mapped += 1);
             let statement = st.registry.register(context, rest);
             self.unnamed = Unnamed::Shared(statement.clone());
@@ -313,7 +337,7 @@ impl Exchange {
         if st.server.has(s.id) {
             return s;
         }
-        let context = self.context_for(names::query_bytes(&s.key), st);
+        let context = self.context_for(TextTraits::of(names::query_bytes(&s.key)), st);
         if context == s.context {
             return s;
         }
