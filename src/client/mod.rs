@@ -168,6 +168,9 @@ pub enum SessionError {
     Refused(ErrorFields),
     #[error("server: {0}")]
     Server(#[from] ServerError),
+    /// The server ended the session with a FATAL, passed on to the client.
+    #[error("the server ended the session with a FATAL, which the client got")]
+    ServerEnded,
     #[error("{0}")]
     Pool(#[from] PoolError),
 }
@@ -177,7 +180,7 @@ impl SessionError {
     fn client_message(&self) -> Option<ErrorFields> {
         match self {
             SessionError::ClientProtocol(e) => Some(ErrorFields::fatal("08P01", format!("protocol violation: {e}"))),
-            SessionError::ClientIo(_) | SessionError::ClientClosed => None,
+            SessionError::ClientIo(_) | SessionError::ClientClosed | SessionError::ServerEnded => None,
             SessionError::Refused(fields) => Some(fields.clone()),
             SessionError::Server(ServerError::Refused(fields)) => {
                 Some(ErrorFields { severity: "FATAL".into(), ..fields.clone() })
@@ -447,6 +450,8 @@ impl Session {
                 posted: None,
                 followable: false,
                 skip_ready: &mut self.skip_ready,
+                server_said_fatal: false,
+                server_write_failed: None,
             }
             .await;
             let offer = self.offer.take();
@@ -475,6 +480,12 @@ impl Session {
                     return Err(SessionError::Refused(ErrorFields::fatal("08006", "server closed the connection unexpectedly")))
                 }
                 RelayEnd::ServerError(e) => return Err(SessionError::Server(ServerError::Write(e))),
+                RelayEnd::ServerEnded => {
+                    // The server's FATAL is the client's last message, as on PostgreSQL.
+                    let _ = self.client.write_all(&self.buffers.to_client).await;
+                    self.buffers.to_client.clear();
+                    return Err(SessionError::ServerEnded);
+                }
                 RelayEnd::ClientError(e) => {
                     self.pass_to_follower(lease.take(), offer).await;
                     return Err(SessionError::ClientProtocol(e));

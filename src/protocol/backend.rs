@@ -200,6 +200,17 @@ impl ErrorFields {
         self.detail = Some(detail.into());
         self
     }
+
+    /// A FATAL or PANIC: the server closes the connection after sending it.
+    pub fn ends_session(&self) -> bool {
+        self.severity == "FATAL" || self.severity == "PANIC"
+    }
+}
+
+/// Whether an ErrorResponse body says the sender ends the session (FATAL
+/// or PANIC, read from the unlocalized severity where there is one).
+pub fn error_ends_session(body: &[u8]) -> bool {
+    decode_error_fields(body).is_ok_and(|e| e.ends_session())
 }
 
 impl std::fmt::Display for ErrorFields {
@@ -636,6 +647,22 @@ mod tests {
         assert_eq!(decode_error_fields(&m.body).unwrap(), e);
         assert!(decode_error_fields(b"Mno terminator").is_err());
         assert!(decode_error_fields(b"").is_err());
+    }
+
+    #[test]
+    fn fatal_and_panic_end_the_session() {
+        let body = |e: &ErrorFields| {
+            let mut buf = BytesMut::new();
+            error_response(&mut buf, e);
+            one(&mut buf).body
+        };
+        assert!(error_ends_session(&body(&ErrorFields::fatal("57P01", "terminating connection"))));
+        assert!(error_ends_session(&body(&ErrorFields::new("PANIC", "XX000", "x"))));
+        assert!(!error_ends_session(&body(&ErrorFields::error("57014", "canceling statement"))));
+        // The unlocalized severity ('V') decides, whatever the localized one ('S') says.
+        assert!(error_ends_session(b"SKATASTROFALNY\0VFATAL\0C57P01\0Mx\0\0"));
+        assert!(!error_ends_session(b"SKATASTROFALNY\0VERROR\0C42601\0Mx\0\0"));
+        assert!(!error_ends_session(b"Mno terminator"));
     }
 
     #[test]

@@ -81,6 +81,41 @@ impl RawClient {
         }
     }
 
+    /// Every message until the other side closes the connection.
+    pub fn until_closed(&mut self) -> Vec<Message> {
+        self.read_until(|_| false)
+    }
+
+    /// Messages up to and including the next ReadyForQuery, or up to the
+    /// connection's end if that comes first.
+    pub fn until_closed_or_ready(&mut self) -> Vec<Message> {
+        self.read_until(|m| m.tag == backend::READY_FOR_QUERY)
+    }
+
+    fn read_until(&mut self, last: impl Fn(&Message) -> bool) -> Vec<Message> {
+        let mut got = Vec::new();
+        loop {
+            while let Some(m) = split_message(&mut self.buf, 1 << 30).expect("valid message") {
+                let done = last(&m);
+                got.push(m);
+                if done {
+                    return got;
+                }
+            }
+            let mut chunk = [0u8; 8192];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    assert!(self.buf.is_empty(), "closed in the middle of a message: {:?}", self.buf);
+                    return got;
+                }
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                // A reset after the last message is a close too.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return got,
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
     /// Messages up to and including the next ReadyForQuery.
     pub fn until_ready(&mut self) -> Vec<Message> {
         let mut got = Vec::new();
