@@ -605,6 +605,10 @@ async fn max_client_conn_turns_away_the_client_over_the_limit() {
     let _b = connect(lane.port, "postgres", "secret", "app").await;
     let e = try_connect(lane.port, "postgres", "secret", "app").await.expect_err("refused");
     assert_eq!(sqlstate(&e), "53300");
+    // PostgreSQL's own words at max_connections (PgBouncer's differ).
+    let db = e.as_db_error().expect("an ErrorResponse");
+    assert_eq!((db.severity(), db.message()), ("FATAL", "sorry, too many clients already"));
+    assert!(lane.log().contains("max_client_conn reached"), "{}", lane.log());
     drop(_a);
     // A slot frees up when a client leaves.
     let mut admitted = false;

@@ -244,7 +244,9 @@ async fn login(
         }
     };
     if shard.client_count() > config.max_client_conn {
-        return Err(SessionError::Refused(ErrorFields::fatal("53300", "no more connections allowed (max_client_conn)")));
+        // PostgreSQL's words at max_connections; the log says which limit.
+        info!(?peer, max_client_conn = config.max_client_conn, "client refused: max_client_conn reached");
+        return Err(SessionError::Refused(ErrorFields::fatal("53300", "sorry, too many clients already")));
     }
     // Handing the port over (so_reuseport), a client accepted before the
     // listener closed is served: it reached this pglane, not the next one.
