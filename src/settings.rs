@@ -849,7 +849,7 @@ mod tests {
     }
 
     fn startup(params: &[(&str, &str)]) -> StartupParams {
-        StartupParams { params: params.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect() }
+        StartupParams { params: params.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(), ..StartupParams::default() }
     }
 
     #[test]

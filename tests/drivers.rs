@@ -331,3 +331,26 @@ fn asyncpg_ddl_changing_a_cached_result_type() {
         assert!(direct["results"].as_object().is_some_and(|r| r.len() == 8), "{direct}");
     }
 }
+
+/// node-postgres clients ending while they connect write Terminate ahead
+/// of their StartupMessage: PostgreSQL closes without a word and the client
+/// reports nothing; pglane answered with a FATAL ("message length
+/// 1476395008 exceeds the maximum": `X\0\0\0` read as a length), which
+/// node-postgres reported as an error. The script fails on any error.
+#[test]
+fn node_postgres_ending_while_connecting_reports_nothing() {
+    let modules = node_modules();
+    let db = "drivers_node_end";
+    postgres().fresh_database(db, None);
+    let command = |port: u16, db: &str| {
+        let mut cmd = Command::new("node");
+        cmd.env("NODE_PATH", &modules)
+            .arg(script("node_end_while_connecting.js"))
+            .arg(format!("postgres://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"));
+        cmd
+    };
+    let direct = run_suite("ending while connecting, directly", command(postgres().port, db));
+    let lane = start_pglane(db, Features::Plain);
+    let through = run_suite_through(&lane, "ending while connecting, through pglane", command(lane.port, "app"));
+    assert_eq!(direct["results"], through["results"]);
+}

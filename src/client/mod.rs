@@ -58,7 +58,12 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     // console, opening a server connection): an async fn's future is as big
     // as its biggest state, and this one lives as long as the client. Inline,
     // they made each idle client's task 47 KB.
-    let login = with_timeout(Config::secs(config.client_login_timeout), Box::pin(login(shard, &config, &mut stream, peer))).await;
+    // What the client sent beyond what the login read (a pipelined first
+    // query, node-postgres' Terminate): the session's first messages.
+    let mut pending = BytesMut::new();
+    let login =
+        with_timeout(Config::secs(config.client_login_timeout), Box::pin(login(shard, &config, &mut stream, peer, &mut pending)))
+            .await;
     let (params, target) = match login {
         Some(Ok(Some(ok))) => ok,
         Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
@@ -66,6 +71,11 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
             debug!(?peer, "login failed: {e}");
             if let Some(fields) = e.client_message() {
                 send_error(&mut stream, &fields).await;
+            }
+            if let SessionError::RefusedOldProtocol(fields) = &e {
+                let mut out = BytesMut::new();
+                backend::error_response_v2(&mut out, fields);
+                let _ = stream.write_all(&out).await;
             }
             return;
         }
@@ -96,7 +106,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         Target::Pool(pool) => pool,
         Target::Admin { may_control } => {
             info!(?peer, %user, "admin console login");
-            Box::pin(crate::admin::serve(shard, &mut stream, process_id, entry.secret_key, may_control)).await;
+            Box::pin(crate::admin::serve(shard, &mut stream, pending, process_id, entry.secret_key, may_control)).await;
             shard.unregister_client(process_id);
             return;
         }
@@ -127,6 +137,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         offer: None,
         skip_ready: 0,
     };
+    session.buffers.from_client.preload(&pending);
     match session.run(&params).await {
         Ok(()) => {
             info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client closed the connection")
@@ -166,6 +177,14 @@ pub enum SessionError {
     /// A message for the client has been prepared; the session ends.
     #[error("{0}")]
     Refused(ErrorFields),
+    /// A first packet PostgreSQL closes the connection on without a word
+    /// (it only logs it): a length out of bounds, or cut short.
+    #[error("invalid startup packet: {0}")]
+    BadStartupPacket(ProtocolError),
+    /// A startup packet of protocol 1 or 2, refused with an error in that
+    /// protocol's format, as PostgreSQL does.
+    #[error("{0}")]
+    RefusedOldProtocol(ErrorFields),
     #[error("server: {0}")]
     Server(#[from] ServerError),
     /// The server ended the session with a FATAL, passed on to the client.
@@ -180,7 +199,11 @@ impl SessionError {
     fn client_message(&self) -> Option<ErrorFields> {
         match self {
             SessionError::ClientProtocol(e) => Some(ErrorFields::fatal("08P01", format!("protocol violation: {e}"))),
-            SessionError::ClientIo(_) | SessionError::ClientClosed | SessionError::ServerEnded => None,
+            SessionError::ClientIo(_)
+            | SessionError::ClientClosed
+            | SessionError::ServerEnded
+            | SessionError::BadStartupPacket(_)
+            | SessionError::RefusedOldProtocol(_) => None,
             SessionError::Refused(fields) => Some(fields.clone()),
             SessionError::Server(ServerError::Refused(fields)) => {
                 Some(ErrorFields { severity: "FATAL".into(), ..fields.clone() })
@@ -204,15 +227,17 @@ async fn send_error(stream: &mut Stream, fields: &ErrorFields) {
 
 /// Reads the startup packet(s) and authenticates. `Ok(None)` when the
 /// connection was only a cancel request (or gave up after SSL was refused).
+/// `pending` keeps what the client sent beyond the messages read.
 async fn login(
     shard: &Rc<Shard>,
     config: &Config,
     stream: &mut Stream,
     peer: Option<std::net::SocketAddr>,
+    pending: &mut BytesMut,
 ) -> Result<Option<(StartupParams, Target)>, SessionError> {
     let tls = crate::net::tls::acceptor(config);
     let params = loop {
-        match read_startup_packet(stream).await? {
+        match read_startup_packet(stream, pending).await? {
             StartupPacket::SslRequest | StartupPacket::GssEncRequest if stream.is_tls() => {
                 return Err(SessionError::Refused(ErrorFields::fatal("08P01", "encryption requested again inside TLS")));
             }
@@ -221,18 +246,27 @@ async fn login(
                     // Bytes sent before the client saw 'S' are not encrypted,
                     // yet would be read as if they came through TLS
                     // (CVE-2021-23214): refuse them.
-                    if stream.has_unread_bytes() {
-                        return Err(SessionError::Refused(ErrorFields::fatal(
-                            "08P01",
-                            "received unencrypted data after SSL request",
-                        )));
+                    if !pending.is_empty() || stream.has_unread_bytes() {
+                        return Err(unencrypted_data_after("SSL request"));
                     }
                     stream.write_all(b"S").await?;
                     crate::net::tls::accept(stream, tls.clone()).await?;
                 }
-                None => stream.write_all(b"N").await?,
+                None => {
+                    stream.write_all(b"N").await?;
+                    // PostgreSQL refuses what came with the request whatever
+                    // it answered: sent before the client saw the answer.
+                    if !pending.is_empty() {
+                        return Err(unencrypted_data_after("SSL request"));
+                    }
+                }
             },
-            StartupPacket::GssEncRequest => stream.write_all(b"N").await?,
+            StartupPacket::GssEncRequest => {
+                stream.write_all(b"N").await?;
+                if !pending.is_empty() {
+                    return Err(unencrypted_data_after("GSSAPI encryption request"));
+                }
+            }
             StartupPacket::Cancel { process_id, secret_key } => {
                 shard.route_cancel(process_id, secret_key).await;
                 return Ok(None);
@@ -243,6 +277,13 @@ async fn login(
             StartupPacket::Startup(params) => break params,
         }
     };
+    if let Some(negotiation) = params.negotiation() {
+        // Before anything else, as PostgreSQL: the session goes on in 3.0.
+        debug!(?peer, minor = params.minor_version, options = ?negotiation.unrecognized_options, "negotiating protocol 3.0");
+        let mut out = BytesMut::new();
+        backend::negotiate_protocol_version(&mut out, &negotiation);
+        stream.write_all(&out).await?;
+    }
     if shard.client_count() > config.max_client_conn {
         // PostgreSQL's words at max_connections; the log says which limit.
         info!(?peer, max_client_conn = config.max_client_conn, "client refused: max_client_conn reached");
@@ -275,7 +316,7 @@ async fn login(
         }
         (None, _) => (None, false),
     };
-    let verified = auth::authenticate(shard, stream, method, user, secret.as_ref()).await?;
+    let verified = auth::authenticate(shard, stream, pending, method, user, secret.as_ref()).await?;
     if from_server {
         shard.learn_login(config, database, user, auth_query::server_login(secret, verified));
     }
@@ -298,22 +339,45 @@ async fn login(
     Ok(Some((params, Target::Pool(pool))))
 }
 
-/// Reads exactly one startup packet and nothing after it: what follows an
-/// SSLRequest must be left on the socket for the TLS handshake.
-async fn read_startup_packet(stream: &mut Stream) -> Result<StartupPacket, SessionError> {
-    let mut head = [0u8; 4];
-    read_exact(stream, &mut head).await?;
-    let len = startup::packet_length(&head)?.ok_or(ProtocolError::UnexpectedEof)?;
-    let mut packet = vec![0u8; len];
-    packet[..4].copy_from_slice(&head);
-    read_exact(stream, &mut packet[4..]).await?;
-    Ok(startup::decode(&packet)?)
+/// PostgreSQL's refusal of bytes that came in with an encryption request.
+fn unencrypted_data_after(request: &str) -> SessionError {
+    SessionError::Refused(
+        ErrorFields::fatal("08P01", format!("received unencrypted data after {request}"))
+            .with_detail("This could be either a client-software bug or evidence of an attempted man-in-the-middle attack."),
+    )
 }
 
-async fn read_exact(stream: &mut Stream, buf: &mut [u8]) -> Result<(), SessionError> {
-    stream.read_exact(buf).await.map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => SessionError::ClientClosed,
-        _ => SessionError::ClientIo(e),
+/// Reads one startup packet, through `pending`: what the client sent after
+/// it stays there. A length out of bounds, or a connection that ends
+/// mid-packet, closes without a word, as PostgreSQL does; a packet it
+/// cannot make sense of gets PostgreSQL's error.
+async fn read_startup_packet(stream: &mut Stream, pending: &mut BytesMut) -> Result<StartupPacket, SessionError> {
+    let len = loop {
+        match startup::packet_length(pending) {
+            Ok(Some(len)) if pending.len() >= len => break len,
+            Ok(_) => {}
+            Err(e) => return Err(SessionError::BadStartupPacket(e)),
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await? {
+            0 if pending.is_empty() => return Err(SessionError::ClientClosed),
+            0 => return Err(SessionError::BadStartupPacket(ProtocolError::UnexpectedEof)),
+            n => pending.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let packet = pending.split_to(len);
+    startup::decode(&packet).map_err(|e| match e {
+        ProtocolError::UnsupportedVersion(version) => {
+            let fields = ErrorFields::fatal("0A000", startup::unsupported_version_message(version));
+            match (version as u32) >> 16 {
+                0..=2 => SessionError::RefusedOldProtocol(fields),
+                _ => SessionError::Refused(fields),
+            }
+        }
+        ProtocolError::Malformed("CancelRequest") => SessionError::BadStartupPacket(e),
+        _ => {
+            SessionError::Refused(ErrorFields::fatal("08P01", "invalid startup packet layout: expected terminator as last byte"))
+        }
     })
 }
 

@@ -427,10 +427,20 @@ async fn login(stream: &mut Stream, target: &ServerTarget) -> Result<LoginResult
             backend::BACKEND_KEY_DATA => key = backend::decode_backend_key_data(&m.body)?,
             backend::READY_FOR_QUERY => return Ok((key.0, key.1, params)),
             backend::ERROR_RESPONSE => return Err(ServerError::Refused(backend::decode_error_fields(&m.body)?)),
-            backend::NOTICE_RESPONSE | backend::NEGOTIATE_PROTOCOL_VERSION => {}
+            backend::NOTICE_RESPONSE => {}
             other => return Err(ServerError::Unexpected { tag: other, during: "login" }),
         }
     }
+}
+
+/// A server's NegotiateProtocolVersion: pglane asked for 3.0, which every
+/// server since PostgreSQL 7.4 speaks, and no protocol options, so a server
+/// may only confirm 3.0 (and list options it was not sent).
+fn negotiated(target: &ServerTarget, body: &[u8]) -> Result<(), ServerError> {
+    let offered = backend::decode_negotiate_protocol_version(body)?;
+    let version = startup::accept_negotiation(crate::protocol::PROTOCOL_VERSION_3, &offered)?;
+    debug!(database = %target.dbname, version, options = ?offered.unrecognized_options, "the server negotiated the protocol version");
+    Ok(())
 }
 
 async fn authenticate(stream: &mut Stream, buf: &mut BytesMut, target: &ServerTarget) -> Result<(), ServerError> {
@@ -440,6 +450,11 @@ async fn authenticate(stream: &mut Stream, buf: &mut BytesMut, target: &ServerTa
         match m.tag {
             backend::AUTHENTICATION => {}
             backend::ERROR_RESPONSE => return Err(ServerError::Refused(backend::decode_error_fields(&m.body)?)),
+            // Before the authentication request, if at all.
+            backend::NEGOTIATE_PROTOCOL_VERSION => {
+                negotiated(target, &m.body)?;
+                continue;
+            }
             other => return Err(ServerError::Unexpected { tag: other, during: "authentication" }),
         }
         let mut out = BytesMut::new();
