@@ -294,3 +294,69 @@ fn bytes_sent_with_an_encryption_request_are_refused() {
         ("08P01", "received unencrypted data after GSSAPI encryption request", direct.1[0].detail.as_deref())
     );
 }
+
+/// The reported settings among `login`'s ParameterStatus messages, by name.
+fn reported_settings(login: &[Message]) -> Vec<(String, String)> {
+    const CARRIED: [&str; 6] =
+        ["application_name", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone", "standard_conforming_strings"];
+    login
+        .iter()
+        .filter(|m| m.tag == backend::PARAMETER_STATUS)
+        .map(|m| backend::decode_parameter_status(&m.body).expect("valid ParameterStatus"))
+        .filter(|(name, _)| CARRIED.contains(&name.as_str()))
+        .collect()
+}
+
+/// Reported settings a startup packet gives are reported as PostgreSQL
+/// reports them, not as the client spelled them: `utf-8` is `UTF8` (asyncpg
+/// sends `utf-8`, and checks what comes back), `iso, dmy` is `ISO, DMY`,
+/// `utc` is `UTC`; at login (the first time a pool sees a spelling and every
+/// time after, when it knows it), and after a RESET. A value the server
+/// does not take is refused at login with the server's error, as on
+/// PostgreSQL.
+#[test]
+fn reported_settings_are_spelled_as_the_server_reports_them() {
+    let pg = postgres();
+    let given: [&[(&str, &str)]; 3] = [
+        &[("client_encoding", "utf-8"), ("DateStyle", "iso, dmy"), ("TimeZone", "utc"), ("IntervalStyle", "ISO_8601")],
+        &[("client_encoding", "utf8"), ("application_name", "café"), ("standard_conforming_strings", "yes")],
+        &[("client_encoding", "Unicode"), ("TimeZone", "europe/paris"), ("options", "-c DateStyle=german")],
+    ];
+    let login = |port: u16, user: &str, db: &str, settings: &[(&str, &str)]| {
+        let mut params = vec![("user", user), ("database", db)];
+        params.extend_from_slice(settings);
+        RawClient::start(port, &params)
+    };
+    for mode in MODES {
+        let lane = start(mode, "");
+        for settings in given {
+            let (mut direct, direct_login) = login(pg.port, "trustuser", "postgres", settings);
+            let expected = reported_settings(&direct_login);
+            assert!(expected.iter().any(|(n, v)| n == "client_encoding" && v == "UTF8"), "{expected:?}");
+            // The first login teaches the pool the spelling, the next ones use it.
+            for round in 0..3 {
+                let (mut through, through_login) = login(lane.port, SUPERUSER, "app", settings);
+                assert_eq!(reported_settings(&through_login), expected, "{mode}, round {round}, {settings:?}");
+                // And after changing and resetting it.
+                for client in [&mut direct, &mut through] {
+                    assert!(errors(&query(client, "SET client_encoding = 'LATIN1'")).is_empty());
+                }
+                let reset = |client: &mut RawClient| reported_settings(&query(client, "RESET client_encoding"));
+                let direct_reset = reset(&mut direct);
+                assert_eq!(direct_reset, [("client_encoding".to_owned(), "UTF8".to_owned())]);
+                assert_eq!(reset(&mut through), direct_reset, "{mode}, round {round}");
+            }
+        }
+        // A value the server does not take: refused at login, as PostgreSQL does.
+        let bad = [("client_encoding", "no-such-encoding")];
+        let (_, direct) = login(pg.port, "trustuser", "postgres", &bad);
+        let (_, through) = login(lane.port, SUPERUSER, "app", &bad);
+        let expected = errors(&direct);
+        assert_eq!(expected.len(), 1, "{direct:?}");
+        assert_eq!(errors(&through), expected, "{mode}");
+        assert!(through.iter().all(|m| m.tag != backend::AUTHENTICATION || m.body[..] == [0, 0, 0, 0]), "{through:?}");
+        // The pool goes on serving.
+        let (mut next, _) = login(lane.port, SUPERUSER, "app", &[]);
+        assert_eq!(raw::first_column(&query(&mut next, "show client_encoding")), ["UTF8"]);
+    }
+}

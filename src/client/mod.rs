@@ -431,11 +431,12 @@ impl Session {
         if self.config.auto_prepare {
             autoprep::start_validator(&self.pool);
         }
-        self.greet(startup, &server_params, self.process_id).await?;
         let mut lease = match self.mode {
             PoolMode::Session => Some(self.checkout().await?),
             PoolMode::Transaction => None,
         };
+        self.take_startup_settings(startup, &mut lease).await?;
+        self.greet(&server_params, self.process_id).await?;
         loop {
             let server = match lease.as_mut() {
                 Some(server) => server,
@@ -457,17 +458,7 @@ impl Session {
             };
             if !self.startup_applied && self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
                 if let Err(refused) = self.apply_startup_settings(server).await {
-                    match lease.take() {
-                        // Refused: the connection is as it was, and reusable.
-                        Some(server) if refused.is_some() => self.give_back(server).await,
-                        _ => {} // dropping the lease closes it
-                    }
-                    return Err(refused.unwrap_or_else(|| {
-                        SessionError::Refused(ErrorFields::fatal(
-                            "08006",
-                            "server connection failed while applying startup settings",
-                        ))
-                    }));
+                    return Err(self.startup_settings_failed(lease.take(), refused).await);
                 }
             }
             let release_when_idle = self.mode == PoolMode::Transaction;
@@ -712,26 +703,89 @@ impl Session {
         u64::from(self.process_id as u32)
     }
 
-    /// AuthenticationOk was sent by `auth`; now ParameterStatus, BackendKeyData
-    /// and the first ReadyForQuery. The settings of the startup packet become
-    /// the client's own, carried to every server connection it gets
-    /// (`settings`); a packet pglane cannot carry is refused.
-    async fn greet(
-        &mut self,
-        startup: &StartupParams,
-        server_params: &[(String, String)],
-        process_id: i32,
-    ) -> Result<(), SessionError> {
+    /// The settings of the startup packet become the client's own, carried
+    /// to every server connection it gets (`settings`); a packet pglane
+    /// cannot carry is refused. The reported ones are kept as the server
+    /// reports them (`client_encoding=utf-8` is `UTF8`), which is what the
+    /// client is told at login and after a RESET, as on PostgreSQL: spellings
+    /// the pool has seen before it knows; for one it has not, the settings
+    /// are applied on a server connection now (`lease` in session mode, one
+    /// borrowed for it in transaction mode), which says how it reports them,
+    /// and refuses at login, as PostgreSQL would, a value it does not take.
+    async fn take_startup_settings(&mut self, startup: &StartupParams, lease: &mut Option<Lease>) -> Result<(), SessionError> {
         let asked =
             settings::from_startup(startup).map_err(|e| SessionError::Refused(ErrorFields::fatal("42601", e.to_string())))?;
-        self.settings = settings::Settings::from_startup_values(&asked);
-        // Nothing of the client's own to check with a server first.
-        self.startup_applied = self.settings.is_empty();
+        let known: Option<Vec<(String, String)>> = asked
+            .iter()
+            .map(|(name, value)| match settings::is_carried(name) {
+                true => self.pool.reported_as(name, value).map(|reported| (name.clone(), reported)),
+                false => Some((name.clone(), value.clone())),
+            })
+            .collect();
+        if let Some(values) = known {
+            self.settings = settings::Settings::from_startup_values(&values);
+            // Nothing of the client's own to check with a server first.
+            self.startup_applied = self.settings.is_empty();
+        } else {
+            self.settings = settings::Settings::from_startup_values(&asked);
+            let mut borrowed = None;
+            let server = match lease.as_mut() {
+                Some(server) => server,
+                None => borrowed.insert(self.checkout().await?),
+            };
+            // A SET to the value a setting has already reports nothing.
+            let had: Vec<(&str, Option<String>)> = asked
+                .iter()
+                .filter(|(name, _)| settings::is_carried(name))
+                .map(|(name, _)| (name.as_str(), server.reported_value(name)))
+                .collect();
+            let reported = match self.apply_startup_settings(server).await {
+                Ok(reported) => reported,
+                Err(refused) => return Err(self.startup_settings_failed(lease.take().or(borrowed), refused).await),
+            };
+            let values: Vec<(String, String)> = asked
+                .iter()
+                .enumerate()
+                .map(|(at, (name, value))| {
+                    if !settings::is_carried(name) {
+                        return (name.clone(), value.clone());
+                    }
+                    // No report: the value was the one the server had.
+                    let as_reported = reported
+                        .iter()
+                        .rev()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, v)| v.clone())
+                        .or_else(|| had.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.clone()))
+                        .unwrap_or_else(|| value.clone());
+                    // A name given twice: the server took the last one.
+                    if !asked[at + 1..].iter().any(|(n, _)| n == name) {
+                        self.pool.learn_reported(name, value, &as_reported);
+                    }
+                    (name.clone(), as_reported)
+                })
+                .collect();
+            self.settings = settings::Settings::from_startup_values(&values);
+            server.session.borrow_mut().settings.take_values_of(&self.settings);
+            if let Some(borrowed) = borrowed {
+                self.give_back(borrowed).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// AuthenticationOk was sent by `auth`; now ParameterStatus, BackendKeyData
+    /// and the first ReadyForQuery: the server's values, and the client's
+    /// own for the reported settings it gave (as the server reports them).
+    async fn greet(&mut self, server_params: &[(String, String)], process_id: i32) -> Result<(), SessionError> {
         let mut out = BytesMut::new();
         for (name, value) in server_params {
-            let asked = asked.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-            let value = match (name.as_str(), asked) {
-                (_, Some(asked)) if settings::is_carried(name) => asked,
+            let own = match self.settings.get(name) {
+                Some(settings::Value::Reported(own)) if settings::is_carried(name) => Some(own.as_str()),
+                _ => None,
+            };
+            let value = match (name.as_str(), own) {
+                (_, Some(own)) => own,
                 ("application_name", None) => "",
                 _ => value.as_str(),
             };
@@ -743,24 +797,28 @@ impl Session {
         Ok(())
     }
 
-    /// Before the client's first transaction: makes `server`'s settings the
-    /// client's startup ones and waits for the server's word, so that a
-    /// value the server refuses (as it would have at login) ends this
-    /// client's session with the server's error, before any of its queries
-    /// ran, and leaves the server connection as it was (the SETs ran in one
-    /// implicit transaction). Later alignments send values the server
-    /// already accepted. `Err(None)`: the server connection broke.
-    async fn apply_startup_settings(&mut self, server: &mut crate::server::ServerConn) -> Result<(), Option<SessionError>> {
+    /// Makes `server`'s settings the client's startup ones and waits for
+    /// the server's word (at login, or before the client's first
+    /// transaction), so that a value the server refuses (as it would have at
+    /// login) ends this client's session with the server's error, before any
+    /// of its queries ran, and leaves the server connection as it was (the
+    /// SETs ran in one implicit transaction). Later alignments send values
+    /// the server already accepted. Returns what the server reported while
+    /// it ran; `Err(None)`: the server connection broke.
+    async fn apply_startup_settings(
+        &mut self,
+        server: &mut crate::server::ServerConn,
+    ) -> Result<Vec<(String, String)>, Option<SessionError>> {
         let sql = self.settings.sql_to_apply_over(&server.session.borrow().settings);
         let Some(sql) = sql else {
             self.startup_applied = true;
-            return Ok(());
+            return Ok(Vec::new());
         };
-        match with_timeout(CLEANUP_TIMEOUT, server.run_checked(&sql)).await {
-            Some(Ok(Ok(()))) => {
+        match with_timeout(CLEANUP_TIMEOUT, server.run_reporting(&sql)).await {
+            Some(Ok(Ok(reported))) => {
                 server.session.borrow_mut().settings.take_values_of(&self.settings);
                 self.startup_applied = true;
-                Ok(())
+                Ok(reported)
             }
             Some(Ok(Err(refused))) => {
                 info!(code = %refused.code, "a startup setting was refused by the server: {}", refused.message);
@@ -775,6 +833,19 @@ impl Session {
                 Err(None)
             }
         }
+    }
+
+    /// Applying the startup settings failed (`refused` by the server, or
+    /// with `None` the connection broke): gives `server` back if it is as it
+    /// was, else closes it, and returns the error that ends the session.
+    async fn startup_settings_failed(&mut self, server: Option<Lease>, refused: Option<SessionError>) -> SessionError {
+        match server {
+            Some(server) if refused.is_some() => self.give_back(server).await,
+            _ => {} // dropping the lease closes it
+        }
+        refused.unwrap_or_else(|| {
+            SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
+        })
     }
 
     /// Borrows a server connection (waiting while the database is paused),

@@ -33,6 +33,9 @@ use thiserror::Error;
 use crate::prepare::Statement;
 use crate::server::{ServerConn, ServerError, ServerSession, ServerTarget};
 
+/// Values of reported settings a pool remembers the server's spelling of.
+const REPORTED_SPELLINGS: usize = 1024;
+
 #[derive(Debug, Error)]
 pub enum PoolError {
     #[error("query_wait_timeout: no server connection became free in time")]
@@ -164,6 +167,10 @@ pub struct Pool {
     /// Since when no host would do, if that is how the last attempt ended
     /// (see `hosts`: server_retry_timeout runs from there).
     no_host_since: Cell<Option<std::time::Instant>>,
+    /// What the server reports for a reported setting a client's startup
+    /// packet gave as a value: `(name, as given) → as reported` (`utf8` →
+    /// `UTF8`), learned the first time a client gives it.
+    reported_as: RefCell<std::collections::HashMap<(String, String), String>>,
     stats: Cell<PoolStats>,
     /// The prepared statements shared by this pool's clients (see `prepare`).
     pub registry: crate::prepare::Registry,
@@ -212,6 +219,7 @@ impl Pool {
             waiters: RefCell::new(VecDeque::new()),
             posted: RefCell::new(VecDeque::new()),
             server_params: RefCell::new(None),
+            reported_as: RefCell::default(),
             stats: Cell::new(PoolStats::default()),
             registry,
             census: Rc::default(),
@@ -490,6 +498,22 @@ impl Pool {
         let params = self.server_params.borrow().clone().unwrap_or_else(|| Rc::new(lease.params.clone()));
         lease.release();
         Ok(params)
+    }
+
+    /// What the server reports when reported setting `name` is set to
+    /// `value` as a startup packet gave it, if a login taught the pool.
+    pub fn reported_as(&self, name: &str, value: &str) -> Option<String> {
+        self.reported_as.borrow().get(&(name.to_owned(), value.to_owned())).cloned()
+    }
+
+    /// Remembers what the server reported for `name` given as `value`
+    /// (up to [`REPORTED_SPELLINGS`] of them; past that, each login with a
+    /// new one asks a server again).
+    pub fn learn_reported(&self, name: &str, value: &str, reported: &str) {
+        let mut known = self.reported_as.borrow_mut();
+        if known.len() < REPORTED_SPELLINGS {
+            known.insert((name.to_owned(), value.to_owned()), reported.to_owned());
+        }
     }
 
     /// Closes idle connections that sat idle longer than `idle_timeout` or

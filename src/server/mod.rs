@@ -274,6 +274,30 @@ impl ServerConn {
         self.run_with(sql, |_| Ok(())).await
     }
 
+    /// `run_checked`, returning the ParameterStatus values the server
+    /// reported while it ran (the SETs of reported settings it made).
+    pub async fn run_reporting(&mut self, sql: &str) -> Result<Result<Vec<(String, String)>, ErrorFields>, ServerError> {
+        let mut reported = Vec::new();
+        let outcome = self
+            .run_with(sql, |m| {
+                if m.tag == backend::PARAMETER_STATUS {
+                    reported.push(backend::decode_parameter_status(&m.body)?);
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(outcome.map(|()| reported))
+    }
+
+    /// The value the server last reported for `name` on this connection:
+    /// since a client changed it, else at login.
+    pub fn reported_value(&self, name: &str) -> Option<String> {
+        match self.session.borrow().settings.get(name) {
+            Some(crate::settings::Value::Reported(value)) => Some(value.clone()),
+            _ => self.params.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()),
+        }
+    }
+
     /// `run_checked`, with each message but ErrorResponse and
     /// ReadyForQuery handed to `each`.
     async fn run_with(
