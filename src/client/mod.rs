@@ -100,7 +100,12 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         admin: matches!(target, Target::Admin { .. }),
         tls: stream.tls_description(),
     };
-    let (process_id, entry) = shard.register_client(info);
+    let Some((process_id, entry)) = shard.register_client(info) else {
+        // Peered, each shard has a few thousand keys to give (see `runtime::keys`).
+        warn!(?peer, "client refused: every cancel key of this shard is in use");
+        send_error(&mut stream, &ErrorFields::fatal("53300", "sorry, too many clients already")).await;
+        return;
+    };
     info!(?peer, %user, %database, process_id, "client logged in");
     let pool = match target {
         Target::Pool(pool) => pool,
@@ -989,11 +994,14 @@ impl Session {
     }
 
     /// Sends a cancel request for what `key`'s backend runs, on its own task.
+    /// The connection serves no other client until the server has it.
     fn send_cancel(&self, key: &Rc<crate::server::CancelKey>) {
+        let under_way = key.cancel_under_way();
         let key = key.clone();
         let timeout = Config::secs(self.config.server_connect_timeout);
         crate::rt::spawn_local(async move {
             let _ = crate::server::send_cancel(&key, timeout).await;
+            drop(under_way);
         })
         .detach();
     }

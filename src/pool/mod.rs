@@ -652,6 +652,18 @@ impl Lease {
     /// idle (ReadyForQuery 'I') with nothing in flight.
     pub fn release(mut self) {
         let Some(mut conn) = self.conn.take() else { return };
+        if conn.cancel_key.has_cancels_under_way() {
+            // A cancel request for the query that just ended is still on its
+            // way: the connection serves no one else until the server has
+            // taken it (and found its backend idle).
+            let (pool, key) = (self.pool.clone(), conn.cancel_key.clone());
+            crate::rt::spawn_local(async move {
+                key.cancels_done().await;
+                Lease { conn: Some(conn), pool }.release();
+            })
+            .detach();
+            return;
+        }
         let read_write = self.pool.target.borrow().target_session_attrs == crate::config::TargetSessionAttrs::ReadWrite;
         match std::mem::take(&mut conn.refused_a_write) && read_write {
             true => self.pool.recheck(conn),

@@ -11,6 +11,7 @@
 
 mod clients;
 mod control;
+pub mod keys;
 pub mod listeners;
 mod notify;
 mod nudge;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::auth::secret::ScramSecret;
 use crate::client;
@@ -163,6 +164,10 @@ impl Shared {
         if config.unix_socket_path() != old.unix_socket_path() {
             return Err("unix_socket_dir cannot change without a restart".into());
         }
+        if config.peer_id != old.peer_id {
+            // The cancel keys of the clients connected now name the old one.
+            return Err(format!("peer_id cannot change without a restart ({} → {})", old.peer_id, config.peer_id));
+        }
         self.config.store(Arc::new(config));
         self.config_generation.fetch_add(1, Ordering::SeqCst);
         self.nudges.nudge_all();
@@ -177,6 +182,8 @@ pub struct Shard {
     /// Itself, for the hooks its pools call back with.
     me: std::rc::Weak<Shard>,
     pub shards: usize,
+    /// How this instance's cancel keys name their shard (and instance).
+    keys: keys::KeyPlan,
     pub shared: Arc<Shared>,
     /// Fired once the shard no longer accepts connections: sessions end
     /// (see `client`).
@@ -231,6 +238,10 @@ pub fn cpu_plan(cores: Option<usize>, cpus: Option<&str>) -> Result<Vec<usize>, 
 /// (after `shared.shutting_down` is set). Returns an error if any shard could
 /// not start (e.g. the listen address is taken).
 pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
+    if cpus.len() > keys::MAX_SHARDS {
+        return Err(format!("{} shards asked for; pglane runs at most {}", cpus.len(), keys::MAX_SHARDS));
+    }
+    let key_plan = keys::KeyPlan::new(shared.config.load().peer_id, cpus.len());
     let unix_socket = {
         let config = shared.config.load();
         ensure_port_free(&config.listen, config.so_reuseport)?;
@@ -284,6 +295,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 id,
                 me: me.clone(),
                 shards,
+                keys: key_plan,
                 shared,
                 shutdown: ShutdownSignal::default(),
                 stop_accepting: ShutdownSignal::default(),
@@ -747,42 +759,66 @@ impl Shard {
     }
 
     /// Registers a client for cancel requests and the admin console; returns
-    /// its BackendKeyData process id. The process id's top byte is the shard,
-    /// so any shard can route a CancelRequest to the owner.
-    pub fn register_client(&self, info: ClientInfo) -> (i32, Rc<ClientEntry>) {
-        let secret_key: i32 = rand::random();
+    /// its BackendKeyData process id, which names the shard (and, peered,
+    /// the instance: see `keys`), or None if every process id the shard may
+    /// hand out is taken (only with peering: 2^14 per instance).
+    pub fn register_client(&self, info: ClientInfo) -> Option<(i32, Rc<ClientEntry>)> {
+        let secret_key = self.keys.secret(rand::random());
         let mut clients = self.clients.borrow_mut();
-        let process_id = loop {
+        let per_shard = self.keys.per_shard();
+        let process_id = (0..per_shard).find_map(|_| {
             let n = self.next_client.get();
-            self.next_client.set(if n >= 0x00ff_ffff { 1 } else { n + 1 });
-            let pid = ((self.id as i32) << 24) | n as i32;
-            if !clients.contains_key(&pid) {
-                break pid;
-            }
-        };
+            self.next_client.set((n + 1) % per_shard);
+            let pid = self.keys.process_id(self.id, n);
+            (!clients.contains_key(&pid)).then_some(pid)
+        })?;
         let entry = Rc::new(ClientEntry::new(info, secret_key));
         clients.insert(process_id, entry.clone());
-        (process_id, entry)
+        Some((process_id, entry))
     }
 
     pub fn unregister_client(&self, process_id: i32) {
         self.clients.borrow_mut().remove(&process_id);
     }
 
-    /// A CancelRequest arrived on this shard: handle it here or pass it to
-    /// the shard that owns the client.
+    /// A CancelRequest arrived on this shard: handled here, by the shard
+    /// that owns the client, or by the peer instance that does. Returns once
+    /// the server (or the peer) has taken it, so that the client's cancel
+    /// connection closes only then, as PostgreSQL's does.
     pub async fn route_cancel(&self, process_id: i32, secret_key: i32) {
-        let owner = (process_id >> 24) as usize;
-        if owner == self.id {
-            self.cancel_local(process_id, secret_key).await;
-        } else if owner < self.shards {
-            info!(shard = self.id, owner, "passing a cancel request to the shard that owns the client");
-            if self.peers.send_to(owner, ShardMessage::Cancel { process_id, secret_key }).await.is_err() {
-                warn!(shard = self.id, owner, "could not pass a cancel request to its shard");
+        match self.keys.route(process_id, secret_key) {
+            keys::Route::Shard { shard, secret } if shard == self.id => self.cancel_local(process_id, secret).await,
+            keys::Route::Shard { shard, secret } if shard < self.shards => {
+                let (done, taken) = flume::bounded(1);
+                let cancel = ShardMessage::Cancel { process_id, secret_key: secret, done };
+                if self.peers.send_to(shard, cancel).await.is_err() {
+                    return warn!(shard = self.id, owner = shard, "could not pass a cancel request to its shard");
+                }
+                // Answered (or dropped, if that shard stopped) once it is done.
+                let _ = taken.recv_async().await;
             }
+            keys::Route::Peer { peer_id, secret } => self.forward_cancel(peer_id, process_id, secret).await,
+            _ => debug!(shard = self.id, process_id, "a cancel request with a key pglane did not hand out"),
         }
     }
 
+    /// Passes a CancelRequest for a client of peer instance `peer_id` on.
+    async fn forward_cancel(&self, peer_id: u16, process_id: i32, secret_key: i32) {
+        let config = self.shared.config.load();
+        let Some(peer) = config.peer_by_id(peer_id) else {
+            return debug!(shard = self.id, peer_id, "a cancel request for a peer that [peers] does not list");
+        };
+        let address = peer.address();
+        info!(shard = self.id, peer_id, peer = %address, "forwarding a cancel request to the peer that owns the client");
+        let timeout = Config::secs(config.server_connect_timeout);
+        if let Err(e) = crate::server::send_cancel_request(&address, process_id, secret_key, timeout).await {
+            warn!(shard = self.id, peer_id, "forwarding a cancel request to peer {address} failed: {e}");
+        }
+    }
+
+    /// Cancels what the client with this key runs now, if it holds a server
+    /// connection: a client between transactions has nothing to cancel, and
+    /// the connection it last held may serve another client by now.
     async fn cancel_local(&self, process_id: i32, secret_key: i32) {
         let key: Option<Rc<CancelKey>> = {
             let clients = self.clients.borrow();
@@ -795,6 +831,8 @@ impl Shard {
             key
         };
         let Some(key) = key else { return };
+        // Until the server has it, the connection goes to no other client.
+        let _under_way = key.cancel_under_way();
         let timeout = Config::secs(self.shared.config.load().server_connect_timeout);
         if let Err(e) = crate::server::send_cancel(&key, timeout).await {
             warn!(shard = self.id, "cancel request to {} failed: {e}", key.address);

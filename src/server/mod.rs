@@ -5,7 +5,7 @@
 //! decides when a connection is lent or returned (that is `pool`), and never
 //! relays a client's traffic (that is `client`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -116,7 +116,7 @@ pub struct ServerHost {
 
 /// Which backend a server connection is: where, which process, since when.
 /// Also the key a client needs to cancel what it is running.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct CancelKey {
     pub address: ServerAddress,
     pub process_id: i32,
@@ -124,6 +124,64 @@ pub struct CancelKey {
     pub connected_at: std::time::SystemTime,
     /// Protocol and cipher when the connection is TLS (SHOW SERVERS' tls).
     pub tls: Option<String>,
+    /// Cancel requests on their way to this backend. While there is one,
+    /// the connection goes to no other client (see `pool::Lease::release`):
+    /// a cancel that arrives after the query it was sent for ended must find
+    /// the backend idle, which ignores it, never running another's query.
+    cancels: Cell<u32>,
+    cancels_done: RefCell<Option<std::task::Waker>>,
+}
+
+impl CancelKey {
+    pub fn new(address: ServerAddress, process_id: i32, secret_key: i32, tls: Option<String>) -> CancelKey {
+        CancelKey {
+            address,
+            process_id,
+            secret_key,
+            connected_at: std::time::SystemTime::now(),
+            tls,
+            cancels: Cell::new(0),
+            cancels_done: RefCell::new(None),
+        }
+    }
+
+    /// Counts a cancel request on its way to this backend until the
+    /// returned guard is dropped.
+    pub fn cancel_under_way(self: &Rc<Self>) -> CancelUnderWay {
+        self.cancels.set(self.cancels.get() + 1);
+        CancelUnderWay(self.clone())
+    }
+
+    pub fn has_cancels_under_way(&self) -> bool {
+        self.cancels.get() > 0
+    }
+
+    /// Waits until no cancel request is on its way to this backend.
+    pub async fn cancels_done(&self) {
+        std::future::poll_fn(|cx| match self.cancels.get() {
+            0 => std::task::Poll::Ready(()),
+            _ => {
+                *self.cancels_done.borrow_mut() = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+/// A cancel request on its way to a backend (see [`CancelKey::cancel_under_way`]).
+pub struct CancelUnderWay(Rc<CancelKey>);
+
+impl Drop for CancelUnderWay {
+    fn drop(&mut self) {
+        let key = &self.0;
+        key.cancels.set(key.cancels.get() - 1);
+        if key.cancels.get() == 0 {
+            if let Some(waker) = key.cancels_done.borrow_mut().take() {
+                waker.wake();
+            }
+        }
+    }
 }
 
 /// The session state of one server connection that pglane tracks.
@@ -187,13 +245,7 @@ impl ServerConn {
             tls => open(target, address, tls.as_ref()).await,
         };
         let mut conn = opened.map(|(stream, (process_id, secret_key, params))| ServerConn {
-            cancel_key: Rc::new(CancelKey {
-                address: address.clone(),
-                process_id,
-                secret_key,
-                connected_at: std::time::SystemTime::now(),
-                tls: stream.tls_description(),
-            }),
+            cancel_key: Rc::new(CancelKey::new(address.clone(), process_id, secret_key, stream.tls_description())),
             stream,
             params,
             created: Instant::now(),
@@ -385,16 +437,44 @@ impl ServerConn {
     }
 }
 
-/// Sends a CancelRequest for `key` on a new connection, as PostgreSQL expects.
+/// Sends a CancelRequest for what `key`'s backend runs, and returns once
+/// the server has closed the connection: PostgreSQL does once it has
+/// signalled the backend, so a query sent after this returns is never the
+/// one cancelled. All within `timeout`.
 pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> Result<(), ServerError> {
-    let mut stream = Stream::connect(&key.address, timeout)
-        .await
-        .map_err(|source| ServerError::Connect { addr: key.address.clone(), source })?;
-    let mut out = BytesMut::new();
-    startup::encode_cancel(&mut out, key.process_id, key.secret_key);
-    stream.write_all(&out).await?;
-    stream.close().await?;
-    Ok(())
+    send_cancel_request(&key.address, key.process_id, key.secret_key, timeout).await
+}
+
+/// Sends a CancelRequest for (`process_id`, `secret_key`) to `address` (a
+/// server, or a peer pglane instance that forwards it) and waits for the
+/// other side to close the connection, all within `timeout`.
+pub async fn send_cancel_request(
+    address: &ServerAddress,
+    process_id: i32,
+    secret_key: i32,
+    timeout: Duration,
+) -> Result<(), ServerError> {
+    let deliver = async {
+        let mut stream =
+            Stream::connect(address, timeout).await.map_err(|source| ServerError::Connect { addr: address.clone(), source })?;
+        let mut out = BytesMut::new();
+        startup::encode_cancel(&mut out, process_id, secret_key);
+        stream.write_all(&out).await?;
+        let mut rest = [0u8; 64];
+        // Nothing is expected but the close; a reset is a close too.
+        while let Ok(n) = futures_lite::AsyncReadExt::read(&mut stream, &mut rest).await {
+            if n == 0 {
+                break;
+            }
+        }
+        Ok(())
+    };
+    crate::rt::with_timeout(timeout, deliver).await.unwrap_or_else(|| {
+        Err(ServerError::Connect {
+            addr: address.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out waiting for the cancel request to be taken"),
+        })
+    })
 }
 
 type LoginResult = (i32, i32, Vec<(String, String)>);

@@ -560,14 +560,14 @@ fn every_ignored_setting_is_one_warning_naming_file_line_and_setting() {
         "logfile = /var/log/pgbouncer.log
 server_lifetime = 3600
 scram_iterations = 100000
-peer_id = 1
+so_reuseport = 1
 max_prepared_statements = 0
 lisen_port = 6432",
     );
     let (_, warnings) = config(&text);
     assert_eq!(
         warned(&warnings),
-        [(5, "logfile"), (7, "scram_iterations"), (8, "peer_id"), (9, "max_prepared_statements"), (10, "lisen_port")]
+        [(5, "logfile"), (7, "scram_iterations"), (8, "so_reuseport"), (9, "max_prepared_statements"), (10, "lisen_port")]
     );
     assert_eq!(
         warnings[0].to_string(),
@@ -580,10 +580,29 @@ lisen_port = 6432",
 
 #[test]
 fn other_sections_are_warned_once_each() {
-    let text = format!("{BASE}[peers]\n1 = host=/tmp/pgbouncer1\n2 = host=/tmp/pgbouncer2\n[extra]\nx = 1\n");
+    let text = format!("{BASE}[extra]\nx = 1\n[more]\ny = 2\n");
     let (_, warnings) = config(&text);
-    assert_eq!(warned(&warnings), [(5, "[peers]"), (8, "[extra]")]);
-    assert!(warnings[0].message.contains("does not peer"));
+    assert_eq!(warned(&warnings), [(5, "[extra]"), (7, "[more]")]);
+}
+
+#[test]
+fn peer_id_and_peers_carry_over_as_pgbouncer_reads_them() {
+    let text = format!(
+        "{BASE}peer_id = 2\n[peers]\n1 = host=10.0.0.1\n2 = host=/tmp/pgbouncer-2 port=5555\n3 = host=10.0.0.3 port=7432 pool_size=4\n"
+    );
+    let (c, warnings) = config(&text);
+    assert_eq!(c.peer_id, 2);
+    assert_eq!(c.peer_by_id(1).map(|p| p.address()), Some(ServerAddress::Tcp { host: "10.0.0.1".into(), port: 6432 }));
+    assert_eq!(c.peer_by_id(2).map(|p| p.address()), Some(ServerAddress::Unix("/tmp/pgbouncer-2/.s.PGSQL.5555".into())));
+    assert_eq!(c.peer_by_id(3).map(|p| p.address()), Some(ServerAddress::Tcp { host: "10.0.0.3".into(), port: 7432 }));
+    assert_eq!(warned(&warnings), [(9, "pool_size")]);
+    // PgBouncer's own refusals.
+    assert!(error(&format!("{BASE}[peers]\n1 = port=6432\n")).contains("host was not provided"));
+    assert!(error(&format!("{BASE}[peers]\n1 = host=a dbname=x\n")).contains("unrecognized connection parameter: dbname"));
+    assert!(error(&format!("{BASE}[peers]\n0 = host=a\n")).contains("peer ids"));
+    assert!(error(&format!("{BASE}[peers]\n16384 = host=a\n")).contains("peer ids"));
+    assert!(error(&format!("{BASE}peer_id = 16384\n")).contains("peer_id"));
+    assert!(error(&format!("{BASE}[peers]\n1 = host=@abstract\n")).contains("abstract"));
 }
 
 #[test]

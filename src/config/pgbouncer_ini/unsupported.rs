@@ -29,7 +29,6 @@ pub fn pgbouncer_setting(key: &str) -> &'static str {
         "reserve_pool_size" | "reserve_pool_timeout" => "pglane has no reserve pool",
         "max_db_connections" | "max_user_connections" => POOL_LIMITS,
         "max_db_client_connections" | "max_user_client_connections" => CLIENT_LIMITS,
-        "peer_id" => "pglane routes cancel requests between its own shards; it does not peer with other processes",
         "scram_iterations" => "pglane derives SCRAM secrets for plaintext passwords with 4096 iterations",
         "auth_ident_file" => "pglane does not support ident maps",
         "auth_ldap_options" => "pglane does not support LDAP",
