@@ -19,6 +19,7 @@ pub mod negotiate;
 pub mod pinning;
 mod quiet;
 mod relay;
+pub mod replication;
 
 pub mod tracker;
 
@@ -86,7 +87,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     };
     let user = params.user().unwrap_or_default().to_owned();
     let database = params.database().unwrap_or_default().to_owned();
-    if matches!(target, Target::Pool(_)) && shard.is_disabled(&database) {
+    if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&database) {
         // DISABLE in the admin console; PgBouncer's words.
         send_error(&mut stream, &ErrorFields::fatal("08P01", format!("database does not allow connections: {database}"))).await;
         return;
@@ -112,6 +113,12 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         Target::Admin { may_control } => {
             info!(?peer, %user, "admin console login");
             Box::pin(crate::admin::serve(shard, &mut stream, pending, process_id, entry.secret_key, may_control)).await;
+            shard.unregister_client(process_id);
+            return;
+        }
+        Target::Replication(server) => {
+            info!(?peer, %user, %database, "replication connection, passed through to a server connection of its own");
+            Box::pin(serve_replication(&mut stream, &params, &server, &pending, process_id, &entry)).await;
             shard.unregister_client(process_id);
             return;
         }
@@ -161,9 +168,41 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     shard.unregister_client(process_id);
 }
 
+/// Serves a replication client (see `replication`): its own server
+/// connection, bytes passed through both ways until either side closes.
+async fn serve_replication(
+    client: &mut Stream,
+    startup: &StartupParams,
+    target: &crate::server::ServerTarget,
+    pending: &[u8],
+    process_id: i32,
+    entry: &ClientEntry,
+) {
+    let mut server = match replication::open(target, startup, client, process_id, entry.secret_key).await {
+        Ok(server) => server,
+        Err(e) => {
+            info!("replication connection refused: {e}");
+            if let Some(fields) = e.client_message() {
+                send_error(client, &fields).await;
+            }
+            return;
+        }
+    };
+    // A cancel request reaches it for as long as the session lasts.
+    *entry.server.borrow_mut() = Some(server.cancel_key.clone());
+    entry.set_state(ClientState::Active);
+    match replication::pass_through(client, &mut server.stream, pending, &entry.killed).await {
+        Ok(()) => info!("replication connection ended"),
+        Err(e) => info!("replication connection ended: {e}"),
+    }
+    *entry.server.borrow_mut() = None;
+}
+
 /// Where a logged-in client goes.
 enum Target {
     Pool(Rc<Pool>),
+    /// A replication connection, to a server connection of its own.
+    Replication(crate::server::ServerTarget),
     /// The admin console; `may_control` for admin_users (not only stats_users).
     Admin {
         may_control: bool,
@@ -302,11 +341,15 @@ async fn login(
     let Some(user) = params.user() else {
         return Err(SessionError::Refused(ErrorFields::fatal("28000", "no PostgreSQL user name specified in startup packet")));
     };
-    if params.get("replication").is_some_and(|r| r != "false" && r != "off" && r != "0") {
-        return Err(SessionError::Refused(ErrorFields::fatal("08P01", "pglane does not pool replication connections")));
-    }
+    let replication = params.get("replication").map(replication::mode).transpose().map_err(SessionError::Refused)?.flatten();
     let database = params.database().unwrap_or(user);
-    let client = crate::auth::hba::Client { addr: peer.map(|p| p.ip()), tls: stream.is_tls(), database, user };
+    let client = crate::auth::hba::Client {
+        addr: peer.map(|p| p.ip()),
+        tls: stream.is_tls(),
+        database,
+        user,
+        physical_replication: replication == Some(replication::Mode::Physical),
+    };
     let method = auth::method_for(config, &client)?;
     let admin = crate::admin::is_admin_database(database);
     let lookup = config.databases.contains_key(database).then(|| config.auth_lookup_for(database)).flatten();
@@ -325,6 +368,9 @@ async fn login(
     if from_server {
         shard.learn_login(config, database, user, auth_query::server_login(secret, verified));
     }
+    if admin && replication.is_some() {
+        return Err(SessionError::Refused(ErrorFields::fatal("08P01", "the admin console takes no replication connections")));
+    }
     if admin {
         let may_control = config.admin_users.iter().any(|u| u == user);
         if !may_control && !config.stats_users.iter().any(|u| u == user) {
@@ -334,6 +380,15 @@ async fn login(
             )));
         }
         return Ok(Some((params, Target::Admin { may_control })));
+    }
+    if replication.is_some() {
+        let Some(target) = shard.server_target(config, database, user) else {
+            return Err(SessionError::Refused(ErrorFields::fatal(
+                "3D000",
+                format!("database \"{database}\" does not exist in pglane's configuration"),
+            )));
+        };
+        return Ok(Some((params, Target::Replication(target))));
     }
     let Some(pool) = shard.pool(config, database, user) else {
         return Err(SessionError::Refused(ErrorFields::fatal(

@@ -597,6 +597,12 @@ impl Shard {
         }
     }
 
+    /// How to log in to the server for (database, user), as the pool would:
+    /// for a client's connection of its own (replication).
+    pub fn server_target(&self, config: &Config, database: &str, user: &str) -> Option<ServerTarget> {
+        self.pool_settings(config, database, user).map(|(target, _)| target)
+    }
+
     /// The server and this shard's pool size for (database, user) under `config`.
     fn pool_settings(&self, config: &Config, database: &str, user: &str) -> Option<(ServerTarget, usize)> {
         let db = config.databases.get(database)?;

@@ -58,6 +58,10 @@ pub enum ServerError {
     Unexpected { tag: u8, during: &'static str },
     #[error("server: {0}")]
     Protocol(#[from] crate::protocol::ProtocolError),
+    #[error("server {addr}: {why}")]
+    Unsuitable { addr: ServerAddress, why: &'static str },
+    #[error("no server listed")]
+    NoHost,
 }
 
 impl ServerError {
@@ -231,18 +235,54 @@ impl ServerConn {
     /// server says ReadyForQuery, and (when target_session_attrs is not
     /// "any") knows what the session is.
     pub async fn connect(target: &ServerTarget, host: usize, generation: u64) -> Result<ServerConn, ServerError> {
+        Self::connect_with(target, host, generation, &[]).await
+    }
+
+    /// A connection of a client's own, never pooled: the first of the
+    /// target's hosts, in the listed order, that logs in and is what
+    /// target_session_attrs asks for (by what it reports at login), with
+    /// more startup parameters (a replication connection's `replication`
+    /// and the rest of its client's startup packet).
+    pub async fn connect_for_client(target: &ServerTarget, startup: &[(String, String)]) -> Result<ServerConn, ServerError> {
+        let target = ServerTarget { learn_output_settings: false, ..target.clone() };
+        let mut last = None;
+        let mut fallback = None;
+        for host in 0..target.hosts.len() {
+            match Self::connect_with(&target, host, 0, startup).await {
+                Ok(conn) => match conn.role.map_or(role::Fit::Yes, |r| r.fit(target.target_session_attrs)) {
+                    role::Fit::Yes => return Ok(conn),
+                    role::Fit::Fallback => {
+                        fallback.get_or_insert(conn);
+                    }
+                    role::Fit::No => {
+                        let why = conn.role.map_or("", |r| r.refusal(target.target_session_attrs));
+                        last = Some(ServerError::Unsuitable { addr: target.hosts[host].address.clone(), why });
+                    }
+                },
+                Err(e) => last = Some(e),
+            }
+        }
+        fallback.ok_or_else(|| last.unwrap_or(ServerError::NoHost))
+    }
+
+    async fn connect_with(
+        target: &ServerTarget,
+        host: usize,
+        generation: u64,
+        startup: &[(String, String)],
+    ) -> Result<ServerConn, ServerError> {
         let server = &target.hosts[host];
         let address = &server.address;
         let opened = match &server.tls {
             // libpq's allow: plaintext first, TLS if the server refuses that.
-            Some(tls) if tls.mode == SslMode::Allow => match open(target, address, None).await {
+            Some(tls) if tls.mode == SslMode::Allow => match open(target, address, None, startup).await {
                 Err(ServerError::Refused(e)) => {
                     debug!(server = %address, "plaintext login refused ({}), trying TLS", e.message);
-                    open(target, address, Some(tls)).await
+                    open(target, address, Some(tls), startup).await
                 }
                 other => other,
             },
-            tls => open(target, address, tls.as_ref()).await,
+            tls => open(target, address, tls.as_ref(), startup).await,
         };
         let mut conn = opened.map(|(stream, (process_id, secret_key, params))| ServerConn {
             cancel_key: Rc::new(CancelKey::new(address.clone(), process_id, secret_key, stream.tls_description())),
@@ -488,12 +528,13 @@ pub struct Described {
     pub row: Option<Vec<backend::FieldDescription>>,
 }
 
-/// Opens a connection to `address`, with TLS if `tls` says so, and logs in,
-/// all within the connect timeout.
+/// Opens a connection to `address`, with TLS if `tls` says so, and logs in
+/// with `startup`'s parameters, all within the connect timeout.
 async fn open(
     target: &ServerTarget,
     address: &ServerAddress,
     tls: Option<&ServerTls>,
+    startup: &[(String, String)],
 ) -> Result<(Stream, LoginResult), ServerError> {
     let mut stream = Stream::connect(address, target.connect_timeout)
         .await
@@ -504,7 +545,7 @@ async fn open(
                 .await
                 .map_err(|source| ServerError::Tls { addr: address.clone(), source })?;
         }
-        login(&mut stream, target).await
+        login(&mut stream, target, startup).await
     };
     let logged_in = crate::rt::with_timeout(target.connect_timeout, handshake)
         .await
@@ -516,9 +557,14 @@ fn timed_out(address: &ServerAddress, what: &str) -> ServerError {
     ServerError::Connect { addr: address.clone(), source: std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_owned()) }
 }
 
-async fn login(stream: &mut Stream, target: &ServerTarget) -> Result<LoginResult, ServerError> {
+/// Logs in as `target` says, with `startup`'s parameters after user and database.
+async fn login(stream: &mut Stream, target: &ServerTarget, startup: &[(String, String)]) -> Result<LoginResult, ServerError> {
     let mut out = BytesMut::new();
-    startup::encode_startup(&mut out, &[("user", &target.user), ("database", &target.dbname)]);
+    let params: Vec<(&str, &str)> = [("user", target.user.as_str()), ("database", target.dbname.as_str())]
+        .into_iter()
+        .chain(startup.iter().map(|(name, value)| (name.as_str(), value.as_str())))
+        .collect();
+    startup::encode_startup(&mut out, &params);
     stream.write_all(&out).await?;
     let mut buf = BytesMut::new();
     authenticate(stream, &mut buf, target).await?;

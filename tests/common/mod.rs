@@ -105,6 +105,8 @@ pub struct Postgres {
     /// Temp dir holding data_dir, the socket and the server log.
     dir: PathBuf,
     log_file: PathBuf,
+    /// postgresql.conf lines of [`Postgres::start_new_with`].
+    more_conf: String,
 }
 
 static POSTGRES: OnceLock<Result<Postgres, String>> = OnceLock::new();
@@ -128,6 +130,13 @@ impl Postgres {
     /// stop or restart the server. Dropping it stops the server and removes
     /// its temp dir.
     pub fn start_new() -> Postgres {
+        Postgres::start_new_with("", "")
+    }
+
+    /// Like [`Postgres::start_new`], with more postgresql.conf lines
+    /// (`wal_level = logical`) and pg_hba.conf lines put first (`host
+    /// replication all 127.0.0.1/32 scram-sha-256`).
+    pub fn start_new_with(more_conf: &str, hba_first: &str) -> Postgres {
         let bin_dir = pg_bin_dir();
         let dir = make_temp_dir("pg");
         give_to_pg_user(&dir);
@@ -136,9 +145,10 @@ impl Postgres {
         let data_dir = dir.join("data");
         let log_file = dir.join("postgres.log");
         initdb(&bin_dir, &dir, &data_dir);
-        fs::write(data_dir.join("pg_hba.conf"), PG_HBA).expect("write pg_hba.conf");
+        fs::write(data_dir.join("pg_hba.conf"), format!("{hba_first}\n{PG_HBA}")).expect("write pg_hba.conf");
 
-        let mut pg = Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file };
+        let mut pg =
+            Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file, more_conf: more_conf.to_owned() };
         pg.start_on_free_port();
         pg.psql(ROLES_SQL);
         pg
@@ -161,7 +171,7 @@ impl Postgres {
         if let Err(err) = run(&mut cmd) {
             primary.fail(&format!("pg_basebackup failed: {err}"));
         }
-        let mut standby = Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file };
+        let mut standby = Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file, more_conf: primary.more_conf.clone() };
         standby.start_on_free_port();
         standby
     }
@@ -231,9 +241,11 @@ impl Postgres {
              full_page_writes = off\n\
              log_min_messages = warning\n\
              log_destination = 'stderr'\n\
-             logging_collector = off\n",
+             logging_collector = off\n\
+             {more}\n",
             port = self.port,
             socket_dir = self.socket_dir.display(),
+            more = self.more_conf,
         )
     }
 
