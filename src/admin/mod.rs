@@ -214,7 +214,7 @@ async fn execute(shard: &Shard, command: AdminCommand) -> Result<Option<Table>, 
 
 fn check_database(config: &crate::config::Config, db: Option<&str>) -> Result<(), String> {
     match db {
-        Some(name) if !config.databases.contains_key(name) => Err(format!("no such database: {name}")),
+        Some(name) if config.database(name).is_none() => Err(format!("no such database: {name}")),
         _ => Ok(()),
     }
 }

@@ -39,7 +39,7 @@ use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
 use crate::protocol::startup::{self, StartupPacket, StartupParams};
 use crate::protocol::ProtocolError;
 use crate::rt::with_timeout;
-use crate::runtime::{ClientEntry, ClientInfo, ClientState, Shard};
+use crate::runtime::{ClientEntry, ClientInfo, ClientState, NoPool, Shard};
 use crate::server::ServerError;
 use crate::settings;
 
@@ -352,7 +352,7 @@ async fn login(
     };
     let method = auth::method_for(config, &client)?;
     let admin = crate::admin::is_admin_database(database);
-    let lookup = config.databases.contains_key(database).then(|| config.auth_lookup_for(database)).flatten();
+    let lookup = config.database(database).is_some().then(|| config.auth_lookup_for(database)).flatten();
     let (secret, from_server) = match (config.users.get(user), lookup) {
         (Some(configured), _) => (configured.password.as_deref().and_then(|p| Secret::parse(p).ok()), false),
         // Not in the config: ask the server, if it is one pglane knows.
@@ -390,12 +390,20 @@ async fn login(
         };
         return Ok(Some((params, Target::Replication(target))));
     }
-    let Some(pool) = shard.pool(config, database, user) else {
-        return Err(SessionError::Refused(ErrorFields::fatal(
-            "3D000",
-            format!("database \"{database}\" does not exist in pglane's configuration"),
-        )));
-    };
+    let pool = shard.pool(config, database, user).map_err(|refused| {
+        SessionError::Refused(match refused {
+            NoPool::NotConfigured => {
+                ErrorFields::fatal("3D000", format!("database \"{database}\" does not exist in pglane's configuration"))
+            }
+            NoPool::FallbackFull { max } => ErrorFields::fatal(
+                "53400",
+                format!(
+                    "database \"{database}\" is not in pglane's configuration, and the \"*\" entry serves \
+                     max_fallback_databases = {max} other databases already"
+                ),
+            ),
+        })
+    })?;
     Ok(Some((params, Target::Pool(pool))))
 }
 

@@ -43,6 +43,9 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// The `[databases]` entry that serves database names not listed (PgBouncer's `*`).
+pub const FALLBACK_DATABASE: &str = "*";
+
 /// The longest timeout accepted: one year.
 pub const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
 
@@ -269,8 +272,17 @@ pub struct Config {
     /// config load, never per connection); see `crate::net::tls`.
     #[serde(skip)]
     pub tls: std::sync::OnceLock<crate::net::tls::Contexts>,
+    /// The databases clients may connect to, by the name they use. An entry
+    /// named `*` ([`FALLBACK_DATABASE`]) serves every name not listed, as
+    /// PgBouncer's: pools for it are made when a client first asks, its
+    /// `dbname` (unless the entry sets one) being the name asked for.
     #[serde(default)]
     pub databases: BTreeMap<String, Database>,
+    /// How many database names the `*` entry may serve at once, over all
+    /// shards; a client asking for another is refused (53400). A name
+    /// counts while a pool of it has a client or a server connection.
+    #[serde(default = "defaults::max_fallback_databases")]
+    pub max_fallback_databases: usize,
     #[serde(default)]
     pub users: BTreeMap<String, User>,
     /// This instance's id among pglane (or PgBouncer) instances behind one
@@ -369,6 +381,9 @@ mod defaults {
     }
     pub fn peer_port() -> u16 {
         6432
+    }
+    pub fn max_fallback_databases() -> usize {
+        100
     }
 }
 
@@ -658,7 +673,7 @@ impl Config {
     /// they are: the database's own auth_user / auth_query / auth_dbname,
     /// else the global ones; without an auth_user anywhere, not at all.
     pub fn auth_lookup_for<'a>(&'a self, database: &'a str) -> Option<AuthLookup<'a>> {
-        let db = self.databases.get(database);
+        let db = self.database(database);
         let user = db.and_then(|d| d.auth_user.as_deref()).or(self.auth_user.as_deref())?;
         Some(AuthLookup {
             user,
@@ -765,7 +780,7 @@ impl Config {
             if !lookup.query.contains("$1") {
                 return Err(invalid(format!("auth_query{whose} must take the user name as $1")));
             }
-            if !self.databases.contains_key(lookup.database) {
+            if self.database(lookup.database).is_none() {
                 return Err(invalid(format!("auth_dbname \"{}\"{whose} is not in [databases]", lookup.database)));
             }
         }
@@ -818,7 +833,7 @@ impl Config {
         self.users
             .get(user)
             .and_then(|u| u.pool_mode)
-            .or_else(|| self.databases.get(database).and_then(|d| d.pool_mode))
+            .or_else(|| self.database(database).and_then(|d| d.pool_mode))
             .unwrap_or(self.pool_mode)
     }
 
@@ -831,6 +846,17 @@ impl Config {
         let base = pool_size / shards;
         let extra = usize::from(shard < pool_size % shards);
         (base + extra).max(1)
+    }
+
+    /// The entry that serves clients of database `name`: its own, else the
+    /// `*` fallback, if there is one.
+    pub fn database(&self, name: &str) -> Option<&Database> {
+        self.databases.get(name).or_else(|| self.databases.get(FALLBACK_DATABASE))
+    }
+
+    /// Whether clients of `name` are served by the `*` entry.
+    pub fn is_fallback(&self, name: &str) -> bool {
+        !self.databases.contains_key(name) && self.databases.contains_key(FALLBACK_DATABASE)
     }
 
     /// The peer instance with this peer id, if `[peers]` lists it.
@@ -985,6 +1011,23 @@ password = "secret"
         let e = with(&format!("auth_type = \"hba\"\nauth_hba_file = {bad:?}")).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("ident"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_fallback_database_serves_every_name_not_listed() {
+        let c = Config::parse(&MINIMAL.replace("[users.postgres]", "[databases.\"*\"]\nhost = \"10.0.0.9\"\n[users.postgres]"))
+            .unwrap();
+        assert_eq!(c.max_fallback_databases, 100);
+        assert_eq!(c.database("app").map(|d| d.dbname.as_deref()), Some(Some("postgres")));
+        assert_eq!(c.database("other").map(|d| &d.host[..]), Some(&["10.0.0.9".to_owned()][..]));
+        assert!(c.is_fallback("other") && !c.is_fallback("app"));
+        // Without one, an unlisted name is served by nothing.
+        let c = Config::parse(MINIMAL).unwrap();
+        assert!(c.database("other").is_none() && !c.is_fallback("other"));
+        // A fallback alone is a config (PgBouncer's `* = host=...`).
+        let only = "listen = \"127.0.0.1:6432\"\nmax_fallback_databases = 3\n[databases.\"*\"]\nport = 5433\n";
+        let c = Config::parse(only).unwrap();
+        assert_eq!((c.max_fallback_databases, c.database("any").map(|d| d.port.clone())), (3, Some(vec![5433])));
     }
 
     #[test]

@@ -30,7 +30,7 @@
 //! | `default_pool_size` | each database's `pool_size` unless it sets its own |
 //! | `unix_socket_dir` (default `/tmp`; empty: none) | `unix_socket_dir`, and `host` of databases without `host=` |
 //! | `unix_socket_mode` | the same |
-//! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]` |
+//! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]`; `*` → `[databases."*"]` |
 //! | `[databases]` `host=a,b port=5432,5433` (libpq's lists), `target_session_attrs`, `load_balance_hosts` | the same, as TOML lists |
 //! | `so_reuseport` | the same (rolling restarts; see `crate::runtime::listeners`) |
 //! | `[users]` `pool_mode` | `[users.NAME] pool_mode` |
@@ -53,8 +53,10 @@
 //!   over the hosts (`round-robin`).
 //!   PgBouncer's `max_packet_size` default (2 GiB) is not: pglane keeps its own
 //!   limit unless the file sets one.
-//! - The `*` fallback database is ignored with a warning: pglane serves only
-//!   the databases the file lists.
+//! - The `*` fallback database is `[databases."*"]`, with pglane's bound on
+//!   how many names it serves at once (`max_fallback_databases`, 100 by
+//!   default); pglane drops a name's pools once nothing uses them, in place
+//!   of `autodb_idle_timeout`.
 //! - `auth_type = md5` checks users whose secret is a SCRAM secret with SCRAM,
 //!   as PgBouncer and PostgreSQL do, so an auth_file may mix both kinds.
 //!   `plain` becomes `md5` when the auth_file holds md5 secrets, else
@@ -526,16 +528,10 @@ impl Translation<'_> {
         Ok(())
     }
 
-    /// One `[databases]` entry, or `None` for the `*` fallback.
+    /// One `[databases]` entry (`*`, the fallback, like any other).
     fn database(&mut self, name: &str, line: &Line, globals: &Globals) -> Result<Option<Table>, IniError> {
         if name == "pgbouncer" {
             return Err(invalid(line, "[databases] pgbouncer", "the name pgbouncer is reserved for the admin console"));
-        }
-        if name == "*" {
-            let reason = "the fallback database is not supported: pglane serves only the databases listed, \
-                          and clients asking for another get an error";
-            self.warn(&line.at, "*", reason);
-            return Ok(None);
         }
         let pairs = connstr::parse(&line.value).map_err(|e| invalid(line, &format!("[databases] {name}"), &e.to_string()))?;
         let mut database = Table::new();

@@ -110,6 +110,10 @@ pub struct Shared {
     pub started: std::time::Instant,
     /// Wakes the shards when something above changes (see [`nudge`]).
     nudges: Arc<nudge::Nudges>,
+    /// The database names the `*` entry serves now: each name, with how
+    /// many shards have a pool of it. Touched only when a shard makes its
+    /// first pool of such a name or drops its last, never per query.
+    fallback_databases: std::sync::Mutex<HashMap<String, usize>>,
 }
 
 impl Shared {
@@ -121,6 +125,29 @@ impl Shared {
             shutting_down: AtomicBool::new(false),
             started: std::time::Instant::now(),
             nudges: Arc::default(),
+            fallback_databases: Default::default(),
+        }
+    }
+
+    /// A shard makes its first pool of `name`, served by the `*` entry:
+    /// false, and nothing counted, if that would make more than `max` names.
+    fn claim_fallback(&self, name: &str, max: usize) -> bool {
+        let mut names = self.fallback_databases.lock().unwrap_or_else(|e| e.into_inner());
+        if !names.contains_key(name) && names.len() >= max {
+            return false;
+        }
+        *names.entry(name.to_owned()).or_default() += 1;
+        true
+    }
+
+    /// A shard dropped its last pool of `name` (see [`Shared::claim_fallback`]).
+    fn release_fallback(&self, name: &str) {
+        let mut names = self.fallback_databases.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(shards) = names.get_mut(name) {
+            *shards -= 1;
+            if *shards == 0 {
+                names.remove(name);
+            }
         }
     }
 
@@ -206,6 +233,9 @@ pub struct Shard {
     /// Server-side relay buffers of clients that hold no server connection
     /// right now, ready for the next checkout.
     spare_buffers: RefCell<Vec<client::ServerSide>>,
+    /// The pools of databases the `*` entry serves (see
+    /// [`Shard::drop_unused_fallback_pools`]).
+    fallback_pools: RefCell<std::collections::HashSet<(String, String)>>,
     /// Recent auth_query answers (see `client::auth_query`).
     pub auth_query_cache: crate::client::auth_query::SecretCache,
     /// How to log in to the server as an auth_query user, by (database,
@@ -213,6 +243,15 @@ pub struct Shard {
     learned_logins: RefCell<HashMap<(String, String), crate::client::auth_query::ServerLogin>>,
     /// When the pools last checked their hosts (host_check_interval).
     hosts_checked: Cell<std::time::Instant>,
+}
+
+/// Why [`Shard::pool`] has no pool for a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPool {
+    /// No `[databases]` entry serves the name.
+    NotConfigured,
+    /// Only the `*` entry would, and it serves `max` others already.
+    FallbackFull { max: usize },
 }
 
 /// How many shards, and on which CPUs: one on each CPU of `cpus` (a list
@@ -312,6 +351,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 auth_query_cache: Default::default(),
                 learned_logins: RefCell::default(),
                 hosts_checked: Cell::new(std::time::Instant::now()),
+                fallback_pools: RefCell::default(),
             });
             peers::serve_peers(&shard, inbox);
             if let Some(metrics) = metrics {
@@ -538,16 +578,25 @@ impl Shard {
         );
     }
 
-    /// This shard's pool for (database, user), created on first use.
-    pub fn pool(&self, config: &Config, database: &str, user: &str) -> Option<Rc<Pool>> {
+    /// This shard's pool for (database, user), created on first use; for a
+    /// database the `*` entry serves, within max_fallback_databases.
+    pub fn pool(&self, config: &Config, database: &str, user: &str) -> Result<Rc<Pool>, NoPool> {
         let key = (database.to_owned(), user.to_owned());
         if let Some(pool) = self.pools.borrow().get(&key) {
-            return Some(pool.clone());
+            return Ok(pool.clone());
         }
-        let (target, size) = self.pool_settings(config, database, user)?;
+        let (target, size) = self.pool_settings(config, database, user).ok_or(NoPool::NotConfigured)?;
+        let fallback = config.is_fallback(database);
+        if fallback && !self.has_pool_of(database) && !self.shared.claim_fallback(database, config.max_fallback_databases) {
+            warn!(shard = self.id, %database, max = config.max_fallback_databases, "max_fallback_databases reached");
+            return Err(NoPool::FallbackFull { max: config.max_fallback_databases });
+        }
         // Statements are shared by the clients of one pool only: the same text
         // can mean something else in another database or to another user.
         let pool = Pool::new(target, size, Registry::new(self.id, REGISTRY_CAPACITY));
+        if fallback {
+            self.fallback_pools.borrow_mut().insert(key.clone());
+        }
         let (me, database, user) = (self.me.clone(), database.to_owned(), user.to_owned());
         pool.registry.set_ddl_hook(Box::new(move || {
             if let Some(shard) = me.upgrade() {
@@ -555,7 +604,36 @@ impl Shard {
             }
         }));
         self.pools.borrow_mut().insert(key, pool.clone());
-        Some(pool)
+        Ok(pool)
+    }
+
+    fn has_pool_of(&self, database: &str) -> bool {
+        self.pools.borrow().keys().any(|(name, _)| name == database)
+    }
+
+    /// Drops the pools of `*` databases that serve no one (no client holds
+    /// them, no server connection is open), so that the names they count
+    /// against max_fallback_databases come free: a name clients stopped using
+    /// once its connections expired (server_idle_timeout), or one the server
+    /// does not have.
+    fn drop_unused_fallback_pools(&self) {
+        let unused: Vec<(String, String)> = {
+            let pools = self.pools.borrow();
+            self.fallback_pools
+                .borrow()
+                .iter()
+                .filter(|key| pools.get(*key).is_some_and(|pool| Rc::strong_count(pool) == 1 && pool.open_count() == 0))
+                .cloned()
+                .collect()
+        };
+        for key in unused {
+            self.pools.borrow_mut().remove(&key);
+            self.fallback_pools.borrow_mut().remove(&key);
+            if !self.has_pool_of(&key.0) {
+                self.shared.release_fallback(&key.0);
+                debug!(shard = self.id, database = %key.0, "dropped the unused pools of a database of the * entry");
+            }
+        }
     }
 
     /// DDL ran in `database`: the statements and shapes of this shard's
@@ -605,7 +683,7 @@ impl Shard {
 
     /// The server and this shard's pool size for (database, user) under `config`.
     fn pool_settings(&self, config: &Config, database: &str, user: &str) -> Option<(ServerTarget, usize)> {
-        let db = config.databases.get(database)?;
+        let db = config.database(database)?;
         let server_user = db.user.clone().unwrap_or_else(|| user.to_owned());
         let secret = match &db.password {
             Some(p) => Some(crate::auth::secret::Secret::Plain(p.clone())),
@@ -665,6 +743,7 @@ impl Shard {
             }
             self.close_expired_servers();
             self.check_hosts_when_due();
+            self.drop_unused_fallback_pools();
             let now = std::time::Instant::now();
             for pool in self.pools().values() {
                 pool.expire_waiters(now);

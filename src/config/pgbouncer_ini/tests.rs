@@ -350,16 +350,17 @@ listen_addr = *
 }
 
 #[test]
-fn the_fallback_database_is_warned_not_served() {
-    let (c, warnings) = config("[databases]\n* = host=db\napp = host=db\n[pgbouncer]\nlisten_addr = *\n");
-    assert_eq!(c.databases.keys().collect::<Vec<_>>(), ["app"]);
-    assert_eq!(warned(&warnings), [(2, "*")]);
-    assert!(warnings[0].message.contains("serves only the databases listed"));
-    // With only the fallback, there is nothing to serve.
-    assert_eq!(
-        error("[databases]\n* = host=db\n[pgbouncer]\nlisten_addr = *\n"),
-        "/etc/pgbouncer/pgbouncer.ini: [databases] lists no database pglane can serve"
-    );
+fn the_fallback_database_is_served() {
+    let (c, warnings) = config("[databases]\n* = host=db port=5433\napp = host=db\n[pgbouncer]\nlisten_addr = *\n");
+    assert_eq!(c.databases.keys().collect::<Vec<_>>(), ["*", "app"]);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.database("other").map(|d| (d.port.clone(), d.dbname.clone())), Some((vec![5433], None)));
+    assert!(c.is_fallback("other"));
+    // The fallback alone is enough.
+    let (c, _) = config("[databases]\n* = host=db dbname=shared\n[pgbouncer]\nlisten_addr = *\n");
+    assert_eq!(c.database("x").and_then(|d| d.dbname.as_deref()), Some("shared"));
+    let (_, warnings) = config(&with_settings("autodb_idle_timeout = 60"));
+    assert!(warnings[0].message.contains("server_idle_timeout"), "{warnings:?}");
 }
 
 #[test]
