@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{postgres, Pglane, Postgres, SUPERUSER, SUPERUSER_PASSWORD};
+use common::{postgres, Frozen, Pglane, Postgres, SUPERUSER, SUPERUSER_PASSWORD};
 use pglane::protocol::backend;
 use raw::{error_code, first_column, query, send_query, RawClient};
 
@@ -70,32 +70,6 @@ fn outcome(client: &mut RawClient) -> Result<Vec<String>, String> {
     match error_code(&messages) {
         Some(code) => Err(code),
         None => Ok(first_column(&messages)),
-    }
-}
-
-fn postmaster_pid(pg: &Postgres) -> i32 {
-    let text = std::fs::read_to_string(pg.data_dir.join("postmaster.pid")).expect("postmaster.pid");
-    text.lines().next().unwrap().trim().parse().expect("a pid")
-}
-
-/// A PostgreSQL postmaster stopped (SIGSTOP) until this is dropped: running
-/// backends go on, a CancelRequest waits in the listen queue, unread.
-struct FrozenPostmaster(i32);
-
-impl FrozenPostmaster {
-    fn freeze(pg: &Postgres) -> FrozenPostmaster {
-        let pid = postmaster_pid(pg);
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is
-        // the postmaster this test started.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-        FrozenPostmaster(pid)
-    }
-}
-
-impl Drop for FrozenPostmaster {
-    fn drop(&mut self) {
-        // SAFETY: as above.
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
     }
 }
 
@@ -170,7 +144,7 @@ fn a_cancel_connection_closes_once_postgresql_has_the_request() {
             let (mut client, key) = login(lane.port);
             send_query(&mut client, "select pg_sleep(30) -- closes");
             wait_until(|| running(&pg, "select pg_sleep(30) -- closes"));
-            let frozen = FrozenPostmaster::freeze(&pg);
+            let frozen = Frozen::stop(pg.postmaster_pid());
             // Several rounds, so that some requests land on the other shard.
             let mut cancel = send_cancel(lane.port, key);
             assert!(
@@ -200,7 +174,7 @@ fn a_cancel_that_comes_after_its_query_ended_cancels_no_other_client() {
         let (mut second, _) = login(lane.port);
         send_query(&mut first, "select pg_sleep(0.5), 'first'");
         wait_until(|| running(&pg, "select pg_sleep(0.5), 'first'"));
-        let frozen = FrozenPostmaster::freeze(&pg);
+        let frozen = Frozen::stop(pg.postmaster_pid());
         let mut cancel = send_cancel(lane.port, key);
         // The first query ends on its own: the cancel has not reached the server.
         assert_eq!(outcome(&mut first).map(|rows| rows.len()), Ok(1), "round {round}");

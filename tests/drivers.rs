@@ -406,25 +406,29 @@ fn cancel_loop_directly_and_in_both_modes(what: &str, command: impl Fn(u16, &str
     eprintln!("{what}: three cancel loops of {CANCEL_ITERATIONS} took {:?}", started.elapsed());
 }
 
+/// tests/drivers/cancel_loop.py for `driver` (its module and Debian package) at `dsn`.
+fn python_cancel_loop(driver: &str, package: &str, dsn: String) -> Command {
+    let mut cmd = Command::new(python_with(driver, package));
+    cmd.arg(script("cancel_loop.py")).args([driver, &dsn, CANCEL_ITERATIONS]);
+    cmd
+}
+
 #[test]
 fn asyncpg_timeouts_cancel_nothing_later() {
     cancel_loop_directly_and_in_both_modes("asyncpg", |port, db| {
-        let mut cmd = Command::new(python_with("asyncpg", "python3-asyncpg"));
-        cmd.arg(script("cancel_loop.py"))
-            .args(["asyncpg", &format!("postgresql://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}")])
-            .arg(CANCEL_ITERATIONS);
-        cmd
+        python_cancel_loop(
+            "asyncpg",
+            "python3-asyncpg",
+            format!("postgresql://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"),
+        )
     });
 }
 
 #[test]
 fn psycopg_cancels_cancel_nothing_later() {
     cancel_loop_directly_and_in_both_modes("psycopg", |port, db| {
-        let mut cmd = Command::new(python_with("psycopg", "python3-psycopg"));
-        cmd.arg(script("cancel_loop.py"))
-            .args(["psycopg", &format!("host=127.0.0.1 port={port} user={SUPERUSER} password={SUPERUSER_PASSWORD} dbname={db}")])
-            .arg(CANCEL_ITERATIONS);
-        cmd
+        let dsn = format!("host=127.0.0.1 port={port} user={SUPERUSER} password={SUPERUSER_PASSWORD} dbname={db}");
+        python_cancel_loop("psycopg", "python3-psycopg", dsn)
     });
 }
 

@@ -79,7 +79,7 @@ fn unlisted_databases_are_served_by_the_fallback_up_to_the_bound() {
         let (_app, name) = current_database(lane.port, "app").await.expect("app");
         assert_eq!(name, "postgres");
         // A third name is one too many while the two are in use.
-        let e = current_database(lane.port, "fb_three").await.err().expect("refused");
+        let e = current_database(lane.port, "fb_three").await.expect_err("refused");
         assert_eq!(
             refusal(&e),
             (
@@ -110,7 +110,7 @@ fn unlisted_databases_are_served_by_the_fallback_up_to_the_bound() {
 async fn admitted_within_or_refused(port: u16, db: &str, limit: Duration) -> (String, String) {
     let deadline = Instant::now() + limit;
     loop {
-        let e = current_database(port, db).await.err().expect("no such database on the server");
+        let e = current_database(port, db).await.expect_err("no such database on the server");
         let refused = refusal(&e);
         if refused.0 != "53400" || Instant::now() > deadline {
             return refused;

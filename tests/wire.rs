@@ -93,20 +93,11 @@ fn query_until_closed_or_ready(client: &mut RawClient, sql: &str) -> Vec<Message
     client.until_closed_or_ready()
 }
 
-/// A StartupMessage of protocol `version` with `params`, built by hand (the
-/// library encodes 3.0 only).
+/// A StartupMessage of protocol `version` with `params`.
 fn startup_packet(version: i32, params: &[(&str, &str)]) -> Vec<u8> {
-    let mut body = version.to_be_bytes().to_vec();
-    for (name, value) in params {
-        body.extend_from_slice(name.as_bytes());
-        body.push(0);
-        body.extend_from_slice(value.as_bytes());
-        body.push(0);
-    }
-    body.push(0);
-    let mut packet = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-    packet.extend_from_slice(&body);
-    packet
+    let mut packet = bytes::BytesMut::new();
+    pglane::protocol::startup::encode_startup_version(&mut packet, version, params);
+    packet.to_vec()
 }
 
 const V3_0: i32 = 0x0003_0000;

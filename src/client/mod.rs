@@ -202,7 +202,7 @@ async fn serve_replication(
 enum Target {
     Pool(Rc<Pool>),
     /// A replication connection, to a server connection of its own.
-    Replication(crate::server::ServerTarget),
+    Replication(Box<crate::server::ServerTarget>),
     /// The admin console; `may_control` for admin_users (not only stats_users).
     Admin {
         may_control: bool,
@@ -388,7 +388,7 @@ async fn login(
                 format!("database \"{database}\" does not exist in pglane's configuration"),
             )));
         };
-        return Ok(Some((params, Target::Replication(target))));
+        return Ok(Some((params, Target::Replication(Box::new(target)))));
     }
     let pool = shard.pool(config, database, user).map_err(|refused| {
         SessionError::Refused(match refused {

@@ -165,9 +165,15 @@ fn decode_params(mut r: Reader<'_>) -> Result<Vec<(String, String)>, ProtocolErr
 
 /// Encodes a v3.0 StartupMessage with the given parameters.
 pub fn encode_startup(buf: &mut BytesMut, params: &[(&str, &str)]) {
+    encode_startup_version(buf, PROTOCOL_VERSION_3, params);
+}
+
+/// Encodes a StartupMessage asking for protocol `version` (what a newer
+/// client may send: 3.2, say).
+pub fn encode_startup_version(buf: &mut BytesMut, version: i32, params: &[(&str, &str)]) {
     let start = buf.len();
     buf.put_i32(0);
-    buf.put_i32(PROTOCOL_VERSION_3);
+    buf.put_i32(version);
     for (name, value) in params {
         put_cstr(buf, name);
         put_cstr(buf, value);
@@ -242,15 +248,9 @@ mod tests {
     }
 
     fn startup_of(version: i32, params: &[(&str, &str)]) -> StartupParams {
-        let mut body = Vec::new();
-        for (name, value) in params {
-            body.extend_from_slice(name.as_bytes());
-            body.push(0);
-            body.extend_from_slice(value.as_bytes());
-            body.push(0);
-        }
-        body.push(0);
-        match decode(&packet(version, &body)) {
+        let mut buf = BytesMut::new();
+        encode_startup_version(&mut buf, version, params);
+        match decode(&buf) {
             Ok(StartupPacket::Startup(p)) => p,
             other => panic!("not a startup: {other:?}"),
         }

@@ -138,8 +138,10 @@ impl KeyPlan {
 mod tests {
     use super::*;
 
-    /// Linux's highest possible pid_max (PID_MAX_LIMIT on 64-bit).
+    /// Linux's highest possible pid_max (PID_MAX_LIMIT on 64-bit): every
+    /// process id at or above 1 << 30 is above it.
     const PID_MAX_LIMIT: i32 = 4_194_304;
+    const _: () = assert!(PID_MAX_LIMIT < 1 << 30);
 
     #[test]
     fn without_peering_every_process_id_is_far_above_pid_max_and_names_its_shard() {
@@ -148,7 +150,7 @@ mod tests {
         for shard in [0, 1] {
             for n in [0, 1, 2, 12, 4_194_303] {
                 let pid = plan.process_id(shard, n);
-                assert!(pid > PID_MAX_LIMIT && pid >= 1 << 30, "{pid}");
+                assert!(pid >= 1 << 30, "{pid}");
                 assert_eq!(plan.route(pid, -7), Route::Shard { shard, secret: -7 });
             }
         }
@@ -174,7 +176,7 @@ mod tests {
         let bytes = pid.to_be_bytes();
         // Bytes 1 and 2: the peer id, low byte first.
         assert_eq!((bytes[1], bytes[2]), (0x34, 0x12));
-        assert!(pid > PID_MAX_LIMIT && pid >= 0x4000_0000, "{pid:#x}");
+        assert!(pid >= 1 << 30, "{pid:#x}");
         // The time-to-live: PgBouncer hands out 3.
         let secret = plan.secret(0x5555_5554);
         assert_eq!(secret & TTL_MASK, 3);

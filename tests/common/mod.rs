@@ -317,6 +317,12 @@ impl Postgres {
         out.parse().unwrap_or_else(|_| panic!("unexpected count from psql: {out:?}"))
     }
 
+    /// The postmaster's process id.
+    pub fn postmaster_pid(&self) -> i32 {
+        let text = fs::read_to_string(self.data_dir.join("postmaster.pid")).expect("postmaster.pid");
+        text.lines().next().and_then(|pid| pid.trim().parse().ok()).expect("a pid in postmaster.pid")
+    }
+
     /// The server log so far.
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log_file).unwrap_or_else(|e| format!("<no log: {e}>"))
@@ -406,6 +412,29 @@ pub fn pg_bin_dir() -> PathBuf {
             "cannot find PostgreSQL server binaries: set PG_BIN, install the \
              `postgresql` package, or put pg_config on PATH (tools/test does this)"
         ),
+    }
+}
+
+/// A process of PostgreSQL's stopped with SIGSTOP until this is dropped
+/// (SIGCONT), so a failing test never leaves a frozen server behind. A
+/// frozen postmaster accepts no connection (they wait in its listen queue)
+/// while its backends run on; a frozen backend answers nothing.
+pub struct Frozen(i32);
+
+impl Frozen {
+    pub fn stop(pid: i32) -> Frozen {
+        // SAFETY: kill(2) has no memory-safety preconditions; `pid` is a
+        // PostgreSQL process the test started.
+        let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
+        assert_eq!(rc, 0, "kill({pid}, SIGSTOP): {}", std::io::Error::last_os_error());
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // SAFETY: as in `stop`.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
     }
 }
 
