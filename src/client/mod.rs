@@ -785,7 +785,7 @@ impl Session {
             settings::from_startup(startup).map_err(|e| SessionError::Refused(ErrorFields::fatal("42601", e.to_string())))?;
         let known: Option<Vec<(String, String)>> = asked
             .iter()
-            .map(|(name, value)| match settings::is_carried(name) {
+            .map(|(name, value)| match settings::is_reported(name) {
                 true => self.pool.reported_as(name, value).map(|reported| (name.clone(), reported)),
                 false => Some((name.clone(), value.clone())),
             })
@@ -804,7 +804,7 @@ impl Session {
             // A SET to the value a setting has already reports nothing.
             let had: Vec<(&str, Option<String>)> = asked
                 .iter()
-                .filter(|(name, _)| settings::is_carried(name))
+                .filter(|(name, _)| settings::is_reported(name))
                 .map(|(name, _)| (name.as_str(), server.reported_value(name)))
                 .collect();
             let reported = match self.apply_startup_settings(server).await {
@@ -815,7 +815,7 @@ impl Session {
                 .iter()
                 .enumerate()
                 .map(|(at, (name, value))| {
-                    if !settings::is_carried(name) {
+                    if !settings::is_reported(name) {
                         return (name.clone(), value.clone());
                     }
                     // No report: the value was the one the server had.

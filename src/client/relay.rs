@@ -443,7 +443,11 @@ impl Relay<'_> {
                 match piece {
                     Piece::Whole(tag, message) => {
                         let forwarded = self.exchange.from_server(tag, message, st, &mut b.to_client);
-                        if forwarded && tag == backend::ERROR_RESPONSE && backend::error_ends_session(&message[HEADER_LEN..]) {
+                        // Passed on as it came, or as the client's own query
+                        // would have had it (auto-prepare): the client has it.
+                        // (One pglane kept, from aligning settings, fails the
+                        // exchange just below.)
+                        if tag == backend::ERROR_RESPONSE && backend::error_ends_session(&message[HEADER_LEN..]) {
                             self.server_said_fatal = true;
                         }
                         if let Some(e) = self.exchange.take_failure() {

@@ -874,6 +874,7 @@ impl Shard {
         match self.keys.route(process_id, secret_key) {
             keys::Route::Shard { shard, secret } if shard == self.id => self.cancel_local(process_id, secret).await,
             keys::Route::Shard { shard, secret } if shard < self.shards => {
+                info!(shard = self.id, owner = shard, "passing a cancel request to the shard that owns the client");
                 let (done, taken) = flume::bounded(1);
                 let cancel = ShardMessage::Cancel { process_id, secret_key: secret, done };
                 if self.peers.send_to(shard, cancel).await.is_err() {
