@@ -97,7 +97,7 @@ fn process_ids_are_out_of_the_kernels_range_and_still_cancel_their_query() {
         assert!(terminate.iter().any(|m| m.tag == backend::NOTICE_RESPONSE), "PostgreSQL warns: not a backend");
         send_query(client, "select pg_sleep(30) -- ids");
         // The server has the query once it says it is running.
-        wait_until(|| running(pg, "select pg_sleep(30) -- ids"));
+        wait_until(|| running(pg, "ids"));
         let started = Instant::now();
         let mut cancel = send_cancel(lane.port, *key);
         assert_eq!(outcome(client), Err("57014".to_owned()));
@@ -114,10 +114,10 @@ fn process_ids_are_out_of_the_kernels_range_and_still_cancel_their_query() {
     assert_eq!(outcome(&mut victim).map(|rows| rows.len()), Ok(1));
 }
 
-/// Whether the server runs `sql` now (a test's own query text).
-fn running(pg: &Postgres, sql: &str) -> bool {
-    let sql = sql.replace('\'', "''");
-    pg.psql(&format!("select count(*) from pg_stat_activity where query = '{sql}' and state = 'active'")) == "1"
+/// Whether the server runs a query ending in `-- marker` now (as sent, or
+/// as auto-prepare rewrote it: `pg_sleep($1)`).
+fn running(pg: &Postgres, marker: &str) -> bool {
+    pg.psql(&format!("select count(*) from pg_stat_activity where query like '%-- {marker}' and state = 'active'")) == "1"
 }
 
 fn wait_until(mut done: impl FnMut() -> bool) {
@@ -143,7 +143,7 @@ fn a_cancel_connection_closes_once_postgresql_has_the_request() {
         for round in 0..4 {
             let (mut client, key) = login(lane.port);
             send_query(&mut client, "select pg_sleep(30) -- closes");
-            wait_until(|| running(&pg, "select pg_sleep(30) -- closes"));
+            wait_until(|| running(&pg, "closes"));
             let frozen = Frozen::stop(pg.postmaster_pid());
             // Several rounds, so that some requests land on the other shard.
             let mut cancel = send_cancel(lane.port, key);
@@ -172,8 +172,8 @@ fn a_cancel_that_comes_after_its_query_ended_cancels_no_other_client() {
     for round in 0..3 {
         let (mut first, key) = login(lane.port);
         let (mut second, _) = login(lane.port);
-        send_query(&mut first, "select pg_sleep(0.5), 'first'");
-        wait_until(|| running(&pg, "select pg_sleep(0.5), 'first'"));
+        send_query(&mut first, "select pg_sleep(0.5), 'first' -- first");
+        wait_until(|| running(&pg, "first"));
         let frozen = Frozen::stop(pg.postmaster_pid());
         let mut cancel = send_cancel(lane.port, key);
         // The first query ends on its own: the cancel has not reached the server.
@@ -213,7 +213,7 @@ fn a_cancel_sent_to_the_other_instance_of_a_peered_group_cancels_the_query() {
             let id = if std::ptr::eq(connected, &one) { 1u8 } else { 2 };
             assert_eq!(key.0.to_be_bytes()[1..3], [id, 0]);
             send_query(&mut client, "select pg_sleep(30) -- peers");
-            wait_until(|| running(pg, "select pg_sleep(30) -- peers"));
+            wait_until(|| running(pg, "peers"));
             let started = Instant::now();
             let mut cancel = send_cancel(other.port, key);
             assert_eq!(outcome(&mut client), Err("57014".to_owned()), "round {round}");

@@ -70,6 +70,12 @@ fn a_terminated_backend_is_one_fatal_in_both_modes() {
         let mut idle = RawClient::login(lane.port, SUPERUSER, "app");
         let pid = raw::first_column(&query(&mut idle, "select pg_backend_pid()"))[0].clone();
         pg.psql(&format!("select pg_terminate_backend({pid})"));
+        // The backend goes at its own pace; once gone, its FATAL is there.
+        let gone = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while pg.psql(&format!("select count(*) from pg_stat_activity where pid = {pid}")) != "0" {
+            assert!(std::time::Instant::now() < gone, "backend {pid} did not go");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let after = errors(&query_until_closed_or_ready(&mut idle, "select 1"));
         match mode {
             "session" => {
