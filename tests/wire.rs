@@ -357,3 +357,35 @@ fn reported_settings_are_spelled_as_the_server_reports_them() {
         assert_eq!(raw::first_column(&query(&mut next, "show client_encoding")), ["UTF8"]);
     }
 }
+
+/// Learning a spelling never makes a login wait for another client's
+/// server connection: with the only one held by a session-mode client, a
+/// client with a spelling the pool has not seen logs in at once (and keeps
+/// its own spelling, the one exception), its first query waits as any
+/// would, and the spelling learned there serves the next client's login.
+#[test]
+fn learning_a_spelling_never_makes_a_login_wait() {
+    let lane = Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"session\"\nauth_type = \"trust\"\n\
+             [databases.app]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"postgres\"\npool_size = 1\n\
+             [users.{SUPERUSER}]\npassword = \"{SUPERUSER_PASSWORD}\"\n",
+            port = postgres().port
+        ),
+        &["--cores", "1"],
+    );
+    let spelled = [("user", SUPERUSER), ("database", "app"), ("client_encoding", "unicode")];
+    let mut holder = RawClient::login(lane.port, SUPERUSER, "app");
+    assert!(errors(&query(&mut holder, "select 1")).is_empty());
+    let started = std::time::Instant::now();
+    let (mut waiting, login) = RawClient::start(lane.port, &spelled);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "the login waited {:?}", started.elapsed());
+    assert!(errors(&login).is_empty(), "{login:?}");
+    assert!(reported_settings(&login).contains(&("client_encoding".to_owned(), "unicode".to_owned())), "{login:?}");
+    raw::send_query(&mut waiting, "show client_encoding");
+    drop(holder);
+    assert_eq!(raw::first_column(&waiting.until_ready()), ["UTF8"]);
+    drop(waiting);
+    let (_, next) = RawClient::start(lane.port, &spelled);
+    assert!(reported_settings(&next).contains(&("client_encoding".to_owned(), "UTF8".to_owned())), "{next:?}");
+}

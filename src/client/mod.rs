@@ -145,6 +145,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         lease_started: Instant::now(),
         settings: settings::Settings::default(),
         startup_applied: false,
+        unlearned: Vec::new(),
         waker_left: false,
         offer: None,
         skip_ready: 0,
@@ -468,6 +469,9 @@ struct Session {
     settings: settings::Settings,
     /// A server accepted this client's startup settings.
     startup_applied: bool,
+    /// Reported settings of the startup packet, as the client spelled them,
+    /// whose spelling by the server the pool has yet to learn.
+    unlearned: Vec<(String, String)>,
     /// The shard's shutdown signal has this task's waker
     /// (`ShutdownSignal::poll_fired_once`).
     waker_left: bool,
@@ -499,12 +503,12 @@ impl Session {
         if self.config.auto_prepare {
             autoprep::start_validator(&self.pool);
         }
+        self.take_startup_settings(startup).await?;
+        self.greet(&server_params, self.process_id).await?;
         let mut lease = match self.mode {
             PoolMode::Session => Some(self.checkout().await?),
             PoolMode::Transaction => None,
         };
-        self.take_startup_settings(startup, &mut lease).await?;
-        self.greet(&server_params, self.process_id).await?;
         loop {
             let server = match lease.as_mut() {
                 Some(server) => server,
@@ -525,8 +529,9 @@ impl Session {
                 },
             };
             if !self.startup_applied && self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
-                if let Err(refused) = self.apply_startup_settings(server).await {
-                    return Err(self.startup_settings_failed(lease.take(), refused).await);
+                match self.apply_startup_settings(server).await {
+                    Ok(spelled) => self.learn_spellings(&spelled),
+                    Err(refused) => return Err(self.startup_settings_failed(lease.take(), refused).await),
                 }
             }
             let release_when_idle = self.mode == PoolMode::Transaction;
@@ -775,71 +780,72 @@ impl Session {
     /// to every server connection it gets (`settings`); a packet pglane
     /// cannot carry is refused. The reported ones are kept as the server
     /// reports them (`client_encoding=utf-8` is `UTF8`), which is what the
-    /// client is told at login and after a RESET, as on PostgreSQL: spellings
-    /// the pool has seen before it knows; for one it has not, the settings
-    /// are applied on a server connection now (`lease` in session mode, one
-    /// borrowed for it in transaction mode), which says how it reports them,
-    /// and refuses at login, as PostgreSQL would, a value it does not take.
-    async fn take_startup_settings(&mut self, startup: &StartupParams, lease: &mut Option<Lease>) -> Result<(), SessionError> {
+    /// client is told at login and after a RESET, as on PostgreSQL. A pool
+    /// knows the spellings its clients gave before; for one it does not, the
+    /// settings are applied now on a connection to be had without waiting,
+    /// which says how the server reports them and refuses at login, as
+    /// PostgreSQL would, a value it does not take. With none free, the
+    /// client keeps its own spelling and the pool learns it at the client's
+    /// first transaction, for the next clients.
+    async fn take_startup_settings(&mut self, startup: &StartupParams) -> Result<(), SessionError> {
         let asked =
             settings::from_startup(startup).map_err(|e| SessionError::Refused(ErrorFields::fatal("42601", e.to_string())))?;
-        let known: Option<Vec<(String, String)>> = asked
+        let mut unlearned = Vec::new();
+        let values: Vec<(String, String)> = asked
             .iter()
-            .map(|(name, value)| match settings::is_reported(name) {
-                true => self.pool.reported_as(name, value).map(|reported| (name.clone(), reported)),
-                false => Some((name.clone(), value.clone())),
+            .map(|(name, value)| match (settings::is_reported(name), self.pool.reported_as(name, value)) {
+                (true, Some(reported)) => (name.clone(), reported),
+                (true, None) => {
+                    unlearned.push((name.clone(), value.clone()));
+                    (name.clone(), value.clone())
+                }
+                (false, _) => (name.clone(), value.clone()),
             })
             .collect();
-        if let Some(values) = known {
-            self.settings = settings::Settings::from_startup_values(&values);
-            // Nothing of the client's own to check with a server first.
-            self.startup_applied = self.settings.is_empty();
-        } else {
-            self.settings = settings::Settings::from_startup_values(&asked);
-            let mut borrowed = None;
-            let server = match lease.as_mut() {
-                Some(server) => server,
-                None => borrowed.insert(self.checkout().await?),
-            };
-            // A SET to the value a setting has already reports nothing.
-            let had: Vec<(&str, Option<String>)> = asked
-                .iter()
-                .filter(|(name, _)| settings::is_reported(name))
-                .map(|(name, _)| (name.as_str(), server.reported_value(name)))
-                .collect();
-            let reported = match self.apply_startup_settings(server).await {
-                Ok(reported) => reported,
-                Err(refused) => return Err(self.startup_settings_failed(lease.take().or(borrowed), refused).await),
-            };
-            let values: Vec<(String, String)> = asked
-                .iter()
-                .enumerate()
-                .map(|(at, (name, value))| {
-                    if !settings::is_reported(name) {
-                        return (name.clone(), value.clone());
-                    }
-                    // No report: the value was the one the server had.
-                    let as_reported = reported
-                        .iter()
-                        .rev()
-                        .find(|(n, _)| n == name)
-                        .map(|(_, v)| v.clone())
-                        .or_else(|| had.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.clone()))
-                        .unwrap_or_else(|| value.clone());
-                    // A name given twice: the server took the last one.
-                    if !asked[at + 1..].iter().any(|(n, _)| n == name) {
-                        self.pool.learn_reported(name, value, &as_reported);
-                    }
-                    (name.clone(), as_reported)
-                })
-                .collect();
-            self.settings = settings::Settings::from_startup_values(&values);
-            server.session.borrow_mut().settings.take_values_of(&self.settings);
-            if let Some(borrowed) = borrowed {
-                self.give_back(borrowed).await;
+        self.settings = settings::Settings::from_startup_values(&values);
+        // Nothing of the client's own to check with a server first.
+        self.startup_applied = self.settings.is_empty();
+        self.unlearned = unlearned;
+        if self.unlearned.is_empty() {
+            return Ok(());
+        }
+        let Some(lease) = self.pool.checkout_now().await else { return Ok(()) };
+        let mut lease = lease?;
+        let spelled = match self.apply_startup_settings(&mut lease).await {
+            Ok(spelled) => spelled,
+            Err(refused) => {
+                // Refused: the connection is as it was, and goes back.
+                if refused.is_some() {
+                    lease.release();
+                }
+                return Err(refused.unwrap_or_else(|| {
+                    SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
+                }));
+            }
+        };
+        self.learn_spellings(&spelled);
+        let values: Vec<(String, String)> = values
+            .into_iter()
+            .map(|(name, value)| match spelled.iter().find(|(n, _)| *n == name) {
+                Some((_, as_reported)) => (name, as_reported.clone()),
+                None => (name, value),
+            })
+            .collect();
+        self.settings = settings::Settings::from_startup_values(&values);
+        lease.session.borrow_mut().settings.take_values_of(&self.settings);
+        lease.release();
+        Ok(())
+    }
+
+    /// Teaches the pool how the server spells the reported startup settings
+    /// it did not know (`spelled`: as [`Session::apply_startup_settings`]
+    /// returns them).
+    fn learn_spellings(&mut self, spelled: &[(String, String)]) {
+        for (name, value) in std::mem::take(&mut self.unlearned) {
+            if let Some((_, as_reported)) = spelled.iter().find(|(n, _)| *n == name) {
+                self.pool.learn_reported(&name, &value, as_reported);
             }
         }
-        Ok(())
     }
 
     /// AuthenticationOk was sent by `auth`; now ParameterStatus, BackendKeyData
@@ -871,22 +877,34 @@ impl Session {
     /// login) ends this client's session with the server's error, before any
     /// of its queries ran, and leaves the server connection as it was (the
     /// SETs ran in one implicit transaction). Later alignments send values
-    /// the server already accepted. Returns what the server reported while
-    /// it ran; `Err(None)`: the server connection broke.
+    /// the server already accepted. Returns how the server reports each
+    /// reported setting of the client's now: as it reported it while the
+    /// SETs ran, or, for one a SET left as it was (which reports nothing),
+    /// as it had it. `Err(None)`: the server connection broke.
     async fn apply_startup_settings(
         &mut self,
         server: &mut crate::server::ServerConn,
     ) -> Result<Vec<(String, String)>, Option<SessionError>> {
+        let had: Vec<(String, Option<String>)> =
+            self.settings.reported().map(|(name, _)| (name.to_owned(), server.reported_value(name))).collect();
+        let spelled = |reported: &[(String, String)]| -> Vec<(String, String)> {
+            had.iter()
+                .filter_map(|(name, had)| {
+                    let now = reported.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.clone()).or_else(|| had.clone());
+                    now.map(|value| (name.clone(), value))
+                })
+                .collect()
+        };
         let sql = self.settings.sql_to_apply_over(&server.session.borrow().settings);
         let Some(sql) = sql else {
             self.startup_applied = true;
-            return Ok(Vec::new());
+            return Ok(spelled(&[]));
         };
         match with_timeout(CLEANUP_TIMEOUT, server.run_reporting(&sql)).await {
             Some(Ok(Ok(reported))) => {
                 server.session.borrow_mut().settings.take_values_of(&self.settings);
                 self.startup_applied = true;
-                Ok(reported)
+                Ok(spelled(&reported))
             }
             Some(Ok(Err(refused))) => {
                 info!(code = %refused.code, "a startup setting was refused by the server: {}", refused.message);

@@ -481,6 +481,20 @@ impl Pool {
         }
     }
 
+    /// A server connection to be had without waiting for another client:
+    /// an idle one, or one opened in a free slot; None if every connection
+    /// is lent and no more may be opened (the caller goes without).
+    pub async fn checkout_now(self: &Rc<Self>) -> Option<Result<Lease, PoolError>> {
+        if let Some(conn) = self.take_idle() {
+            return Some(Ok(self.lease(conn)));
+        }
+        if self.open.get() < self.max_size.get() {
+            self.open.set(self.open.get() + 1);
+            return Some(self.open_in_slot().await);
+        }
+        None
+    }
+
     /// An idle server connection, if one is free right now: for pglane's own
     /// work (auto-prepare's validator), which must never make a client wait
     /// or open a connection a client may need.
