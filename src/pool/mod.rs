@@ -490,7 +490,8 @@ impl Pool {
         }
         if self.open.get() < self.max_size.get() {
             self.open.set(self.open.get() + 1);
-            return Some(self.open_in_slot().await);
+            // No time to wait: one round over the hosts, no retry.
+            return Some(self.open_in_slot(Duration::ZERO).await);
         }
         None
     }

@@ -171,7 +171,8 @@ impl Postgres {
         if let Err(err) = run(&mut cmd) {
             primary.fail(&format!("pg_basebackup failed: {err}"));
         }
-        let mut standby = Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file, more_conf: primary.more_conf.clone() };
+        let mut standby =
+            Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file, more_conf: primary.more_conf.clone() };
         standby.start_on_free_port();
         standby
     }
