@@ -561,14 +561,14 @@ fn every_ignored_setting_is_one_warning_naming_file_line_and_setting() {
         "logfile = /var/log/pgbouncer.log
 server_lifetime = 3600
 scram_iterations = 100000
-so_reuseport = 1
+min_pool_size = 1
 max_prepared_statements = 0
 lisen_port = 6432",
     );
     let (_, warnings) = config(&text);
     assert_eq!(
         warned(&warnings),
-        [(5, "logfile"), (7, "scram_iterations"), (8, "so_reuseport"), (9, "max_prepared_statements"), (10, "lisen_port")]
+        [(5, "logfile"), (7, "scram_iterations"), (8, "min_pool_size"), (9, "max_prepared_statements"), (10, "lisen_port")]
     );
     assert_eq!(
         warnings[0].to_string(),
