@@ -464,6 +464,12 @@ pub fn canonical_name(name: &str) -> String {
         .unwrap_or_else(|| name.to_ascii_lowercase())
 }
 
+/// Is this setting (as [`canonical_name`] spells it) one the server reports
+/// with ParameterStatus?
+pub fn is_reported(name: &str) -> bool {
+    REPORTED.contains(&name)
+}
+
 /// Is this reported setting (a ParameterStatus name) one pglane carries?
 /// Every one but the server's own.
 pub fn is_carried(name: &str) -> bool {
@@ -907,7 +913,7 @@ mod tests {
     }
 
     fn startup(params: &[(&str, &str)]) -> StartupParams {
-        StartupParams { params: params.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect() }
+        StartupParams { params: params.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(), ..StartupParams::default() }
     }
 
     #[test]

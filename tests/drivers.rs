@@ -331,3 +331,116 @@ fn asyncpg_ddl_changing_a_cached_result_type() {
         assert!(direct["results"].as_object().is_some_and(|r| r.len() == 8), "{direct}");
     }
 }
+
+/// node-postgres clients ending while they connect write Terminate ahead
+/// of their StartupMessage: PostgreSQL closes without a word and the client
+/// reports nothing; pglane answered with a FATAL ("message length
+/// 1476395008 exceeds the maximum": `X\0\0\0` read as a length), which
+/// node-postgres reported as an error. The script fails on any error.
+#[test]
+fn node_postgres_ending_while_connecting_reports_nothing() {
+    let modules = node_modules();
+    let db = "drivers_node_end";
+    postgres().fresh_database(db, None);
+    let command = |port: u16, db: &str| {
+        let mut cmd = Command::new("node");
+        cmd.env("NODE_PATH", &modules)
+            .arg(script("node_end_while_connecting.js"))
+            .arg(format!("postgres://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"));
+        cmd
+    };
+    let direct = run_suite("ending while connecting, directly", command(postgres().port, db));
+    let lane = start_pglane(db, Features::Plain);
+    let through = run_suite_through(&lane, "ending while connecting, through pglane", command(lane.port, "app"));
+    assert_eq!(direct["results"], through["results"]);
+}
+
+/// Timed-out queries in a loop, as each driver cancels them.
+const CANCEL_ITERATIONS: &str = "200";
+
+/// pglane on two shards (so that cancel requests often land on the shard
+/// that does not serve the client) in `mode`, with a pool of 2 per shard.
+fn start_pglane_for_cancels(db: &str, mode: &str) -> Pglane {
+    Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"{mode}\"\nadmin_users = [\"{SUPERUSER}\"]\n\
+             [databases.app]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"{db}\"\npool_size = 4\n\
+             [users.{SUPERUSER}]\npassword = \"{SUPERUSER_PASSWORD}\"\n",
+            port = postgres().port
+        ),
+        &["--cores", "2"],
+    )
+}
+
+/// Runs a cancel loop (`command(port, dbname)`) directly and through
+/// pglane in session and in transaction mode, all three at once, and
+/// checks that none saw a late cancel: the query after a cancelled one, or
+/// another client's, cancelled instead. Through pglane a late cancel was
+/// what a client got when its cancel connection closed before PostgreSQL
+/// had the request, or when the request reached a server connection that by
+/// then served another client.
+fn cancel_loop_directly_and_in_both_modes(what: &str, command: impl Fn(u16, &str) -> Command + Sync) {
+    let db = format!("drivers_cancel_{}", what.replace('-', "_"));
+    postgres().fresh_database(&db, None);
+    let session = start_pglane_for_cancels(&db, "session");
+    let transaction = start_pglane_for_cancels(&db, "transaction");
+    let targets = [
+        ("directly", postgres().port, db.as_str()),
+        ("session mode", session.port, "app"),
+        ("transaction mode", transaction.port, "app"),
+    ];
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = targets
+            .iter()
+            .map(|&(how, port, db)| {
+                let command = &command;
+                scope.spawn(move || run_suite(&format!("{what} cancel loop {how}"), command(port, db)))
+            })
+            .collect();
+        let summaries: Vec<serde_json::Value> = runs.into_iter().map(|run| run.join().expect("the loop ran")).collect();
+        for summary in &summaries[1..] {
+            assert_eq!(summary["results"], summaries[0]["results"], "{what}");
+        }
+    });
+    eprintln!("{what}: three cancel loops of {CANCEL_ITERATIONS} took {:?}", started.elapsed());
+}
+
+/// tests/drivers/cancel_loop.py for `driver` (its module and Debian package) at `dsn`.
+fn python_cancel_loop(driver: &str, package: &str, dsn: String) -> Command {
+    let mut cmd = Command::new(python_with(driver, package));
+    cmd.arg(script("cancel_loop.py")).args([driver, &dsn, CANCEL_ITERATIONS]);
+    cmd
+}
+
+#[test]
+fn asyncpg_timeouts_cancel_nothing_later() {
+    cancel_loop_directly_and_in_both_modes("asyncpg", |port, db| {
+        python_cancel_loop(
+            "asyncpg",
+            "python3-asyncpg",
+            format!("postgresql://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"),
+        )
+    });
+}
+
+#[test]
+fn psycopg_cancels_cancel_nothing_later() {
+    cancel_loop_directly_and_in_both_modes("psycopg", |port, db| {
+        let dsn = format!("host=127.0.0.1 port={port} user={SUPERUSER} password={SUPERUSER_PASSWORD} dbname={db}");
+        python_cancel_loop("psycopg", "python3-psycopg", dsn)
+    });
+}
+
+#[test]
+fn node_postgres_cancels_cancel_nothing_later() {
+    let modules = node_modules();
+    cancel_loop_directly_and_in_both_modes("node-postgres", |port, db| {
+        let mut cmd = Command::new("node");
+        cmd.env("NODE_PATH", &modules)
+            .arg(script("cancel_loop.js"))
+            .arg(format!("postgres://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"))
+            .arg(CANCEL_ITERATIONS);
+        cmd
+    });
+}

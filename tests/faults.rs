@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use common::writers::{Failure, Writers};
-use common::{postgres, try_connect, Pglane, Postgres, Psql};
+use common::{postgres, try_connect, Frozen, Pglane, Postgres, Psql};
 use pglane::protocol::backend;
 use pglane::protocol::frontend;
 use raw::{error_code, tags, RawClient};
@@ -92,11 +92,6 @@ fn signal(pid: i32, sig: libc::c_int) {
 fn alive(pid: i32) -> bool {
     // SAFETY: as above; signal 0 only checks existence.
     unsafe { libc::kill(pid, 0) == 0 }
-}
-
-fn postmaster_pid(pg: &Postgres) -> i32 {
-    let text = std::fs::read_to_string(pg.data_dir.join("postmaster.pid")).expect("postmaster.pid");
-    text.lines().next().unwrap().trim().parse().expect("a pid")
 }
 
 /// Processes whose parent is `parent` (the postmaster's children).
@@ -320,7 +315,7 @@ fn backend_killed_under_load() {
 #[test]
 fn postmaster_killed_under_load_then_started_again() {
     let s = LoadedServer::start();
-    let postmaster = postmaster_pid(&s.pg);
+    let postmaster = s.pg.postmaster_pid();
     let orphans = children_of(postmaster);
     assert!(!orphans.is_empty(), "the postmaster has no children?");
     let fault = Instant::now();
@@ -345,24 +340,6 @@ fn postmaster_killed_under_load_then_started_again() {
     s.check_recovery(fault, back, "kill -9 of the postmaster, then pg_ctl start");
 }
 
-/// SIGCONTs the process when dropped, so a failing test never leaves a
-/// frozen PostgreSQL behind.
-struct Frozen(i32);
-
-impl Frozen {
-    fn stop(pid: i32) -> Frozen {
-        signal(pid, libc::SIGSTOP);
-        Frozen(pid)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        // SAFETY: as in `signal`.
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
-    }
-}
-
 #[test]
 fn a_frozen_server_is_detected_by_the_timeouts_that_exist() {
     let pg = Postgres::start_new();
@@ -374,7 +351,7 @@ fn a_frozen_server_is_detected_by_the_timeouts_that_exist() {
 
         // 1. The postmaster freezes: connected backends still work, new
         //    server connections time out after server_connect_timeout.
-        let frozen = Frozen::stop(postmaster_pid(&pg));
+        let frozen = Frozen::stop(pg.postmaster_pid());
         let one: i32 = tokio::time::timeout(HANG, a.query_one("select 1", &[])).await.expect("hang").unwrap().get(0);
         assert_eq!(one, 1, "a pooled connection works while the postmaster is frozen");
         // scramuser has no pool yet: logging in needs a new server connection.

@@ -88,3 +88,50 @@ fn jdbc_defaults_share_server_connections_and_statements() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// pgjdbc's query timeout in a loop of 200 (see tests/jdbc/CancelLoop.java),
+/// directly and through pglane in session and in transaction mode on two
+/// shards, all three at once: no cancel may hit a later statement or
+/// another connection's. Through pglane they did ("canceling statement due
+/// to user request" on later statements): pglane closed the cancel
+/// connection before PostgreSQL had the request, and in transaction mode
+/// a late request could reach a connection that served another client.
+#[test]
+fn jdbc_query_timeouts_cancel_nothing_later() {
+    assert!(Path::new(DRIVER).exists(), "{DRIVER} missing: apt-get install libpostgresql-jdbc-java (tools/test does)");
+    let pg = postgres();
+    pg.fresh_database("jdbc_cancel_db", None);
+    let lane = |mode: &str| {
+        Pglane::start_with_args(
+            &format!(
+                "pool_mode = \"{mode}\"\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"jdbc_cancel_db\"\npool_size = 4\n[users.postgres]\npassword = \"secret\"\n",
+                pg.port
+            ),
+            &["--cores", "2"],
+        )
+    };
+    let (session, transaction) = (lane("session"), lane("transaction"));
+    let targets = [
+        ("directly", session.dir.join("direct"), format!("jdbc:postgresql://127.0.0.1:{}/jdbc_cancel_db", pg.port)),
+        ("session mode", session.dir.clone(), format!("jdbc:postgresql://127.0.0.1:{}/app", session.port)),
+        ("transaction mode", transaction.dir.clone(), format!("jdbc:postgresql://127.0.0.1:{}/app", transaction.port)),
+    ];
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = targets
+            .iter()
+            .map(|(how, dir, url)| {
+                scope.spawn(move || (how, run_java(dir, "CancelLoop", &[url, "postgres", "secret", "200"], String::new)))
+            })
+            .collect();
+        for run in runs {
+            let (how, stdout) = run.join().unwrap();
+            let counts: std::collections::HashMap<&str, u32> =
+                stdout.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k, v.parse().unwrap())).collect();
+            eprintln!("pgjdbc {how}: {}", stdout.trim());
+            assert_eq!((counts["late"], counts["bystander_cancelled"]), (0, 0), "{how}: {stdout}");
+            assert!(counts["timed_out"] >= 180, "{how}: {stdout}");
+        }
+    });
+    eprintln!("pgjdbc: three loops of 200 timed-out statements took {:?}", started.elapsed());
+}

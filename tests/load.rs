@@ -308,7 +308,7 @@ fn max_client_conn_turns_the_excess_away_clearly() {
             match s.read(&mut buf) {
                 Ok(0) | Err(_) => {
                     let text = String::from_utf8_lossy(&got);
-                    assert!(text.contains("53300") && text.contains("max_client_conn"), "{text}");
+                    assert!(text.contains("53300") && text.contains("sorry, too many clients already"), "{text}");
                     refused += 1;
                     break;
                 }

@@ -333,18 +333,19 @@ fn error_text(reply: &[u8]) -> String {
 #[test]
 fn malformed_startup_packets_get_an_error_and_harm_no_one() {
     let lane = pglane("transaction", 2, r#"auth_type = "trust""#);
-    // Declared length too small.
+    // Declared length too small: closed without a word, as PostgreSQL
+    // does ("invalid length of startup packet" goes to its log only).
     let mut s = TcpStream::connect(("127.0.0.1", lane.port)).unwrap();
     s.write_all(&[0, 0, 0, 3, 0, 0, 0, 0]).unwrap();
-    assert!(error_text(&read_to_close(&mut s)).contains("invalid message length"));
-    // Declared length far too large: refused before anything is allocated.
+    assert_eq!(read_to_close(&mut s), b"");
+    // Declared length far too large: the same, before anything is allocated.
     let mut s = TcpStream::connect(("127.0.0.1", lane.port)).unwrap();
     s.write_all(&[0x7f, 0xff, 0xff, 0xff]).unwrap();
-    assert!(error_text(&read_to_close(&mut s)).contains("exceeds the maximum"));
-    // Unknown protocol version.
+    assert_eq!(read_to_close(&mut s), b"");
+    // Unknown protocol version (protocol 4; for 1 and 2 see tests/wire.rs).
     let mut s = TcpStream::connect(("127.0.0.1", lane.port)).unwrap();
-    s.write_all(&[0, 0, 0, 8, 0, 2, 0, 0]).unwrap();
-    assert!(error_text(&read_to_close(&mut s)).contains("unsupported protocol version"));
+    s.write_all(&[0, 0, 0, 9, 0, 4, 0, 0, 0]).unwrap();
+    assert!(error_text(&read_to_close(&mut s)).contains("unsupported frontend protocol 4.0: server supports 3.0 to 3.0"));
     // No user name.
     let mut s = TcpStream::connect(("127.0.0.1", lane.port)).unwrap();
     s.write_all(&startup_packet("", "app")).unwrap();
@@ -605,6 +606,10 @@ async fn max_client_conn_turns_away_the_client_over_the_limit() {
     let _b = connect(lane.port, "postgres", "secret", "app").await;
     let e = try_connect(lane.port, "postgres", "secret", "app").await.expect_err("refused");
     assert_eq!(sqlstate(&e), "53300");
+    // PostgreSQL's own words at max_connections (PgBouncer's differ).
+    let db = e.as_db_error().expect("an ErrorResponse");
+    assert_eq!((db.severity(), db.message()), ("FATAL", "sorry, too many clients already"));
+    assert!(lane.log().contains("max_client_conn reached"), "{}", lane.log());
     drop(_a);
     // A slot frees up when a client leaves.
     let mut admitted = false;

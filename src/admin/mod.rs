@@ -51,7 +51,15 @@ pub async fn snapshots(shard: &Shard) -> Vec<ShardSnapshot> {
 
 /// Serves a logged-in admin session until it ends. `may_control`: the user
 /// is in admin_users (not only stats_users).
-pub async fn serve(shard: &Rc<Shard>, stream: &mut Stream, process_id: i32, secret_key: i32, may_control: bool) {
+/// `pending`: what the client sent after its login messages.
+pub async fn serve(
+    shard: &Rc<Shard>,
+    stream: &mut Stream,
+    pending: BytesMut,
+    process_id: i32,
+    secret_key: i32,
+    may_control: bool,
+) {
     let mut out = BytesMut::new();
     for (name, value) in [
         ("server_version", "15.0 (pglane admin console)"),
@@ -69,7 +77,7 @@ pub async fn serve(shard: &Rc<Shard>, stream: &mut Stream, process_id: i32, secr
         return;
     }
     let max = shard.shared.config.load().max_message_size;
-    let mut buf = BytesMut::new();
+    let mut buf = pending;
     loop {
         let Ok(message) = read_message(stream, &mut buf, max).await else { return };
         out.clear();
@@ -206,7 +214,7 @@ async fn execute(shard: &Shard, command: AdminCommand) -> Result<Option<Table>, 
 
 fn check_database(config: &crate::config::Config, db: Option<&str>) -> Result<(), String> {
     match db {
-        Some(name) if !config.databases.contains_key(name) => Err(format!("no such database: {name}")),
+        Some(name) if config.database(name).is_none() => Err(format!("no such database: {name}")),
         _ => Ok(()),
     }
 }

@@ -361,6 +361,7 @@ pub fn config_table(config: &Config) -> Table {
         ("pool_mode", mode_name(config.pool_mode).into(), defaults.as_ref().map(|d| mode_name(d.pool_mode).into()), true),
         ("auth_type", format!("{:?}", config.auth_type), None, true),
         ("max_client_conn", config.max_client_conn.to_string(), defaults.as_ref().map(|d| d.max_client_conn.to_string()), true),
+        ("peer_id", config.peer_id.to_string(), Some("0".into()), false),
         (
             "query_wait_timeout",
             config.query_wait_timeout.to_string(),

@@ -13,7 +13,9 @@
 //!   socket), `host`, `hostssl`, `hostnossl` (TCP clients);
 //! - database and user fields as comma-separated lists of names, `"quoted"`
 //!   names (a quoted `"all"` is a name, not the keyword), `all`, and
-//!   `sameuser` in the database field;
+//!   `sameuser` and `replication` in the database field (`replication`
+//!   covers physical replication connections, which nothing else covers;
+//!   a logical one, `replication=database`, is covered by its database);
 //! - addresses as `all`, CIDR (`10.0.0.0/8`, `::1/128`), or an address
 //!   followed by a netmask field (`10.0.0.0 255.0.0.0`). An IPv4 line matches
 //!   IPv4 clients (including IPv4-mapped IPv6 ones), an IPv6 line IPv6 clients;
@@ -21,7 +23,7 @@
 //! - `#` comments and blank lines.
 //!
 //! Not supported (an error naming the line): `hostgssenc`/`hostnogssenc`,
-//! `+group` and `@file` names, `samerole`/`samegroup`/`replication`, host
+//! `+group` and `@file` names, `samerole`/`samegroup`, host
 //! names and `samehost`/`samenet`, any other method (`peer`, `ident`, `cert`,
 //! `ldap`, ...), options after the method (`clientcert=...`), `include`
 //! directives and backslash line continuations.
@@ -54,6 +56,8 @@ enum Name {
     All,
     /// Database field only: the database named like the user.
     SameUser,
+    /// Database field only: physical replication connections.
+    Replication,
     Exact(String),
 }
 
@@ -94,6 +98,8 @@ pub struct Client<'a> {
     pub tls: bool,
     pub database: &'a str,
     pub user: &'a str,
+    /// A physical replication connection (`replication=true`): no database.
+    pub physical_replication: bool,
 }
 
 /// A parsed auth_hba_file.
@@ -146,7 +152,11 @@ impl Rule {
             (Connection::HostNoSsl, Some(_)) => !client.tls,
         };
         connection
-            && self.databases.iter().any(|name| name.matches(client.database, client.user))
+            && self.databases.iter().any(|name| match (name, client.physical_replication) {
+                (Name::Replication, physical) => physical,
+                (_, true) => false,
+                (name, false) => name.matches(client.database, client.user),
+            })
             && self.users.iter().any(|name| name.matches(client.user, client.user))
             && client.addr.is_none_or(|addr| self.address.contains(addr))
     }
@@ -159,6 +169,7 @@ impl Name {
         match self {
             Name::All => true,
             Name::SameUser => value == user,
+            Name::Replication => false,
             Name::Exact(name) => name == value,
         }
     }
@@ -304,7 +315,8 @@ fn parse_names(field: &Field, database: bool) -> Result<Vec<Name>, String> {
             match token.text.as_str() {
                 "all" => Ok(Name::All),
                 "sameuser" if database => Ok(Name::SameUser),
-                "samerole" | "samegroup" | "replication" if database => {
+                "replication" if database => Ok(Name::Replication),
+                "samerole" | "samegroup" if database => {
                     Err(format!("database keyword \"{}\" is not supported by pglane", token.text))
                 }
                 text if text.starts_with('+') => Err(format!("group membership (\"{text}\") is not supported by pglane")),
@@ -385,20 +397,29 @@ impl fmt::Display for Described<'_> {
             Some(addr) => write!(f, "host \"{}\", ", addr.to_canonical())?,
             None => f.write_str("local connection, ")?,
         }
-        write!(f, "user \"{}\", database \"{}\", {encryption}", client.user, client.database)
+        match client.physical_replication {
+            true => write!(f, "user \"{}\", {encryption}", client.user),
+            false => write!(f, "user \"{}\", database \"{}\", {encryption}", client.user, client.database),
+        }
     }
 }
 
 /// PostgreSQL's message (SQLSTATE 28000) when no line covers the connection.
 #[must_use]
 pub fn no_entry_message(client: &Client<'_>) -> String {
-    format!("no pg_hba.conf entry for {}", Described(client))
+    match client.physical_replication {
+        true => format!("no pg_hba.conf entry for replication connection from {}", Described(client)),
+        false => format!("no pg_hba.conf entry for {}", Described(client)),
+    }
 }
 
 /// PostgreSQL's message (SQLSTATE 28000) when the first covering line says `reject`.
 #[must_use]
 pub fn rejected_message(client: &Client<'_>) -> String {
-    format!("pg_hba.conf rejects connection for {}", Described(client))
+    match client.physical_replication {
+        true => format!("pg_hba.conf rejects replication connection for {}", Described(client)),
+        false => format!("pg_hba.conf rejects connection for {}", Described(client)),
+    }
 }
 
 #[cfg(test)]
@@ -407,7 +428,7 @@ mod tests {
 
     fn client<'a>(addr: &str, tls: bool, database: &'a str, user: &'a str) -> Client<'a> {
         let addr = (addr != "unix").then(|| addr.parse().unwrap());
-        Client { addr, tls, database, user }
+        Client { addr, tls, database, user, physical_replication: false }
     }
 
     /// The line number of the rule that decides, or 0 for none.
@@ -449,6 +470,34 @@ mod tests {
     }
 
     #[test]
+    fn replication_covers_physical_replication_and_nothing_else_does() {
+        let hba = Hba::parse(
+            "host replication repl 10.0.0.0/8 scram-sha-256\n\
+             host all all 10.0.0.0/8 md5\n\
+             host replication all all reject\n",
+        )
+        .unwrap();
+        let physical = |user| Client { physical_replication: true, ..client("10.0.0.1", false, "app", user) };
+        assert_eq!(hba.decide(&physical("repl")).map(|r| r.line), Some(1));
+        // `all` does not cover physical replication, as in PostgreSQL.
+        assert_eq!(hba.decide(&physical("alice")).map(|r| r.line), Some(3));
+        // A database named replication, or a logical replication connection, is an ordinary database.
+        assert_eq!(decide(&hba, "10.0.0.1", false, "replication", "repl"), 2);
+        assert_eq!(decide(&hba, "10.0.0.1", false, "app", "repl"), 2);
+        let only_all = Hba::parse("host all all all trust").unwrap();
+        let refused = physical("alice");
+        assert!(only_all.decide(&refused).is_none());
+        assert_eq!(
+            no_entry_message(&refused),
+            "no pg_hba.conf entry for replication connection from host \"10.0.0.1\", user \"alice\", no encryption"
+        );
+        assert_eq!(
+            rejected_message(&physical("alice")),
+            "pg_hba.conf rejects replication connection for host \"10.0.0.1\", user \"alice\", no encryption"
+        );
+    }
+
+    #[test]
     fn ipv4_mapped_clients_match_ipv4_lines() {
         let hba = Hba::parse("host all all 127.0.0.0/8 trust").unwrap();
         assert_eq!(decide(&hba, "::ffff:127.0.0.2", false, "db", "u"), 1);
@@ -476,7 +525,6 @@ mod tests {
             ("hostgssenc all all all trust", "GSSAPI"),
             ("host all +admins all trust", "group"),
             ("host @dbs all all trust", "name files"),
-            ("host replication all all trust", "replication"),
             ("host all all samehost trust", "samehost"),
             ("host all all db.example.com/32 trust", "invalid IP address"),
             ("host all all example.com trust", "host names are not supported"),
@@ -543,7 +591,7 @@ mod tests {
             let text: String = lines.iter().map(|words| words.join(" ") + "\n").collect();
             if let Ok(hba) = Hba::parse(&text) {
                 for addr in [Some(IpAddr::from(v4)), Some(IpAddr::from(v6)), None] {
-                    let client = Client { addr, tls, database: "app", user: "all" };
+                    let client = Client { addr, tls, database: "app", user: "all", physical_replication: false };
                     let _ = hba.decide(&client);
                 }
             }

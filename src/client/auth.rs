@@ -134,6 +134,7 @@ fn exchange_for(
 pub async fn authenticate(
     shard: &Shard,
     stream: &mut Stream,
+    pending: &mut BytesMut,
     method: Method,
     user: &str,
     secret: Option<&Secret>,
@@ -142,16 +143,16 @@ pub async fn authenticate(
     let verified = match exchange {
         Exchange::Accept => Verified::default(),
         Exchange::Cleartext(secret) => {
-            let password = cleartext(stream, secret.as_ref(), user).await?;
+            let password = cleartext(stream, pending, secret.as_ref(), user).await?;
             Verified { password: Some(Password(password)), ..Verified::default() }
         }
         Exchange::Md5(secret) => {
-            md5(stream, secret.as_ref(), user).await?;
+            md5(stream, pending, secret.as_ref(), user).await?;
             Verified::default()
         }
         Exchange::Scram { verifier, genuine } => {
             let server_key = verifier.server_key;
-            let client_key = scram(stream, ScramServer::new(verifier), user).await?;
+            let client_key = scram(stream, pending, ScramServer::new(verifier), user).await?;
             if !genuine {
                 return Err(wrong_password(user));
             }
@@ -171,11 +172,16 @@ pub fn wrong_password(user: &str) -> SessionError {
 }
 
 /// Asks for the password in clear and returns it if it matches.
-async fn cleartext(stream: &mut Stream, secret: Option<&Secret>, user: &str) -> Result<String, SessionError> {
+async fn cleartext(
+    stream: &mut Stream,
+    pending: &mut BytesMut,
+    secret: Option<&Secret>,
+    user: &str,
+) -> Result<String, SessionError> {
     let mut out = BytesMut::new();
     backend::authentication_cleartext_password(&mut out);
     stream.write_all(&out).await?;
-    let body = read_password_message(stream).await?;
+    let body = read_password_message(stream, pending).await?;
     let password = std::str::from_utf8(frontend::decode_password(&body)?).unwrap_or_default();
     match secret {
         Some(secret) if !password.is_empty() && secret.matches_password(user, password) => Ok(password.to_owned()),
@@ -183,12 +189,12 @@ async fn cleartext(stream: &mut Stream, secret: Option<&Secret>, user: &str) -> 
     }
 }
 
-async fn md5(stream: &mut Stream, secret: Option<&Secret>, user: &str) -> Result<(), SessionError> {
+async fn md5(stream: &mut Stream, pending: &mut BytesMut, secret: Option<&Secret>, user: &str) -> Result<(), SessionError> {
     let salt: [u8; 4] = rand::random();
     let mut out = BytesMut::new();
     backend::authentication_md5(&mut out, salt);
     stream.write_all(&out).await?;
-    let body = read_password_message(stream).await?;
+    let body = read_password_message(stream, pending).await?;
     let response = frontend::decode_password(&body)?;
     match secret.map(|secret| verify_md5(secret, user, salt, response)) {
         Some(Ok(true)) => Ok(()),
@@ -197,12 +203,17 @@ async fn md5(stream: &mut Stream, secret: Option<&Secret>, user: &str) -> Result
 }
 
 /// Runs the exchange to its end; the ClientKey the client proved.
-async fn scram(stream: &mut Stream, mut server: ScramServer, user: &str) -> Result<[u8; 32], SessionError> {
+async fn scram(
+    stream: &mut Stream,
+    pending: &mut BytesMut,
+    mut server: ScramServer,
+    user: &str,
+) -> Result<[u8; 32], SessionError> {
     let mut out = BytesMut::new();
     backend::authentication_sasl(&mut out, &[SCRAM_SHA_256]);
     stream.write_all(&out).await?;
 
-    let body = read_password_message(stream).await?;
+    let body = read_password_message(stream, pending).await?;
     let (mechanism, first) = frontend::decode_sasl_initial_response(&body)?;
     if mechanism != SCRAM_SHA_256 {
         return Err(SessionError::Refused(ErrorFields::fatal(
@@ -215,7 +226,7 @@ async fn scram(stream: &mut Stream, mut server: ScramServer, user: &str) -> Resu
     backend::authentication_sasl_continue(&mut out, &server_first);
     stream.write_all(&out).await?;
 
-    let body = read_password_message(stream).await?;
+    let body = read_password_message(stream, pending).await?;
     let server_final = server.handle_client_final(&body).map_err(|_| wrong_password(user))?;
     let client_key = server.client_key().ok_or_else(|| wrong_password(user))?;
     out.clear();
@@ -224,9 +235,10 @@ async fn scram(stream: &mut Stream, mut server: ScramServer, user: &str) -> Resu
     Ok(client_key)
 }
 
-async fn read_password_message(stream: &mut Stream) -> Result<bytes::Bytes, SessionError> {
-    let mut buf = BytesMut::new();
-    let m = read_message(stream, &mut buf, MAX_AUTH_MESSAGE).await.map_err(|e| match e {
+/// The client's next message, read through `pending` (what it sent after
+/// stays there, for the session).
+async fn read_password_message(stream: &mut Stream, pending: &mut BytesMut) -> Result<bytes::Bytes, SessionError> {
+    let m = read_message(stream, pending, MAX_AUTH_MESSAGE).await.map_err(|e| match e {
         ReadError::Io(e) => SessionError::ClientIo(e),
         ReadError::Protocol(e) => SessionError::ClientProtocol(e),
         ReadError::Closed => SessionError::ClientClosed,

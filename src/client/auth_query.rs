@@ -128,7 +128,7 @@ pub async fn lookup(
     if let Some(answer) = shard.auth_query_cache.get(database, user, Instant::now()) {
         return Ok(answer);
     }
-    let pool = shard.pool(config, how.database, how.user).ok_or_else(|| LookupError::NoPool(how.user.to_owned()))?;
+    let pool = shard.pool(config, how.database, how.user).map_err(|_| LookupError::NoPool(how.user.to_owned()))?;
     let mut lease = pool.checkout(Config::secs(config.query_wait_timeout)).await?;
     let outcome = fetch(&mut lease, how.query, user).await;
     // The connection is reusable after a clean answer or an SQL error (both

@@ -19,6 +19,7 @@ pub mod negotiate;
 pub mod pinning;
 mod quiet;
 mod relay;
+pub mod replication;
 
 pub mod tracker;
 
@@ -38,7 +39,7 @@ use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
 use crate::protocol::startup::{self, StartupPacket, StartupParams};
 use crate::protocol::ProtocolError;
 use crate::rt::with_timeout;
-use crate::runtime::{ClientEntry, ClientInfo, ClientState, Shard};
+use crate::runtime::{ClientEntry, ClientInfo, ClientState, NoPool, Shard};
 use crate::server::ServerError;
 use crate::settings;
 
@@ -58,7 +59,12 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     // console, opening a server connection): an async fn's future is as big
     // as its biggest state, and this one lives as long as the client. Inline,
     // they made each idle client's task 47 KB.
-    let login = with_timeout(Config::secs(config.client_login_timeout), Box::pin(login(shard, &config, &mut stream, peer))).await;
+    // What the client sent beyond what the login read (a pipelined first
+    // query, node-postgres' Terminate): the session's first messages.
+    let mut pending = BytesMut::new();
+    let login =
+        with_timeout(Config::secs(config.client_login_timeout), Box::pin(login(shard, &config, &mut stream, peer, &mut pending)))
+            .await;
     let (params, target) = match login {
         Some(Ok(Some(ok))) => ok,
         Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
@@ -66,6 +72,11 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
             debug!(?peer, "login failed: {e}");
             if let Some(fields) = e.client_message() {
                 send_error(&mut stream, &fields).await;
+            }
+            if let SessionError::RefusedOldProtocol(fields) = &e {
+                let mut out = BytesMut::new();
+                backend::error_response_v2(&mut out, fields);
+                let _ = stream.write_all(&out).await;
             }
             return;
         }
@@ -76,7 +87,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     };
     let user = params.user().unwrap_or_default().to_owned();
     let database = params.database().unwrap_or_default().to_owned();
-    if matches!(target, Target::Pool(_)) && shard.is_disabled(&database) {
+    if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&database) {
         // DISABLE in the admin console; PgBouncer's words.
         send_error(&mut stream, &ErrorFields::fatal("08P01", format!("database does not allow connections: {database}"))).await;
         return;
@@ -90,13 +101,24 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         admin: matches!(target, Target::Admin { .. }),
         tls: stream.tls_description(),
     };
-    let (process_id, entry) = shard.register_client(info);
+    let Some((process_id, entry)) = shard.register_client(info) else {
+        // Peered, each shard has a few thousand keys to give (see `runtime::keys`).
+        warn!(?peer, "client refused: every cancel key of this shard is in use");
+        send_error(&mut stream, &ErrorFields::fatal("53300", "sorry, too many clients already")).await;
+        return;
+    };
     info!(?peer, %user, %database, process_id, "client logged in");
     let pool = match target {
         Target::Pool(pool) => pool,
         Target::Admin { may_control } => {
             info!(?peer, %user, "admin console login");
-            Box::pin(crate::admin::serve(shard, &mut stream, process_id, entry.secret_key, may_control)).await;
+            Box::pin(crate::admin::serve(shard, &mut stream, pending, process_id, entry.secret_key, may_control)).await;
+            shard.unregister_client(process_id);
+            return;
+        }
+        Target::Replication(server) => {
+            info!(?peer, %user, %database, "replication connection, passed through to a server connection of its own");
+            Box::pin(serve_replication(&mut stream, &params, &server, &pending, process_id, &entry)).await;
             shard.unregister_client(process_id);
             return;
         }
@@ -123,10 +145,12 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         lease_started: Instant::now(),
         settings: settings::Settings::default(),
         startup_applied: false,
+        unlearned: Vec::new(),
         waker_left: false,
         offer: None,
         skip_ready: 0,
     };
+    session.buffers.from_client.preload(&pending);
     match session.run(&params).await {
         Ok(()) => {
             info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client closed the connection")
@@ -145,9 +169,41 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     shard.unregister_client(process_id);
 }
 
+/// Serves a replication client (see `replication`): its own server
+/// connection, bytes passed through both ways until either side closes.
+async fn serve_replication(
+    client: &mut Stream,
+    startup: &StartupParams,
+    target: &crate::server::ServerTarget,
+    pending: &[u8],
+    process_id: i32,
+    entry: &ClientEntry,
+) {
+    let mut server = match replication::open(target, startup, client, process_id, entry.secret_key).await {
+        Ok(server) => server,
+        Err(e) => {
+            info!("replication connection refused: {e}");
+            if let Some(fields) = e.client_message() {
+                send_error(client, &fields).await;
+            }
+            return;
+        }
+    };
+    // A cancel request reaches it for as long as the session lasts.
+    *entry.server.borrow_mut() = Some(server.cancel_key.clone());
+    entry.set_state(ClientState::Active);
+    match replication::pass_through(client, &mut server.stream, pending, &entry.killed).await {
+        Ok(()) => info!("replication connection ended"),
+        Err(e) => info!("replication connection ended: {e}"),
+    }
+    *entry.server.borrow_mut() = None;
+}
+
 /// Where a logged-in client goes.
 enum Target {
     Pool(Rc<Pool>),
+    /// A replication connection, to a server connection of its own.
+    Replication(Box<crate::server::ServerTarget>),
     /// The admin console; `may_control` for admin_users (not only stats_users).
     Admin {
         may_control: bool,
@@ -166,8 +222,19 @@ pub enum SessionError {
     /// A message for the client has been prepared; the session ends.
     #[error("{0}")]
     Refused(ErrorFields),
+    /// A first packet PostgreSQL closes the connection on without a word
+    /// (it only logs it): a length out of bounds, or cut short.
+    #[error("invalid startup packet: {0}")]
+    BadStartupPacket(ProtocolError),
+    /// A startup packet of protocol 1 or 2, refused with an error in that
+    /// protocol's format, as PostgreSQL does.
+    #[error("{0}")]
+    RefusedOldProtocol(ErrorFields),
     #[error("server: {0}")]
     Server(#[from] ServerError),
+    /// The server ended the session with a FATAL, passed on to the client.
+    #[error("the server ended the session with a FATAL, which the client got")]
+    ServerEnded,
     #[error("{0}")]
     Pool(#[from] PoolError),
 }
@@ -177,7 +244,11 @@ impl SessionError {
     fn client_message(&self) -> Option<ErrorFields> {
         match self {
             SessionError::ClientProtocol(e) => Some(ErrorFields::fatal("08P01", format!("protocol violation: {e}"))),
-            SessionError::ClientIo(_) | SessionError::ClientClosed => None,
+            SessionError::ClientIo(_)
+            | SessionError::ClientClosed
+            | SessionError::ServerEnded
+            | SessionError::BadStartupPacket(_)
+            | SessionError::RefusedOldProtocol(_) => None,
             SessionError::Refused(fields) => Some(fields.clone()),
             SessionError::Server(ServerError::Refused(fields)) => {
                 Some(ErrorFields { severity: "FATAL".into(), ..fields.clone() })
@@ -201,15 +272,17 @@ async fn send_error(stream: &mut Stream, fields: &ErrorFields) {
 
 /// Reads the startup packet(s) and authenticates. `Ok(None)` when the
 /// connection was only a cancel request (or gave up after SSL was refused).
+/// `pending` keeps what the client sent beyond the messages read.
 async fn login(
     shard: &Rc<Shard>,
     config: &Config,
     stream: &mut Stream,
     peer: Option<std::net::SocketAddr>,
+    pending: &mut BytesMut,
 ) -> Result<Option<(StartupParams, Target)>, SessionError> {
     let tls = crate::net::tls::acceptor(config);
     let params = loop {
-        match read_startup_packet(stream).await? {
+        match read_startup_packet(stream, pending).await? {
             StartupPacket::SslRequest | StartupPacket::GssEncRequest if stream.is_tls() => {
                 return Err(SessionError::Refused(ErrorFields::fatal("08P01", "encryption requested again inside TLS")));
             }
@@ -218,18 +291,27 @@ async fn login(
                     // Bytes sent before the client saw 'S' are not encrypted,
                     // yet would be read as if they came through TLS
                     // (CVE-2021-23214): refuse them.
-                    if stream.has_unread_bytes() {
-                        return Err(SessionError::Refused(ErrorFields::fatal(
-                            "08P01",
-                            "received unencrypted data after SSL request",
-                        )));
+                    if !pending.is_empty() || stream.has_unread_bytes() {
+                        return Err(unencrypted_data_after("SSL request"));
                     }
                     stream.write_all(b"S").await?;
                     crate::net::tls::accept(stream, tls.clone()).await?;
                 }
-                None => stream.write_all(b"N").await?,
+                None => {
+                    stream.write_all(b"N").await?;
+                    // PostgreSQL refuses what came with the request whatever
+                    // it answered: sent before the client saw the answer.
+                    if !pending.is_empty() {
+                        return Err(unencrypted_data_after("SSL request"));
+                    }
+                }
             },
-            StartupPacket::GssEncRequest => stream.write_all(b"N").await?,
+            StartupPacket::GssEncRequest => {
+                stream.write_all(b"N").await?;
+                if !pending.is_empty() {
+                    return Err(unencrypted_data_after("GSSAPI encryption request"));
+                }
+            }
             StartupPacket::Cancel { process_id, secret_key } => {
                 shard.route_cancel(process_id, secret_key).await;
                 return Ok(None);
@@ -240,8 +322,17 @@ async fn login(
             StartupPacket::Startup(params) => break params,
         }
     };
+    if let Some(negotiation) = params.negotiation() {
+        // Before anything else, as PostgreSQL: the session goes on in 3.0.
+        debug!(?peer, minor = params.minor_version, options = ?negotiation.unrecognized_options, "negotiating protocol 3.0");
+        let mut out = BytesMut::new();
+        backend::negotiate_protocol_version(&mut out, &negotiation);
+        stream.write_all(&out).await?;
+    }
     if shard.client_count() > config.max_client_conn {
-        return Err(SessionError::Refused(ErrorFields::fatal("53300", "no more connections allowed (max_client_conn)")));
+        // PostgreSQL's words at max_connections; the log says which limit.
+        info!(?peer, max_client_conn = config.max_client_conn, "client refused: max_client_conn reached");
+        return Err(SessionError::Refused(ErrorFields::fatal("53300", "sorry, too many clients already")));
     }
     // Handing the port over (so_reuseport), a client accepted before the
     // listener closed is served: it reached this pglane, not the next one.
@@ -251,14 +342,18 @@ async fn login(
     let Some(user) = params.user() else {
         return Err(SessionError::Refused(ErrorFields::fatal("28000", "no PostgreSQL user name specified in startup packet")));
     };
-    if params.get("replication").is_some_and(|r| r != "false" && r != "off" && r != "0") {
-        return Err(SessionError::Refused(ErrorFields::fatal("08P01", "pglane does not pool replication connections")));
-    }
+    let replication = params.get("replication").map(replication::mode).transpose().map_err(SessionError::Refused)?.flatten();
     let database = params.database().unwrap_or(user);
-    let client = crate::auth::hba::Client { addr: peer.map(|p| p.ip()), tls: stream.is_tls(), database, user };
+    let client = crate::auth::hba::Client {
+        addr: peer.map(|p| p.ip()),
+        tls: stream.is_tls(),
+        database,
+        user,
+        physical_replication: replication == Some(replication::Mode::Physical),
+    };
     let method = auth::method_for(config, &client)?;
     let admin = crate::admin::is_admin_database(database);
-    let lookup = config.databases.contains_key(database).then(|| config.auth_lookup_for(database)).flatten();
+    let lookup = config.database(database).is_some().then(|| config.auth_lookup_for(database)).flatten();
     let (secret, from_server) = match (config.users.get(user), lookup) {
         (Some(configured), _) => (configured.password.as_deref().and_then(|p| Secret::parse(p).ok()), false),
         // Not in the config: ask the server, if it is one pglane knows.
@@ -270,9 +365,12 @@ async fn login(
         }
         (None, _) => (None, false),
     };
-    let verified = auth::authenticate(shard, stream, method, user, secret.as_ref()).await?;
+    let verified = auth::authenticate(shard, stream, pending, method, user, secret.as_ref()).await?;
     if from_server {
         shard.learn_login(config, database, user, auth_query::server_login(secret, verified));
+    }
+    if admin && replication.is_some() {
+        return Err(SessionError::Refused(ErrorFields::fatal("08P01", "the admin console takes no replication connections")));
     }
     if admin {
         let may_control = config.admin_users.iter().any(|u| u == user);
@@ -284,31 +382,71 @@ async fn login(
         }
         return Ok(Some((params, Target::Admin { may_control })));
     }
-    let Some(pool) = shard.pool(config, database, user) else {
-        return Err(SessionError::Refused(ErrorFields::fatal(
-            "3D000",
-            format!("database \"{database}\" does not exist in pglane's configuration"),
-        )));
-    };
+    if replication.is_some() {
+        let Some(target) = shard.server_target(config, database, user) else {
+            return Err(SessionError::Refused(ErrorFields::fatal(
+                "3D000",
+                format!("database \"{database}\" does not exist in pglane's configuration"),
+            )));
+        };
+        return Ok(Some((params, Target::Replication(Box::new(target)))));
+    }
+    let pool = shard.pool(config, database, user).map_err(|refused| {
+        SessionError::Refused(match refused {
+            NoPool::NotConfigured => {
+                ErrorFields::fatal("3D000", format!("database \"{database}\" does not exist in pglane's configuration"))
+            }
+            NoPool::FallbackFull { max } => ErrorFields::fatal(
+                "53400",
+                format!(
+                    "database \"{database}\" is not in pglane's configuration, and the \"*\" entry serves \
+                     max_fallback_databases = {max} other databases already"
+                ),
+            ),
+        })
+    })?;
     Ok(Some((params, Target::Pool(pool))))
 }
 
-/// Reads exactly one startup packet and nothing after it: what follows an
-/// SSLRequest must be left on the socket for the TLS handshake.
-async fn read_startup_packet(stream: &mut Stream) -> Result<StartupPacket, SessionError> {
-    let mut head = [0u8; 4];
-    read_exact(stream, &mut head).await?;
-    let len = startup::packet_length(&head)?.ok_or(ProtocolError::UnexpectedEof)?;
-    let mut packet = vec![0u8; len];
-    packet[..4].copy_from_slice(&head);
-    read_exact(stream, &mut packet[4..]).await?;
-    Ok(startup::decode(&packet)?)
+/// PostgreSQL's refusal of bytes that came in with an encryption request.
+fn unencrypted_data_after(request: &str) -> SessionError {
+    SessionError::Refused(
+        ErrorFields::fatal("08P01", format!("received unencrypted data after {request}"))
+            .with_detail("This could be either a client-software bug or evidence of an attempted man-in-the-middle attack."),
+    )
 }
 
-async fn read_exact(stream: &mut Stream, buf: &mut [u8]) -> Result<(), SessionError> {
-    stream.read_exact(buf).await.map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => SessionError::ClientClosed,
-        _ => SessionError::ClientIo(e),
+/// Reads one startup packet, through `pending`: what the client sent after
+/// it stays there. A length out of bounds, or a connection that ends
+/// mid-packet, closes without a word, as PostgreSQL does; a packet it
+/// cannot make sense of gets PostgreSQL's error.
+async fn read_startup_packet(stream: &mut Stream, pending: &mut BytesMut) -> Result<StartupPacket, SessionError> {
+    let len = loop {
+        match startup::packet_length(pending) {
+            Ok(Some(len)) if pending.len() >= len => break len,
+            Ok(_) => {}
+            Err(e) => return Err(SessionError::BadStartupPacket(e)),
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await? {
+            0 if pending.is_empty() => return Err(SessionError::ClientClosed),
+            0 => return Err(SessionError::BadStartupPacket(ProtocolError::UnexpectedEof)),
+            n => pending.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let packet = pending.split_to(len);
+    startup::decode(&packet).map_err(|e| match e {
+        ProtocolError::UnsupportedVersion(version) => {
+            let fields = ErrorFields::fatal("0A000", startup::unsupported_version_message(version));
+            match (version as u32) >> 16 {
+                0..=2 => SessionError::RefusedOldProtocol(fields),
+                _ => SessionError::Refused(fields),
+            }
+        }
+        ProtocolError::Malformed("CancelRequest") => SessionError::BadStartupPacket(e),
+        _ => {
+            SessionError::Refused(ErrorFields::fatal("08P01", "invalid startup packet layout: expected terminator as last byte"))
+        }
     })
 }
 
@@ -331,6 +469,9 @@ struct Session {
     settings: settings::Settings,
     /// A server accepted this client's startup settings.
     startup_applied: bool,
+    /// Reported settings of the startup packet, as the client spelled them,
+    /// whose spelling by the server the pool has yet to learn.
+    unlearned: Vec<(String, String)>,
     /// The shard's shutdown signal has this task's waker
     /// (`ShutdownSignal::poll_fired_once`).
     waker_left: bool,
@@ -362,7 +503,8 @@ impl Session {
         if self.config.auto_prepare {
             autoprep::start_validator(&self.pool);
         }
-        self.greet(startup, &server_params, self.process_id).await?;
+        self.take_startup_settings(startup).await?;
+        self.greet(&server_params, self.process_id).await?;
         let mut lease = match self.mode {
             PoolMode::Session => Some(self.checkout().await?),
             PoolMode::Transaction => None,
@@ -387,18 +529,9 @@ impl Session {
                 },
             };
             if !self.startup_applied && self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
-                if let Err(refused) = self.apply_startup_settings(server).await {
-                    match lease.take() {
-                        // Refused: the connection is as it was, and reusable.
-                        Some(server) if refused.is_some() => self.give_back(server).await,
-                        _ => {} // dropping the lease closes it
-                    }
-                    return Err(refused.unwrap_or_else(|| {
-                        SessionError::Refused(ErrorFields::fatal(
-                            "08006",
-                            "server connection failed while applying startup settings",
-                        ))
-                    }));
+                match self.apply_startup_settings(server).await {
+                    Ok(spelled) => self.learn_spellings(&spelled),
+                    Err(refused) => return Err(self.startup_settings_failed(lease.take(), refused).await),
                 }
             }
             let release_when_idle = self.mode == PoolMode::Transaction;
@@ -447,6 +580,8 @@ impl Session {
                 posted: None,
                 followable: false,
                 skip_ready: &mut self.skip_ready,
+                server_said_fatal: false,
+                server_write_failed: None,
             }
             .await;
             let offer = self.offer.take();
@@ -475,6 +610,12 @@ impl Session {
                     return Err(SessionError::Refused(ErrorFields::fatal("08006", "server closed the connection unexpectedly")))
                 }
                 RelayEnd::ServerError(e) => return Err(SessionError::Server(ServerError::Write(e))),
+                RelayEnd::ServerEnded => {
+                    // The server's FATAL is the client's last message, as on PostgreSQL.
+                    let _ = self.client.write_all(&self.buffers.to_client).await;
+                    self.buffers.to_client.clear();
+                    return Err(SessionError::ServerEnded);
+                }
                 RelayEnd::ClientError(e) => {
                     self.pass_to_follower(lease.take(), offer).await;
                     return Err(SessionError::ClientProtocol(e));
@@ -635,26 +776,90 @@ impl Session {
         u64::from(self.process_id as u32)
     }
 
-    /// AuthenticationOk was sent by `auth`; now ParameterStatus, BackendKeyData
-    /// and the first ReadyForQuery. The settings of the startup packet become
-    /// the client's own, carried to every server connection it gets
-    /// (`settings`); a packet pglane cannot carry is refused.
-    async fn greet(
-        &mut self,
-        startup: &StartupParams,
-        server_params: &[(String, String)],
-        process_id: i32,
-    ) -> Result<(), SessionError> {
+    /// The settings of the startup packet become the client's own, carried
+    /// to every server connection it gets (`settings`); a packet pglane
+    /// cannot carry is refused. The reported ones are kept as the server
+    /// reports them (`client_encoding=utf-8` is `UTF8`), which is what the
+    /// client is told at login and after a RESET, as on PostgreSQL. A pool
+    /// knows the spellings its clients gave before; for one it does not, the
+    /// settings are applied now on a connection to be had without waiting,
+    /// which says how the server reports them and refuses at login, as
+    /// PostgreSQL would, a value it does not take. With none free, the
+    /// client keeps its own spelling and the pool learns it at the client's
+    /// first transaction, for the next clients.
+    async fn take_startup_settings(&mut self, startup: &StartupParams) -> Result<(), SessionError> {
         let asked =
             settings::from_startup(startup).map_err(|e| SessionError::Refused(ErrorFields::fatal("42601", e.to_string())))?;
-        self.settings = settings::Settings::from_startup_values(&asked);
+        let mut unlearned = Vec::new();
+        let values: Vec<(String, String)> = asked
+            .iter()
+            .map(|(name, value)| match (settings::is_reported(name), self.pool.reported_as(name, value)) {
+                (true, Some(reported)) => (name.clone(), reported),
+                (true, None) => {
+                    unlearned.push((name.clone(), value.clone()));
+                    (name.clone(), value.clone())
+                }
+                (false, _) => (name.clone(), value.clone()),
+            })
+            .collect();
+        self.settings = settings::Settings::from_startup_values(&values);
         // Nothing of the client's own to check with a server first.
         self.startup_applied = self.settings.is_empty();
+        self.unlearned = unlearned;
+        if self.unlearned.is_empty() {
+            return Ok(());
+        }
+        let Some(lease) = self.pool.checkout_now().await else { return Ok(()) };
+        let mut lease = lease?;
+        let spelled = match self.apply_startup_settings(&mut lease).await {
+            Ok(spelled) => spelled,
+            Err(refused) => {
+                // Refused: the connection is as it was, and goes back.
+                if refused.is_some() {
+                    lease.release();
+                }
+                return Err(refused.unwrap_or_else(|| {
+                    SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
+                }));
+            }
+        };
+        self.learn_spellings(&spelled);
+        let values: Vec<(String, String)> = values
+            .into_iter()
+            .map(|(name, value)| match spelled.iter().find(|(n, _)| *n == name) {
+                Some((_, as_reported)) => (name, as_reported.clone()),
+                None => (name, value),
+            })
+            .collect();
+        self.settings = settings::Settings::from_startup_values(&values);
+        lease.session.borrow_mut().settings.take_values_of(&self.settings);
+        lease.release();
+        Ok(())
+    }
+
+    /// Teaches the pool how the server spells the reported startup settings
+    /// it did not know (`spelled`: as [`Session::apply_startup_settings`]
+    /// returns them).
+    fn learn_spellings(&mut self, spelled: &[(String, String)]) {
+        for (name, value) in std::mem::take(&mut self.unlearned) {
+            if let Some((_, as_reported)) = spelled.iter().find(|(n, _)| *n == name) {
+                self.pool.learn_reported(&name, &value, as_reported);
+            }
+        }
+    }
+
+    /// AuthenticationOk was sent by `auth`; now ParameterStatus, BackendKeyData
+    /// and the first ReadyForQuery: the server's values, and the client's
+    /// own for the reported settings it gave (as the server reports them).
+    async fn greet(&mut self, server_params: &[(String, String)], process_id: i32) -> Result<(), SessionError> {
         let mut out = BytesMut::new();
         for (name, value) in server_params {
-            let asked = asked.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-            let value = match (name.as_str(), asked) {
-                (_, Some(asked)) if settings::is_carried(name) => asked,
+            let own = match self.settings.get(name) {
+                Some(settings::Value::Reported(own)) if settings::is_carried(name) => Some(own.as_str()),
+                _ => None,
+            };
+            let value = match (name.as_str(), own) {
+                (_, Some(own)) => own,
                 ("application_name", None) => "",
                 _ => value.as_str(),
             };
@@ -666,24 +871,40 @@ impl Session {
         Ok(())
     }
 
-    /// Before the client's first transaction: makes `server`'s settings the
-    /// client's startup ones and waits for the server's word, so that a
-    /// value the server refuses (as it would have at login) ends this
-    /// client's session with the server's error, before any of its queries
-    /// ran, and leaves the server connection as it was (the SETs ran in one
-    /// implicit transaction). Later alignments send values the server
-    /// already accepted. `Err(None)`: the server connection broke.
-    async fn apply_startup_settings(&mut self, server: &mut crate::server::ServerConn) -> Result<(), Option<SessionError>> {
+    /// Makes `server`'s settings the client's startup ones and waits for
+    /// the server's word (at login, or before the client's first
+    /// transaction), so that a value the server refuses (as it would have at
+    /// login) ends this client's session with the server's error, before any
+    /// of its queries ran, and leaves the server connection as it was (the
+    /// SETs ran in one implicit transaction). Later alignments send values
+    /// the server already accepted. Returns how the server reports each
+    /// reported setting of the client's now: as it reported it while the
+    /// SETs ran, or, for one a SET left as it was (which reports nothing),
+    /// as it had it. `Err(None)`: the server connection broke.
+    async fn apply_startup_settings(
+        &mut self,
+        server: &mut crate::server::ServerConn,
+    ) -> Result<Vec<(String, String)>, Option<SessionError>> {
+        let had: Vec<(String, Option<String>)> =
+            self.settings.reported().map(|(name, _)| (name.to_owned(), server.reported_value(name))).collect();
+        let spelled = |reported: &[(String, String)]| -> Vec<(String, String)> {
+            had.iter()
+                .filter_map(|(name, had)| {
+                    let now = reported.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.clone()).or_else(|| had.clone());
+                    now.map(|value| (name.clone(), value))
+                })
+                .collect()
+        };
         let sql = self.settings.sql_to_apply_over(&server.session.borrow().settings);
         let Some(sql) = sql else {
             self.startup_applied = true;
-            return Ok(());
+            return Ok(spelled(&[]));
         };
-        match with_timeout(CLEANUP_TIMEOUT, server.run_checked(&sql)).await {
-            Some(Ok(Ok(()))) => {
+        match with_timeout(CLEANUP_TIMEOUT, server.run_reporting(&sql)).await {
+            Some(Ok(Ok(reported))) => {
                 server.session.borrow_mut().settings.take_values_of(&self.settings);
                 self.startup_applied = true;
-                Ok(())
+                Ok(spelled(&reported))
             }
             Some(Ok(Err(refused))) => {
                 info!(code = %refused.code, "a startup setting was refused by the server: {}", refused.message);
@@ -698,6 +919,19 @@ impl Session {
                 Err(None)
             }
         }
+    }
+
+    /// Applying the startup settings failed (`refused` by the server, or
+    /// with `None` the connection broke): gives `server` back if it is as it
+    /// was, else closes it, and returns the error that ends the session.
+    async fn startup_settings_failed(&mut self, server: Option<Lease>, refused: Option<SessionError>) -> SessionError {
+        match server {
+            Some(server) if refused.is_some() => self.give_back(server).await,
+            _ => {} // dropping the lease closes it
+        }
+        refused.unwrap_or_else(|| {
+            SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
+        })
     }
 
     /// Borrows a server connection (waiting while the database is paused),
@@ -841,11 +1075,14 @@ impl Session {
     }
 
     /// Sends a cancel request for what `key`'s backend runs, on its own task.
+    /// The connection serves no other client until the server has it.
     fn send_cancel(&self, key: &Rc<crate::server::CancelKey>) {
+        let under_way = key.cancel_under_way();
         let key = key.clone();
         let timeout = Config::secs(self.config.server_connect_timeout);
         crate::rt::spawn_local(async move {
             let _ = crate::server::send_cancel(&key, timeout).await;
+            drop(under_way);
         })
         .detach();
     }

@@ -20,6 +20,7 @@ use super::exchange::{client_needs_whole, server_needs_whole, Exchange, Sources,
 use super::inbox::{Inbox, Piece};
 use crate::net::Stream;
 use crate::pool::{Offer, Pool};
+use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::{backend, frontend, ProtocolError};
 use crate::runtime::ShutdownSignal;
 
@@ -39,6 +40,10 @@ pub enum RelayEnd {
     /// The server closed its socket.
     ServerClosed,
     ServerError(io::Error),
+    /// The server ended the session with a FATAL (or PANIC), which the
+    /// client has been given whole, and closed: on PostgreSQL that message
+    /// is the last the client gets, so pglane adds none of its own.
+    ServerEnded,
     /// The client broke the protocol (oversized or unknown message).
     ClientError(ProtocolError),
     /// pglane is shutting down and the client is between transactions.
@@ -186,6 +191,11 @@ pub struct Relay<'a> {
     /// ReadyForQuery messages still owed to the client ahead, whose replies
     /// are dropped (see `pool::Handover::skip_ready`).
     pub skip_ready: &'a mut usize,
+    /// The server sent the client a FATAL: what follows is its going away.
+    pub server_said_fatal: bool,
+    /// Writing to the server failed; the relay reads on, for the FATAL a
+    /// server that went away may have left, before it ends.
+    pub server_write_failed: Option<io::Error>,
 }
 
 /// Why [`take_client_messages`] stopped.
@@ -306,6 +316,18 @@ fn poll_deadline(
 }
 
 impl Relay<'_> {
+    /// How the relay ends when the server's side is gone (closed, or
+    /// `read_error`): quietly if the server said FATAL to the client first.
+    fn server_gone(&mut self, read_error: Option<io::Error>) -> RelayEnd {
+        if self.server_said_fatal {
+            return RelayEnd::ServerEnded;
+        }
+        match self.server_write_failed.take().or(read_error) {
+            Some(e) => RelayEnd::ServerError(e),
+            None => RelayEnd::ServerClosed,
+        }
+    }
+
     /// Parking with the whole request in flight and every connection lent:
     /// posts an opening for a client that comes before the reply does.
     fn post_opening(&mut self, cx: &Context<'_>) {
@@ -361,9 +383,18 @@ impl Relay<'_> {
         if self.busy_since.is_none() && !b.to_server.is_empty() {
             self.busy_since = Some(crate::rt::now());
         }
+        if self.server_write_failed.is_some() {
+            b.to_server.clear();
+        }
         match poll_send(cx, self.server, &mut b.to_server, &mut b.counters.bytes_to_server) {
             Poll::Ready(Ok(wrote)) => progress |= wrote,
-            Poll::Ready(Err(e)) => return Step::Done(RelayEnd::ServerError(e)),
+            Poll::Ready(Err(e)) => {
+                // A server that went away may have said why (a FATAL before
+                // it closed), and that goes to the client: read on first.
+                b.to_server.clear();
+                self.server_write_failed = Some(e);
+                progress = true;
+            }
             Poll::Pending => {}
         }
         if let Some(pool) = self.pipelining {
@@ -385,7 +416,7 @@ impl Relay<'_> {
                     b.counters.bytes_from_server += n as u64;
                     progress = true;
                 }
-                Poll::Ready(Err(e)) => return Step::Done(RelayEnd::ServerError(e)),
+                Poll::Ready(Err(e)) => return Step::Done(self.server_gone(Some(e))),
                 Poll::Pending => {}
             }
         }
@@ -412,6 +443,13 @@ impl Relay<'_> {
                 match piece {
                     Piece::Whole(tag, message) => {
                         let forwarded = self.exchange.from_server(tag, message, st, &mut b.to_client);
+                        // Passed on as it came, or as the client's own query
+                        // would have had it (auto-prepare): the client has it.
+                        // (One pglane kept, from aligning settings, fails the
+                        // exchange just below.)
+                        if tag == backend::ERROR_RESPONSE && backend::error_ends_session(&message[HEADER_LEN..]) {
+                            self.server_said_fatal = true;
+                        }
                         if let Some(e) = self.exchange.take_failure() {
                             return Step::Done(RelayEnd::ServerError(io::Error::new(io::ErrorKind::InvalidData, e)));
                         }
@@ -445,7 +483,7 @@ impl Relay<'_> {
             return Step::Done(RelayEnd::Released);
         }
         if b.from_server.eof && b.to_client.is_empty() {
-            return Step::Done(RelayEnd::ServerClosed);
+            return Step::Done(self.server_gone(None));
         }
         if b.to_server.is_empty() {
             if client_leaving || b.from_client.eof {

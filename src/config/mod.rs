@@ -43,6 +43,9 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// The `[databases]` entry that serves database names not listed (PgBouncer's `*`).
+pub const FALLBACK_DATABASE: &str = "*";
+
 /// The longest timeout accepted: one year.
 pub const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
 
@@ -269,10 +272,47 @@ pub struct Config {
     /// config load, never per connection); see `crate::net::tls`.
     #[serde(skip)]
     pub tls: std::sync::OnceLock<crate::net::tls::Contexts>,
+    /// The databases clients may connect to, by the name they use. An entry
+    /// named `*` ([`FALLBACK_DATABASE`]) serves every name not listed, as
+    /// PgBouncer's: pools for it are made when a client first asks, its
+    /// `dbname` (unless the entry sets one) being the name asked for.
     #[serde(default)]
     pub databases: BTreeMap<String, Database>,
+    /// How many database names the `*` entry may serve at once, over all
+    /// shards; a client asking for another is refused (53400). A name
+    /// counts while a pool of it has a client or a server connection.
+    #[serde(default = "defaults::max_fallback_databases")]
+    pub max_fallback_databases: usize,
     #[serde(default)]
     pub users: BTreeMap<String, User>,
+    /// This instance's id among pglane (or PgBouncer) instances behind one
+    /// address, as PgBouncer's peer_id: 1 to 16383, unique in the group; 0
+    /// (the default): no peering. The cancel keys clients get then name the
+    /// instance, and a CancelRequest for another instance's client goes to
+    /// that instance, as listed in `[peers]`. Fixed until restart.
+    #[serde(default)]
+    pub peer_id: u16,
+    /// The instances of the group, by peer id (`[peers.2] host = "10.0.0.2"`),
+    /// as PgBouncer's [peers]; an entry for this instance itself is ignored.
+    #[serde(default)]
+    pub peers: BTreeMap<String, Peer>,
+}
+
+/// Another instance of a peered group (see `Config::peer_id`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Peer {
+    /// A host name or IP address, or the directory of the instance's unix
+    /// socket, as for a database.
+    pub host: String,
+    #[serde(default = "defaults::peer_port")]
+    pub port: u16,
+}
+
+impl Peer {
+    pub fn address(&self) -> ServerAddress {
+        server_address(&self.host, self.port)
+    }
 }
 
 mod defaults {
@@ -338,6 +378,12 @@ mod defaults {
     }
     pub fn pool_size() -> usize {
         20
+    }
+    pub fn peer_port() -> u16 {
+        6432
+    }
+    pub fn max_fallback_databases() -> usize {
+        100
     }
 }
 
@@ -465,14 +511,7 @@ impl Database {
         self.host
             .iter()
             .enumerate()
-            .map(|(i, host)| {
-                let port = self.port.get(i).or(self.port.first()).copied().unwrap_or(5432);
-                if host.starts_with('/') {
-                    ServerAddress::Unix(Path::new(host).join(format!(".s.PGSQL.{port}")))
-                } else {
-                    ServerAddress::Tcp { host: host.clone(), port }
-                }
-            })
+            .map(|(i, host)| server_address(host, self.port.get(i).or(self.port.first()).copied().unwrap_or(5432)))
             .collect()
     }
 
@@ -500,6 +539,15 @@ impl Database {
             )));
         }
         Ok(())
+    }
+}
+
+/// A host as libpq spells it (a directory for a unix socket) and a port.
+fn server_address(host: &str, port: u16) -> ServerAddress {
+    if host.starts_with('/') {
+        ServerAddress::Unix(Path::new(host).join(format!(".s.PGSQL.{port}")))
+    } else {
+        ServerAddress::Tcp { host: host.to_owned(), port }
     }
 }
 
@@ -625,7 +673,7 @@ impl Config {
     /// they are: the database's own auth_user / auth_query / auth_dbname,
     /// else the global ones; without an auth_user anywhere, not at all.
     pub fn auth_lookup_for<'a>(&'a self, database: &'a str) -> Option<AuthLookup<'a>> {
-        let db = self.databases.get(database);
+        let db = self.database(database);
         let user = db.and_then(|d| d.auth_user.as_deref()).or(self.auth_user.as_deref())?;
         Some(AuthLookup {
             user,
@@ -697,6 +745,24 @@ impl Config {
         for (name, db) in &self.databases {
             db.validate(name)?;
         }
+        if self.peer_id > crate::runtime::keys::MAX_PEER_ID {
+            return Err(invalid(format!(
+                "peer_id must be 0 (no peering) to {}, not {}",
+                crate::runtime::keys::MAX_PEER_ID,
+                self.peer_id
+            )));
+        }
+        for (id, peer) in &self.peers {
+            if !id.parse::<u16>().is_ok_and(|id| (1..=crate::runtime::keys::MAX_PEER_ID).contains(&id)) {
+                return Err(invalid(format!(
+                    "[peers.{id}]: peer ids are numbers from 1 to {}",
+                    crate::runtime::keys::MAX_PEER_ID
+                )));
+            }
+            if peer.host.is_empty() {
+                return Err(invalid(format!("peers.{id}.host is empty")));
+            }
+        }
         self.load_hba()?;
         for (name, db) in &self.databases {
             let Some(lookup) = self.auth_lookup_for(name) else { continue };
@@ -714,7 +780,7 @@ impl Config {
             if !lookup.query.contains("$1") {
                 return Err(invalid(format!("auth_query{whose} must take the user name as $1")));
             }
-            if !self.databases.contains_key(lookup.database) {
+            if self.database(lookup.database).is_none() {
                 return Err(invalid(format!("auth_dbname \"{}\"{whose} is not in [databases]", lookup.database)));
             }
         }
@@ -767,7 +833,7 @@ impl Config {
         self.users
             .get(user)
             .and_then(|u| u.pool_mode)
-            .or_else(|| self.databases.get(database).and_then(|d| d.pool_mode))
+            .or_else(|| self.database(database).and_then(|d| d.pool_mode))
             .unwrap_or(self.pool_mode)
     }
 
@@ -780,6 +846,22 @@ impl Config {
         let base = pool_size / shards;
         let extra = usize::from(shard < pool_size % shards);
         (base + extra).max(1)
+    }
+
+    /// The entry that serves clients of database `name`: its own, else the
+    /// `*` fallback, if there is one.
+    pub fn database(&self, name: &str) -> Option<&Database> {
+        self.databases.get(name).or_else(|| self.databases.get(FALLBACK_DATABASE))
+    }
+
+    /// Whether clients of `name` are served by the `*` entry.
+    pub fn is_fallback(&self, name: &str) -> bool {
+        !self.databases.contains_key(name) && self.databases.contains_key(FALLBACK_DATABASE)
+    }
+
+    /// The peer instance with this peer id, if `[peers]` lists it.
+    pub fn peer_by_id(&self, id: u16) -> Option<&Peer> {
+        self.peers.iter().find(|(name, _)| name.parse::<u16>().ok() == Some(id)).map(|(_, peer)| peer)
     }
 
     pub fn secs(seconds: f64) -> Duration {
@@ -929,6 +1011,41 @@ password = "secret"
         let e = with(&format!("auth_type = \"hba\"\nauth_hba_file = {bad:?}")).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("ident"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_fallback_database_serves_every_name_not_listed() {
+        let c = Config::parse(&MINIMAL.replace("[users.postgres]", "[databases.\"*\"]\nhost = \"10.0.0.9\"\n[users.postgres]"))
+            .unwrap();
+        assert_eq!(c.max_fallback_databases, 100);
+        assert_eq!(c.database("app").map(|d| d.dbname.as_deref()), Some(Some("postgres")));
+        assert_eq!(c.database("other").map(|d| &d.host[..]), Some(&["10.0.0.9".to_owned()][..]));
+        assert!(c.is_fallback("other") && !c.is_fallback("app"));
+        // Without one, an unlisted name is served by nothing.
+        let c = Config::parse(MINIMAL).unwrap();
+        assert!(c.database("other").is_none() && !c.is_fallback("other"));
+        // A fallback alone is a config (PgBouncer's `* = host=...`).
+        let only = "listen = \"127.0.0.1:6432\"\nmax_fallback_databases = 3\n[databases.\"*\"]\nport = 5433\n";
+        let c = Config::parse(only).unwrap();
+        assert_eq!((c.max_fallback_databases, c.database("any").map(|d| d.port.clone())), (3, Some(vec![5433])));
+    }
+
+    #[test]
+    fn peers_are_numbered_as_in_pgbouncer() {
+        let with = |settings: &str| Config::parse(&MINIMAL.replace("admin_users", &format!("{settings}\nadmin_users")));
+        let c = with("peer_id = 7").unwrap();
+        assert_eq!((c.peer_id, c.peers.len()), (7, 0));
+        assert_eq!(with("").unwrap().peer_id, 0, "no peering by default");
+        let peered = "[peers.1]\nhost = \"10.0.0.1\"\n[peers.16383]\nhost = \"/run/pglane\"\nport = 7432\n";
+        let c = Config::parse(&MINIMAL.replace("[databases.app]", &format!("{peered}[databases.app]"))).unwrap();
+        assert_eq!(c.peer_by_id(1).unwrap().address(), ServerAddress::Tcp { host: "10.0.0.1".into(), port: 6432 });
+        assert_eq!(c.peer_by_id(16383).unwrap().address(), ServerAddress::Unix("/run/pglane/.s.PGSQL.7432".into()));
+        assert_eq!(c.peer_by_id(2), None);
+        assert!(with("peer_id = 16384").unwrap_err().to_string().contains("peer_id must be"));
+        for bad in ["0", "16384", "one"] {
+            let text = MINIMAL.replace("[databases.app]", &format!("[peers.{bad}]\nhost = \"h\"\n[databases.app]"));
+            assert!(Config::parse(&text).unwrap_err().to_string().contains("peer ids are numbers"), "{bad}");
+        }
     }
 
     #[test]

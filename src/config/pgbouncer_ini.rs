@@ -30,10 +30,11 @@
 //! | `default_pool_size` | each database's `pool_size` unless it sets its own |
 //! | `unix_socket_dir` (default `/tmp`; empty: none) | `unix_socket_dir`, and `host` of databases without `host=` |
 //! | `unix_socket_mode` | the same |
-//! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]` |
+//! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]`; `*` → `[databases."*"]` |
 //! | `[databases]` `host=a,b port=5432,5433` (libpq's lists), `target_session_attrs`, `load_balance_hosts` | the same, as TOML lists |
 //! | `so_reuseport` | the same (rolling restarts; see `crate::runtime::listeners`) |
 //! | `[users]` `pool_mode` | `[users.NAME] pool_mode` |
+//! | `peer_id`, `[peers]` `host port` | `peer_id`, `[peers.ID] host port` (a `pool_size` is warned: pglane opens a connection per forwarded cancel) |
 //!
 //! Every other setting, parameter or section becomes one [`Warning`] naming
 //! the file, line and setting. Settings that would make pglane less safe than
@@ -52,8 +53,10 @@
 //!   over the hosts (`round-robin`).
 //!   PgBouncer's `max_packet_size` default (2 GiB) is not: pglane keeps its own
 //!   limit unless the file sets one.
-//! - The `*` fallback database is ignored with a warning: pglane serves only
-//!   the databases the file lists.
+//! - The `*` fallback database is `[databases."*"]`, with pglane's bound on
+//!   how many names it serves at once (`max_fallback_databases`, 100 by
+//!   default); pglane drops a name's pools once nothing uses them, in place
+//!   of `autodb_idle_timeout`.
 //! - `auth_type = md5` checks users whose secret is a SCRAM secret with SCRAM,
 //!   as PgBouncer and PostgreSQL do, so an auth_file may mix both kinds.
 //!   `plain` becomes `md5` when the auth_file holds md5 secrets, else
@@ -257,6 +260,7 @@ struct Sections {
     pgbouncer: BTreeMap<String, Line>,
     databases: BTreeMap<String, Line>,
     users: BTreeMap<String, Line>,
+    peers: BTreeMap<String, Line>,
 }
 
 /// What the other sections and the auth_file need from `[pgbouncer]`.
@@ -281,10 +285,7 @@ impl Translation<'_> {
             match item {
                 Item::Section { name, at } => {
                     let reason = match name.as_str() {
-                        "pgbouncer" | "databases" | "users" => continue,
-                        "peers" => {
-                            "ignored: pglane routes cancel requests between its own shards and does not peer with other processes"
-                        }
+                        "pgbouncer" | "databases" | "users" | "peers" => continue,
                         _ => "ignored: not a PgBouncer section pglane knows of",
                     };
                     self.warn(&at, &format!("[{name}]"), reason);
@@ -295,6 +296,7 @@ impl Translation<'_> {
                         "pgbouncer" => sections.pgbouncer.insert(key, line),
                         "databases" => sections.databases.insert(key, line),
                         "users" => sections.users.insert(key, line),
+                        "peers" => sections.peers.insert(key, line),
                         _ => None, // covered by the section's warning
                     };
                 }
@@ -312,6 +314,13 @@ impl Translation<'_> {
             }
         }
         self.set("databases", databases);
+        let mut peers = Table::new();
+        for (id, line) in sections.peers {
+            peers.insert(id.clone(), Value::Table(self.peer(&id, &line)?));
+        }
+        if !peers.is_empty() {
+            self.set("peers", peers);
+        }
 
         let auth_file = self.auth_file(globals.auth_file.as_ref())?;
         let auth_type = self.auth_type(globals.auth_type.as_ref(), &auth_file)?;
@@ -427,6 +436,9 @@ impl Translation<'_> {
         if let Some(line) = settings.remove("so_reuseport") {
             self.set("so_reuseport", boolean(&line, "so_reuseport")?);
         }
+        if let Some(line) = settings.remove("peer_id") {
+            self.set("peer_id", count(&line, "peer_id", 0)?);
+        }
         self.tls_and_security(&mut settings)?;
         let globals = Globals {
             default_pool_size,
@@ -516,16 +528,10 @@ impl Translation<'_> {
         Ok(())
     }
 
-    /// One `[databases]` entry, or `None` for the `*` fallback.
+    /// One `[databases]` entry (`*`, the fallback, like any other).
     fn database(&mut self, name: &str, line: &Line, globals: &Globals) -> Result<Option<Table>, IniError> {
         if name == "pgbouncer" {
             return Err(invalid(line, "[databases] pgbouncer", "the name pgbouncer is reserved for the admin console"));
-        }
-        if name == "*" {
-            let reason = "the fallback database is not supported: pglane serves only the databases listed, \
-                          and clients asking for another get an error";
-            self.warn(&line.at, "*", reason);
-            return Ok(None);
         }
         let pairs = connstr::parse(&line.value).map_err(|e| invalid(line, &format!("[databases] {name}"), &e.to_string()))?;
         let mut database = Table::new();
@@ -600,6 +606,37 @@ impl Translation<'_> {
         database.insert("port".into(), one_or_list(ports.into_iter().map(i64::from).collect()));
         database.insert("pool_size".into(), pool_size.into());
         Ok(Some(database))
+    }
+
+    /// One `[peers]` entry: `ID = host=... port=...`.
+    fn peer(&mut self, id: &str, line: &Line) -> Result<Table, IniError> {
+        let setting = format!("[peers] {id}");
+        let pairs = connstr::parse(&line.value).map_err(|e| invalid(line, &setting, &e.to_string()))?;
+        let mut peer = Table::new();
+        for (key, value) in pairs {
+            match key.as_str() {
+                "host" if value.starts_with('@') => {
+                    return Err(unsupported_value(line, &setting, "pglane does not connect to abstract unix sockets"));
+                }
+                "host" => {
+                    peer.insert(key, value.into());
+                }
+                "port" => {
+                    let port = parse_port(&value).ok_or_else(|| invalid(line, &format!("port of peer {id}"), PORT_EXPECTED))?;
+                    peer.insert(key, i64::from(port).into());
+                }
+                "pool_size" => self.warn(
+                    &line.at,
+                    "pool_size",
+                    &format!("ignored for peer {id}: pglane opens a connection for each cancel request it forwards"),
+                ),
+                _ => return Err(invalid(line, &setting, &format!("unrecognized connection parameter: {key}"))),
+            }
+        }
+        if !peer.contains_key("host") {
+            return Err(invalid(line, &setting, "host was not provided"));
+        }
+        Ok(peer)
     }
 
     /// One `[users]` entry's settings.

@@ -33,6 +33,9 @@ use thiserror::Error;
 use crate::prepare::Statement;
 use crate::server::{ServerConn, ServerError, ServerSession, ServerTarget};
 
+/// Values of reported settings a pool remembers the server's spelling of.
+const REPORTED_SPELLINGS: usize = 1024;
+
 #[derive(Debug, Error)]
 pub enum PoolError {
     #[error("query_wait_timeout: no server connection became free in time")]
@@ -164,6 +167,10 @@ pub struct Pool {
     /// Since when no host would do, if that is how the last attempt ended
     /// (see `hosts`: server_retry_timeout runs from there).
     no_host_since: Cell<Option<std::time::Instant>>,
+    /// What the server reports for a reported setting a client's startup
+    /// packet gave as a value: `(name, as given) → as reported` (`utf8` →
+    /// `UTF8`), learned the first time a client gives it.
+    reported_as: RefCell<std::collections::HashMap<(String, String), String>>,
     stats: Cell<PoolStats>,
     /// The prepared statements shared by this pool's clients (see `prepare`).
     pub registry: crate::prepare::Registry,
@@ -212,6 +219,7 @@ impl Pool {
             waiters: RefCell::new(VecDeque::new()),
             posted: RefCell::new(VecDeque::new()),
             server_params: RefCell::new(None),
+            reported_as: RefCell::default(),
             stats: Cell::new(PoolStats::default()),
             registry,
             census: Rc::default(),
@@ -473,6 +481,21 @@ impl Pool {
         }
     }
 
+    /// A server connection to be had without waiting for another client:
+    /// an idle one, or one opened in a free slot; None if every connection
+    /// is lent and no more may be opened (the caller goes without).
+    pub async fn checkout_now(self: &Rc<Self>) -> Option<Result<Lease, PoolError>> {
+        if let Some(conn) = self.take_idle() {
+            return Some(Ok(self.lease(conn)));
+        }
+        if self.open.get() < self.max_size.get() {
+            self.open.set(self.open.get() + 1);
+            // No time to wait: one round over the hosts, no retry.
+            return Some(self.open_in_slot(Duration::ZERO).await);
+        }
+        None
+    }
+
     /// An idle server connection, if one is free right now: for pglane's own
     /// work (auto-prepare's validator), which must never make a client wait
     /// or open a connection a client may need.
@@ -490,6 +513,22 @@ impl Pool {
         let params = self.server_params.borrow().clone().unwrap_or_else(|| Rc::new(lease.params.clone()));
         lease.release();
         Ok(params)
+    }
+
+    /// What the server reports when reported setting `name` is set to
+    /// `value` as a startup packet gave it, if a login taught the pool.
+    pub fn reported_as(&self, name: &str, value: &str) -> Option<String> {
+        self.reported_as.borrow().get(&(name.to_owned(), value.to_owned())).cloned()
+    }
+
+    /// Remembers what the server reported for `name` given as `value`
+    /// (up to [`REPORTED_SPELLINGS`] of them; past that, each login with a
+    /// new one asks a server again).
+    pub fn learn_reported(&self, name: &str, value: &str, reported: &str) {
+        let mut known = self.reported_as.borrow_mut();
+        if known.len() < REPORTED_SPELLINGS {
+            known.insert((name.to_owned(), value.to_owned()), reported.to_owned());
+        }
     }
 
     /// Closes idle connections that sat idle longer than `idle_timeout` or
@@ -628,6 +667,18 @@ impl Lease {
     /// idle (ReadyForQuery 'I') with nothing in flight.
     pub fn release(mut self) {
         let Some(mut conn) = self.conn.take() else { return };
+        if conn.cancel_key.has_cancels_under_way() {
+            // A cancel request for the query that just ended is still on its
+            // way: the connection serves no one else until the server has
+            // taken it (and found its backend idle).
+            let (pool, key) = (self.pool.clone(), conn.cancel_key.clone());
+            crate::rt::spawn_local(async move {
+                key.cancels_done().await;
+                Lease { conn: Some(conn), pool }.release();
+            })
+            .detach();
+            return;
+        }
         let read_write = self.pool.target.borrow().target_session_attrs == crate::config::TargetSessionAttrs::ReadWrite;
         match std::mem::take(&mut conn.refused_a_write) && read_write {
             true => self.pool.recheck(conn),

@@ -160,6 +160,33 @@ pub fn decode_backend_key_data(body: &[u8]) -> Result<(i32, i32), ProtocolError>
     Ok((r.i32()?, r.i32()?))
 }
 
+/// NegotiateProtocolVersion: the newest version the server speaks of the
+/// major version the client asked for, and the protocol options it does not know.
+pub fn negotiate_protocol_version(buf: &mut BytesMut, n: &crate::protocol::startup::Negotiation) {
+    put_message(buf, NEGOTIATE_PROTOCOL_VERSION, |b| {
+        b.put_i32(n.newest_version);
+        b.put_i32(n.unrecognized_options.len() as i32);
+        for option in &n.unrecognized_options {
+            put_cstr(b, option);
+        }
+    });
+}
+
+pub fn decode_negotiate_protocol_version(body: &[u8]) -> Result<crate::protocol::startup::Negotiation, ProtocolError> {
+    let mut r = Reader::new(body, "NegotiateProtocolVersion");
+    let newest_version = r.i32()?;
+    let count = usize::try_from(r.i32()?).map_err(|_| ProtocolError::Malformed("NegotiateProtocolVersion"))?;
+    // Each option takes at least its NUL: a count beyond that is a lie.
+    if count > r.remaining() {
+        return Err(ProtocolError::Malformed("NegotiateProtocolVersion"));
+    }
+    let unrecognized_options = (0..count).map(|_| r.cstr().map(str::to_owned)).collect::<Result<_, _>>()?;
+    if !r.is_empty() {
+        return Err(ProtocolError::Malformed("NegotiateProtocolVersion"));
+    }
+    Ok(crate::protocol::startup::Negotiation { newest_version, unrecognized_options })
+}
+
 pub fn ready_for_query(buf: &mut BytesMut, status: TransactionStatus) {
     put_message(buf, READY_FOR_QUERY, |b| b.put_u8(status.as_byte()));
 }
@@ -200,6 +227,17 @@ impl ErrorFields {
         self.detail = Some(detail.into());
         self
     }
+
+    /// A FATAL or PANIC: the server closes the connection after sending it.
+    pub fn ends_session(&self) -> bool {
+        self.severity == "FATAL" || self.severity == "PANIC"
+    }
+}
+
+/// Whether an ErrorResponse body says the sender ends the session (FATAL
+/// or PANIC, read from the unlocalized severity where there is one).
+pub fn error_ends_session(body: &[u8]) -> bool {
+    decode_error_fields(body).is_ok_and(|e| e.ends_session())
 }
 
 impl std::fmt::Display for ErrorFields {
@@ -227,6 +265,14 @@ fn put_fields(buf: &mut BytesMut, e: &ErrorFields) {
 
 pub fn error_response(buf: &mut BytesMut, e: &ErrorFields) {
     put_message(buf, ERROR_RESPONSE, |b| put_fields(b, e));
+}
+
+/// An ErrorResponse as protocol 2 had it, which PostgreSQL still sends a
+/// client that asked for protocol 1 or 2 to say it does not speak them:
+/// the tag, then one line of text.
+pub fn error_response_v2(buf: &mut BytesMut, e: &ErrorFields) {
+    buf.put_u8(ERROR_RESPONSE);
+    put_cstr(buf, &format!("{}:  {}\n", e.severity, e.message));
 }
 
 pub fn notice_response(buf: &mut BytesMut, e: &ErrorFields) {
@@ -639,6 +685,31 @@ mod tests {
     }
 
     #[test]
+    fn a_protocol_2_error_is_one_line_of_text() {
+        let mut buf = BytesMut::new();
+        let e = ErrorFields::fatal("0A000", "unsupported frontend protocol 2.0: server supports 3.0 to 3.0");
+        error_response_v2(&mut buf, &e);
+        // PostgreSQL 15's bytes.
+        assert_eq!(&buf[..], b"EFATAL:  unsupported frontend protocol 2.0: server supports 3.0 to 3.0\n\0");
+    }
+
+    #[test]
+    fn fatal_and_panic_end_the_session() {
+        let body = |e: &ErrorFields| {
+            let mut buf = BytesMut::new();
+            error_response(&mut buf, e);
+            one(&mut buf).body
+        };
+        assert!(error_ends_session(&body(&ErrorFields::fatal("57P01", "terminating connection"))));
+        assert!(error_ends_session(&body(&ErrorFields::new("PANIC", "XX000", "x"))));
+        assert!(!error_ends_session(&body(&ErrorFields::error("57014", "canceling statement"))));
+        // The unlocalized severity ('V') decides, whatever the localized one ('S') says.
+        assert!(error_ends_session(b"SKATASTROFALNY\0VFATAL\0C57P01\0Mx\0\0"));
+        assert!(!error_ends_session(b"SKATASTROFALNY\0VERROR\0C42601\0Mx\0\0"));
+        assert!(!error_ends_session(b"Mno terminator"));
+    }
+
+    #[test]
     fn small_messages_round_trip() {
         let mut buf = BytesMut::new();
         parameter_status(&mut buf, "TimeZone", "UTC");
@@ -650,6 +721,27 @@ mod tests {
         assert!(decode_ready_for_query(b"X").is_err());
         assert!(decode_ready_for_query(b"").is_err());
         assert!(decode_backend_key_data(&[0; 7]).is_err());
+    }
+
+    #[test]
+    fn negotiate_protocol_version_as_postgresql_sends_it() {
+        use crate::protocol::startup::Negotiation;
+        let n = Negotiation { newest_version: 0x0003_0000, unrecognized_options: vec!["_pq_.a".into(), "_pq_.bc".into()] };
+        let mut buf = BytesMut::new();
+        negotiate_protocol_version(&mut buf, &n);
+        // PostgreSQL 15's bytes for the same answer.
+        assert_eq!(&buf[..], b"v\0\0\0\x1b\0\x03\0\0\0\0\0\x02_pq_.a\0_pq_.bc\0");
+        let m = one(&mut buf);
+        assert_eq!(m.tag, NEGOTIATE_PROTOCOL_VERSION);
+        assert_eq!(decode_negotiate_protocol_version(&m.body).unwrap(), n);
+        let none = Negotiation { newest_version: 0x0003_0000, unrecognized_options: vec![] };
+        negotiate_protocol_version(&mut buf, &none);
+        assert_eq!(decode_negotiate_protocol_version(&one(&mut buf).body).unwrap(), none);
+        // Cut short, a count that does not fit, a negative count, trailing bytes.
+        assert!(decode_negotiate_protocol_version(b"\0\x03\0\0\0\0").is_err());
+        assert!(decode_negotiate_protocol_version(b"\0\x03\0\0\0\0\0\x02_pq_.a\0").is_err());
+        assert!(decode_negotiate_protocol_version(b"\0\x03\0\0\xff\xff\xff\xff").is_err());
+        assert!(decode_negotiate_protocol_version(b"\0\x03\0\0\0\0\0\0x").is_err());
     }
 
     fn field(name: &str, type_oid: u32, type_size: i16, format: i16) -> FieldDescription {

@@ -1,5 +1,13 @@
 //! The first packet of a connection, which has no tag byte: StartupMessage,
-//! SSLRequest, GSSENCRequest or CancelRequest.
+//! SSLRequest, GSSENCRequest or CancelRequest; and the protocol version
+//! negotiation a StartupMessage may call for.
+//!
+//! pglane speaks protocol 3.0 with its clients, as PostgreSQL 15 to 17 do.
+//! A client asking for a later 3.x (PostgreSQL 18's libpq asks 3.2 with
+//! `max_protocol_version=latest`) or sending protocol options (`_pq_.*`) is
+//! answered NegotiateProtocolVersion ([`StartupParams::negotiation`]) and
+//! carries on in 3.0; any major version but 3 is refused, with PostgreSQL's
+//! words ([`unsupported_version_message`]).
 
 use bytes::{BufMut, BytesMut};
 
@@ -21,13 +29,46 @@ pub enum StartupPacket {
     Cancel { process_id: i32, secret_key: i32 },
 }
 
-/// The name/value pairs of a StartupMessage, in the order the client sent them.
+/// A StartupMessage of protocol 3.x: the minor version asked for and the
+/// name/value pairs, in the order the client sent them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StartupParams {
+    pub minor_version: u16,
     pub params: Vec<(String, String)>,
 }
 
+/// The newest protocol version pglane speaks with clients.
+pub const NEWEST_VERSION: i32 = PROTOCOL_VERSION_3;
+
+/// Names of protocol options start with this; PostgreSQL ignores the
+/// ones it does not know and says so (NegotiateProtocolVersion).
+pub const PROTOCOL_OPTION_PREFIX: &str = "_pq_.";
+
+/// What a NegotiateProtocolVersion message says: the newest version the
+/// server speaks of the major version asked for, and the protocol options
+/// of the StartupMessage it does not know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiation {
+    pub newest_version: i32,
+    pub unrecognized_options: Vec<String>,
+}
+
 impl StartupParams {
+    /// What pglane must answer before anything else, as PostgreSQL does:
+    /// `Some` when the client asked for a minor version above 3.0 or sent
+    /// protocol options, none of which pglane knows.
+    pub fn negotiation(&self) -> Option<Negotiation> {
+        let unrecognized_options: Vec<String> = self
+            .params
+            .iter()
+            .filter(|(name, _)| name.starts_with(PROTOCOL_OPTION_PREFIX))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let newer = i32::from(self.minor_version) > NEWEST_VERSION & 0xffff;
+        (newer || !unrecognized_options.is_empty())
+            .then_some(Negotiation { newest_version: NEWEST_VERSION, unrecognized_options })
+    }
+
     pub fn get(&self, name: &str) -> Option<&str> {
         self.params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
@@ -69,18 +110,44 @@ pub fn decode(packet: &[u8]) -> Result<StartupPacket, ProtocolError> {
         SSL_REQUEST_CODE => Ok(StartupPacket::SslRequest),
         GSSENC_REQUEST_CODE => Ok(StartupPacket::GssEncRequest),
         CANCEL_REQUEST_CODE => {
-            let process_id = r.i32()?;
-            let secret_key = r.i32()?;
+            let cut_short = |_| ProtocolError::Malformed("CancelRequest");
+            let process_id = r.i32().map_err(cut_short)?;
+            let secret_key = r.i32().map_err(cut_short)?;
             Ok(StartupPacket::Cancel { process_id, secret_key })
         }
-        PROTOCOL_VERSION_3 => decode_params(r).map(StartupPacket::Startup),
-        // 3.x minor versions: PostgreSQL answers NegotiateProtocolVersion; we
-        // only speak 3.0 and say so.
+        // Any 3.x: a minor version pglane does not speak is negotiated down.
+        version if version >> 16 == PROTOCOL_VERSION_3 >> 16 => {
+            let params = decode_params(r)?;
+            Ok(StartupPacket::Startup(StartupParams { minor_version: (version & 0xffff) as u16, params }))
+        }
         other => Err(ProtocolError::UnsupportedVersion(other)),
     }
 }
 
-fn decode_params(mut r: Reader<'_>) -> Result<StartupParams, ProtocolError> {
+/// PostgreSQL's FATAL message for a StartupMessage of a major version it
+/// does not speak (SQLSTATE 0A000), as pglane, speaking 3.0 only, words it.
+pub fn unsupported_version_message(version: i32) -> String {
+    format!(
+        "unsupported frontend protocol {}.{}: server supports 3.0 to {}.{}",
+        (version as u32) >> 16,
+        version & 0xffff,
+        NEWEST_VERSION >> 16,
+        NEWEST_VERSION & 0xffff
+    )
+}
+
+/// Checks a server's NegotiateProtocolVersion against the version pglane
+/// asked it for: the server may offer an older 3.x minor (never 2.0, never
+/// more than was asked), and pglane goes on in that one.
+pub fn accept_negotiation(asked: i32, offered: &Negotiation) -> Result<i32, ProtocolError> {
+    let version = offered.newest_version;
+    if version >> 16 != PROTOCOL_VERSION_3 >> 16 || version > asked {
+        return Err(ProtocolError::UnsupportedVersion(version));
+    }
+    Ok(version)
+}
+
+fn decode_params(mut r: Reader<'_>) -> Result<Vec<(String, String)>, ProtocolError> {
     let mut params = Vec::new();
     loop {
         let name = r.cstr()?;
@@ -93,14 +160,20 @@ fn decode_params(mut r: Reader<'_>) -> Result<StartupParams, ProtocolError> {
     if !r.is_empty() {
         return Err(ProtocolError::Malformed("startup packet"));
     }
-    Ok(StartupParams { params })
+    Ok(params)
 }
 
 /// Encodes a v3.0 StartupMessage with the given parameters.
 pub fn encode_startup(buf: &mut BytesMut, params: &[(&str, &str)]) {
+    encode_startup_version(buf, PROTOCOL_VERSION_3, params);
+}
+
+/// Encodes a StartupMessage asking for protocol `version` (what a newer
+/// client may send: 3.2, say).
+pub fn encode_startup_version(buf: &mut BytesMut, version: i32, params: &[(&str, &str)]) {
     let start = buf.len();
     buf.put_i32(0);
-    buf.put_i32(PROTOCOL_VERSION_3);
+    buf.put_i32(version);
     for (name, value) in params {
         put_cstr(buf, name);
         put_cstr(buf, value);
@@ -142,7 +215,7 @@ mod tests {
 
     #[test]
     fn database_defaults_to_user() {
-        let p = StartupParams { params: vec![("user".into(), "bob".into())] };
+        let p = StartupParams { params: vec![("user".into(), "bob".into())], ..StartupParams::default() };
         assert_eq!(p.database(), Some("bob"));
         assert_eq!(StartupParams::default().user(), None);
     }
@@ -170,6 +243,59 @@ mod tests {
         // cancel request cut short
         assert!(decode(&packet(CANCEL_REQUEST_CODE, b"\0\0")).is_err());
         assert_eq!(decode(&packet(0x0002_0000, b"")), Err(ProtocolError::UnsupportedVersion(0x0002_0000)));
+        assert_eq!(decode(&packet(0x0004_0000, b"\0")), Err(ProtocolError::UnsupportedVersion(0x0004_0000)));
         assert!(decode(&[0, 0, 0, 8]).is_err());
+    }
+
+    fn startup_of(version: i32, params: &[(&str, &str)]) -> StartupParams {
+        let mut buf = BytesMut::new();
+        encode_startup_version(&mut buf, version, params);
+        match decode(&buf) {
+            Ok(StartupPacket::Startup(p)) => p,
+            other => panic!("not a startup: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_newer_minor_version_or_protocol_options_are_negotiated_down_to_3_0() {
+        // 3.0 without options: nothing to negotiate.
+        let plain = startup_of(PROTOCOL_VERSION_3, &[("user", "u")]);
+        assert_eq!((plain.minor_version, plain.negotiation()), (0, None));
+        // PostgreSQL 18's libpq with max_protocol_version=latest.
+        let v32 = startup_of(PROTOCOL_VERSION_3 | 2, &[("user", "u"), ("database", "d")]);
+        assert_eq!(v32.minor_version, 2);
+        assert_eq!(v32.user(), Some("u"));
+        assert_eq!(v32.negotiation(), Some(Negotiation { newest_version: PROTOCOL_VERSION_3, unrecognized_options: vec![] }));
+        // Protocol options, in 3.0 as in 3.2: each is named, in order.
+        let options = startup_of(PROTOCOL_VERSION_3, &[("_pq_.a", "1"), ("user", "u"), ("_pq_.b", "")]);
+        assert_eq!(
+            options.negotiation(),
+            Some(Negotiation {
+                newest_version: PROTOCOL_VERSION_3,
+                unrecognized_options: vec!["_pq_.a".into(), "_pq_.b".into()]
+            })
+        );
+        let both = startup_of(PROTOCOL_VERSION_3 | 0xffff, &[("_pq_.x", "y"), ("user", "u")]);
+        assert_eq!(both.negotiation().map(|n| n.unrecognized_options), Some(vec!["_pq_.x".to_owned()]));
+        // A name that merely looks like one is an ordinary parameter.
+        assert_eq!(startup_of(PROTOCOL_VERSION_3, &[("user", "u"), ("_pq_", "x"), ("pq_.x", "y")]).negotiation(), None);
+    }
+
+    #[test]
+    fn versions_pglane_does_not_speak_are_refused_in_postgresql_words() {
+        assert_eq!(unsupported_version_message(0x0002_0000), "unsupported frontend protocol 2.0: server supports 3.0 to 3.0");
+        assert_eq!(unsupported_version_message(0x0004_0001), "unsupported frontend protocol 4.1: server supports 3.0 to 3.0");
+        assert_eq!(unsupported_version_message(-1), "unsupported frontend protocol 65535.65535: server supports 3.0 to 3.0");
+    }
+
+    #[test]
+    fn a_server_may_offer_an_older_3_x_only() {
+        let offer = |newest_version| Negotiation { newest_version, unrecognized_options: vec!["_pq_.x".into()] };
+        assert_eq!(accept_negotiation(PROTOCOL_VERSION_3, &offer(PROTOCOL_VERSION_3)), Ok(PROTOCOL_VERSION_3));
+        assert_eq!(accept_negotiation(PROTOCOL_VERSION_3 | 2, &offer(PROTOCOL_VERSION_3)), Ok(PROTOCOL_VERSION_3));
+        assert_eq!(accept_negotiation(PROTOCOL_VERSION_3 | 2, &offer(PROTOCOL_VERSION_3 | 1)), Ok(PROTOCOL_VERSION_3 | 1));
+        // More than asked for, or another major version, is a broken server.
+        assert!(accept_negotiation(PROTOCOL_VERSION_3, &offer(PROTOCOL_VERSION_3 | 2)).is_err());
+        assert!(accept_negotiation(PROTOCOL_VERSION_3, &offer(0x0002_0000)).is_err());
     }
 }

@@ -11,6 +11,7 @@
 
 mod clients;
 mod control;
+pub mod keys;
 pub mod listeners;
 mod notify;
 mod nudge;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::auth::secret::ScramSecret;
 use crate::client;
@@ -109,6 +110,10 @@ pub struct Shared {
     pub started: std::time::Instant,
     /// Wakes the shards when something above changes (see [`nudge`]).
     nudges: Arc<nudge::Nudges>,
+    /// The database names the `*` entry serves now: each name, with how
+    /// many shards have a pool of it. Touched only when a shard makes its
+    /// first pool of such a name or drops its last, never per query.
+    fallback_databases: std::sync::Mutex<HashMap<String, usize>>,
 }
 
 impl Shared {
@@ -120,6 +125,29 @@ impl Shared {
             shutting_down: AtomicBool::new(false),
             started: std::time::Instant::now(),
             nudges: Arc::default(),
+            fallback_databases: Default::default(),
+        }
+    }
+
+    /// A shard makes its first pool of `name`, served by the `*` entry:
+    /// false, and nothing counted, if that would make more than `max` names.
+    fn claim_fallback(&self, name: &str, max: usize) -> bool {
+        let mut names = self.fallback_databases.lock().unwrap_or_else(|e| e.into_inner());
+        if !names.contains_key(name) && names.len() >= max {
+            return false;
+        }
+        *names.entry(name.to_owned()).or_default() += 1;
+        true
+    }
+
+    /// A shard dropped its last pool of `name` (see [`Shared::claim_fallback`]).
+    fn release_fallback(&self, name: &str) {
+        let mut names = self.fallback_databases.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(shards) = names.get_mut(name) {
+            *shards -= 1;
+            if *shards == 0 {
+                names.remove(name);
+            }
         }
     }
 
@@ -163,6 +191,10 @@ impl Shared {
         if config.unix_socket_path() != old.unix_socket_path() {
             return Err("unix_socket_dir cannot change without a restart".into());
         }
+        if config.peer_id != old.peer_id {
+            // The cancel keys of the clients connected now name the old one.
+            return Err(format!("peer_id cannot change without a restart ({} → {})", old.peer_id, config.peer_id));
+        }
         self.config.store(Arc::new(config));
         self.config_generation.fetch_add(1, Ordering::SeqCst);
         self.nudges.nudge_all();
@@ -177,6 +209,8 @@ pub struct Shard {
     /// Itself, for the hooks its pools call back with.
     me: std::rc::Weak<Shard>,
     pub shards: usize,
+    /// How this instance's cancel keys name their shard (and instance).
+    keys: keys::KeyPlan,
     pub shared: Arc<Shared>,
     /// Fired once the shard no longer accepts connections: sessions end
     /// (see `client`).
@@ -199,6 +233,9 @@ pub struct Shard {
     /// Server-side relay buffers of clients that hold no server connection
     /// right now, ready for the next checkout.
     spare_buffers: RefCell<Vec<client::ServerSide>>,
+    /// The pools of databases the `*` entry serves (see
+    /// [`Shard::drop_unused_fallback_pools`]).
+    fallback_pools: RefCell<std::collections::HashSet<(String, String)>>,
     /// Recent auth_query answers (see `client::auth_query`).
     pub auth_query_cache: crate::client::auth_query::SecretCache,
     /// How to log in to the server as an auth_query user, by (database,
@@ -206,6 +243,15 @@ pub struct Shard {
     learned_logins: RefCell<HashMap<(String, String), crate::client::auth_query::ServerLogin>>,
     /// When the pools last checked their hosts (host_check_interval).
     hosts_checked: Cell<std::time::Instant>,
+}
+
+/// Why [`Shard::pool`] has no pool for a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPool {
+    /// No `[databases]` entry serves the name.
+    NotConfigured,
+    /// Only the `*` entry would, and it serves `max` others already.
+    FallbackFull { max: usize },
 }
 
 /// How many shards, and on which CPUs: one on each CPU of `cpus` (a list
@@ -231,6 +277,10 @@ pub fn cpu_plan(cores: Option<usize>, cpus: Option<&str>) -> Result<Vec<usize>, 
 /// (after `shared.shutting_down` is set). Returns an error if any shard could
 /// not start (e.g. the listen address is taken).
 pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
+    if cpus.len() > keys::MAX_SHARDS {
+        return Err(format!("{} shards asked for; pglane runs at most {}", cpus.len(), keys::MAX_SHARDS));
+    }
+    let key_plan = keys::KeyPlan::new(shared.config.load().peer_id, cpus.len());
     let unix_socket = {
         let config = shared.config.load();
         ensure_port_free(&config.listen, config.so_reuseport)?;
@@ -284,6 +334,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 id,
                 me: me.clone(),
                 shards,
+                keys: key_plan,
                 shared,
                 shutdown: ShutdownSignal::default(),
                 stop_accepting: ShutdownSignal::default(),
@@ -300,6 +351,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 auth_query_cache: Default::default(),
                 learned_logins: RefCell::default(),
                 hosts_checked: Cell::new(std::time::Instant::now()),
+                fallback_pools: RefCell::default(),
             });
             peers::serve_peers(&shard, inbox);
             if let Some(metrics) = metrics {
@@ -526,16 +578,25 @@ impl Shard {
         );
     }
 
-    /// This shard's pool for (database, user), created on first use.
-    pub fn pool(&self, config: &Config, database: &str, user: &str) -> Option<Rc<Pool>> {
+    /// This shard's pool for (database, user), created on first use; for a
+    /// database the `*` entry serves, within max_fallback_databases.
+    pub fn pool(&self, config: &Config, database: &str, user: &str) -> Result<Rc<Pool>, NoPool> {
         let key = (database.to_owned(), user.to_owned());
         if let Some(pool) = self.pools.borrow().get(&key) {
-            return Some(pool.clone());
+            return Ok(pool.clone());
         }
-        let (target, size) = self.pool_settings(config, database, user)?;
+        let (target, size) = self.pool_settings(config, database, user).ok_or(NoPool::NotConfigured)?;
+        let fallback = config.is_fallback(database);
+        if fallback && !self.has_pool_of(database) && !self.shared.claim_fallback(database, config.max_fallback_databases) {
+            warn!(shard = self.id, %database, max = config.max_fallback_databases, "max_fallback_databases reached");
+            return Err(NoPool::FallbackFull { max: config.max_fallback_databases });
+        }
         // Statements are shared by the clients of one pool only: the same text
         // can mean something else in another database or to another user.
         let pool = Pool::new(target, size, Registry::new(self.id, REGISTRY_CAPACITY));
+        if fallback {
+            self.fallback_pools.borrow_mut().insert(key.clone());
+        }
         let (me, database, user) = (self.me.clone(), database.to_owned(), user.to_owned());
         pool.registry.set_ddl_hook(Box::new(move || {
             if let Some(shard) = me.upgrade() {
@@ -543,7 +604,36 @@ impl Shard {
             }
         }));
         self.pools.borrow_mut().insert(key, pool.clone());
-        Some(pool)
+        Ok(pool)
+    }
+
+    fn has_pool_of(&self, database: &str) -> bool {
+        self.pools.borrow().keys().any(|(name, _)| name == database)
+    }
+
+    /// Drops the pools of `*` databases that serve no one (no client holds
+    /// them, no server connection is open), so that the names they count
+    /// against max_fallback_databases come free: a name clients stopped using
+    /// once its connections expired (server_idle_timeout), or one the server
+    /// does not have.
+    fn drop_unused_fallback_pools(&self) {
+        let unused: Vec<(String, String)> = {
+            let pools = self.pools.borrow();
+            self.fallback_pools
+                .borrow()
+                .iter()
+                .filter(|key| pools.get(*key).is_some_and(|pool| Rc::strong_count(pool) == 1 && pool.open_count() == 0))
+                .cloned()
+                .collect()
+        };
+        for key in unused {
+            self.pools.borrow_mut().remove(&key);
+            self.fallback_pools.borrow_mut().remove(&key);
+            if !self.has_pool_of(&key.0) {
+                self.shared.release_fallback(&key.0);
+                debug!(shard = self.id, database = %key.0, "dropped the unused pools of a database of the * entry");
+            }
+        }
     }
 
     /// DDL ran in `database`: the statements and shapes of this shard's
@@ -585,9 +675,15 @@ impl Shard {
         }
     }
 
+    /// How to log in to the server for (database, user), as the pool would:
+    /// for a client's connection of its own (replication).
+    pub fn server_target(&self, config: &Config, database: &str, user: &str) -> Option<ServerTarget> {
+        self.pool_settings(config, database, user).map(|(target, _)| target)
+    }
+
     /// The server and this shard's pool size for (database, user) under `config`.
     fn pool_settings(&self, config: &Config, database: &str, user: &str) -> Option<(ServerTarget, usize)> {
-        let db = config.databases.get(database)?;
+        let db = config.database(database)?;
         let server_user = db.user.clone().unwrap_or_else(|| user.to_owned());
         let secret = match &db.password {
             Some(p) => Some(crate::auth::secret::Secret::Plain(p.clone())),
@@ -647,6 +743,7 @@ impl Shard {
             }
             self.close_expired_servers();
             self.check_hosts_when_due();
+            self.drop_unused_fallback_pools();
             let now = std::time::Instant::now();
             for pool in self.pools().values() {
                 pool.expire_waiters(now);
@@ -747,42 +844,67 @@ impl Shard {
     }
 
     /// Registers a client for cancel requests and the admin console; returns
-    /// its BackendKeyData process id. The process id's top byte is the shard,
-    /// so any shard can route a CancelRequest to the owner.
-    pub fn register_client(&self, info: ClientInfo) -> (i32, Rc<ClientEntry>) {
-        let secret_key: i32 = rand::random();
+    /// its BackendKeyData process id, which names the shard (and, peered,
+    /// the instance: see `keys`), or None if every process id the shard may
+    /// hand out is taken (only with peering: 2^14 per instance).
+    pub fn register_client(&self, info: ClientInfo) -> Option<(i32, Rc<ClientEntry>)> {
+        let secret_key = self.keys.secret(rand::random());
         let mut clients = self.clients.borrow_mut();
-        let process_id = loop {
+        let per_shard = self.keys.per_shard();
+        let process_id = (0..per_shard).find_map(|_| {
             let n = self.next_client.get();
-            self.next_client.set(if n >= 0x00ff_ffff { 1 } else { n + 1 });
-            let pid = ((self.id as i32) << 24) | n as i32;
-            if !clients.contains_key(&pid) {
-                break pid;
-            }
-        };
+            self.next_client.set((n + 1) % per_shard);
+            let pid = self.keys.process_id(self.id, n);
+            (!clients.contains_key(&pid)).then_some(pid)
+        })?;
         let entry = Rc::new(ClientEntry::new(info, secret_key));
         clients.insert(process_id, entry.clone());
-        (process_id, entry)
+        Some((process_id, entry))
     }
 
     pub fn unregister_client(&self, process_id: i32) {
         self.clients.borrow_mut().remove(&process_id);
     }
 
-    /// A CancelRequest arrived on this shard: handle it here or pass it to
-    /// the shard that owns the client.
+    /// A CancelRequest arrived on this shard: handled here, by the shard
+    /// that owns the client, or by the peer instance that does. Returns once
+    /// the server (or the peer) has taken it, so that the client's cancel
+    /// connection closes only then, as PostgreSQL's does.
     pub async fn route_cancel(&self, process_id: i32, secret_key: i32) {
-        let owner = (process_id >> 24) as usize;
-        if owner == self.id {
-            self.cancel_local(process_id, secret_key).await;
-        } else if owner < self.shards {
-            info!(shard = self.id, owner, "passing a cancel request to the shard that owns the client");
-            if self.peers.send_to(owner, ShardMessage::Cancel { process_id, secret_key }).await.is_err() {
-                warn!(shard = self.id, owner, "could not pass a cancel request to its shard");
+        match self.keys.route(process_id, secret_key) {
+            keys::Route::Shard { shard, secret } if shard == self.id => self.cancel_local(process_id, secret).await,
+            keys::Route::Shard { shard, secret } if shard < self.shards => {
+                info!(shard = self.id, owner = shard, "passing a cancel request to the shard that owns the client");
+                let (done, taken) = flume::bounded(1);
+                let cancel = ShardMessage::Cancel { process_id, secret_key: secret, done };
+                if self.peers.send_to(shard, cancel).await.is_err() {
+                    return warn!(shard = self.id, owner = shard, "could not pass a cancel request to its shard");
+                }
+                // Answered (or dropped, if that shard stopped) once it is done.
+                let _ = taken.recv_async().await;
             }
+            keys::Route::Peer { peer_id, secret } => self.forward_cancel(peer_id, process_id, secret).await,
+            _ => debug!(shard = self.id, process_id, "a cancel request with a key pglane did not hand out"),
         }
     }
 
+    /// Passes a CancelRequest for a client of peer instance `peer_id` on.
+    async fn forward_cancel(&self, peer_id: u16, process_id: i32, secret_key: i32) {
+        let config = self.shared.config.load();
+        let Some(peer) = config.peer_by_id(peer_id) else {
+            return debug!(shard = self.id, peer_id, "a cancel request for a peer that [peers] does not list");
+        };
+        let address = peer.address();
+        info!(shard = self.id, peer_id, peer = %address, "forwarding a cancel request to the peer that owns the client");
+        let timeout = Config::secs(config.server_connect_timeout);
+        if let Err(e) = crate::server::send_cancel_request(&address, process_id, secret_key, timeout).await {
+            warn!(shard = self.id, peer_id, "forwarding a cancel request to peer {address} failed: {e}");
+        }
+    }
+
+    /// Cancels what the client with this key runs now, if it holds a server
+    /// connection: a client between transactions has nothing to cancel, and
+    /// the connection it last held may serve another client by now.
     async fn cancel_local(&self, process_id: i32, secret_key: i32) {
         let key: Option<Rc<CancelKey>> = {
             let clients = self.clients.borrow();
@@ -795,6 +917,8 @@ impl Shard {
             key
         };
         let Some(key) = key else { return };
+        // Until the server has it, the connection goes to no other client.
+        let _under_way = key.cancel_under_way();
         let timeout = Config::secs(self.shared.config.load().server_connect_timeout);
         if let Err(e) = crate::server::send_cancel(&key, timeout).await {
             warn!(shard = self.id, "cancel request to {} failed: {e}", key.address);

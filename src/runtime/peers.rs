@@ -97,9 +97,12 @@ impl Peers {
 /// What one shard sends another.
 #[derive(Debug)]
 pub enum ShardMessage {
+    /// A CancelRequest for a client of the shard; `done` is answered once
+    /// the server has taken it.
     Cancel {
         process_id: i32,
         secret_key: i32,
+        done: flume::Sender<()>,
     },
     /// DDL ran on another shard's connection to this database (see
     /// `prepare::Registry::ddl_seen`): this shard's statements of it are
@@ -230,7 +233,15 @@ pub(super) fn serve_peers(shard: &Rc<Shard>, inbox: flume::Receiver<ShardMessage
     crate::rt::spawn_local(async move {
         while let Ok(message) = inbox.recv_async().await {
             match message {
-                ShardMessage::Cancel { process_id, secret_key } => shard.cancel_local(process_id, secret_key).await,
+                ShardMessage::Cancel { process_id, secret_key, done } => {
+                    // On a task of its own: it waits for the server.
+                    let shard = shard.clone();
+                    crate::rt::spawn_local(async move {
+                        shard.cancel_local(process_id, secret_key).await;
+                        let _ = done.send(());
+                    })
+                    .detach();
+                }
                 ShardMessage::Adopt { socket, peer } => shard.serve_client(socket, peer),
                 ShardMessage::SchemaChanged { database } => shard.schema_changed(&database, None),
                 ShardMessage::Ask { from, request, question } => {

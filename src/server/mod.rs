@@ -5,7 +5,7 @@
 //! decides when a connection is lent or returned (that is `pool`), and never
 //! relays a client's traffic (that is `client`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,10 @@ pub enum ServerError {
     Unexpected { tag: u8, during: &'static str },
     #[error("server: {0}")]
     Protocol(#[from] crate::protocol::ProtocolError),
+    #[error("server {addr}: {why}")]
+    Unsuitable { addr: ServerAddress, why: &'static str },
+    #[error("no server listed")]
+    NoHost,
 }
 
 impl ServerError {
@@ -116,7 +120,7 @@ pub struct ServerHost {
 
 /// Which backend a server connection is: where, which process, since when.
 /// Also the key a client needs to cancel what it is running.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct CancelKey {
     pub address: ServerAddress,
     pub process_id: i32,
@@ -124,6 +128,64 @@ pub struct CancelKey {
     pub connected_at: std::time::SystemTime,
     /// Protocol and cipher when the connection is TLS (SHOW SERVERS' tls).
     pub tls: Option<String>,
+    /// Cancel requests on their way to this backend. While there is one,
+    /// the connection goes to no other client (see `pool::Lease::release`):
+    /// a cancel that arrives after the query it was sent for ended must find
+    /// the backend idle, which ignores it, never running another's query.
+    cancels: Cell<u32>,
+    cancels_done: RefCell<Option<std::task::Waker>>,
+}
+
+impl CancelKey {
+    pub fn new(address: ServerAddress, process_id: i32, secret_key: i32, tls: Option<String>) -> CancelKey {
+        CancelKey {
+            address,
+            process_id,
+            secret_key,
+            connected_at: std::time::SystemTime::now(),
+            tls,
+            cancels: Cell::new(0),
+            cancels_done: RefCell::new(None),
+        }
+    }
+
+    /// Counts a cancel request on its way to this backend until the
+    /// returned guard is dropped.
+    pub fn cancel_under_way(self: &Rc<Self>) -> CancelUnderWay {
+        self.cancels.set(self.cancels.get() + 1);
+        CancelUnderWay(self.clone())
+    }
+
+    pub fn has_cancels_under_way(&self) -> bool {
+        self.cancels.get() > 0
+    }
+
+    /// Waits until no cancel request is on its way to this backend.
+    pub async fn cancels_done(&self) {
+        std::future::poll_fn(|cx| match self.cancels.get() {
+            0 => std::task::Poll::Ready(()),
+            _ => {
+                *self.cancels_done.borrow_mut() = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+/// A cancel request on its way to a backend (see [`CancelKey::cancel_under_way`]).
+pub struct CancelUnderWay(Rc<CancelKey>);
+
+impl Drop for CancelUnderWay {
+    fn drop(&mut self) {
+        let key = &self.0;
+        key.cancels.set(key.cancels.get() - 1);
+        if key.cancels.get() == 0 {
+            if let Some(waker) = key.cancels_done.borrow_mut().take() {
+                waker.wake();
+            }
+        }
+    }
 }
 
 /// The session state of one server connection that pglane tracks.
@@ -173,27 +235,57 @@ impl ServerConn {
     /// server says ReadyForQuery, and (when target_session_attrs is not
     /// "any") knows what the session is.
     pub async fn connect(target: &ServerTarget, host: usize, generation: u64) -> Result<ServerConn, ServerError> {
+        Self::connect_with(target, host, generation, &[]).await
+    }
+
+    /// A connection of a client's own, never pooled: the first of the
+    /// target's hosts, in the listed order, that logs in and is what
+    /// target_session_attrs asks for (by what it reports at login), with
+    /// more startup parameters (a replication connection's `replication`
+    /// and the rest of its client's startup packet).
+    pub async fn connect_for_client(target: &ServerTarget, startup: &[(String, String)]) -> Result<ServerConn, ServerError> {
+        let target = ServerTarget { learn_output_settings: false, ..target.clone() };
+        let mut last = None;
+        let mut fallback = None;
+        for host in 0..target.hosts.len() {
+            match Self::connect_with(&target, host, 0, startup).await {
+                Ok(conn) => match conn.role.map_or(role::Fit::Yes, |r| r.fit(target.target_session_attrs)) {
+                    role::Fit::Yes => return Ok(conn),
+                    role::Fit::Fallback => {
+                        fallback.get_or_insert(conn);
+                    }
+                    role::Fit::No => {
+                        let why = conn.role.map_or("", |r| r.refusal(target.target_session_attrs));
+                        last = Some(ServerError::Unsuitable { addr: target.hosts[host].address.clone(), why });
+                    }
+                },
+                Err(e) => last = Some(e),
+            }
+        }
+        fallback.ok_or_else(|| last.unwrap_or(ServerError::NoHost))
+    }
+
+    async fn connect_with(
+        target: &ServerTarget,
+        host: usize,
+        generation: u64,
+        startup: &[(String, String)],
+    ) -> Result<ServerConn, ServerError> {
         let server = &target.hosts[host];
         let address = &server.address;
         let opened = match &server.tls {
             // libpq's allow: plaintext first, TLS if the server refuses that.
-            Some(tls) if tls.mode == SslMode::Allow => match open(target, address, None).await {
+            Some(tls) if tls.mode == SslMode::Allow => match open(target, address, None, startup).await {
                 Err(ServerError::Refused(e)) => {
                     debug!(server = %address, "plaintext login refused ({}), trying TLS", e.message);
-                    open(target, address, Some(tls)).await
+                    open(target, address, Some(tls), startup).await
                 }
                 other => other,
             },
-            tls => open(target, address, tls.as_ref()).await,
+            tls => open(target, address, tls.as_ref(), startup).await,
         };
         let mut conn = opened.map(|(stream, (process_id, secret_key, params))| ServerConn {
-            cancel_key: Rc::new(CancelKey {
-                address: address.clone(),
-                process_id,
-                secret_key,
-                connected_at: std::time::SystemTime::now(),
-                tls: stream.tls_description(),
-            }),
+            cancel_key: Rc::new(CancelKey::new(address.clone(), process_id, secret_key, stream.tls_description())),
             stream,
             params,
             created: Instant::now(),
@@ -272,6 +364,30 @@ impl ServerConn {
     /// Ok only if the server ends up idle (not in a transaction).
     pub async fn run_checked(&mut self, sql: &str) -> Result<Result<(), ErrorFields>, ServerError> {
         self.run_with(sql, |_| Ok(())).await
+    }
+
+    /// `run_checked`, returning the ParameterStatus values the server
+    /// reported while it ran (the SETs of reported settings it made).
+    pub async fn run_reporting(&mut self, sql: &str) -> Result<Result<Vec<(String, String)>, ErrorFields>, ServerError> {
+        let mut reported = Vec::new();
+        let outcome = self
+            .run_with(sql, |m| {
+                if m.tag == backend::PARAMETER_STATUS {
+                    reported.push(backend::decode_parameter_status(&m.body)?);
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(outcome.map(|()| reported))
+    }
+
+    /// The value the server last reported for `name` on this connection:
+    /// since a client changed it, else at login.
+    pub fn reported_value(&self, name: &str) -> Option<String> {
+        match self.session.borrow().settings.get(name) {
+            Some(crate::settings::Value::Reported(value)) => Some(value.clone()),
+            _ => self.params.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()),
+        }
     }
 
     /// `run_checked`, with each message but ErrorResponse and
@@ -361,16 +477,44 @@ impl ServerConn {
     }
 }
 
-/// Sends a CancelRequest for `key` on a new connection, as PostgreSQL expects.
+/// Sends a CancelRequest for what `key`'s backend runs, and returns once
+/// the server has closed the connection: PostgreSQL does once it has
+/// signalled the backend, so a query sent after this returns is never the
+/// one cancelled. All within `timeout`.
 pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> Result<(), ServerError> {
-    let mut stream = Stream::connect(&key.address, timeout)
-        .await
-        .map_err(|source| ServerError::Connect { addr: key.address.clone(), source })?;
-    let mut out = BytesMut::new();
-    startup::encode_cancel(&mut out, key.process_id, key.secret_key);
-    stream.write_all(&out).await?;
-    stream.close().await?;
-    Ok(())
+    send_cancel_request(&key.address, key.process_id, key.secret_key, timeout).await
+}
+
+/// Sends a CancelRequest for (`process_id`, `secret_key`) to `address` (a
+/// server, or a peer pglane instance that forwards it) and waits for the
+/// other side to close the connection, all within `timeout`.
+pub async fn send_cancel_request(
+    address: &ServerAddress,
+    process_id: i32,
+    secret_key: i32,
+    timeout: Duration,
+) -> Result<(), ServerError> {
+    let deliver = async {
+        let mut stream =
+            Stream::connect(address, timeout).await.map_err(|source| ServerError::Connect { addr: address.clone(), source })?;
+        let mut out = BytesMut::new();
+        startup::encode_cancel(&mut out, process_id, secret_key);
+        stream.write_all(&out).await?;
+        let mut rest = [0u8; 64];
+        // Nothing is expected but the close; a reset is a close too.
+        while let Ok(n) = futures_lite::AsyncReadExt::read(&mut stream, &mut rest).await {
+            if n == 0 {
+                break;
+            }
+        }
+        Ok(())
+    };
+    crate::rt::with_timeout(timeout, deliver).await.unwrap_or_else(|| {
+        Err(ServerError::Connect {
+            addr: address.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out waiting for the cancel request to be taken"),
+        })
+    })
 }
 
 type LoginResult = (i32, i32, Vec<(String, String)>);
@@ -384,12 +528,13 @@ pub struct Described {
     pub row: Option<Vec<backend::FieldDescription>>,
 }
 
-/// Opens a connection to `address`, with TLS if `tls` says so, and logs in,
-/// all within the connect timeout.
+/// Opens a connection to `address`, with TLS if `tls` says so, and logs in
+/// with `startup`'s parameters, all within the connect timeout.
 async fn open(
     target: &ServerTarget,
     address: &ServerAddress,
     tls: Option<&ServerTls>,
+    startup: &[(String, String)],
 ) -> Result<(Stream, LoginResult), ServerError> {
     let mut stream = Stream::connect(address, target.connect_timeout)
         .await
@@ -400,7 +545,7 @@ async fn open(
                 .await
                 .map_err(|source| ServerError::Tls { addr: address.clone(), source })?;
         }
-        login(&mut stream, target).await
+        login(&mut stream, target, startup).await
     };
     let logged_in = crate::rt::with_timeout(target.connect_timeout, handshake)
         .await
@@ -412,9 +557,14 @@ fn timed_out(address: &ServerAddress, what: &str) -> ServerError {
     ServerError::Connect { addr: address.clone(), source: std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_owned()) }
 }
 
-async fn login(stream: &mut Stream, target: &ServerTarget) -> Result<LoginResult, ServerError> {
+/// Logs in as `target` says, with `startup`'s parameters after user and database.
+async fn login(stream: &mut Stream, target: &ServerTarget, startup: &[(String, String)]) -> Result<LoginResult, ServerError> {
     let mut out = BytesMut::new();
-    startup::encode_startup(&mut out, &[("user", &target.user), ("database", &target.dbname)]);
+    let params: Vec<(&str, &str)> = [("user", target.user.as_str()), ("database", target.dbname.as_str())]
+        .into_iter()
+        .chain(startup.iter().map(|(name, value)| (name.as_str(), value.as_str())))
+        .collect();
+    startup::encode_startup(&mut out, &params);
     stream.write_all(&out).await?;
     let mut buf = BytesMut::new();
     authenticate(stream, &mut buf, target).await?;
@@ -427,10 +577,20 @@ async fn login(stream: &mut Stream, target: &ServerTarget) -> Result<LoginResult
             backend::BACKEND_KEY_DATA => key = backend::decode_backend_key_data(&m.body)?,
             backend::READY_FOR_QUERY => return Ok((key.0, key.1, params)),
             backend::ERROR_RESPONSE => return Err(ServerError::Refused(backend::decode_error_fields(&m.body)?)),
-            backend::NOTICE_RESPONSE | backend::NEGOTIATE_PROTOCOL_VERSION => {}
+            backend::NOTICE_RESPONSE => {}
             other => return Err(ServerError::Unexpected { tag: other, during: "login" }),
         }
     }
+}
+
+/// A server's NegotiateProtocolVersion: pglane asked for 3.0, which every
+/// server since PostgreSQL 7.4 speaks, and no protocol options, so a server
+/// may only confirm 3.0 (and list options it was not sent).
+fn negotiated(target: &ServerTarget, body: &[u8]) -> Result<(), ServerError> {
+    let offered = backend::decode_negotiate_protocol_version(body)?;
+    let version = startup::accept_negotiation(crate::protocol::PROTOCOL_VERSION_3, &offered)?;
+    debug!(database = %target.dbname, version, options = ?offered.unrecognized_options, "the server negotiated the protocol version");
+    Ok(())
 }
 
 async fn authenticate(stream: &mut Stream, buf: &mut BytesMut, target: &ServerTarget) -> Result<(), ServerError> {
@@ -440,6 +600,11 @@ async fn authenticate(stream: &mut Stream, buf: &mut BytesMut, target: &ServerTa
         match m.tag {
             backend::AUTHENTICATION => {}
             backend::ERROR_RESPONSE => return Err(ServerError::Refused(backend::decode_error_fields(&m.body)?)),
+            // Before the authentication request, if at all.
+            backend::NEGOTIATE_PROTOCOL_VERSION => {
+                negotiated(target, &m.body)?;
+                continue;
+            }
             other => return Err(ServerError::Unexpected { tag: other, during: "authentication" }),
         }
         let mut out = BytesMut::new();

@@ -105,6 +105,8 @@ pub struct Postgres {
     /// Temp dir holding data_dir, the socket and the server log.
     dir: PathBuf,
     log_file: PathBuf,
+    /// postgresql.conf lines of [`Postgres::start_new_with`].
+    more_conf: String,
 }
 
 static POSTGRES: OnceLock<Result<Postgres, String>> = OnceLock::new();
@@ -128,6 +130,13 @@ impl Postgres {
     /// stop or restart the server. Dropping it stops the server and removes
     /// its temp dir.
     pub fn start_new() -> Postgres {
+        Postgres::start_new_with("", "")
+    }
+
+    /// Like [`Postgres::start_new`], with more postgresql.conf lines
+    /// (`wal_level = logical`) and pg_hba.conf lines put first (`host
+    /// replication all 127.0.0.1/32 scram-sha-256`).
+    pub fn start_new_with(more_conf: &str, hba_first: &str) -> Postgres {
         let bin_dir = pg_bin_dir();
         let dir = make_temp_dir("pg");
         give_to_pg_user(&dir);
@@ -136,9 +145,10 @@ impl Postgres {
         let data_dir = dir.join("data");
         let log_file = dir.join("postgres.log");
         initdb(&bin_dir, &dir, &data_dir);
-        fs::write(data_dir.join("pg_hba.conf"), PG_HBA).expect("write pg_hba.conf");
+        fs::write(data_dir.join("pg_hba.conf"), format!("{hba_first}\n{PG_HBA}")).expect("write pg_hba.conf");
 
-        let mut pg = Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file };
+        let mut pg =
+            Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file, more_conf: more_conf.to_owned() };
         pg.start_on_free_port();
         pg.psql(ROLES_SQL);
         pg
@@ -161,7 +171,8 @@ impl Postgres {
         if let Err(err) = run(&mut cmd) {
             primary.fail(&format!("pg_basebackup failed: {err}"));
         }
-        let mut standby = Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file };
+        let mut standby =
+            Postgres { port: 0, socket_dir: dir.clone(), data_dir, bin_dir, dir, log_file, more_conf: primary.more_conf.clone() };
         standby.start_on_free_port();
         standby
     }
@@ -231,9 +242,11 @@ impl Postgres {
              full_page_writes = off\n\
              log_min_messages = warning\n\
              log_destination = 'stderr'\n\
-             logging_collector = off\n",
+             logging_collector = off\n\
+             {more}\n",
             port = self.port,
             socket_dir = self.socket_dir.display(),
+            more = self.more_conf,
         )
     }
 
@@ -303,6 +316,12 @@ impl Postgres {
         );
         let out = self.psql(&sql);
         out.parse().unwrap_or_else(|_| panic!("unexpected count from psql: {out:?}"))
+    }
+
+    /// The postmaster's process id.
+    pub fn postmaster_pid(&self) -> i32 {
+        let text = fs::read_to_string(self.data_dir.join("postmaster.pid")).expect("postmaster.pid");
+        text.lines().next().and_then(|pid| pid.trim().parse().ok()).expect("a pid in postmaster.pid")
     }
 
     /// The server log so far.
@@ -394,6 +413,29 @@ pub fn pg_bin_dir() -> PathBuf {
             "cannot find PostgreSQL server binaries: set PG_BIN, install the \
              `postgresql` package, or put pg_config on PATH (tools/test does this)"
         ),
+    }
+}
+
+/// A process of PostgreSQL's stopped with SIGSTOP until this is dropped
+/// (SIGCONT), so a failing test never leaves a frozen server behind. A
+/// frozen postmaster accepts no connection (they wait in its listen queue)
+/// while its backends run on; a frozen backend answers nothing.
+pub struct Frozen(i32);
+
+impl Frozen {
+    pub fn stop(pid: i32) -> Frozen {
+        // SAFETY: kill(2) has no memory-safety preconditions; `pid` is a
+        // PostgreSQL process the test started.
+        let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
+        assert_eq!(rc, 0, "kill({pid}, SIGSTOP): {}", std::io::Error::last_os_error());
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // SAFETY: as in `stop`.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
     }
 }
 

@@ -47,12 +47,25 @@ impl RawClient {
         RawClient { stream, buf: BytesMut::new() }
     }
 
+    /// Like [`RawClient::start`], sending `first` (a startup packet of any
+    /// kind, maybe with more behind it) as the connection's first bytes.
+    pub fn start_with_bytes(port: u16, first: &[u8]) -> (RawClient, Vec<Message>) {
+        let mut client = Self::connect(port);
+        let login = client.startup_with_bytes(first);
+        (client, login)
+    }
+
     /// Sends a StartupMessage with `params` and reads the server's answer
     /// up to the first ReadyForQuery or ErrorResponse, whatever it is.
     pub fn startup(&mut self, params: &[(&str, &str)]) -> Vec<Message> {
         let mut out = BytesMut::new();
         startup::encode_startup(&mut out, params);
-        self.send(&out);
+        self.startup_with_bytes(&out)
+    }
+
+    /// Like [`RawClient::startup`], sending `first` as it is.
+    pub fn startup_with_bytes(&mut self, first: &[u8]) -> Vec<Message> {
+        self.send(first);
         let mut login = Vec::new();
         loop {
             let m = self.recv();
@@ -62,6 +75,22 @@ impl RawClient {
                 return login;
             }
         }
+    }
+
+    /// The socket, for reading and writing it by hand.
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
+    }
+
+    /// The next `n` bytes as they come (an SSLRequest's one-byte answer).
+    pub fn recv_bytes(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            let mut chunk = [0u8; 8192];
+            let got = self.stream.read(&mut chunk).expect("read");
+            assert!(got > 0, "connection closed");
+            self.buf.extend_from_slice(&chunk[..got]);
+        }
+        self.buf.split_to(n).to_vec()
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
@@ -78,6 +107,41 @@ impl RawClient {
             let n = self.stream.read(&mut chunk).expect("read");
             assert!(n > 0, "connection closed");
             self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Every message until the other side closes the connection.
+    pub fn until_closed(&mut self) -> Vec<Message> {
+        self.read_until(|_| false)
+    }
+
+    /// Messages up to and including the next ReadyForQuery, or up to the
+    /// connection's end if that comes first.
+    pub fn until_closed_or_ready(&mut self) -> Vec<Message> {
+        self.read_until(|m| m.tag == backend::READY_FOR_QUERY)
+    }
+
+    fn read_until(&mut self, last: impl Fn(&Message) -> bool) -> Vec<Message> {
+        let mut got = Vec::new();
+        loop {
+            while let Some(m) = split_message(&mut self.buf, 1 << 30).expect("valid message") {
+                let done = last(&m);
+                got.push(m);
+                if done {
+                    return got;
+                }
+            }
+            let mut chunk = [0u8; 8192];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    assert!(self.buf.is_empty(), "closed in the middle of a message: {:?}", self.buf);
+                    return got;
+                }
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                // A reset after the last message is a close too.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return got,
+                Err(e) => panic!("read: {e}"),
+            }
         }
     }
 

@@ -350,16 +350,17 @@ listen_addr = *
 }
 
 #[test]
-fn the_fallback_database_is_warned_not_served() {
-    let (c, warnings) = config("[databases]\n* = host=db\napp = host=db\n[pgbouncer]\nlisten_addr = *\n");
-    assert_eq!(c.databases.keys().collect::<Vec<_>>(), ["app"]);
-    assert_eq!(warned(&warnings), [(2, "*")]);
-    assert!(warnings[0].message.contains("serves only the databases listed"));
-    // With only the fallback, there is nothing to serve.
-    assert_eq!(
-        error("[databases]\n* = host=db\n[pgbouncer]\nlisten_addr = *\n"),
-        "/etc/pgbouncer/pgbouncer.ini: [databases] lists no database pglane can serve"
-    );
+fn the_fallback_database_is_served() {
+    let (c, warnings) = config("[databases]\n* = host=db port=5433\napp = host=db\n[pgbouncer]\nlisten_addr = *\n");
+    assert_eq!(c.databases.keys().collect::<Vec<_>>(), ["*", "app"]);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(c.database("other").map(|d| (d.port.clone(), d.dbname.clone())), Some((vec![5433], None)));
+    assert!(c.is_fallback("other"));
+    // The fallback alone is enough.
+    let (c, _) = config("[databases]\n* = host=db dbname=shared\n[pgbouncer]\nlisten_addr = *\n");
+    assert_eq!(c.database("x").and_then(|d| d.dbname.as_deref()), Some("shared"));
+    let (_, warnings) = config(&with_settings("autodb_idle_timeout = 60"));
+    assert!(warnings[0].message.contains("server_idle_timeout"), "{warnings:?}");
 }
 
 #[test]
@@ -560,14 +561,14 @@ fn every_ignored_setting_is_one_warning_naming_file_line_and_setting() {
         "logfile = /var/log/pgbouncer.log
 server_lifetime = 3600
 scram_iterations = 100000
-peer_id = 1
+min_pool_size = 1
 max_prepared_statements = 0
 lisen_port = 6432",
     );
     let (_, warnings) = config(&text);
     assert_eq!(
         warned(&warnings),
-        [(5, "logfile"), (7, "scram_iterations"), (8, "peer_id"), (9, "max_prepared_statements"), (10, "lisen_port")]
+        [(5, "logfile"), (7, "scram_iterations"), (8, "min_pool_size"), (9, "max_prepared_statements"), (10, "lisen_port")]
     );
     assert_eq!(
         warnings[0].to_string(),
@@ -580,10 +581,29 @@ lisen_port = 6432",
 
 #[test]
 fn other_sections_are_warned_once_each() {
-    let text = format!("{BASE}[peers]\n1 = host=/tmp/pgbouncer1\n2 = host=/tmp/pgbouncer2\n[extra]\nx = 1\n");
+    let text = format!("{BASE}[extra]\nx = 1\n[more]\ny = 2\n");
     let (_, warnings) = config(&text);
-    assert_eq!(warned(&warnings), [(5, "[peers]"), (8, "[extra]")]);
-    assert!(warnings[0].message.contains("does not peer"));
+    assert_eq!(warned(&warnings), [(5, "[extra]"), (7, "[more]")]);
+}
+
+#[test]
+fn peer_id_and_peers_carry_over_as_pgbouncer_reads_them() {
+    let text = format!(
+        "{BASE}peer_id = 2\n[peers]\n1 = host=10.0.0.1\n2 = host=/tmp/pgbouncer-2 port=5555\n3 = host=10.0.0.3 port=7432 pool_size=4\n"
+    );
+    let (c, warnings) = config(&text);
+    assert_eq!(c.peer_id, 2);
+    assert_eq!(c.peer_by_id(1).map(|p| p.address()), Some(ServerAddress::Tcp { host: "10.0.0.1".into(), port: 6432 }));
+    assert_eq!(c.peer_by_id(2).map(|p| p.address()), Some(ServerAddress::Unix("/tmp/pgbouncer-2/.s.PGSQL.5555".into())));
+    assert_eq!(c.peer_by_id(3).map(|p| p.address()), Some(ServerAddress::Tcp { host: "10.0.0.3".into(), port: 7432 }));
+    assert_eq!(warned(&warnings), [(9, "pool_size")]);
+    // PgBouncer's own refusals.
+    assert!(error(&format!("{BASE}[peers]\n1 = port=6432\n")).contains("host was not provided"));
+    assert!(error(&format!("{BASE}[peers]\n1 = host=a dbname=x\n")).contains("unrecognized connection parameter: dbname"));
+    assert!(error(&format!("{BASE}[peers]\n0 = host=a\n")).contains("peer ids"));
+    assert!(error(&format!("{BASE}[peers]\n16384 = host=a\n")).contains("peer ids"));
+    assert!(error(&format!("{BASE}peer_id = 16384\n")).contains("peer_id"));
+    assert!(error(&format!("{BASE}[peers]\n1 = host=@abstract\n")).contains("abstract"));
 }
 
 #[test]

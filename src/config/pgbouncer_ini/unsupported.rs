@@ -29,12 +29,14 @@ pub fn pgbouncer_setting(key: &str) -> &'static str {
         "reserve_pool_size" | "reserve_pool_timeout" => "pglane has no reserve pool",
         "max_db_connections" | "max_user_connections" => POOL_LIMITS,
         "max_db_client_connections" | "max_user_client_connections" => CLIENT_LIMITS,
-        "peer_id" => "pglane routes cancel requests between its own shards; it does not peer with other processes",
         "scram_iterations" => "pglane derives SCRAM secrets for plaintext passwords with 4096 iterations",
         "auth_ident_file" => "pglane does not support ident maps",
         "auth_ldap_options" => "pglane does not support LDAP",
         "conffile" | "service_name" | "job_name" => "has no meaning for pglane",
-        "autodb_idle_timeout" => "pglane does not support the * fallback database",
+        "autodb_idle_timeout" => {
+            "pglane drops the pools of a database of the * entry once no client holds them and their server \
+             connections have closed (server_idle_timeout)"
+        }
         "dns_max_ttl" | "dns_nxdomain_ttl" | "dns_zone_check_period" | "resolv_conf" => RESOLVER,
         "client_tls_protocols" | "client_tls_ciphers" | "client_tls13_ciphers" | "client_tls_ecdhcurve"
         | "client_tls_dheparams" | "server_tls_protocols" | "server_tls_ciphers" | "server_tls13_ciphers" => NO_TLS,

@@ -1,0 +1,237 @@
+//! Cancel requests through pglane: the keys clients get (process ids out
+//! of the kernel's range, naming their shard and instance), when the cancel
+//! connection closes (once PostgreSQL has the request, as PostgreSQL's own
+//! does), what a cancel may reach (the query it was sent for, never another
+//! client's), and cancels that land on another pglane instance of a peered
+//! group (`peer_id`, `[peers]`). The drivers' own cancel loops are in
+//! tests/drivers.rs and tests/jdbc.rs.
+
+mod common;
+#[path = "common/raw.rs"]
+mod raw;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{postgres, Frozen, Pglane, Postgres, SUPERUSER, SUPERUSER_PASSWORD};
+use pglane::protocol::backend;
+use raw::{error_code, first_column, query, send_query, RawClient};
+
+/// Linux's highest possible pid_max (PID_MAX_LIMIT on 64-bit kernels).
+const PID_MAX_LIMIT: i32 = 4_194_304;
+
+/// pglane in `mode` trusting its clients, serving `dbname` on the server at
+/// `port` as `app`, with `settings` and `cores` shards.
+fn pglane(port: u16, dbname: &str, mode: &str, cores: usize, pool_size: usize, settings: &str) -> Pglane {
+    Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"{mode}\"\nauth_type = \"trust\"\n{settings}\n\
+             [databases.app]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"{dbname}\"\npool_size = {pool_size}\n\
+             [users.{SUPERUSER}]\npassword = \"{SUPERUSER_PASSWORD}\"\n"
+        ),
+        &["--cores", &cores.to_string()],
+    )
+}
+
+/// Logs in and returns the client and its BackendKeyData.
+fn login(port: u16) -> (RawClient, (i32, i32)) {
+    let (client, messages) = RawClient::start(port, &[("user", SUPERUSER), ("database", "app")]);
+    let key = messages.iter().find(|m| m.tag == backend::BACKEND_KEY_DATA).expect("BackendKeyData");
+    (client, backend::decode_backend_key_data(&key.body).unwrap())
+}
+
+/// Sends a CancelRequest for `key` to `port`; returns the connection it
+/// went on, for the caller to watch it close.
+fn send_cancel(port: u16, (process_id, secret_key): (i32, i32)) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut out = bytes::BytesMut::new();
+    pglane::protocol::startup::encode_cancel(&mut out, process_id, secret_key);
+    s.write_all(&out).expect("send the cancel request");
+    s
+}
+
+/// Whether the other side closes `s` within `limit` (sending nothing).
+fn closes_within(s: &mut TcpStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut byte = [0u8; 1];
+    match s.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => panic!("a cancel connection is answered with nothing"),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => true,
+        Err(e) => panic!("reading the cancel connection: {e}"),
+    }
+}
+
+/// The ErrorResponse or rows a query sent earlier ends with.
+fn outcome(client: &mut RawClient) -> Result<Vec<String>, String> {
+    let messages = client.until_ready();
+    match error_code(&messages) {
+        Some(code) => Err(code),
+        None => Ok(first_column(&messages)),
+    }
+}
+
+/// BackendKeyData process ids were 1, 2, 3, ... (shard 0) in the range of
+/// real process ids, so a client passing its pid to pg_terminate_backend
+/// could kill an unrelated backend. Now each is above the kernel's pid_max
+/// (and any pid_max it can have), distinct, with a random secret, and a
+/// CancelRequest for it cancels its client's query whichever of the two
+/// shards the kernel hands the request to.
+#[test]
+fn process_ids_are_out_of_the_kernels_range_and_still_cancel_their_query() {
+    let pg = postgres();
+    let lane = pglane(pg.port, "postgres", "transaction", 2, 8, "");
+    let pid_max: i32 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+    assert!(pid_max <= PID_MAX_LIMIT);
+    let mut clients: Vec<(RawClient, (i32, i32))> = (0..40).map(|_| login(lane.port)).collect();
+    let pids: std::collections::HashSet<i32> = clients.iter().map(|(_, (pid, _))| *pid).collect();
+    let secrets: std::collections::HashSet<i32> = clients.iter().map(|(_, (_, secret))| *secret).collect();
+    assert_eq!((pids.len(), secrets.len()), (40, 40), "{pids:?} {secrets:?}");
+    assert!(pids.iter().all(|&pid| pid > PID_MAX_LIMIT), "{pids:?}");
+    for (client, key) in clients.iter_mut() {
+        // What a client does with its pid reaches no process.
+        let terminate = query(client, &format!("select pg_terminate_backend({})", key.0));
+        assert_eq!(first_column(&terminate), ["f"], "pid {}", key.0);
+        assert!(terminate.iter().any(|m| m.tag == backend::NOTICE_RESPONSE), "PostgreSQL warns: not a backend");
+        send_query(client, "select pg_sleep(30) -- ids");
+        // The server has the query once it says it is running.
+        wait_until(|| running(pg, "ids"));
+        let started = Instant::now();
+        let mut cancel = send_cancel(lane.port, *key);
+        assert_eq!(outcome(client), Err("57014".to_owned()));
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(closes_within(&mut cancel, Duration::from_secs(10)));
+    }
+    // A key pglane never gave out cancels nothing.
+    let (mut victim, key) = login(lane.port);
+    send_query(&mut victim, "select pg_sleep(0.5), 'not cancelled'");
+    for wrong in [(key.0, key.1 ^ 1), (key.0 ^ 0x10, key.1), (7, key.1)] {
+        let mut cancel = send_cancel(lane.port, wrong);
+        assert!(closes_within(&mut cancel, Duration::from_secs(10)));
+    }
+    assert_eq!(outcome(&mut victim).map(|rows| rows.len()), Ok(1));
+}
+
+/// Whether the server runs a query ending in `-- marker` now (as sent, or
+/// as auto-prepare rewrote it: `pg_sleep($1)`).
+fn running(pg: &Postgres, marker: &str) -> bool {
+    pg.psql(&format!("select count(*) from pg_stat_activity where query like '%-- {marker}' and state = 'active'")) == "1"
+}
+
+fn wait_until(mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// PostgreSQL closes a cancel connection once it has signalled the backend,
+/// and drivers (libpq's PQcancel, pgjdbc, asyncpg) wait for that close before
+/// they send their next query, so the cancel can never hit that one. pglane
+/// closed the client's cancel connection before PostgreSQL had the request
+/// (at once, for a request that landed on another shard). With the
+/// postmaster frozen, the request waits unread in its listen queue: the
+/// client's cancel connection must stay open until it is thawed.
+#[test]
+fn a_cancel_connection_closes_once_postgresql_has_the_request() {
+    let pg = Postgres::start_new();
+    for mode in ["session", "transaction"] {
+        let lane = pglane(pg.port, "postgres", mode, 2, 4, "");
+        for round in 0..4 {
+            let (mut client, key) = login(lane.port);
+            send_query(&mut client, "select pg_sleep(30) -- closes");
+            wait_until(|| running(&pg, "closes"));
+            let frozen = Frozen::stop(pg.postmaster_pid());
+            // Several rounds, so that some requests land on the other shard.
+            let mut cancel = send_cancel(lane.port, key);
+            assert!(
+                !closes_within(&mut cancel, Duration::from_millis(500)),
+                "{mode}, round {round}: closed before the server had it"
+            );
+            drop(frozen);
+            assert!(closes_within(&mut cancel, Duration::from_secs(10)), "{mode}, round {round}");
+            assert_eq!(outcome(&mut client), Err("57014".to_owned()), "{mode}, round {round}");
+        }
+    }
+}
+
+/// A cancel request that reaches PostgreSQL after the query it was sent
+/// for ended finds that backend idle, which ignores it, on PostgreSQL. In
+/// transaction mode the backend's connection may serve another client by
+/// then: pglane gave it to the next client at once, whose query the late
+/// cancel then cancelled. Now a connection with a cancel on its way serves no
+/// one until PostgreSQL has taken it. (With the postmaster frozen, the cancel
+/// reaches the server only when the test says.)
+#[test]
+fn a_cancel_that_comes_after_its_query_ended_cancels_no_other_client() {
+    let pg = Postgres::start_new();
+    let lane = pglane(pg.port, "postgres", "transaction", 1, 1, "");
+    for round in 0..3 {
+        let (mut first, key) = login(lane.port);
+        let (mut second, _) = login(lane.port);
+        send_query(&mut first, "select pg_sleep(0.5), 'first' -- first");
+        wait_until(|| running(&pg, "first"));
+        let frozen = Frozen::stop(pg.postmaster_pid());
+        let mut cancel = send_cancel(lane.port, key);
+        // The first query ends on its own: the cancel has not reached the server.
+        assert_eq!(outcome(&mut first).map(|rows| rows.len()), Ok(1), "round {round}");
+        // The only server connection is the second client's next, once free.
+        send_query(&mut second, "select 'second' from pg_sleep(1)");
+        std::thread::sleep(Duration::from_millis(200));
+        drop(frozen);
+        assert!(closes_within(&mut cancel, Duration::from_secs(10)));
+        assert_eq!(outcome(&mut second), Ok(vec!["second".to_owned()]), "round {round}: the late cancel hit another client");
+    }
+}
+
+/// Two pglane instances in front of one PostgreSQL, peered as PgBouncer's
+/// are (`peer_id`, `[peers]`): a CancelRequest that lands on the instance
+/// the client is not connected to (a load balancer's choice) is forwarded
+/// to the one it is, and cancels the query; its connection closes once the
+/// server has it. Without peering the other instance could only drop it.
+#[test]
+fn a_cancel_sent_to_the_other_instance_of_a_peered_group_cancels_the_query() {
+    let pg = postgres();
+    let ports = [common::free_port(), common::free_port()];
+    let peers =
+        format!("[peers.1]\nhost = \"127.0.0.1\"\nport = {}\n[peers.2]\nhost = \"127.0.0.1\"\nport = {}\n", ports[0], ports[1]);
+    let one = pglane(pg.port, "postgres", "transaction", 2, 4, &format!("peer_id = 1\n{peers}"));
+    let two = pglane(pg.port, "postgres", "transaction", 2, 4, &format!("peer_id = 2\n{peers}"));
+    // The harness picks the ports: point the peers at the real ones.
+    let peers =
+        format!("[peers.1]\nhost = \"127.0.0.1\"\nport = {}\n[peers.2]\nhost = \"127.0.0.1\"\nport = {}\n", one.port, two.port);
+    for (lane, id) in [(&one, 1), (&two, 2)] {
+        rewrite_config(lane, pg.port, &format!("peer_id = {id}\n{peers}"));
+    }
+    for (connected, other) in [(&one, &two), (&two, &one)] {
+        for round in 0..4 {
+            let (mut client, key) = login(connected.port);
+            // PgBouncer's layout: the peer id in bytes 1 and 2.
+            let id = if std::ptr::eq(connected, &one) { 1u8 } else { 2 };
+            assert_eq!(key.0.to_be_bytes()[1..3], [id, 0]);
+            send_query(&mut client, "select pg_sleep(30) -- peers");
+            wait_until(|| running(pg, "peers"));
+            let started = Instant::now();
+            let mut cancel = send_cancel(other.port, key);
+            assert_eq!(outcome(&mut client), Err("57014".to_owned()), "round {round}");
+            assert!(started.elapsed() < Duration::from_secs(10));
+            assert!(closes_within(&mut cancel, Duration::from_secs(10)));
+        }
+        assert!(other.log().contains("forwarding a cancel request to the peer"), "{}", other.log());
+    }
+}
+
+/// Rewrites `lane`'s config (same body as [`pglane`], transaction mode) and
+/// reloads it.
+fn rewrite_config(lane: &Pglane, port: u16, settings: &str) {
+    lane.write_config(&format!(
+        "pool_mode = \"transaction\"\nauth_type = \"trust\"\n{settings}\n\
+         [databases.app]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"postgres\"\npool_size = 4\n\
+         [users.{SUPERUSER}]\npassword = \"{SUPERUSER_PASSWORD}\"\n"
+    ));
+    lane.signal(libc::SIGHUP);
+    lane.wait_for_log("SIGHUP: config reloaded", Duration::from_secs(10));
+}
