@@ -166,9 +166,21 @@ pub struct Settings {
     /// The client's startup values (not reported ones): RESET, RESET ALL
     /// and DISCARD ALL go back to these. Empty for a server connection.
     baseline: BTreeMap<String, Value>,
-    /// Bumped by every change, so that what is worked out from the values
-    /// ([`Settings::parse_context`]) can be kept until they change.
+    /// See [`Settings::version`].
     version: u64,
+}
+
+thread_local! {
+    /// The last version any `Settings` of this thread took.
+    static LAST_VERSION: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A version no `Settings` of this thread has had yet.
+fn next_version() -> u64 {
+    LAST_VERSION.with(|last| {
+        last.set(last.get() + 1);
+        last.get()
+    })
 }
 
 impl PartialEq for Settings {
@@ -209,11 +221,15 @@ impl Settings {
     }
 
     pub fn set(&mut self, name: &str, value: Value) {
-        self.version += 1;
+        self.version = next_version();
         self.values.insert(name.to_owned(), value);
     }
 
-    /// Changes with every change of the values (not across instances).
+    /// Two `Settings` of one thread with the same version have the same
+    /// values: every change takes a version no other has had (a new one,
+    /// empty, is 0), so that what is worked out from the values
+    /// ([`Settings::parse_context`], a server connection's output settings)
+    /// can be kept with the version, whichever `Settings` it came from.
     pub fn version(&self) -> u64 {
         self.version
     }
@@ -223,7 +239,7 @@ impl Settings {
     }
 
     pub fn remove(&mut self, name: &str) {
-        self.version += 1;
+        self.version = next_version();
         self.values.remove(name);
     }
 
@@ -246,7 +262,7 @@ impl Settings {
             },
             Change::ResetAll => {
                 // Reported values come back with the server's reports.
-                self.version += 1;
+                self.version = next_version();
                 self.values.retain(|_, value| matches!(value, Value::Reported(_)));
                 self.values.extend(self.baseline.iter().map(|(n, v)| (n.clone(), v.clone())));
             }
@@ -265,7 +281,8 @@ impl Settings {
     /// Takes `client`'s values (not its baseline): what a server connection
     /// has once [`Settings::sql_to_apply_over`] ran.
     pub fn take_values_of(&mut self, client: &Settings) {
-        self.version += 1;
+        // The same values: the same version (see `version`).
+        self.version = client.version;
         self.values.clone_from(&client.values);
     }
 
@@ -341,6 +358,11 @@ impl Settings {
     /// The SQL that turns a server connection with `server` settings into one
     /// with `self`'s, or None if they already agree.
     pub fn sql_to_apply_over(&self, server: &Settings) -> Option<String> {
+        if self.version == server.version {
+            // Nothing changed since the server took these values (the
+            // common case: a client back on the connection it had).
+            return None;
+        }
         let mut sql = String::new();
         for (name, value) in &self.values {
             if server.values.get(name) != Some(value) {
@@ -851,6 +873,17 @@ mod tests {
         let version = b.version();
         b.remove("search_path");
         assert_ne!(b.version(), version, "every change is a new version");
+        let mut c = Settings::default();
+        c.set("TimeZone", Value::Reported("Asia/Tokyo".into()));
+        assert_ne!(c.version(), b.version(), "another Settings' changes take other versions");
+        let replaced = std::mem::take(&mut c);
+        assert_eq!((c.version(), c.is_empty()), (0, true), "version 0 is always empty");
+        assert_ne!(replaced.version(), 0);
+        let mut server = Settings::default();
+        server.take_values_of(&replaced);
+        assert_eq!((server.version(), replaced.sql_to_apply_over(&server)), (replaced.version(), None));
+        server.set("TimeZone", Value::Reported("UTC".into()));
+        assert!(replaced.sql_to_apply_over(&server).is_some(), "a change on either side is a new version");
         assert_eq!(b.parse_settings().get("TimeZone"), Some(&Value::Reported("Asia/Tokyo".into())));
         assert_eq!(b.parse_settings().get("work_mem"), None);
     }

@@ -560,6 +560,7 @@ impl Session {
                             server_params: &server.params,
                             output_defaults: &server.output_defaults,
                             max_row: self.config.max_message_size,
+                            text_settings: &server.text_settings,
                         },
                     ),
                 },

@@ -64,6 +64,7 @@
 //! It must not touch anything else: parameters, portals it did not plan,
 //! and binary columns the client asked for pass through byte for byte.
 
+use std::cell::{Ref, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -88,6 +89,23 @@ pub struct Negotiation<'a> {
     pub output_defaults: &'a [(String, String)],
     /// Largest DataRow pglane may hold whole (max_message_size).
     pub max_row: usize,
+    /// The last [`server_text_settings`] of this connection, with the
+    /// `Settings::version` it was worked out for (`ServerConn::text_settings`).
+    pub text_settings: &'a RefCell<(Option<u64>, TextSettings)>,
+}
+
+impl Negotiation<'_> {
+    /// [`server_text_settings`] of this connection with `server` (its
+    /// settings as clients changed them), worked out again only when they
+    /// changed: every negotiated Bind asks.
+    pub fn text_settings(&self, server: &Settings) -> Ref<'_, TextSettings> {
+        let version = Some(server.version());
+        if self.text_settings.borrow().0 != version {
+            let settings = server_text_settings(self.server_params, self.output_defaults, server);
+            *self.text_settings.borrow_mut() = (version, settings);
+        }
+        Ref::map(self.text_settings.borrow(), |(_, settings)| settings)
+    }
 }
 
 /// A negotiated portal's DataRow could not be turned into the client's
@@ -767,6 +785,21 @@ mod tests {
     }
 
     #[test]
+    fn a_connections_text_settings_are_worked_out_again_when_its_settings_change() {
+        use crate::settings::Value;
+        let login = vec![("TimeZone".to_owned(), "UTC".to_owned())];
+        let cache = RefCell::default();
+        let negotiation = Negotiation { server_params: &login, output_defaults: &[], max_row: 1, text_settings: &cache };
+        let mut server = Settings::default();
+        let utc = negotiation.text_settings(&server).time_zone;
+        assert!(utc.is_some());
+        assert_eq!(negotiation.text_settings(&server).time_zone, utc, "kept");
+        server.set("TimeZone", Value::Reported("+05:30".into()));
+        assert_ne!(negotiation.text_settings(&server).time_zone, utc, "worked out again");
+        assert_eq!(*negotiation.text_settings(&server), server_text_settings(&login, &[], &server));
+    }
+
+    #[test]
     fn server_settings_are_login_values_then_changes() {
         use crate::settings::Value;
         let login = vec![("DateStyle".to_owned(), "ISO, MDY".to_owned()), ("TimeZone".to_owned(), "Europe/Berlin".to_owned())];
@@ -818,11 +851,14 @@ mod tests {
 /// server and what reaches the client.
 #[cfg(test)]
 mod exchange_tests {
+    use std::cell::RefCell;
+
     use bytes::{Bytes, BytesMut};
 
     use super::super::exchange::{Exchange, Statements};
     use super::Negotiation;
     use crate::formats::oid;
+    use crate::formats::TextSettings;
     use crate::prepare::{ClientStatements, Registry, ServerStatements};
     use crate::protocol::backend::{self, FieldDescription, TransactionStatus};
     use crate::protocol::frame::{split_message, HEADER_LEN};
@@ -860,6 +896,7 @@ mod exchange_tests {
         server_settings: Settings,
         login: Vec<(String, String)>,
         defaults: Vec<(String, String)>,
+        text_settings: RefCell<(Option<u64>, TextSettings)>,
         exchange: Exchange,
     }
 
@@ -873,6 +910,7 @@ mod exchange_tests {
                 server_settings: Settings::default(),
                 login: vec![("integer_datetimes".into(), "on".into())],
                 defaults: vec![("bytea_output".into(), "hex".into())],
+                text_settings: RefCell::default(),
                 exchange: Exchange::default(),
             }
         }
@@ -885,7 +923,12 @@ mod exchange_tests {
                 server: &mut self.server,
                 client_settings: &mut self.client_settings,
                 server_settings: &mut self.server_settings,
-                negotiation: Some(Negotiation { server_params: &self.login, output_defaults: &self.defaults, max_row: 1 << 20 }),
+                negotiation: Some(Negotiation {
+                    server_params: &self.login,
+                    output_defaults: &self.defaults,
+                    max_row: 1 << 20,
+                    text_settings: &self.text_settings,
+                }),
             };
             (&mut self.exchange, st)
         }

@@ -228,6 +228,11 @@ pub struct ServerConn {
     /// (`learn_output_settings`); empty when not asked. What a client changes
     /// is in `settings`.
     pub output_defaults: Vec<(String, String)>,
+    /// The output settings this connection's values are printed with, as
+    /// binary negotiation worked them out last, and the `Settings::version`
+    /// of `session.settings` they were worked out for
+    /// (`client::negotiate::Negotiation::text_settings`).
+    pub text_settings: RefCell<(Option<u64>, crate::formats::TextSettings)>,
 }
 
 impl ServerConn {
@@ -300,6 +305,7 @@ impl ServerConn {
             refused_a_write: false,
             census: None,
             output_defaults: Vec::new(),
+            text_settings: RefCell::default(),
         })?;
         if target.target_session_attrs != TargetSessionAttrs::Any {
             conn.role = match Role::from_params(&conn.params) {

@@ -9,6 +9,7 @@ use bytes::BytesMut;
 
 use super::super::negotiate::{self, Plan};
 use super::{Due, Exchange, Request, Statements};
+use crate::formats::TextSettings;
 use crate::prepare::{Registry, Statement};
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
@@ -44,12 +45,15 @@ impl Exchange {
         let description = description.as_deref()?;
         // Settings-dependent types only when the reported settings are the
         // ones this portal will run with (see `negotiate`).
+        let known;
+        let unknown = TextSettings::default();
         let settings = if self.settings_settled() {
-            negotiate::server_text_settings(negotiation.server_params, negotiation.output_defaults, st.server_settings)
+            known = negotiation.text_settings(st.server_settings);
+            &*known
         } else {
-            Default::default()
+            &unknown
         };
-        let planned = negotiate::plan_bind(description, rest, &settings, negotiation.max_row, small_rows)?;
+        let planned = negotiate::plan_bind(description, rest, settings, negotiation.max_row, small_rows)?;
         tracing::trace!(portal, statement = %s.server_name, columns = planned.0.transcoded_columns(), "negotiated binary results");
         st.registry.count(|c| c.portals_negotiated += 1);
         Some(planned)
