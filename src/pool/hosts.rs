@@ -303,7 +303,7 @@ impl Pool {
     /// A connection that passed a client a read-only error (25006) comes
     /// back to a read-write pool: its host is asked whether it still takes
     /// writes before the connection serves anyone else.
-    pub(super) fn recheck(self: &Rc<Self>, conn: ServerConn) {
+    pub(super) fn recheck(self: &Rc<Self>, conn: Box<ServerConn>) {
         let pool = self.clone();
         let timeout = self.target.borrow().connect_timeout;
         crate::rt::spawn_local(async move { pool.recheck_now(conn, timeout).await }).detach();
@@ -311,7 +311,7 @@ impl Pool {
 
     /// Asks `conn` (out of the idle list, still counted open) what its
     /// session is, and keeps it or leaves its host accordingly.
-    async fn recheck_now(self: &Rc<Self>, conn: ServerConn, timeout: Duration) {
+    async fn recheck_now(self: &Rc<Self>, conn: Box<ServerConn>, timeout: Duration) {
         let attrs = self.target.borrow().target_session_attrs;
         let host = conn.host;
         let mut lease = self.lease(conn);

@@ -147,7 +147,9 @@ pub struct Pool {
     /// Connections opened before the current generation are closed when they
     /// come back (RECONNECT, or a reload that changed the server).
     generation: Cell<u64>,
-    idle: RefCell<Vec<ServerConn>>,
+    /// Boxed, here and in a lease: a connection is moved at every checkout
+    /// and checkin, and a box moves as a pointer.
+    idle: RefCell<Vec<Box<ServerConn>>>,
     /// Connections open or being opened, lent or idle.
     open: Cell<usize>,
     waiters: RefCell<VecDeque<Rc<Waiter>>>,
@@ -179,7 +181,7 @@ pub struct Pool {
 
 /// What a waiting client is handed.
 enum Grant {
-    Conn(ServerConn),
+    Conn(Box<ServerConn>),
     /// A slot under max_size freed up: open a new connection in it.
     Slot,
     /// A place right behind another client's request (server pipelining).
@@ -544,7 +546,7 @@ impl Pool {
 
     /// Closes the idle connections `which` picks; returns how many.
     fn close_idle_where(&self, which: impl Fn(&ServerConn) -> bool) -> usize {
-        let closed: Vec<ServerConn> = {
+        let closed: Vec<Box<ServerConn>> = {
             let mut idle = self.idle.borrow_mut();
             let (closed, kept) = std::mem::take(&mut *idle).into_iter().partition(|c| which(c));
             *idle = kept;
@@ -557,17 +559,17 @@ impl Pool {
         n
     }
 
-    fn take_idle(&self) -> Option<ServerConn> {
+    fn take_idle(&self) -> Option<Box<ServerConn>> {
         self.take_idle_where(|_| true)
     }
 
     /// The most recently idle healthy connection `which` picks, if any;
     /// the unhealthy ones met on the way are closed.
-    fn take_idle_where(&self, which: impl Fn(&ServerConn) -> bool) -> Option<ServerConn> {
+    fn take_idle_where(&self, which: impl Fn(&ServerConn) -> bool) -> Option<Box<ServerConn>> {
         loop {
             let conn = {
                 let mut idle = self.idle.borrow_mut();
-                let at = idle.iter().rposition(&which)?;
+                let at = idle.iter().rposition(|c| which(c))?;
                 idle.remove(at)
             };
             if conn.is_healthy() {
@@ -580,7 +582,7 @@ impl Pool {
 
     /// Opens a connection in a slot already counted in `open` (freed if that fails).
     async fn open_in_slot(self: &Rc<Self>, wait: Duration) -> Result<Lease, PoolError> {
-        let mut conn = self.open_on_some_host(wait).await?;
+        let mut conn = Box::new(self.open_on_some_host(wait).await?);
         conn.census = Some(CensusToken::enlist(&self.census, conn.generation));
         self.bump(|s| s.connects += 1);
         if self.server_params.borrow().is_none() || self.server_params_host.get() != conn.host {
@@ -590,7 +592,7 @@ impl Pool {
         Ok(self.lease(conn))
     }
 
-    fn lease(self: &Rc<Self>, conn: ServerConn) -> Lease {
+    fn lease(self: &Rc<Self>, conn: Box<ServerConn>) -> Lease {
         Lease { conn: Some(conn), pool: self.clone() }
     }
 
@@ -599,7 +601,7 @@ impl Pool {
     }
 
     /// A connection comes back idle and clean.
-    fn checkin(&self, mut conn: ServerConn) {
+    fn checkin(&self, mut conn: Box<ServerConn>) {
         if conn.generation < self.generation.get() || self.open.get() > self.max_size.get() || !self.keeps_host(&conn) {
             drop(conn);
             self.slot_freed();
@@ -658,7 +660,7 @@ impl Drop for WaitGuard<'_> {
 
 /// A server connection lent to one client.
 pub struct Lease {
-    conn: Option<ServerConn>,
+    conn: Option<Box<ServerConn>>,
     pool: Rc<Pool>,
 }
 
@@ -690,13 +692,13 @@ impl Lease {
 impl std::ops::Deref for Lease {
     type Target = ServerConn;
     fn deref(&self) -> &ServerConn {
-        self.conn.as_ref().expect("lease holds a connection until released")
+        self.conn.as_deref().expect("lease holds a connection until released")
     }
 }
 
 impl std::ops::DerefMut for Lease {
     fn deref_mut(&mut self) -> &mut ServerConn {
-        self.conn.as_mut().expect("lease holds a connection until released")
+        self.conn.as_deref_mut().expect("lease holds a connection until released")
     }
 }
 
