@@ -110,7 +110,9 @@ fn round_robin_spreads_new_connections_over_the_hosts() {
     let (primary, standby) = primary_and_standby();
     let lane = pglane("", &database("spread", &[primary.port, standby.port], "load_balance_hosts = \"round-robin\""));
     // Two transactions open at once need two server connections: one each.
-    let open = |port: u16| {
+    // The second starts once the first holds its connection (its pg_sleep
+    // shows on one of the servers), and the first holds it for 3 s.
+    let open = |port: u16, sleep: u32| {
         let mut child = std::process::Command::new("psql")
             .args(["-X", "-q", "-A", "-t", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "spread"])
             .stdin(std::process::Stdio::piped())
@@ -119,10 +121,18 @@ fn round_robin_spreads_new_connections_over_the_hosts() {
             .unwrap();
         use std::io::Write;
         let stdin = child.stdin.as_mut().unwrap();
-        writeln!(stdin, "begin;\nselect inet_server_port();\nselect pg_sleep(1);\nselect inet_server_port();\ncommit;").unwrap();
+        writeln!(stdin, "begin;\nselect inet_server_port();\nselect pg_sleep({sleep});\nselect inet_server_port();\ncommit;")
+            .unwrap();
         child
     };
-    let (a, b) = (open(lane.port), open(lane.port));
+    let a = open(lane.port, 3);
+    let sleeping = "select count(*) from pg_stat_activity where query = 'select pg_sleep(3);'";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while primary.psql(sleeping) == "0" && standby.psql(sleeping) == "0" {
+        assert!(Instant::now() < deadline, "the first transaction never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let b = open(lane.port, 0);
     let ports = |child: std::process::Child| {
         let out = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap();
         let lines: Vec<u16> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
