@@ -594,7 +594,11 @@ fn may_begin_with_set_config(sql: &str) -> bool {
     };
     let after = after.trim_ascii_start();
     let starts = |word: &[u8]| after.get(..word.len()).is_some_and(|p| p.eq_ignore_ascii_case(word));
-    starts(b"set_config") || starts(b"pg_catalog")
+    match after.first().map(u8::to_ascii_lowercase) {
+        Some(b's') => starts(b"set_config"),
+        Some(b'p') => starts(b"pg_catalog"),
+        _ => false,
+    }
 }
 
 /// Recognizes `SELECT [pg_catalog.]set_config('name', 'value', is_local)`
