@@ -72,6 +72,16 @@ impl Stream {
         n > 0
     }
 
+    /// Closes the connection at once, dropping whatever was written and not
+    /// sent yet (see [`Socket::abandon`]); the stream is detached after.
+    pub fn abandon(&mut self) {
+        match std::mem::replace(self, Stream::Detached) {
+            Stream::Plain(socket) => socket.abandon(),
+            Stream::Tls(mut tls) => tls.get_mut().0.abandon(),
+            Stream::Detached => {}
+        }
+    }
+
     pub fn is_tls(&self) -> bool {
         matches!(self, Stream::Tls(_))
     }
