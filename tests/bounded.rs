@@ -9,12 +9,16 @@
 mod common;
 #[path = "common/flood.rs"]
 mod flood;
+#[path = "common/raw.rs"]
+mod raw;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use common::{postgres, Pglane, Psql};
 use flood::Flood;
+use pglane::protocol::frontend;
 
 /// How long each hostile client floods before it leaves: the WideRows one
 /// has filled both connections by then (the others take 10 s or so).
@@ -139,4 +143,149 @@ fn flooding_clients_ended_by_kill_or_query_timeout_leak_no_server_connection() {
     assert_nothing_leaked(&lane, db, pool_size, "query_timeout", &wrote);
     let log = lane.log();
     assert!(log.contains("query_timeout"), "no session ended by query_timeout:\n{}", &log[log.len().saturating_sub(4000)..]);
+}
+
+/// pglane's resident memory (VmRSS), in KiB.
+fn rss_kib(lane: &Pglane) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", lane.pid())).expect("pglane's status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// What one client that reads none of its replies may cost pglane at the
+/// default relay_buffer_size (64 KiB), whatever it sends in messages of a
+/// few bytes (see `client::relay`: its buffers, two inboxes, its queue of
+/// what is due, each up to twice over for the allocator): FUZZING.md has
+/// the figure measured, ≈ 0.6 MiB.
+const FLOODING_CLIENT_BOUND_KIB: u64 = 1024;
+
+/// RSS the allocator takes on for the first few floods whatever they cost
+/// (its pages for each size of buffer), on top of the bound per client.
+const ALLOCATOR_SLACK_KIB: u64 = 4096;
+
+#[test]
+fn an_unread_flood_costs_pglane_no_more_than_its_bound() {
+    let db = "bounded_memory";
+    postgres().fresh_database(db, Some("trustuser"));
+    let lane = pglane(db, 8, "");
+    let out = Psql::tcp(lane.port, "trustuser", "", "app").command("select 1").run().expect("warm-up");
+    assert_eq!(out.trim(), "1");
+    std::thread::sleep(Duration::from_millis(300));
+    let before = rss_kib(&lane);
+    let how_long = Duration::from_secs(6);
+    let addr = addr(&lane);
+    let kinds: Vec<Flood> = [Flood::Syncs, Flood::SimpleQueries, Flood::Extended].repeat(2);
+    let (peak, wrote, served) = std::thread::scope(|scope| {
+        let floods: Vec<_> = kinds
+            .iter()
+            .copied()
+            .map(|kind| {
+                scope.spawn(move || {
+                    let mut s = flood::connect_small(addr, 4096).expect("connect");
+                    flood::login(&mut s, "trustuser", "app").expect("login");
+                    let n = flood::flood_for(&mut s, kind, how_long);
+                    // Stay, unread, while the memory is looked at.
+                    std::thread::sleep(Duration::from_secs(1));
+                    (kind, n)
+                })
+            })
+            .collect();
+        // A well-behaved client meanwhile.
+        let polite = scope.spawn(move || {
+            let mut client = raw::RawClient::login(addr.port(), "trustuser", "app");
+            let (mut answered, mut slowest) = (0, Duration::ZERO);
+            let started = Instant::now();
+            while started.elapsed() < how_long {
+                let sent = Instant::now();
+                let got = raw::query(&mut client, "select 1");
+                assert_eq!(raw::first_column(&got), ["1"]);
+                answered += 1;
+                slowest = slowest.max(sent.elapsed());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (answered, slowest)
+        });
+        let mut peak = before;
+        let started = Instant::now();
+        while started.elapsed() < how_long + Duration::from_millis(500) {
+            peak = peak.max(rss_kib(&lane));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let wrote: Vec<_> = floods.into_iter().map(|f| f.join().unwrap()).collect();
+        (peak, wrote, polite.join().unwrap())
+    });
+    let growth = peak.saturating_sub(before);
+    let n = kinds.len() as u64;
+    eprintln!(
+        "floods wrote {wrote:?}; pglane's RSS {before} KiB -> peak {peak} KiB: {growth} KiB for {n} flooding clients \
+         ({} KiB each); meanwhile another client's select 1 was answered {} times, the slowest in {:?}",
+        growth / n,
+        served.0,
+        served.1
+    );
+    assert!(
+        growth <= n * FLOODING_CLIENT_BOUND_KIB + ALLOCATOR_SLACK_KIB,
+        "pglane grew {growth} KiB for {n} clients that read nothing: more than {FLOODING_CLIENT_BOUND_KIB} KiB each"
+    );
+    assert!(served.0 > 0, "the well-behaved client was not served during the floods");
+}
+
+/// Writes `requests` on a thread of its own while this one reads the
+/// answers up to the `readies`th ReadyForQuery; returns their tags.
+fn pipeline(lane: &Pglane, setup: &[u8], requests: Vec<u8>, readies: usize) -> String {
+    let mut client = raw::RawClient::login(lane.port, "trustuser", "app");
+    if !setup.is_empty() {
+        client.send(setup);
+        client.until_ready();
+    }
+    let mut writer = client.try_clone();
+    let sending = std::thread::spawn(move || writer.send(&requests));
+    let mut tags = String::new();
+    while tags.matches('Z').count() < readies {
+        tags.push(client.recv().tag as char);
+    }
+    sending.join().unwrap();
+    tags
+}
+
+#[test]
+fn a_client_pipelining_past_the_in_flight_limit_gets_every_answer() {
+    let db = "bounded_pipeline";
+    postgres().fresh_database(db, Some("trustuser"));
+    let lane = pglane(db, 2, "max_client_prepared_statements = 5000");
+    // 5000 statements run with no Sync until the end: the server holds the
+    // last of its answers until then (or until pglane asks it to flush).
+    let n = 5000;
+    let mut out = BytesMut::new();
+    for _ in 0..n {
+        frontend::parse(&mut out, "", "select 1", &[]);
+        frontend::bind(&mut out, "", "", &[], std::iter::empty(), &[]);
+        frontend::execute(&mut out, "", 0);
+    }
+    frontend::sync(&mut out);
+    let tags = pipeline(&lane, &[], out.to_vec(), 1);
+    for tag in ['1', '2', 'D', 'C'] {
+        assert_eq!(tags.matches(tag).count(), n, "answers {tag}");
+    }
+    assert!(tags.ends_with('Z'));
+
+    // pglane's own answers queued behind one the server holds back: a Bind
+    // and Execute, then 1,500 Parses of a statement the pool knows, which
+    // pglane answers itself once the server's answers are out.
+    let mut setup = BytesMut::new();
+    frontend::parse(&mut setup, "s0", "select 2", &[]);
+    frontend::sync(&mut setup);
+    let mut out = BytesMut::new();
+    frontend::bind(&mut out, "", "s0", &[], std::iter::empty(), &[]);
+    frontend::execute(&mut out, "", 0);
+    let named = 1500;
+    for i in 1..=named {
+        frontend::parse(&mut out, &format!("s{i}"), "select 2", &[]);
+    }
+    frontend::sync(&mut out);
+    let tags = pipeline(&lane, &setup, out.to_vec(), 1);
+    assert_eq!(tags, format!("2DC{}Z", "1".repeat(named)));
 }

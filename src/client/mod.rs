@@ -46,7 +46,7 @@ use crate::settings;
 use crate::prepare::ClientStatements;
 use exchange::Exchange;
 pub use relay::ServerSide;
-use relay::{Buffers, Deadline, Limits, Relay, RelayEnd};
+use relay::{Buffers, Deadline, Intake, Limits, Relay, RelayEnd};
 
 /// How long a departing client's server connection may take to roll back or
 /// reset before pglane closes it instead.
@@ -546,6 +546,7 @@ impl Session {
                 self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
             }
             let end = Relay {
+                intake: Intake::new(self.config.relay_buffer_size),
                 client: &mut self.client,
                 server: &mut server.stream,
                 buffers: &mut self.buffers,
@@ -667,6 +668,7 @@ impl Session {
         }
         self.entry.following.set(true);
         let end = follow::Follow {
+            intake: Intake::new(self.config.relay_buffer_size),
             client: &mut self.client,
             buffers: &mut self.buffers,
             exchange: &mut self.exchange,
