@@ -158,7 +158,7 @@ impl Follow<'_> {
             let outgoing = sent + b.to_server.len() + self.exchange.held_len();
             if matches!(stop, Ok(ClientStop::Drained))
                 && !b.from_client.eof
-                && self.intake.open(self.exchange, outgoing, b.to_client.len())
+                && self.intake.open(self.exchange.due_len(), outgoing, b.to_client.len())
             {
                 match b.from_client.poll_fill(cx, self.client) {
                     Poll::Ready(Ok(_)) => {

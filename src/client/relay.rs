@@ -66,11 +66,11 @@ impl Intake {
         Intake { buffer, paused: false, flushed: false }
     }
 
-    /// Whether more of the client's messages may be taken now: `outgoing`
-    /// bytes of its are on their way to the server (pglane's buffer, what
-    /// the exchange holds back), `replies` bytes wait for it to read them.
-    pub(super) fn open(&mut self, exchange: &Exchange, outgoing: usize, replies: usize) -> bool {
-        let due = exchange.due_len();
+    /// Whether more of the client's messages may be taken now: `due`
+    /// answers are due to it, `outgoing` bytes of its are on their way to the
+    /// server (pglane's buffer, what the exchange holds back), `replies`
+    /// bytes wait for it to read them.
+    pub(super) fn open(&mut self, due: usize, outgoing: usize, replies: usize) -> bool {
         if due >= MAX_IN_FLIGHT {
             self.paused = true;
         } else if due <= MAX_IN_FLIGHT / 2 {
@@ -297,7 +297,8 @@ pub(super) fn take_client_messages(
             break ClientStop::Drained;
         }
         // Not in the middle of a streamed message: its bytes are on their way.
-        if from_client.at_boundary() && !intake.open(exchange, elsewhere + to_server.len() + exchange.held_len(), to_client.len())
+        if from_client.at_boundary()
+            && !intake.open(exchange.due_len(), elsewhere + to_server.len() + exchange.held_len(), to_client.len())
         {
             break ClientStop::Full;
         }
@@ -453,7 +454,7 @@ impl Relay<'_> {
             let outgoing = b.to_server.len() + self.exchange.held_len();
             if matches!(stop, Ok(ClientStop::Drained))
                 && !b.from_client.eof
-                && self.intake.open(self.exchange, outgoing, b.to_client.len())
+                && self.intake.open(self.exchange.due_len(), outgoing, b.to_client.len())
             {
                 match b.from_client.poll_fill(cx, self.client) {
                     Poll::Ready(Ok(_)) => {
@@ -605,5 +606,33 @@ impl Relay<'_> {
             return Step::Done(RelayEnd::Shutdown);
         }
         Step::Idle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_intake_closes_on_a_full_buffer_either_way_and_on_too_many_answers_due() {
+        let mut intake = Intake::new(1000);
+        assert!(intake.open(0, 0, 0));
+        assert!(!intake.open(0, 1000, 0), "what goes to the server fills the buffer");
+        assert!(!intake.open(0, 0, 1000), "the client does not read its replies");
+        assert!(intake.open(MAX_IN_FLIGHT - 1, 999, 999));
+        assert!(!intake.flush_due(), "no Flush while it is open");
+    }
+
+    #[test]
+    fn too_many_answers_due_pause_it_until_half_have_come_with_one_flush() {
+        let mut intake = Intake::new(1000);
+        assert!(!intake.open(MAX_IN_FLIGHT, 0, 0));
+        assert!(intake.flush_due(), "a Flush as it stops");
+        assert!(!intake.flush_due(), "one per pause");
+        assert!(!intake.open(MAX_IN_FLIGHT / 2 + 1, 0, 0), "still paused above half");
+        assert!(!intake.flush_due());
+        assert!(intake.open(MAX_IN_FLIGHT / 2, 0, 0), "open again at half");
+        assert!(!intake.open(MAX_IN_FLIGHT, 0, 0));
+        assert!(intake.flush_due(), "the next pause has its own Flush");
     }
 }
