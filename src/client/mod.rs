@@ -56,57 +56,49 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net::SocketAddr>) {
     let config = shard.shared.config.load_full();
     // Boxed, like the other rarely-running large futures below (the admin
-    // console, opening a server connection): an async fn's future is as big
-    // as its biggest state, and this one lives as long as the client. Inline,
-    // they made each idle client's task 47 KB.
+    // console, opening a server connection, refusing and ending): an async
+    // fn's future is as big as its biggest state, and this one lives as long
+    // as the client. Inline, they made each idle client's task 47 KB.
     // What the client sent beyond what the login read (a pipelined first
     // query, node-postgres' Terminate): the session's first messages.
     let mut pending = BytesMut::new();
-    let login =
-        with_timeout(Config::secs(config.client_login_timeout), Box::pin(login(shard, &config, &mut stream, peer, &mut pending)))
-            .await;
-    let (params, target) = match login {
-        Some(Ok(Some(ok))) => ok,
-        Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
-        Some(Err(e)) => {
-            debug!(?peer, "login failed: {e}");
-            if let Some(fields) = e.client_message() {
-                send_error(&mut stream, &fields).await;
+    let (params, target) = {
+        let login = Box::pin(login(shard, &config, &mut stream, peer, &mut pending));
+        let refusal = match with_timeout(Config::secs(config.client_login_timeout), login).await {
+            Some(Ok(Some(ok))) => Ok(ok),
+            Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
+            Some(Err(e)) => {
+                debug!(?peer, "login failed: {e}");
+                Err(e)
             }
-            if let SessionError::RefusedOldProtocol(fields) = &e {
-                let mut out = BytesMut::new();
-                backend::error_response_v2(&mut out, fields);
-                let _ = stream.write_all(&out).await;
-            }
-            return;
-        }
-        None => {
-            send_error(&mut stream, &ErrorFields::fatal("08P01", "client_login_timeout: login took too long")).await;
-            return;
+            None => Err(SessionError::Refused(ErrorFields::fatal("08P01", "client_login_timeout: login took too long"))),
+        };
+        match refusal {
+            Ok(ok) => ok,
+            Err(e) => return Box::pin(refuse(&mut stream, e)).await,
         }
     };
-    let user = params.user().unwrap_or_default().to_owned();
-    let database = params.database().unwrap_or_default().to_owned();
-    if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&database) {
-        // DISABLE in the admin console; PgBouncer's words.
-        send_error(&mut stream, &ErrorFields::fatal("08P01", format!("database does not allow connections: {database}"))).await;
-        return;
-    }
     let info = ClientInfo {
-        user: user.clone(),
-        database: database.clone(),
+        user: params.user().unwrap_or_default().to_owned(),
+        database: params.database().unwrap_or_default().to_owned(),
         addr: peer.map(|p| p.ip().to_string()).unwrap_or_default(),
         port: peer.map(|p| p.port()).unwrap_or(0),
         application_name: params.get("application_name").unwrap_or_default().to_owned(),
         admin: matches!(target, Target::Admin { .. }),
         tls: stream.tls_description(),
     };
+    if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&info.database) {
+        // DISABLE in the admin console; PgBouncer's words.
+        let refusal = ErrorFields::fatal("08P01", format!("database does not allow connections: {}", info.database));
+        return Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
+    }
     let Some((process_id, entry)) = shard.register_client(info) else {
         // Peered, each shard has a few thousand keys to give (see `runtime::keys`).
         warn!(?peer, "client refused: every cancel key of this shard is in use");
-        send_error(&mut stream, &ErrorFields::fatal("53300", "sorry, too many clients already")).await;
-        return;
+        let refusal = ErrorFields::fatal("53300", "sorry, too many clients already");
+        return Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
     };
+    let (user, database) = (&entry.info.user, &entry.info.database);
     info!(?peer, %user, %database, process_id, "client logged in");
     let pool = match target {
         Target::Pool(pool) => pool,
@@ -123,7 +115,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
             return;
         }
     };
-    let mode = config.pool_mode_for(&database, &user);
+    let mode = config.pool_mode_for(&entry.info.database, &entry.info.user);
     let auto_prepare = config.auto_prepare_policy();
     let exchange = match mode {
         // The client keeps its server connection: nothing to share or rename.
@@ -151,22 +143,22 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         skip_ready: 0,
     };
     session.buffers.from_client.preload(&pending);
-    match session.run(&params).await {
-        Ok(()) => {
-            info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client closed the connection")
-        }
-        Err(e) => {
-            info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client session ended: {e}");
-            if let Some(fields) = e.client_message() {
-                if session.buffers.from_server.at_boundary() && session.buffers.to_client.is_empty() {
-                    send_error(&mut session.client, &fields).await;
-                }
-            }
-        }
+    drop(pending);
+    let ended = session.run(params).await;
+    Box::pin(session.end(ended, peer)).await;
+}
+
+/// Tells a client why it may not log in (if there is something to tell),
+/// and closes its connection.
+async fn refuse(stream: &mut Stream, why: SessionError) {
+    if let Some(fields) = why.client_message() {
+        send_error(stream, &fields).await;
     }
-    session.flush_counters();
-    shard.shutdown.forget(u64::from(process_id as u32));
-    shard.unregister_client(process_id);
+    if let SessionError::RefusedOldProtocol(fields) = &why {
+        let mut out = BytesMut::new();
+        backend::error_response_v2(&mut out, fields);
+        let _ = stream.write_all(&out).await;
+    }
 }
 
 /// Serves a replication client (see `replication`): its own server
@@ -483,6 +475,15 @@ struct Session {
     skip_ready: usize,
 }
 
+/// How a transaction ended for the session.
+#[derive(PartialEq, Eq)]
+enum Transaction {
+    /// The server connection went back: wait for the client's next request.
+    Over,
+    /// The client left.
+    SessionOver,
+}
+
 /// What the client did while it held no server connection.
 enum Idle {
     /// It sent (the start of) a message: it needs a server.
@@ -497,26 +498,20 @@ enum Idle {
 }
 
 impl Session {
-    async fn run(&mut self, startup: &StartupParams) -> Result<(), SessionError> {
+    async fn run(&mut self, startup: StartupParams) -> Result<(), SessionError> {
         let wait = Config::secs(self.config.query_wait_timeout);
         let server_params = Box::pin(self.pool.server_params(wait)).await?;
         if self.config.auto_prepare {
             autoprep::start_validator(&self.pool);
         }
-        self.take_startup_settings(startup).await?;
+        // Boxed: it may query a server, a large future, once per client.
+        Box::pin(self.take_startup_settings(&startup)).await?;
         self.greet(&server_params, self.process_id).await?;
-        let mut lease = match self.mode {
-            PoolMode::Session => Some(self.checkout().await?),
-            PoolMode::Transaction => None,
-        };
+        drop((startup, server_params));
         loop {
-            let server = match lease.as_mut() {
-                Some(server) => server,
-                None => match self.wait_for_client_limited().await? {
-                    Idle::Message => match self.take_server().await? {
-                        Some(server) => lease.insert(server),
-                        None => return Ok(()), // it left while waiting behind another client
-                    },
+            if self.mode == PoolMode::Transaction {
+                match self.wait_for_client_limited().await? {
+                    Idle::Message => {}
                     Idle::Gone => return Ok(()),
                     Idle::Shutdown => return Err(shutting_down()),
                     Idle::Killed => return Err(killed()),
@@ -526,119 +521,149 @@ impl Session {
                             "terminating connection due to client_idle_timeout",
                         )))
                     }
-                },
-            };
-            if !self.startup_applied && self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
-                match self.apply_startup_settings(server).await {
-                    Ok(spelled) => self.learn_spellings(&spelled),
-                    Err(refused) => return Err(self.startup_settings_failed(lease.take(), refused).await),
                 }
             }
-            let release_when_idle = self.mode == PoolMode::Transaction;
-            let pipelining = self.may_pipeline();
-            // A request sent behind another client's started running when
-            // that one's ended, about when the connection came.
-            let busy_since = (!self.exchange.is_quiet()).then(crate::rt::now);
-            let waker_id = self.waker_id();
-            let server = &mut **server;
-            if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
-                let session = &mut server.session.borrow_mut();
-                self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
+            // Boxed: what only a transaction needs (its server connection,
+            // the relay) is allocated while one runs. Inline, an idle
+            // client's task would be as big as a busy one's.
+            if Box::pin(self.transaction()).await? == Transaction::SessionOver {
+                return Ok(());
             }
-            let end = Relay {
-                intake: Intake::new(self.config.relay_buffer_size),
-                client: &mut self.client,
-                server: &mut server.stream,
-                buffers: &mut self.buffers,
-                exchange: &mut self.exchange,
-                sources: exchange::Sources {
-                    registry: &self.pool.registry,
-                    client: &mut self.statements,
-                    client_settings: &mut self.settings,
-                    server: &server.session,
-                    negotiation: (self.config.negotiates() && self.mode == PoolMode::Transaction).then_some(
-                        exchange::Negotiation {
-                            server_params: &server.params,
-                            output_defaults: &server.output_defaults,
-                            max_row: self.config.max_message_size,
-                        },
-                    ),
-                },
-                release_when_idle,
-                shutdown: &self.shard.shutdown,
-                killed: &self.entry.killed,
-                waker_id,
-                waker_left: &mut self.waker_left,
-                saw_ready: false,
-                busy_since,
-                limits: Limits {
-                    query: Config::optional_secs(self.config.query_timeout),
-                    idle_in_transaction: Config::optional_secs(self.config.idle_transaction_timeout),
-                },
-                deadline: None,
-                pipelining: pipelining.then_some(&self.pool),
-                offer: &mut self.offer,
-                posted: None,
-                followable: false,
-                skip_ready: &mut self.skip_ready,
-                server_said_fatal: false,
-                server_write_failed: None,
+        }
+    }
+
+    /// One transaction (in session mode, the whole session): a server
+    /// connection for it, the relay, and the connection given back.
+    async fn transaction(&mut self) -> Result<Transaction, SessionError> {
+        let mut lease = match self.mode {
+            PoolMode::Session => self.checkout().await?,
+            PoolMode::Transaction => match self.take_server().await? {
+                Some(server) => server,
+                None => return Ok(Transaction::SessionOver), // it left while waiting behind another client
+            },
+        };
+        if !self.startup_applied && self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
+            // Boxed: a server query's future is large, and this runs once per client.
+            match Box::pin(self.apply_startup_settings(&mut lease)).await {
+                Ok(spelled) => self.learn_spellings(&spelled),
+                Err(refused) => return Err(self.startup_settings_failed(lease, refused).await),
             }
-            .await;
-            let offer = self.offer.take();
-            self.flush_counters();
-            match end {
-                RelayEnd::Released => {
-                    let server = lease.take();
-                    *self.entry.server.borrow_mut() = None;
-                    if let Some(server) = server {
-                        self.pass_on(server, offer, false).await;
+        }
+        let release_when_idle = self.mode == PoolMode::Transaction;
+        let pipelining = self.may_pipeline();
+        // A request sent behind another client's started running when
+        // that one's ended, about when the connection came.
+        let busy_since = (!self.exchange.is_quiet()).then(crate::rt::now);
+        let waker_id = self.waker_id();
+        let server = &mut *lease;
+        if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
+            let session = &mut server.session.borrow_mut();
+            self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
+        }
+        let end = Relay {
+            intake: Intake::new(self.config.relay_buffer_size),
+            client: &mut self.client,
+            server: &mut server.stream,
+            buffers: &mut self.buffers,
+            exchange: &mut self.exchange,
+            sources: exchange::Sources {
+                registry: &self.pool.registry,
+                client: &mut self.statements,
+                client_settings: &mut self.settings,
+                server: &server.session,
+                negotiation: (self.config.negotiates() && self.mode == PoolMode::Transaction).then_some(exchange::Negotiation {
+                    server_params: &server.params,
+                    output_defaults: &server.output_defaults,
+                    max_row: self.config.max_message_size,
+                }),
+            },
+            release_when_idle,
+            shutdown: &self.shard.shutdown,
+            killed: &self.entry.killed,
+            waker_id,
+            waker_left: &mut self.waker_left,
+            saw_ready: false,
+            busy_since,
+            limits: Limits {
+                query: Config::optional_secs(self.config.query_timeout),
+                idle_in_transaction: Config::optional_secs(self.config.idle_transaction_timeout),
+            },
+            deadline: None,
+            pipelining: pipelining.then_some(&self.pool),
+            offer: &mut self.offer,
+            posted: None,
+            followable: false,
+            skip_ready: &mut self.skip_ready,
+            server_said_fatal: false,
+            server_write_failed: None,
+        }
+        .await;
+        let offer = self.offer.take();
+        self.flush_counters();
+        match end {
+            RelayEnd::Released => {
+                *self.entry.server.borrow_mut() = None;
+                self.pass_on(lease, offer, false).await;
+                Ok(Transaction::Over)
+            }
+            RelayEnd::ClientLeft => {
+                self.pass_on(lease, offer, true).await;
+                Ok(Transaction::SessionOver)
+            }
+            RelayEnd::Shutdown => {
+                self.give_back(lease).await;
+                Err(shutting_down())
+            }
+            RelayEnd::ServerClosed => {
+                Err(SessionError::Refused(ErrorFields::fatal("08006", "server closed the connection unexpectedly")))
+            }
+            RelayEnd::ServerError(e) => Err(SessionError::Server(ServerError::Write(e))),
+            RelayEnd::ServerEnded => {
+                // The server's FATAL is the client's last message, as on PostgreSQL.
+                let _ = self.client.write_all(&self.buffers.to_client).await;
+                self.buffers.to_client.clear();
+                Err(SessionError::ServerEnded)
+            }
+            RelayEnd::ClientError(e) => {
+                self.pass_to_follower(lease, offer).await;
+                Err(SessionError::ClientProtocol(e))
+            }
+            RelayEnd::Killed => {
+                self.pass_to_follower(lease, offer).await;
+                Err(killed())
+            }
+            RelayEnd::TimedOut(deadline) => {
+                // A running query is cancelled and its connection closed; an
+                // idle transaction is rolled back and its connection kept.
+                self.give_back(lease).await;
+                let (code, message) = match deadline {
+                    Deadline::Query => ("57014", "canceling statement due to query_timeout; closing the connection"),
+                    Deadline::IdleInTransaction => ("25P03", "terminating connection due to idle_transaction_timeout"),
+                };
+                Err(SessionError::Refused(ErrorFields::fatal(code, message)))
+            }
+        }
+    }
+
+    /// The session is over, as `ended` says: logged, the client told why if
+    /// it can still be told, and the client forgotten by the shard.
+    async fn end(&mut self, ended: Result<(), SessionError>, peer: Option<std::net::SocketAddr>) {
+        let age = self.entry.connected_at.elapsed().unwrap_or_default();
+        let (user, database) = (&self.entry.info.user, &self.entry.info.database);
+        match ended {
+            Ok(()) => info!(?peer, %user, %database, ?age, "client closed the connection"),
+            Err(e) => {
+                info!(?peer, %user, %database, ?age, "client session ended: {e}");
+                if let Some(fields) = e.client_message() {
+                    if self.buffers.from_server.at_boundary() && self.buffers.to_client.is_empty() {
+                        send_error(&mut self.client, &fields).await;
                     }
-                }
-                RelayEnd::ClientLeft => {
-                    if let Some(server) = lease.take() {
-                        self.pass_on(server, offer, true).await;
-                    }
-                    return Ok(());
-                }
-                RelayEnd::Shutdown => {
-                    if let Some(server) = lease.take() {
-                        self.give_back(server).await;
-                    }
-                    return Err(shutting_down());
-                }
-                RelayEnd::ServerClosed => {
-                    return Err(SessionError::Refused(ErrorFields::fatal("08006", "server closed the connection unexpectedly")))
-                }
-                RelayEnd::ServerError(e) => return Err(SessionError::Server(ServerError::Write(e))),
-                RelayEnd::ServerEnded => {
-                    // The server's FATAL is the client's last message, as on PostgreSQL.
-                    let _ = self.client.write_all(&self.buffers.to_client).await;
-                    self.buffers.to_client.clear();
-                    return Err(SessionError::ServerEnded);
-                }
-                RelayEnd::ClientError(e) => {
-                    self.pass_to_follower(lease.take(), offer).await;
-                    return Err(SessionError::ClientProtocol(e));
-                }
-                RelayEnd::Killed => {
-                    self.pass_to_follower(lease.take(), offer).await;
-                    return Err(killed());
-                }
-                RelayEnd::TimedOut(deadline) => {
-                    // A running query is cancelled and its connection closed; an
-                    // idle transaction is rolled back and its connection kept.
-                    if let Some(server) = lease.take() {
-                        self.give_back(server).await;
-                    }
-                    let (code, message) = match deadline {
-                        Deadline::Query => ("57014", "canceling statement due to query_timeout; closing the connection"),
-                        Deadline::IdleInTransaction => ("25P03", "terminating connection due to idle_transaction_timeout"),
-                    };
-                    return Err(SessionError::Refused(ErrorFields::fatal(code, message)));
                 }
             }
         }
+        self.flush_counters();
+        self.shard.shutdown.forget(self.waker_id());
+        self.shard.unregister_client(self.process_id);
     }
 
     /// Server pipelining applies to this client now (see `pool::Opening`).
@@ -756,8 +781,8 @@ impl Session {
     /// The client is going with its server connection mid-conversation: if
     /// a follower waits behind it, the connection goes to the follower (see
     /// `pass_on`); else it is closed, by dropping it.
-    async fn pass_to_follower(&mut self, server: Option<Lease>, offer: Option<Offer>) {
-        if let (Some(server), Some(offer)) = (server, offer) {
+    async fn pass_to_follower(&mut self, server: Lease, offer: Option<Offer>) {
+        if let Some(offer) = offer {
             self.pass_on(server, Some(offer), true).await;
         }
     }
@@ -926,11 +951,10 @@ impl Session {
     /// Applying the startup settings failed (`refused` by the server, or
     /// with `None` the connection broke): gives `server` back if it is as it
     /// was, else closes it, and returns the error that ends the session.
-    async fn startup_settings_failed(&mut self, server: Option<Lease>, refused: Option<SessionError>) -> SessionError {
-        match server {
-            Some(server) if refused.is_some() => self.give_back(server).await,
-            _ => {} // dropping the lease closes it
-        }
+    async fn startup_settings_failed(&mut self, server: Lease, refused: Option<SessionError>) -> SessionError {
+        if refused.is_some() {
+            self.give_back(server).await;
+        } // else dropping the lease closes it
         refused.unwrap_or_else(|| {
             SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
         })
@@ -982,29 +1006,54 @@ impl Session {
     /// Waits, holding no server, until the client sends something. A
     /// shutdown ends the wait, except for a client that has not had a
     /// transaction yet while the port is handed over (so_reuseport): its
-    /// first request is on the way, and it gets to run it.
+    /// first request is on the way, and it gets to run it. While nothing is
+    /// in its inbox, the inbox holds no buffer: an idle client costs none
+    /// (except over TLS, which keeps buffers of its own anyway).
     async fn wait_for_client(&mut self) -> Result<Idle, SessionError> {
+        use std::task::Poll;
         let id = self.waker_id();
         let spared = self.config.so_reuseport && !self.entry.has_been_served();
-        let (inbox, client, shutdown, killed, waker_left) =
-            (&mut self.buffers.from_client, &mut self.client, &self.shard.shutdown, &self.entry.killed, &mut self.waker_left);
+        let tls = self.client.is_tls();
+        let (inbox, client, shutdown, killed, waker_left, shard) = (
+            &mut self.buffers.from_client,
+            &mut self.client,
+            &self.shard.shutdown,
+            &self.entry.killed,
+            &mut self.waker_left,
+            &self.shard,
+        );
         futures_lite::future::poll_fn(|cx| loop {
             if killed.get() {
-                return std::task::Poll::Ready(Ok(Idle::Killed));
+                return Poll::Ready(Ok(Idle::Killed));
             }
             match inbox.pending().first() {
-                Some(&crate::protocol::frontend::TERMINATE) => return std::task::Poll::Ready(Ok(Idle::Gone)),
-                Some(_) => return std::task::Poll::Ready(Ok(Idle::Message)),
-                None if inbox.eof => return std::task::Poll::Ready(Ok(Idle::Gone)),
+                Some(&crate::protocol::frontend::TERMINATE) => return Poll::Ready(Ok(Idle::Gone)),
+                Some(_) => return Poll::Ready(Ok(Idle::Message)),
+                None if inbox.eof => return Poll::Ready(Ok(Idle::Gone)),
                 None => {}
             }
             if !spared && shutdown.poll_fired_once(id, cx, waker_left) {
-                return std::task::Poll::Ready(Ok(Idle::Shutdown));
+                return Poll::Ready(Ok(Idle::Shutdown));
+            }
+            if !inbox.has_buffer() {
+                match client.poll_readable(cx) {
+                    Poll::Ready(Ok(())) => inbox.give_buffer(shard.take_inbox_buffer()),
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(SessionError::ClientIo(e))),
+                    Poll::Pending => return Poll::Pending,
+                }
             }
             match inbox.poll_fill(cx, client) {
-                std::task::Poll::Ready(Ok(_)) => continue,
-                std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(SessionError::ClientIo(e))),
-                std::task::Poll::Pending => return std::task::Poll::Pending,
+                Poll::Ready(Ok(_)) => continue,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(SessionError::ClientIo(e))),
+                Poll::Pending => {
+                    // Nothing came: the buffer goes back (a grown one is let go).
+                    if let Some(buf) = if tls { None } else { inbox.take_buffer() } {
+                        if buf.len() == inbox::INITIAL {
+                            shard.return_inbox_buffer(buf);
+                        }
+                    }
+                    return Poll::Pending;
+                }
             }
         })
         .await

@@ -213,6 +213,21 @@ impl Drop for Socket {
     }
 }
 
+impl Socket {
+    /// Waits until a read would find bytes (or the end of the stream),
+    /// without reading: a caller that needs a buffer to read into takes one
+    /// only then.
+    pub fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.maybe_readable && self.read_wait.is_none() {
+            return Poll::Ready(Ok(()));
+        }
+        let fd = self.fd.as_raw_fd();
+        std::task::ready!(poll_wait(&mut self.read_wait, fd, (libc::POLLIN | libc::POLLRDHUP) as u32, cx))?;
+        self.maybe_readable = true;
+        Poll::Ready(Ok(()))
+    }
+}
+
 impl AsyncRead for Socket {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();

@@ -69,8 +69,11 @@ const COMPLETION_ENTRIES: u32 = 4096;
 /// the copy would cost more than the context switch it saves).
 pub const SEND_QUEUE_LIMIT: usize = 64 * 1024;
 
-/// A slot keeps its send buffer for the next send up to this size.
+/// Send buffers up to this size are kept for the next sends, up to
+/// [`SPARE_SEND_BUFFERS`] of them (not in their slots: a slot that waits for
+/// an idle client to speak must not hold one).
 const SEND_BUFFER_KEPT: usize = 16 * 1024;
+const SPARE_SEND_BUFFERS: usize = 64;
 
 /// How long a dropped socket's last send may wait for its peer to take it
 /// before the reactor gives up on it and closes the descriptor.
@@ -117,7 +120,6 @@ enum SendPhase {
 }
 
 /// The bytes of a queued send, owned here until the kernel has them all.
-/// Kept per slot, so that a slot's buffer is reused by its next send.
 struct Outgoing {
     phase: SendPhase,
     fd: RawFd,
@@ -155,6 +157,8 @@ pub struct Reactor {
     sends_in_ring: Vec<u32>,
     /// Completions taken off the ring, reused from one reap to the next.
     completed: Vec<(u64, i32)>,
+    /// Emptied send buffers, for the next sends.
+    spare_sends: Vec<Vec<u8>>,
     /// Sends of dropped sockets, oldest first (see [`SEND_LINGER`]).
     lingering: std::collections::VecDeque<Lingering>,
     free: Vec<u32>,
@@ -192,6 +196,7 @@ impl Reactor {
             queued_sends: Vec::new(),
             sends_in_ring: Vec::new(),
             completed: Vec::new(),
+            spare_sends: Vec::new(),
             lingering: std::collections::VecDeque::new(),
             free: Vec::new(),
             timers: BTreeMap::new(),
@@ -240,11 +245,12 @@ impl Reactor {
     /// may add to it with [`Reactor::append_send`] until the turn ends.
     pub fn queue_send(&mut self, fd: RawFd, data: &[u8]) -> Token {
         let token = self.slot();
+        let buffer = self.spare_sends.pop().unwrap_or_default();
         let out = &mut self.outgoing[token.index as usize];
         out.phase = SendPhase::Queued;
         out.fd = fd;
         out.sent = 0;
-        out.data.clear();
+        out.data = buffer;
         out.data.extend_from_slice(data);
         self.queued_sends.push(token.index);
         token
@@ -420,13 +426,13 @@ impl Reactor {
     fn finish_send(&mut self, index: u32, result: i32) -> bool {
         let out = &mut self.outgoing[index as usize];
         out.phase = SendPhase::None;
-        out.data.clear();
-        if out.data.capacity() > SEND_BUFFER_KEPT {
-            // A bulk write's buffer is not kept by every slot that saw one.
-            out.data = Vec::new();
-        }
+        let mut buffer = std::mem::take(&mut out.data);
         out.sent = 0;
         drop(out.owned_fd.take());
+        if buffer.capacity() <= SEND_BUFFER_KEPT && self.spare_sends.len() < SPARE_SEND_BUFFERS {
+            buffer.clear();
+            self.spare_sends.push(buffer);
+        }
         let slot = &mut self.slots[index as usize].1;
         match std::mem::replace(slot, Slot::Done(result)) {
             Slot::Waiting(Some(waker)) => {

@@ -51,6 +51,10 @@ const REGISTRY_CAPACITY: usize = 10_000;
 /// Server-side relay buffer sets a shard keeps for reuse (each ≈ 40 KB).
 const SPARE_BUFFERS: usize = 256;
 
+/// Client inbox buffers a shard keeps for reuse (each 4 KiB): about as many
+/// as clients speak at once.
+const SPARE_INBOXES: usize = 64;
+
 /// The nice value of a shard's blocking thread: when the shard's own thread
 /// and a long computation compete for the core, the shard gets most of it.
 const BLOCKING_NICE: libc::c_int = 10;
@@ -236,6 +240,9 @@ pub struct Shard {
     /// The pools of databases the `*` entry serves (see
     /// [`Shard::drop_unused_fallback_pools`]).
     fallback_pools: RefCell<std::collections::HashSet<(String, String)>>,
+    /// Inbox buffers given up by clients that went quiet, for the next
+    /// client that speaks.
+    spare_inboxes: RefCell<Vec<Vec<u8>>>,
     /// Recent auth_query answers (see `client::auth_query`).
     pub auth_query_cache: crate::client::auth_query::SecretCache,
     /// How to log in to the server as an auth_query user, by (database,
@@ -348,6 +355,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 applied_generation: Cell::new(0),
                 scram_secrets: RefCell::default(),
                 spare_buffers: RefCell::default(),
+                spare_inboxes: RefCell::default(),
                 auth_query_cache: Default::default(),
                 learned_logins: RefCell::default(),
                 hosts_checked: Cell::new(std::time::Instant::now()),
@@ -821,6 +829,21 @@ impl Shard {
         let mut spare = self.spare_buffers.borrow_mut();
         if spare.len() < SPARE_BUFFERS {
             spare.push(side);
+        }
+    }
+
+    /// An inbox buffer for a client that has something to say (empty if
+    /// none is spare: the inbox then makes its own).
+    pub fn take_inbox_buffer(&self) -> Vec<u8> {
+        self.spare_inboxes.borrow_mut().pop().unwrap_or_default()
+    }
+
+    /// The inbox buffer of a client that went quiet, kept for the next one
+    /// (up to [`SPARE_INBOXES`]).
+    pub fn return_inbox_buffer(&self, buf: Vec<u8>) {
+        let mut spare = self.spare_inboxes.borrow_mut();
+        if spare.len() < SPARE_INBOXES {
+            spare.push(buf);
         }
     }
 
