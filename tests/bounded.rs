@@ -289,3 +289,113 @@ fn a_client_pipelining_past_the_in_flight_limit_gets_every_answer() {
     let tags = pipeline(&lane, &setup, out.to_vec(), 1);
     assert_eq!(tags, format!("2DC{}Z", "1".repeat(named)));
 }
+
+/// `n` raw trusted logins to `database`, held open.
+fn hold_logins(lane: &Pglane, n: usize, database: &str) -> Vec<raw::RawClient> {
+    (0..n).map(|_| raw::RawClient::login(lane.port, "trustuser", database)).collect()
+}
+
+/// The SQLSTATE a login as `user` to `database` is refused with, if it is.
+fn refusal(lane: &Pglane, user: &str, database: &str) -> Option<String> {
+    let (_client, answer) = raw::RawClient::start(lane.port, &[("user", user), ("database", database)]);
+    raw::error_code(&answer)
+}
+
+/// A login that should succeed, tried for up to 10 s: pglane counts a
+/// client that left until it has seen it go.
+fn login_soon(lane: &Pglane, user: &str, database: &str) -> raw::RawClient {
+    let started = Instant::now();
+    loop {
+        let (client, answer) = raw::RawClient::start(lane.port, &[("user", user), ("database", database)]);
+        match raw::error_code(&answer) {
+            None => return client,
+            Some(code) if started.elapsed() > Duration::from_secs(10) => panic!("{user} to {database}: refused with {code}"),
+            Some(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+#[test]
+fn the_admin_console_still_connects_when_max_client_conn_is_full() {
+    let db = "bounded_admin";
+    postgres().fresh_database(db, Some("trustuser"));
+    let lane = pglane(db, 2, "max_client_conn = 5\n[users.someone]");
+    let _full = hold_logins(&lane, 5, "app");
+    assert_eq!(refusal(&lane, "trustuser", "app").as_deref(), Some("53300"), "a sixth client");
+    // The admin, twice over: two connections are kept for admin_users.
+    let mut first = login_soon(&lane, "trustuser", "pgbouncer");
+    let clients = raw::query(&mut first, "SHOW CLIENTS");
+    assert_eq!(clients.iter().filter(|m| m.tag == b'D').count(), 6, "the five clients and the admin");
+    let second = login_soon(&lane, "trustuser", "pgbouncer");
+    assert_eq!(refusal(&lane, "trustuser", "pgbouncer").as_deref(), Some("53300"), "a third admin connection");
+    assert_eq!(refusal(&lane, "someone", "pgbouncer").as_deref(), Some("53300"), "not an admin user");
+    drop(second);
+    let mut again = login_soon(&lane, "trustuser", "pgbouncer");
+    assert_eq!(raw::error_code(&raw::query(&mut again, "SHOW POOLS")), None, "the reserved connection comes back");
+}
+
+/// pglane's log lines that contain `needle`.
+fn log_lines(lane: &Pglane, needle: &str) -> Vec<String> {
+    lane.log().lines().filter(|l| l.contains(needle)).map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_logins_and_timeouts_are_logged_escaped_and_rate_limited_and_cancels_are_not() {
+    let lane = Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\nauth_type = \"md5\"\nclient_login_timeout = 1\n\
+             [databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"postgres\"\npool_size = 1\n\
+             [users.md5user]\npassword = \"md5pass\"\n",
+            postgres().port
+        ),
+        &["--cores", "2"],
+    );
+    // A wrong password, by a user whose name would forge a log line and
+    // paint the terminal: one line, with the address, user and database.
+    let evil = "mallory\n2026-12-01T00:00:00Z  INFO client logged in user=admin\u{1b}[2J";
+    let wrong = common::try_connect(lane.port, evil, "guess", "app\u{7}").await;
+    assert!(wrong.is_err());
+    // A login that never finishes.
+    let silent = std::net::TcpStream::connect(("127.0.0.1", lane.port)).unwrap();
+    // 300 cancel requests with made-up keys, half of them for the other
+    // shard (`runtime::keys`: the mark, then the shard in the top 8 bits of 30).
+    for i in 0..300u32 {
+        let mut out = BytesMut::new();
+        pglane::protocol::startup::encode_cancel(&mut out, (1 << 30 | (i % 2) << 22 | i) as i32, i as i32);
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", lane.port)).unwrap();
+        std::io::Write::write_all(&mut s, &out).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    drop(silent);
+
+    let failed = log_lines(&lane, "login failed");
+    assert_eq!(failed.len(), 2, "one line per failed login:\n{}", failed.join("\n"));
+    let wrong_line = failed.iter().find(|l| l.contains("password")).expect("the wrong password's line");
+    assert!(wrong_line.contains(" INFO "), "{wrong_line}");
+    assert!(wrong_line.contains("addr=127.0.0.1:"), "{wrong_line}");
+    assert!(wrong_line.contains(r"user=mallory\n2026-12-01T00:00:00Z  INFO client logged in user=admin\x1b[2J"), "{wrong_line}");
+    assert!(wrong_line.contains(r"database=app\x07"), "{wrong_line}");
+    let timeout_line = failed.iter().find(|l| l.contains("client_login_timeout")).expect("the timeout's line");
+    assert!(timeout_line.contains(" INFO ") && timeout_line.contains("addr=127.0.0.1:"), "{timeout_line}");
+    let log = lane.log();
+    assert!(!log.contains('\u{1b}') && !log.contains('\0') && !log.contains('\u{7}'), "raw control bytes in the log");
+    assert!(!log.lines().any(|l| l.starts_with("2026-12-01T00:00:00Z")), "a forged line");
+    let cancels: Vec<_> = log.lines().filter(|l| l.contains("cancel") && !l.contains("DEBUG")).collect();
+    assert!(cancels.is_empty(), "cancel requests above DEBUG:\n{}", cancels.join("\n"));
+
+    // A burst of failures from one address: at most ten lines (per shard),
+    // then one a second, the next saying how many were left out.
+    let started = Instant::now();
+    for _ in 0..40 {
+        assert!(common::try_connect(lane.port, "md5user", "wrong", "app").await.is_err());
+    }
+    let elapsed = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(common::try_connect(lane.port, "md5user", "wrong", "app").await.is_err());
+    let burst = log_lines(&lane, "login failed").len() - 2;
+    let shards = 2;
+    let allowed = shards * (10 + elapsed.as_secs() as usize + 2);
+    assert!(burst < 41 && burst <= allowed, "{burst} lines for 41 failures in {elapsed:?}");
+    let last = log_lines(&lane, "login failed").pop().unwrap();
+    assert!(last.contains("more from this address since the last one not logged"), "{last}");
+}

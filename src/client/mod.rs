@@ -33,6 +33,7 @@ use tracing::{debug, info, warn};
 
 use crate::auth::secret::Secret;
 use crate::config::{Config, PoolMode};
+use crate::logging::Escaped;
 use crate::net::Stream;
 use crate::pool::{Checkout, Handover, Lease, Offer, Opening, Pool, PoolError};
 use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
@@ -52,6 +53,13 @@ use relay::{Buffers, Deadline, Intake, Limits, Relay, RelayEnd};
 /// reset before pglane closes it instead.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Connections past max_client_conn that admin_users may still open to the
+/// admin console (as PostgreSQL's superuser_reserved_connections), so that
+/// a full pglane can still be looked at and KILLed. Checked before the
+/// password, as max_client_conn is: a client that claims such a name and
+/// fails to prove it holds one of them only until it is refused.
+const ADMIN_RESERVED_CONNECTIONS: usize = 2;
+
 /// Serves one accepted client connection until it ends.
 pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net::SocketAddr>) {
     let config = shard.shared.config.load_full();
@@ -63,15 +71,21 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     // query, node-postgres' Terminate): the session's first messages.
     let mut pending = BytesMut::new();
     let (params, target) = {
-        let login = Box::pin(login(shard, &config, &mut stream, peer, &mut pending));
+        // Who the client said it was, as far as it got: for the log line
+        // of a login that fails.
+        let mut claimed = Claimed::default();
+        let login = Box::pin(login(shard, &config, &mut stream, peer, &mut pending, &mut claimed));
         let refusal = match with_timeout(Config::secs(config.client_login_timeout), login).await {
             Some(Ok(Some(ok))) => Ok(ok),
             Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
             Some(Err(e)) => {
-                debug!(?peer, "login failed: {e}");
+                log_failed_login(shard, peer, &claimed, Some(&e));
                 Err(e)
             }
-            None => Err(SessionError::Refused(ErrorFields::fatal("08P01", "client_login_timeout: login took too long"))),
+            None => {
+                log_failed_login(shard, peer, &claimed, None);
+                Err(SessionError::Refused(ErrorFields::fatal("08P01", "client_login_timeout: login took too long")))
+            }
         };
         match refusal {
             Ok(ok) => ok,
@@ -98,7 +112,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         let refusal = ErrorFields::fatal("53300", "sorry, too many clients already");
         return Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
     };
-    let (user, database) = (&entry.info.user, &entry.info.database);
+    let (user, database) = (Escaped(&entry.info.user), Escaped(&entry.info.database));
     info!(?peer, %user, %database, process_id, "client logged in");
     let pool = match target {
         Target::Pool(pool) => pool,
@@ -191,6 +205,37 @@ async fn serve_replication(
     *entry.server.borrow_mut() = None;
 }
 
+/// Who a client said it was in its startup packet.
+#[derive(Default)]
+struct Claimed {
+    user: String,
+    database: String,
+}
+
+/// A failed login (`why`; `None`: client_login_timeout), at INFO with the
+/// client's address and the user and database it asked for, for operators
+/// and fail2ban, at most as often as [`crate::logging::PerAddress`] lets
+/// one address; a client that hangs up during its login, at DEBUG.
+fn log_failed_login(shard: &Shard, peer: Option<std::net::SocketAddr>, claimed: &Claimed, why: Option<&SessionError>) {
+    if let Some(SessionError::ClientClosed | SessionError::ClientIo(_)) = why {
+        debug!(?peer, "client hung up during its login");
+        return;
+    }
+    let Some(left_out) = shard.login_log.borrow_mut().admit(peer.map(|p| p.ip()), crate::rt::now()) else { return };
+    let addr = peer.map_or_else(|| "unix socket".to_owned(), |p| p.to_string());
+    let why = match why {
+        None => "client_login_timeout: login took too long".to_owned(),
+        Some(SessionError::Refused(fields)) if fields.code == "53300" => format!("max_client_conn reached: {}", fields.message),
+        Some(e) => e.to_string(),
+    };
+    let also = match left_out {
+        0 => String::new(),
+        n => format!(" ({n} more from this address since the last one not logged)"),
+    };
+    let (user, database) = (Escaped(&claimed.user), Escaped(&claimed.database));
+    info!(%addr, %user, %database, "login failed: {}{also}", Escaped(&why));
+}
+
 /// Where a logged-in client goes.
 enum Target {
     Pool(Rc<Pool>),
@@ -271,6 +316,7 @@ async fn login(
     stream: &mut Stream,
     peer: Option<std::net::SocketAddr>,
     pending: &mut BytesMut,
+    claimed: &mut Claimed,
 ) -> Result<Option<(StartupParams, Target)>, SessionError> {
     let tls = crate::net::tls::acceptor(config);
     let params = loop {
@@ -321,11 +367,6 @@ async fn login(
         backend::negotiate_protocol_version(&mut out, &negotiation);
         stream.write_all(&out).await?;
     }
-    if shard.client_count() > config.max_client_conn {
-        // PostgreSQL's words at max_connections; the log says which limit.
-        info!(?peer, max_client_conn = config.max_client_conn, "client refused: max_client_conn reached");
-        return Err(SessionError::Refused(ErrorFields::fatal("53300", "sorry, too many clients already")));
-    }
     // Handing the port over (so_reuseport), a client accepted before the
     // listener closed is served: it reached this pglane, not the next one.
     if shard.shutdown.is_fired() && !config.so_reuseport {
@@ -336,6 +377,16 @@ async fn login(
     };
     let replication = params.get("replication").map(replication::mode).transpose().map_err(SessionError::Refused)?.flatten();
     let database = params.database().unwrap_or(user);
+    *claimed = Claimed { user: user.to_owned(), database: database.to_owned() };
+    let admin = crate::admin::is_admin_database(database);
+    // Past max_client_conn, admin_users still reach the admin console.
+    let over = shard.client_count().saturating_sub(config.max_client_conn);
+    let reserved = admin && config.admin_users.iter().any(|u| u == user) && over <= ADMIN_RESERVED_CONNECTIONS;
+    if over > 0 && !reserved {
+        // PostgreSQL's words at max_connections; the log says which limit
+        // (`log_failed_login`).
+        return Err(SessionError::Refused(ErrorFields::fatal("53300", "sorry, too many clients already")));
+    }
     let client = crate::auth::hba::Client {
         addr: peer.map(|p| p.ip()),
         tls: stream.is_tls(),
@@ -344,7 +395,6 @@ async fn login(
         physical_replication: replication == Some(replication::Mode::Physical),
     };
     let method = auth::method_for(config, &client)?;
-    let admin = crate::admin::is_admin_database(database);
     let lookup = config.database(database).is_some().then(|| config.auth_lookup_for(database)).flatten();
     let (secret, from_server) = match (config.users.get(user), lookup) {
         (Some(configured), _) => (configured.password.as_deref().and_then(|p| Secret::parse(p).ok()), false),
@@ -649,11 +699,11 @@ impl Session {
     /// it can still be told, and the client forgotten by the shard.
     async fn end(&mut self, ended: Result<(), SessionError>, peer: Option<std::net::SocketAddr>) {
         let age = self.entry.connected_at.elapsed().unwrap_or_default();
-        let (user, database) = (&self.entry.info.user, &self.entry.info.database);
+        let (user, database) = (Escaped(&self.entry.info.user), Escaped(&self.entry.info.database));
         match ended {
             Ok(()) => info!(?peer, %user, %database, ?age, "client closed the connection"),
             Err(e) => {
-                info!(?peer, %user, %database, ?age, "client session ended: {e}");
+                info!(?peer, %user, %database, ?age, "client session ended: {}", Escaped(&e.to_string()));
                 if let Some(fields) = e.client_message() {
                     if self.buffers.from_server.at_boundary() && self.buffers.to_client.is_empty() {
                         send_error(&mut self.client, &fields).await;
@@ -934,7 +984,7 @@ impl Session {
                 Ok(spelled(&reported))
             }
             Some(Ok(Err(refused))) => {
-                info!(code = %refused.code, "a startup setting was refused by the server: {}", refused.message);
+                info!(code = %refused.code, "a startup setting was refused by the server: {}", Escaped(&refused.message));
                 Err(Some(SessionError::Refused(ErrorFields { severity: "FATAL".into(), ..refused })))
             }
             Some(Err(e)) => {

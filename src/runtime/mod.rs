@@ -243,6 +243,8 @@ pub struct Shard {
     /// Inbox buffers given up by clients that went quiet, for the next
     /// client that speaks.
     spare_inboxes: RefCell<Vec<Vec<u8>>>,
+    /// How many more lines about failed logins each address may cause.
+    pub login_log: RefCell<crate::logging::PerAddress>,
     /// Recent auth_query answers (see `client::auth_query`).
     pub auth_query_cache: crate::client::auth_query::SecretCache,
     /// How to log in to the server as an auth_query user, by (database,
@@ -356,6 +358,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 scram_secrets: RefCell::default(),
                 spare_buffers: RefCell::default(),
                 spare_inboxes: RefCell::default(),
+                login_log: RefCell::default(),
                 auth_query_cache: Default::default(),
                 learned_logins: RefCell::default(),
                 hosts_checked: Cell::new(std::time::Instant::now()),
@@ -785,6 +788,7 @@ impl Shard {
         for ((database, user), pool) in self.pools().iter() {
             let n = pool.close_expired(idle, lifetime);
             if n > 0 {
+                let (database, user) = (crate::logging::Escaped(database), crate::logging::Escaped(user));
                 tracing::debug!(shard = self.id, %database, %user, closed = n, "closed expired idle server connections");
             }
         }
@@ -897,7 +901,8 @@ impl Shard {
         match self.keys.route(process_id, secret_key) {
             keys::Route::Shard { shard, secret } if shard == self.id => self.cancel_local(process_id, secret).await,
             keys::Route::Shard { shard, secret } if shard < self.shards => {
-                info!(shard = self.id, owner = shard, "passing a cancel request to the shard that owns the client");
+                // Not INFO: anyone can send these, as fast as they like.
+                debug!(shard = self.id, owner = shard, "passing a cancel request to the shard that owns the client");
                 let (done, taken) = flume::bounded(1);
                 let cancel = ShardMessage::Cancel { process_id, secret_key: secret, done };
                 if self.peers.send_to(shard, cancel).await.is_err() {
@@ -918,7 +923,8 @@ impl Shard {
             return debug!(shard = self.id, peer_id, "a cancel request for a peer that [peers] does not list");
         };
         let address = peer.address();
-        info!(shard = self.id, peer_id, peer = %address, "forwarding a cancel request to the peer that owns the client");
+        // Not INFO: anyone can send these, as fast as they like.
+        debug!(shard = self.id, peer_id, peer = %address, "forwarding a cancel request to the peer that owns the client");
         let timeout = Config::secs(config.server_connect_timeout);
         if let Err(e) = crate::server::send_cancel_request(&address, process_id, secret_key, timeout).await {
             warn!(shard = self.id, peer_id, "forwarding a cancel request to peer {address} failed: {e}");
