@@ -52,9 +52,12 @@ pub enum Piece<'a> {
 }
 
 impl Inbox {
+    /// An inbox for messages of up to `max_body` bytes. Its buffer is
+    /// allocated by the first read, not before: a session waits for its
+    /// client's first message holding none (see `take_buffer`).
     pub fn new(max_body: usize) -> Inbox {
         Inbox {
-            buf: vec![0; INITIAL],
+            buf: Vec::new(),
             start: 0,
             end: 0,
             stream_left: 0,
