@@ -40,8 +40,8 @@ const BUDGET: usize = 32;
 
 /// Answers (of the server or pglane's own) a client may have due before
 /// the relay stops taking its messages, until half of them have come. Each
-/// is one entry of the exchange's queue of what is due (128 bytes), so this
-/// keeps that queue under 128 KiB however deep a client pipelines, and the
+/// is one entry of the exchange's queue of what is due (120 bytes), so this
+/// keeps that queue under 240 KiB however deep a client pipelines, and the
 /// exchange's scans of it short. A client stopped for it with no Sync or
 /// Flush sent would wait for ever for answers the server keeps in its
 /// output buffer: the relay sends a Flush (which has no answer and changes
