@@ -39,6 +39,7 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod formats;
+pub mod logging;
 pub mod net;
 pub mod pool;
 pub mod prepare;

@@ -72,6 +72,25 @@ impl Stream {
         n > 0
     }
 
+    /// Waits until a read would not wait (see [`Socket::poll_readable`]). A
+    /// TLS stream may hold decrypted bytes already: it is always ready.
+    pub fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Plain(socket) => socket.poll_readable(cx),
+            Stream::Tls(_) | Stream::Detached => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// Closes the connection at once, dropping whatever was written and not
+    /// sent yet (see [`Socket::abandon`]); the stream is detached after.
+    pub fn abandon(&mut self) {
+        match std::mem::replace(self, Stream::Detached) {
+            Stream::Plain(socket) => socket.abandon(),
+            Stream::Tls(mut tls) => tls.get_mut().0.abandon(),
+            Stream::Detached => {}
+        }
+    }
+
     pub fn is_tls(&self) -> bool {
         matches!(self, Stream::Tls(_))
     }

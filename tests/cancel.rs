@@ -24,13 +24,27 @@ const PID_MAX_LIMIT: i32 = 4_194_304;
 /// pglane in `mode` trusting its clients, serving `dbname` on the server at
 /// `port` as `app`, with `settings` and `cores` shards.
 fn pglane(port: u16, dbname: &str, mode: &str, cores: usize, pool_size: usize, settings: &str) -> Pglane {
-    Pglane::start_with_args(
+    pglane_with_env(port, dbname, mode, cores, pool_size, settings, &[])
+}
+
+/// [`pglane`] with `env` set for it.
+fn pglane_with_env(
+    port: u16,
+    dbname: &str,
+    mode: &str,
+    cores: usize,
+    pool_size: usize,
+    settings: &str,
+    env: &[(&str, &str)],
+) -> Pglane {
+    Pglane::start_with_env(
         &format!(
             "pool_mode = \"{mode}\"\nauth_type = \"trust\"\n{settings}\n\
              [databases.app]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"{dbname}\"\npool_size = {pool_size}\n\
              [users.{SUPERUSER}]\npassword = \"{SUPERUSER_PASSWORD}\"\n"
         ),
         &["--cores", &cores.to_string()],
+        env,
     )
 }
 
@@ -198,8 +212,9 @@ fn a_cancel_sent_to_the_other_instance_of_a_peered_group_cancels_the_query() {
     let ports = [common::free_port(), common::free_port()];
     let peers =
         format!("[peers.1]\nhost = \"127.0.0.1\"\nport = {}\n[peers.2]\nhost = \"127.0.0.1\"\nport = {}\n", ports[0], ports[1]);
-    let one = pglane(pg.port, "postgres", "transaction", 2, 4, &format!("peer_id = 1\n{peers}"));
-    let two = pglane(pg.port, "postgres", "transaction", 2, 4, &format!("peer_id = 2\n{peers}"));
+    let env = [common::LOG_CANCEL_ROUTING];
+    let one = pglane_with_env(pg.port, "postgres", "transaction", 2, 4, &format!("peer_id = 1\n{peers}"), &env);
+    let two = pglane_with_env(pg.port, "postgres", "transaction", 2, 4, &format!("peer_id = 2\n{peers}"), &env);
     // The harness picks the ports: point the peers at the real ones.
     let peers =
         format!("[peers.1]\nhost = \"127.0.0.1\"\nport = {}\n[peers.2]\nhost = \"127.0.0.1\"\nport = {}\n", one.port, two.port);

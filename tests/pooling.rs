@@ -22,10 +22,13 @@ fn pglane_with_cores(cores: usize, mode: &str, pool_size: usize, extra: &str) ->
 
 /// `app` on the given server database, so a test can count its own server connections.
 fn pglane_for_db(cores: usize, mode: &str, pool_size: usize, extra: &str, dbname: &str) -> Pglane {
-    let pg = postgres();
-    Pglane::start_with_args(
-        &format!(
-            r#"pool_mode = "{mode}"
+    Pglane::start_with_args(&config_for_db(mode, pool_size, extra, dbname), &["--cores", &cores.to_string()])
+}
+
+/// The config of [`pglane_for_db`].
+fn config_for_db(mode: &str, pool_size: usize, extra: &str, dbname: &str) -> String {
+    format!(
+        r#"pool_mode = "{mode}"
 {extra}
 [databases.app]
 host = "127.0.0.1"
@@ -42,9 +45,7 @@ password = "scrampass"
 [users.md5user]
 password = "md5pass"
 "#,
-            port = pg.port
-        ),
-        &["--cores", &cores.to_string()],
+        port = postgres().port
     )
 }
 
@@ -242,7 +243,8 @@ async fn session_mode_keeps_the_server_and_resets_it_after() {
 
 #[tokio::test]
 async fn cancel_reaches_a_query_from_any_shard() {
-    let lane = pglane("transaction", 4, "");
+    let config = config_for_db("transaction", 4, "", "postgres");
+    let lane = Pglane::start_with_env(&config, &["--cores", "2"], &[common::LOG_CANCEL_ROUTING]);
     // SO_REUSEPORT spreads connections over the two shards by hash, so a cancel
     // request lands on the client's own shard or the other one. Repeat until
     // one has crossed shards (each try has even odds), checking every cancel works.

@@ -29,7 +29,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use super::exchange::{Exchange, Sources};
-use super::relay::{poll_send, take_client_messages, Buffers, ClientStop, HIGH_WATER};
+use super::relay::{poll_send, take_client_messages, Buffers, ClientStop, Intake};
 use crate::net::Stream;
 use crate::pool::{Handover, Offer, Opening, Pool};
 use crate::protocol::ProtocolError;
@@ -51,6 +51,8 @@ pub enum FollowEnd {
 }
 
 pub struct Follow<'a> {
+    /// How much of the client's traffic it takes in (as a relay does).
+    pub intake: Intake,
     pub client: &'a mut Stream,
     pub buffers: &'a mut Buffers,
     pub exchange: &'a mut Exchange,
@@ -136,25 +138,38 @@ impl Follow<'_> {
         // The request behind this one's goes out through this one's opening,
         // and nothing more is taken from the client.
         if let Some(behind) = self.offer.as_ref() {
-            if self.opening.outbox_len() < HIGH_WATER {
+            if self.opening.outbox_len() < self.intake.buffer {
                 self.opening.write_outbox_of(behind);
             }
             return Some(Poll::Pending);
         }
         let b = &mut *self.buffers;
         let mut progress = false;
-        if !b.from_client.eof && self.opening.outbox_len() + self.exchange.held_len() < HIGH_WATER {
-            match b.from_client.poll_fill(cx, self.client) {
-                Poll::Ready(Ok(_)) => progress = true,
-                Poll::Ready(Err(_)) => return Some(Poll::Ready(FollowEnd::ClientLeft)),
-                Poll::Pending => {}
-            }
-        }
         let stop = {
             let server = self.sources.server;
             let mut session = server.borrow_mut();
             let st = &mut self.sources.statements(&mut session);
-            take_client_messages(&mut b.from_client, self.exchange, st, &mut b.to_server, &mut b.to_client)
+            let sent = self.opening.outbox_len();
+            // As the relay: what was read first, and a read only once all of it is taken.
+            let mut take = |b: &mut Buffers, exchange: &mut Exchange, intake: &mut Intake| {
+                take_client_messages(&mut b.from_client, exchange, st, &mut b.to_server, &mut b.to_client, intake, sent)
+            };
+            let mut stop = take(b, self.exchange, &mut self.intake);
+            let outgoing = sent + b.to_server.len() + self.exchange.held_len();
+            if matches!(stop, Ok(ClientStop::Drained))
+                && !b.from_client.eof
+                && self.intake.open(self.exchange.due_len(), outgoing, b.to_client.len())
+            {
+                match b.from_client.poll_fill(cx, self.client) {
+                    Poll::Ready(Ok(_)) => {
+                        progress = true;
+                        stop = take(b, self.exchange, &mut self.intake);
+                    }
+                    Poll::Ready(Err(_)) => return Some(Poll::Ready(FollowEnd::ClientLeft)),
+                    Poll::Pending => {}
+                }
+            }
+            stop
         };
         self.opening.write(&b.to_server);
         b.to_server.clear();
@@ -166,7 +181,7 @@ impl Follow<'_> {
         }
         match stop {
             Ok(ClientStop::Drained) if b.from_client.eof => return Some(Poll::Ready(FollowEnd::ClientLeft)),
-            Ok(ClientStop::Drained) => {}
+            Ok(ClientStop::Drained | ClientStop::Full) => {}
             Ok(ClientStop::Terminate) => return Some(Poll::Ready(FollowEnd::ClientLeft)),
             Ok(ClientStop::BadTag(tag)) => {
                 return Some(Poll::Ready(FollowEnd::ClientError(ProtocolError::UnexpectedMessage(tag))))

@@ -5,6 +5,10 @@
 //! (the buffer grows for it, up to the maximum message size). Any other message
 //! (DataRow, CopyData) is handed out in pieces as its bytes arrive, so a huge
 //! row never has to fit in memory at once.
+//!
+//! An empty inbox can give its buffer up ([`Inbox::take_buffer`]) so that a
+//! client that sends nothing costs no buffer; the next read takes one in
+//! again ([`Inbox::give_buffer`], or a new one).
 
 use std::io;
 use std::pin::Pin;
@@ -16,7 +20,7 @@ use crate::protocol::frame::{parse_header, HEADER_LEN};
 use crate::protocol::ProtocolError;
 
 /// Initial buffer size: what one read takes in at first.
-const INITIAL: usize = 4 * 1024;
+pub const INITIAL: usize = 4 * 1024;
 
 /// A read that fills the buffer doubles it, up to this, so that bulk
 /// transfers (COPY, big results) take fewer reads while a client that sends
@@ -48,9 +52,12 @@ pub enum Piece<'a> {
 }
 
 impl Inbox {
+    /// An inbox for messages of up to `max_body` bytes. Its buffer is
+    /// allocated by the first read, not before: a session waits for its
+    /// client's first message holding none (see `take_buffer`).
     pub fn new(max_body: usize) -> Inbox {
         Inbox {
-            buf: vec![0; INITIAL],
+            buf: Vec::new(),
             start: 0,
             end: 0,
             stream_left: 0,
@@ -64,6 +71,31 @@ impl Inbox {
     /// (see `relay::Buffers::park_server_side`). It must not be read into.
     pub fn parked() -> Inbox {
         Inbox { buf: Vec::new(), start: 0, end: 0, stream_left: 0, limit: 0, max_body: 0, eof: false }
+    }
+
+    /// Gives up the buffer if nothing is in it (nothing read and not handed
+    /// out, no message half handed out); a later read takes one in again.
+    pub fn take_buffer(&mut self) -> Option<Vec<u8>> {
+        if self.start != self.end || self.stream_left != 0 || self.buf.is_empty() {
+            return None;
+        }
+        self.start = 0;
+        self.end = 0;
+        Some(std::mem::take(&mut self.buf))
+    }
+
+    /// Takes in an empty buffer (one [`Inbox::take_buffer`] gave up, of any
+    /// size) if it has none.
+    pub fn give_buffer(&mut self, buf: Vec<u8>) {
+        if self.buf.is_empty() && self.limit > 0 {
+            self.buf = buf;
+            self.buf.truncate(self.limit);
+        }
+    }
+
+    /// It holds a buffer to read into.
+    pub fn has_buffer(&self) -> bool {
+        !self.buf.is_empty()
     }
 
     /// Bytes read and not yet handed out.
@@ -128,6 +160,9 @@ impl Inbox {
     }
 
     fn make_room(&mut self) {
+        if self.buf.is_empty() && self.limit > 0 {
+            self.buf = vec![0; INITIAL.min(self.limit)];
+        }
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -284,6 +319,25 @@ mod tests {
             _ => panic!("expected the rest of the last row"),
         }
         assert!(matches!(inbox.next(|t| t != b'D').unwrap(), Some(Piece::Whole(b'C', _))));
+    }
+
+    #[test]
+    fn an_empty_inbox_gives_its_buffer_up_and_takes_one_in_to_read() {
+        let mut inbox = Inbox::new(1000);
+        feed(&mut inbox, &msg(b'Z', b"I")[..3]);
+        assert!(inbox.take_buffer().is_none(), "half a message is in it");
+        feed(&mut inbox, &msg(b'Z', b"I")[3..]);
+        assert!(matches!(inbox.next(|_| true).unwrap(), Some(Piece::Whole(b'Z', _))));
+        let buf = inbox.take_buffer().expect("empty now");
+        assert_eq!(buf.len(), INITIAL);
+        assert!(!inbox.has_buffer() && inbox.take_buffer().is_none());
+        // Read into again: with the buffer given back, or a new one.
+        inbox.give_buffer(buf);
+        assert!(inbox.has_buffer());
+        let mut bare = Inbox::new(1000);
+        bare.take_buffer();
+        feed(&mut bare, &msg(b'Q', b"select 1\0"));
+        assert!(matches!(bare.next(|_| true).unwrap(), Some(Piece::Whole(b'Q', _))));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! One client connection, from its startup packet to its last byte.
 //!
 //! This module owns the client's socket and the session state machine:
-//! startup (TLS through `net::tls`, GSSENC refusal, cancel requests),
-//! authentication, then the relay loop that borrows a server connection from
+//! the login (`login`: startup, admission, authentication), then the
+//! greeting and the relay loop that borrows a server connection from
 //! the pool when the client starts talking and gives it back when the server
 //! says the transaction is over (transaction mode) or when the client leaves
 //! (session mode). It never opens server connections itself (`pool` does)
@@ -15,6 +15,7 @@ pub mod deallocate;
 pub mod exchange;
 mod follow;
 mod inbox;
+mod login;
 pub mod negotiate;
 pub mod pinning;
 mod quiet;
@@ -28,25 +29,26 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::AsyncWriteExt;
 use tracing::{debug, info, warn};
 
-use crate::auth::secret::Secret;
 use crate::config::{Config, PoolMode};
+use crate::logging::Escaped;
 use crate::net::Stream;
 use crate::pool::{Checkout, Handover, Lease, Offer, Opening, Pool, PoolError};
 use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
-use crate::protocol::startup::{self, StartupPacket, StartupParams};
+use crate::protocol::startup::StartupParams;
 use crate::protocol::ProtocolError;
 use crate::rt::with_timeout;
-use crate::runtime::{ClientEntry, ClientInfo, ClientState, NoPool, Shard};
+use crate::runtime::{ClientEntry, ClientInfo, ClientState, Shard};
 use crate::server::ServerError;
 use crate::settings;
 
 use crate::prepare::ClientStatements;
 use exchange::Exchange;
+use login::{log_failed_login, login, refuse, Claimed, Target};
 pub use relay::ServerSide;
-use relay::{Buffers, Deadline, Limits, Relay, RelayEnd};
+use relay::{Buffers, Deadline, Intake, Limits, Relay, RelayEnd};
 
 /// How long a departing client's server connection may take to roll back or
 /// reset before pglane closes it instead.
@@ -56,57 +58,55 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net::SocketAddr>) {
     let config = shard.shared.config.load_full();
     // Boxed, like the other rarely-running large futures below (the admin
-    // console, opening a server connection): an async fn's future is as big
-    // as its biggest state, and this one lives as long as the client. Inline,
-    // they made each idle client's task 47 KB.
+    // console, opening a server connection, refusing and ending): an async
+    // fn's future is as big as its biggest state, and this one lives as long
+    // as the client. Inline, they made each idle client's task 47 KB.
     // What the client sent beyond what the login read (a pipelined first
     // query, node-postgres' Terminate): the session's first messages.
     let mut pending = BytesMut::new();
-    let login =
-        with_timeout(Config::secs(config.client_login_timeout), Box::pin(login(shard, &config, &mut stream, peer, &mut pending)))
-            .await;
-    let (params, target) = match login {
-        Some(Ok(Some(ok))) => ok,
-        Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
-        Some(Err(e)) => {
-            debug!(?peer, "login failed: {e}");
-            if let Some(fields) = e.client_message() {
-                send_error(&mut stream, &fields).await;
+    let (params, target) = {
+        // Who the client said it was, as far as it got: for the log line
+        // of a login that fails.
+        let mut claimed = Claimed::default();
+        let login = Box::pin(login(shard, &config, &mut stream, peer, &mut pending, &mut claimed));
+        let refusal = match with_timeout(Config::secs(config.client_login_timeout), login).await {
+            Some(Ok(Some(ok))) => Ok(ok),
+            Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
+            Some(Err(e)) => {
+                log_failed_login(shard, peer, &claimed, Some(&e));
+                Err(e)
             }
-            if let SessionError::RefusedOldProtocol(fields) = &e {
-                let mut out = BytesMut::new();
-                backend::error_response_v2(&mut out, fields);
-                let _ = stream.write_all(&out).await;
+            None => {
+                log_failed_login(shard, peer, &claimed, None);
+                Err(SessionError::Refused(ErrorFields::fatal("08P01", "client_login_timeout: login took too long")))
             }
-            return;
-        }
-        None => {
-            send_error(&mut stream, &ErrorFields::fatal("08P01", "client_login_timeout: login took too long")).await;
-            return;
+        };
+        match refusal {
+            Ok(ok) => ok,
+            Err(e) => return Box::pin(refuse(&mut stream, e)).await,
         }
     };
-    let user = params.user().unwrap_or_default().to_owned();
-    let database = params.database().unwrap_or_default().to_owned();
-    if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&database) {
-        // DISABLE in the admin console; PgBouncer's words.
-        send_error(&mut stream, &ErrorFields::fatal("08P01", format!("database does not allow connections: {database}"))).await;
-        return;
-    }
     let info = ClientInfo {
-        user: user.clone(),
-        database: database.clone(),
+        user: params.user().unwrap_or_default().to_owned(),
+        database: params.database().unwrap_or_default().to_owned(),
         addr: peer.map(|p| p.ip().to_string()).unwrap_or_default(),
         port: peer.map(|p| p.port()).unwrap_or(0),
         application_name: params.get("application_name").unwrap_or_default().to_owned(),
         admin: matches!(target, Target::Admin { .. }),
         tls: stream.tls_description(),
     };
+    if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&info.database) {
+        // DISABLE in the admin console; PgBouncer's words.
+        let refusal = ErrorFields::fatal("08P01", format!("database does not allow connections: {}", info.database));
+        return Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
+    }
     let Some((process_id, entry)) = shard.register_client(info) else {
         // Peered, each shard has a few thousand keys to give (see `runtime::keys`).
         warn!(?peer, "client refused: every cancel key of this shard is in use");
-        send_error(&mut stream, &ErrorFields::fatal("53300", "sorry, too many clients already")).await;
-        return;
+        let refusal = ErrorFields::fatal("53300", "sorry, too many clients already");
+        return Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
     };
+    let (user, database) = (Escaped(&entry.info.user), Escaped(&entry.info.database));
     info!(?peer, %user, %database, process_id, "client logged in");
     let pool = match target {
         Target::Pool(pool) => pool,
@@ -123,7 +123,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
             return;
         }
     };
-    let mode = config.pool_mode_for(&database, &user);
+    let mode = config.pool_mode_for(&entry.info.database, &entry.info.user);
     let auto_prepare = config.auto_prepare_policy();
     let exchange = match mode {
         // The client keeps its server connection: nothing to share or rename.
@@ -151,22 +151,9 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         skip_ready: 0,
     };
     session.buffers.from_client.preload(&pending);
-    match session.run(&params).await {
-        Ok(()) => {
-            info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client closed the connection")
-        }
-        Err(e) => {
-            info!(?peer, %user, %database, age = ?session.entry.connected_at.elapsed().unwrap_or_default(), "client session ended: {e}");
-            if let Some(fields) = e.client_message() {
-                if session.buffers.from_server.at_boundary() && session.buffers.to_client.is_empty() {
-                    send_error(&mut session.client, &fields).await;
-                }
-            }
-        }
-    }
-    session.flush_counters();
-    shard.shutdown.forget(u64::from(process_id as u32));
-    shard.unregister_client(process_id);
+    drop(pending);
+    let ended = session.run(params).await;
+    Box::pin(session.end(ended, peer)).await;
 }
 
 /// Serves a replication client (see `replication`): its own server
@@ -197,17 +184,6 @@ async fn serve_replication(
         Err(e) => info!("replication connection ended: {e}"),
     }
     *entry.server.borrow_mut() = None;
-}
-
-/// Where a logged-in client goes.
-enum Target {
-    Pool(Rc<Pool>),
-    /// A replication connection, to a server connection of its own.
-    Replication(Box<crate::server::ServerTarget>),
-    /// The admin console; `may_control` for admin_users (not only stats_users).
-    Admin {
-        may_control: bool,
-    },
 }
 
 /// Why a login or session ended early.
@@ -270,186 +246,6 @@ async fn send_error(stream: &mut Stream, fields: &ErrorFields) {
     let _ = stream.close().await;
 }
 
-/// Reads the startup packet(s) and authenticates. `Ok(None)` when the
-/// connection was only a cancel request (or gave up after SSL was refused).
-/// `pending` keeps what the client sent beyond the messages read.
-async fn login(
-    shard: &Rc<Shard>,
-    config: &Config,
-    stream: &mut Stream,
-    peer: Option<std::net::SocketAddr>,
-    pending: &mut BytesMut,
-) -> Result<Option<(StartupParams, Target)>, SessionError> {
-    let tls = crate::net::tls::acceptor(config);
-    let params = loop {
-        match read_startup_packet(stream, pending).await? {
-            StartupPacket::SslRequest | StartupPacket::GssEncRequest if stream.is_tls() => {
-                return Err(SessionError::Refused(ErrorFields::fatal("08P01", "encryption requested again inside TLS")));
-            }
-            StartupPacket::SslRequest => match &tls {
-                Some(tls) => {
-                    // Bytes sent before the client saw 'S' are not encrypted,
-                    // yet would be read as if they came through TLS
-                    // (CVE-2021-23214): refuse them.
-                    if !pending.is_empty() || stream.has_unread_bytes() {
-                        return Err(unencrypted_data_after("SSL request"));
-                    }
-                    stream.write_all(b"S").await?;
-                    crate::net::tls::accept(stream, tls.clone()).await?;
-                }
-                None => {
-                    stream.write_all(b"N").await?;
-                    // PostgreSQL refuses what came with the request whatever
-                    // it answered: sent before the client saw the answer.
-                    if !pending.is_empty() {
-                        return Err(unencrypted_data_after("SSL request"));
-                    }
-                }
-            },
-            StartupPacket::GssEncRequest => {
-                stream.write_all(b"N").await?;
-                if !pending.is_empty() {
-                    return Err(unencrypted_data_after("GSSAPI encryption request"));
-                }
-            }
-            StartupPacket::Cancel { process_id, secret_key } => {
-                shard.route_cancel(process_id, secret_key).await;
-                return Ok(None);
-            }
-            StartupPacket::Startup(_) if config.client_tls_sslmode.requires_tls() && !stream.is_tls() => {
-                return Err(SessionError::Refused(ErrorFields::fatal("28000", "SSL required")));
-            }
-            StartupPacket::Startup(params) => break params,
-        }
-    };
-    if let Some(negotiation) = params.negotiation() {
-        // Before anything else, as PostgreSQL: the session goes on in 3.0.
-        debug!(?peer, minor = params.minor_version, options = ?negotiation.unrecognized_options, "negotiating protocol 3.0");
-        let mut out = BytesMut::new();
-        backend::negotiate_protocol_version(&mut out, &negotiation);
-        stream.write_all(&out).await?;
-    }
-    if shard.client_count() > config.max_client_conn {
-        // PostgreSQL's words at max_connections; the log says which limit.
-        info!(?peer, max_client_conn = config.max_client_conn, "client refused: max_client_conn reached");
-        return Err(SessionError::Refused(ErrorFields::fatal("53300", "sorry, too many clients already")));
-    }
-    // Handing the port over (so_reuseport), a client accepted before the
-    // listener closed is served: it reached this pglane, not the next one.
-    if shard.shutdown.is_fired() && !config.so_reuseport {
-        return Err(SessionError::Refused(ErrorFields::fatal("57P03", "pglane is shutting down")));
-    }
-    let Some(user) = params.user() else {
-        return Err(SessionError::Refused(ErrorFields::fatal("28000", "no PostgreSQL user name specified in startup packet")));
-    };
-    let replication = params.get("replication").map(replication::mode).transpose().map_err(SessionError::Refused)?.flatten();
-    let database = params.database().unwrap_or(user);
-    let client = crate::auth::hba::Client {
-        addr: peer.map(|p| p.ip()),
-        tls: stream.is_tls(),
-        database,
-        user,
-        physical_replication: replication == Some(replication::Mode::Physical),
-    };
-    let method = auth::method_for(config, &client)?;
-    let admin = crate::admin::is_admin_database(database);
-    let lookup = config.database(database).is_some().then(|| config.auth_lookup_for(database)).flatten();
-    let (secret, from_server) = match (config.users.get(user), lookup) {
-        (Some(configured), _) => (configured.password.as_deref().and_then(|p| Secret::parse(p).ok()), false),
-        // Not in the config: ask the server, if it is one pglane knows.
-        (None, Some(lookup)) if method != auth::Method::Trust && !admin => {
-            let looked_up = auth_query::lookup(shard, config, lookup, database, user)
-                .await
-                .map_err(|e| SessionError::Refused(auth_query::lookup_failed(user, &e)))?;
-            (looked_up, true)
-        }
-        (None, _) => (None, false),
-    };
-    let verified = auth::authenticate(shard, stream, pending, method, user, secret.as_ref()).await?;
-    if from_server {
-        shard.learn_login(config, database, user, auth_query::server_login(secret, verified));
-    }
-    if admin && replication.is_some() {
-        return Err(SessionError::Refused(ErrorFields::fatal("08P01", "the admin console takes no replication connections")));
-    }
-    if admin {
-        let may_control = config.admin_users.iter().any(|u| u == user);
-        if !may_control && !config.stats_users.iter().any(|u| u == user) {
-            return Err(SessionError::Refused(ErrorFields::fatal(
-                "28000",
-                format!("user \"{user}\" is not in admin_users or stats_users"),
-            )));
-        }
-        return Ok(Some((params, Target::Admin { may_control })));
-    }
-    if replication.is_some() {
-        let Some(target) = shard.server_target(config, database, user) else {
-            return Err(SessionError::Refused(ErrorFields::fatal(
-                "3D000",
-                format!("database \"{database}\" does not exist in pglane's configuration"),
-            )));
-        };
-        return Ok(Some((params, Target::Replication(Box::new(target)))));
-    }
-    let pool = shard.pool(config, database, user).map_err(|refused| {
-        SessionError::Refused(match refused {
-            NoPool::NotConfigured => {
-                ErrorFields::fatal("3D000", format!("database \"{database}\" does not exist in pglane's configuration"))
-            }
-            NoPool::FallbackFull { max } => ErrorFields::fatal(
-                "53400",
-                format!(
-                    "database \"{database}\" is not in pglane's configuration, and the \"*\" entry serves \
-                     max_fallback_databases = {max} other databases already"
-                ),
-            ),
-        })
-    })?;
-    Ok(Some((params, Target::Pool(pool))))
-}
-
-/// PostgreSQL's refusal of bytes that came in with an encryption request.
-fn unencrypted_data_after(request: &str) -> SessionError {
-    SessionError::Refused(
-        ErrorFields::fatal("08P01", format!("received unencrypted data after {request}"))
-            .with_detail("This could be either a client-software bug or evidence of an attempted man-in-the-middle attack."),
-    )
-}
-
-/// Reads one startup packet, through `pending`: what the client sent after
-/// it stays there. A length out of bounds, or a connection that ends
-/// mid-packet, closes without a word, as PostgreSQL does; a packet it
-/// cannot make sense of gets PostgreSQL's error.
-async fn read_startup_packet(stream: &mut Stream, pending: &mut BytesMut) -> Result<StartupPacket, SessionError> {
-    let len = loop {
-        match startup::packet_length(pending) {
-            Ok(Some(len)) if pending.len() >= len => break len,
-            Ok(_) => {}
-            Err(e) => return Err(SessionError::BadStartupPacket(e)),
-        }
-        let mut chunk = [0u8; 4096];
-        match stream.read(&mut chunk).await? {
-            0 if pending.is_empty() => return Err(SessionError::ClientClosed),
-            0 => return Err(SessionError::BadStartupPacket(ProtocolError::UnexpectedEof)),
-            n => pending.extend_from_slice(&chunk[..n]),
-        }
-    };
-    let packet = pending.split_to(len);
-    startup::decode(&packet).map_err(|e| match e {
-        ProtocolError::UnsupportedVersion(version) => {
-            let fields = ErrorFields::fatal("0A000", startup::unsupported_version_message(version));
-            match (version as u32) >> 16 {
-                0..=2 => SessionError::RefusedOldProtocol(fields),
-                _ => SessionError::Refused(fields),
-            }
-        }
-        ProtocolError::Malformed("CancelRequest") => SessionError::BadStartupPacket(e),
-        _ => {
-            SessionError::Refused(ErrorFields::fatal("08P01", "invalid startup packet layout: expected terminator as last byte"))
-        }
-    })
-}
-
 /// A logged-in client.
 struct Session {
     shard: Rc<Shard>,
@@ -483,6 +279,15 @@ struct Session {
     skip_ready: usize,
 }
 
+/// How a transaction ended for the session.
+#[derive(PartialEq, Eq)]
+enum Transaction {
+    /// The server connection went back: wait for the client's next request.
+    Over,
+    /// The client left.
+    SessionOver,
+}
+
 /// What the client did while it held no server connection.
 enum Idle {
     /// It sent (the start of) a message: it needs a server.
@@ -497,26 +302,20 @@ enum Idle {
 }
 
 impl Session {
-    async fn run(&mut self, startup: &StartupParams) -> Result<(), SessionError> {
+    async fn run(&mut self, startup: StartupParams) -> Result<(), SessionError> {
         let wait = Config::secs(self.config.query_wait_timeout);
         let server_params = Box::pin(self.pool.server_params(wait)).await?;
         if self.config.auto_prepare {
             autoprep::start_validator(&self.pool);
         }
-        self.take_startup_settings(startup).await?;
+        // Boxed: it may query a server, a large future, once per client.
+        Box::pin(self.take_startup_settings(&startup)).await?;
         self.greet(&server_params, self.process_id).await?;
-        let mut lease = match self.mode {
-            PoolMode::Session => Some(self.checkout().await?),
-            PoolMode::Transaction => None,
-        };
+        drop((startup, server_params));
         loop {
-            let server = match lease.as_mut() {
-                Some(server) => server,
-                None => match self.wait_for_client_limited().await? {
-                    Idle::Message => match self.take_server().await? {
-                        Some(server) => lease.insert(server),
-                        None => return Ok(()), // it left while waiting behind another client
-                    },
+            if self.mode == PoolMode::Transaction {
+                match self.wait_for_client_limited().await? {
+                    Idle::Message => {}
                     Idle::Gone => return Ok(()),
                     Idle::Shutdown => return Err(shutting_down()),
                     Idle::Killed => return Err(killed()),
@@ -526,119 +325,150 @@ impl Session {
                             "terminating connection due to client_idle_timeout",
                         )))
                     }
-                },
-            };
-            if !self.startup_applied && self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
-                match self.apply_startup_settings(server).await {
-                    Ok(spelled) => self.learn_spellings(&spelled),
-                    Err(refused) => return Err(self.startup_settings_failed(lease.take(), refused).await),
                 }
             }
-            let release_when_idle = self.mode == PoolMode::Transaction;
-            let pipelining = self.may_pipeline();
-            // A request sent behind another client's started running when
-            // that one's ended, about when the connection came.
-            let busy_since = (!self.exchange.is_quiet()).then(crate::rt::now);
-            let waker_id = self.waker_id();
-            let server = &mut **server;
-            if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
-                let session = &mut server.session.borrow_mut();
-                self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
+            // Boxed: what only a transaction needs (its server connection,
+            // the relay) is allocated while one runs. Inline, an idle
+            // client's task would be as big as a busy one's.
+            if Box::pin(self.transaction()).await? == Transaction::SessionOver {
+                return Ok(());
             }
-            let end = Relay {
-                client: &mut self.client,
-                server: &mut server.stream,
-                buffers: &mut self.buffers,
-                exchange: &mut self.exchange,
-                sources: exchange::Sources {
-                    registry: &self.pool.registry,
-                    client: &mut self.statements,
-                    client_settings: &mut self.settings,
-                    server: &server.session,
-                    negotiation: (self.config.negotiates() && self.mode == PoolMode::Transaction).then_some(
-                        exchange::Negotiation {
-                            server_params: &server.params,
-                            output_defaults: &server.output_defaults,
-                            max_row: self.config.max_message_size,
-                            text_settings: &server.text_settings,
-                        },
-                    ),
-                },
-                release_when_idle,
-                shutdown: &self.shard.shutdown,
-                killed: &self.entry.killed,
-                waker_id,
-                waker_left: &mut self.waker_left,
-                saw_ready: false,
-                busy_since,
-                limits: Limits {
-                    query: Config::optional_secs(self.config.query_timeout),
-                    idle_in_transaction: Config::optional_secs(self.config.idle_transaction_timeout),
-                },
-                deadline: None,
-                pipelining: pipelining.then_some(&self.pool),
-                offer: &mut self.offer,
-                posted: None,
-                followable: false,
-                skip_ready: &mut self.skip_ready,
-                server_said_fatal: false,
-                server_write_failed: None,
+        }
+    }
+
+    /// One transaction (in session mode, the whole session): a server
+    /// connection for it, the relay, and the connection given back.
+    async fn transaction(&mut self) -> Result<Transaction, SessionError> {
+        let mut lease = match self.mode {
+            PoolMode::Session => self.checkout().await?,
+            PoolMode::Transaction => match self.take_server().await? {
+                Some(server) => server,
+                None => return Ok(Transaction::SessionOver), // it left while waiting behind another client
+            },
+        };
+        if !self.startup_applied && self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
+            // Boxed: a server query's future is large, and this runs once per client.
+            match Box::pin(self.apply_startup_settings(&mut lease)).await {
+                Ok(spelled) => self.learn_spellings(&spelled),
+                Err(refused) => return Err(self.startup_settings_failed(lease, refused).await),
             }
-            .await;
-            let offer = self.offer.take();
-            self.flush_counters();
-            match end {
-                RelayEnd::Released => {
-                    let server = lease.take();
-                    *self.entry.server.borrow_mut() = None;
-                    if let Some(server) = server {
-                        self.pass_on(server, offer, false).await;
+        }
+        let release_when_idle = self.mode == PoolMode::Transaction;
+        let pipelining = self.may_pipeline();
+        // A request sent behind another client's started running when
+        // that one's ended, about when the connection came.
+        let busy_since = (!self.exchange.is_quiet()).then(crate::rt::now);
+        let waker_id = self.waker_id();
+        let server = &mut *lease;
+        if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
+            let session = &mut server.session.borrow_mut();
+            self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
+        }
+        let end = Relay {
+            intake: Intake::new(self.config.relay_buffer_size),
+            client: &mut self.client,
+            server: &mut server.stream,
+            buffers: &mut self.buffers,
+            exchange: &mut self.exchange,
+            sources: exchange::Sources {
+                registry: &self.pool.registry,
+                client: &mut self.statements,
+                client_settings: &mut self.settings,
+                server: &server.session,
+                negotiation: (self.config.negotiates() && self.mode == PoolMode::Transaction).then_some(exchange::Negotiation {
+                    server_params: &server.params,
+                    output_defaults: &server.output_defaults,
+                    max_row: self.config.max_message_size,
+                    text_settings: &server.text_settings,
+                }),
+            },
+            release_when_idle,
+            shutdown: &self.shard.shutdown,
+            killed: &self.entry.killed,
+            waker_id,
+            waker_left: &mut self.waker_left,
+            saw_ready: false,
+            busy_since,
+            limits: Limits {
+                query: Config::optional_secs(self.config.query_timeout),
+                idle_in_transaction: Config::optional_secs(self.config.idle_transaction_timeout),
+            },
+            deadline: None,
+            pipelining: pipelining.then_some(&self.pool),
+            offer: &mut self.offer,
+            posted: None,
+            followable: false,
+            skip_ready: &mut self.skip_ready,
+            server_said_fatal: false,
+            server_write_failed: None,
+        }
+        .await;
+        let offer = self.offer.take();
+        self.flush_counters();
+        match end {
+            RelayEnd::Released => {
+                *self.entry.server.borrow_mut() = None;
+                self.pass_on(lease, offer, false).await;
+                Ok(Transaction::Over)
+            }
+            RelayEnd::ClientLeft => {
+                self.pass_on(lease, offer, true).await;
+                Ok(Transaction::SessionOver)
+            }
+            RelayEnd::Shutdown => {
+                self.give_back(lease).await;
+                Err(shutting_down())
+            }
+            RelayEnd::ServerClosed => {
+                Err(SessionError::Refused(ErrorFields::fatal("08006", "server closed the connection unexpectedly")))
+            }
+            RelayEnd::ServerError(e) => Err(SessionError::Server(ServerError::Write(e))),
+            RelayEnd::ServerEnded => {
+                // The server's FATAL is the client's last message, as on PostgreSQL.
+                let _ = self.client.write_all(&self.buffers.to_client).await;
+                self.buffers.to_client.clear();
+                Err(SessionError::ServerEnded)
+            }
+            RelayEnd::ClientError(e) => {
+                self.pass_to_follower(lease, offer).await;
+                Err(SessionError::ClientProtocol(e))
+            }
+            RelayEnd::Killed => {
+                self.pass_to_follower(lease, offer).await;
+                Err(killed())
+            }
+            RelayEnd::TimedOut(deadline) => {
+                // A running query is cancelled and its connection closed; an
+                // idle transaction is rolled back and its connection kept.
+                self.give_back(lease).await;
+                let (code, message) = match deadline {
+                    Deadline::Query => ("57014", "canceling statement due to query_timeout; closing the connection"),
+                    Deadline::IdleInTransaction => ("25P03", "terminating connection due to idle_transaction_timeout"),
+                };
+                Err(SessionError::Refused(ErrorFields::fatal(code, message)))
+            }
+        }
+    }
+
+    /// The session is over, as `ended` says: logged, the client told why if
+    /// it can still be told, and the client forgotten by the shard.
+    async fn end(&mut self, ended: Result<(), SessionError>, peer: Option<std::net::SocketAddr>) {
+        let age = self.entry.connected_at.elapsed().unwrap_or_default();
+        let (user, database) = (Escaped(&self.entry.info.user), Escaped(&self.entry.info.database));
+        match ended {
+            Ok(()) => info!(?peer, %user, %database, ?age, "client closed the connection"),
+            Err(e) => {
+                info!(?peer, %user, %database, ?age, "client session ended: {}", Escaped(&e.to_string()));
+                if let Some(fields) = e.client_message() {
+                    if self.buffers.from_server.at_boundary() && self.buffers.to_client.is_empty() {
+                        send_error(&mut self.client, &fields).await;
                     }
-                }
-                RelayEnd::ClientLeft => {
-                    if let Some(server) = lease.take() {
-                        self.pass_on(server, offer, true).await;
-                    }
-                    return Ok(());
-                }
-                RelayEnd::Shutdown => {
-                    if let Some(server) = lease.take() {
-                        self.give_back(server).await;
-                    }
-                    return Err(shutting_down());
-                }
-                RelayEnd::ServerClosed => {
-                    return Err(SessionError::Refused(ErrorFields::fatal("08006", "server closed the connection unexpectedly")))
-                }
-                RelayEnd::ServerError(e) => return Err(SessionError::Server(ServerError::Write(e))),
-                RelayEnd::ServerEnded => {
-                    // The server's FATAL is the client's last message, as on PostgreSQL.
-                    let _ = self.client.write_all(&self.buffers.to_client).await;
-                    self.buffers.to_client.clear();
-                    return Err(SessionError::ServerEnded);
-                }
-                RelayEnd::ClientError(e) => {
-                    self.pass_to_follower(lease.take(), offer).await;
-                    return Err(SessionError::ClientProtocol(e));
-                }
-                RelayEnd::Killed => {
-                    self.pass_to_follower(lease.take(), offer).await;
-                    return Err(killed());
-                }
-                RelayEnd::TimedOut(deadline) => {
-                    // A running query is cancelled and its connection closed; an
-                    // idle transaction is rolled back and its connection kept.
-                    if let Some(server) = lease.take() {
-                        self.give_back(server).await;
-                    }
-                    let (code, message) = match deadline {
-                        Deadline::Query => ("57014", "canceling statement due to query_timeout; closing the connection"),
-                        Deadline::IdleInTransaction => ("25P03", "terminating connection due to idle_transaction_timeout"),
-                    };
-                    return Err(SessionError::Refused(ErrorFields::fatal(code, message)));
                 }
             }
         }
+        self.flush_counters();
+        self.shard.shutdown.forget(self.waker_id());
+        self.shard.unregister_client(self.process_id);
     }
 
     /// Server pipelining applies to this client now (see `pool::Opening`).
@@ -668,6 +498,7 @@ impl Session {
         }
         self.entry.following.set(true);
         let end = follow::Follow {
+            intake: Intake::new(self.config.relay_buffer_size),
             client: &mut self.client,
             buffers: &mut self.buffers,
             exchange: &mut self.exchange,
@@ -755,8 +586,8 @@ impl Session {
     /// The client is going with its server connection mid-conversation: if
     /// a follower waits behind it, the connection goes to the follower (see
     /// `pass_on`); else it is closed, by dropping it.
-    async fn pass_to_follower(&mut self, server: Option<Lease>, offer: Option<Offer>) {
-        if let (Some(server), Some(offer)) = (server, offer) {
+    async fn pass_to_follower(&mut self, server: Lease, offer: Option<Offer>) {
+        if let Some(offer) = offer {
             self.pass_on(server, Some(offer), true).await;
         }
     }
@@ -908,7 +739,7 @@ impl Session {
                 Ok(spelled(&reported))
             }
             Some(Ok(Err(refused))) => {
-                info!(code = %refused.code, "a startup setting was refused by the server: {}", refused.message);
+                info!(code = %refused.code, "a startup setting was refused by the server: {}", Escaped(&refused.message));
                 Err(Some(SessionError::Refused(ErrorFields { severity: "FATAL".into(), ..refused })))
             }
             Some(Err(e)) => {
@@ -925,11 +756,10 @@ impl Session {
     /// Applying the startup settings failed (`refused` by the server, or
     /// with `None` the connection broke): gives `server` back if it is as it
     /// was, else closes it, and returns the error that ends the session.
-    async fn startup_settings_failed(&mut self, server: Option<Lease>, refused: Option<SessionError>) -> SessionError {
-        match server {
-            Some(server) if refused.is_some() => self.give_back(server).await,
-            _ => {} // dropping the lease closes it
-        }
+    async fn startup_settings_failed(&mut self, server: Lease, refused: Option<SessionError>) -> SessionError {
+        if refused.is_some() {
+            self.give_back(server).await;
+        } // else dropping the lease closes it
         refused.unwrap_or_else(|| {
             SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
         })
@@ -981,29 +811,54 @@ impl Session {
     /// Waits, holding no server, until the client sends something. A
     /// shutdown ends the wait, except for a client that has not had a
     /// transaction yet while the port is handed over (so_reuseport): its
-    /// first request is on the way, and it gets to run it.
+    /// first request is on the way, and it gets to run it. While nothing is
+    /// in its inbox, the inbox holds no buffer: an idle client costs none
+    /// (except over TLS, which keeps buffers of its own anyway).
     async fn wait_for_client(&mut self) -> Result<Idle, SessionError> {
+        use std::task::Poll;
         let id = self.waker_id();
         let spared = self.config.so_reuseport && !self.entry.has_been_served();
-        let (inbox, client, shutdown, killed, waker_left) =
-            (&mut self.buffers.from_client, &mut self.client, &self.shard.shutdown, &self.entry.killed, &mut self.waker_left);
+        let tls = self.client.is_tls();
+        let (inbox, client, shutdown, killed, waker_left, shard) = (
+            &mut self.buffers.from_client,
+            &mut self.client,
+            &self.shard.shutdown,
+            &self.entry.killed,
+            &mut self.waker_left,
+            &self.shard,
+        );
         futures_lite::future::poll_fn(|cx| loop {
             if killed.get() {
-                return std::task::Poll::Ready(Ok(Idle::Killed));
+                return Poll::Ready(Ok(Idle::Killed));
             }
             match inbox.pending().first() {
-                Some(&crate::protocol::frontend::TERMINATE) => return std::task::Poll::Ready(Ok(Idle::Gone)),
-                Some(_) => return std::task::Poll::Ready(Ok(Idle::Message)),
-                None if inbox.eof => return std::task::Poll::Ready(Ok(Idle::Gone)),
+                Some(&crate::protocol::frontend::TERMINATE) => return Poll::Ready(Ok(Idle::Gone)),
+                Some(_) => return Poll::Ready(Ok(Idle::Message)),
+                None if inbox.eof => return Poll::Ready(Ok(Idle::Gone)),
                 None => {}
             }
             if !spared && shutdown.poll_fired_once(id, cx, waker_left) {
-                return std::task::Poll::Ready(Ok(Idle::Shutdown));
+                return Poll::Ready(Ok(Idle::Shutdown));
+            }
+            if !inbox.has_buffer() {
+                match client.poll_readable(cx) {
+                    Poll::Ready(Ok(())) => inbox.give_buffer(shard.take_inbox_buffer()),
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(SessionError::ClientIo(e))),
+                    Poll::Pending => return Poll::Pending,
+                }
             }
             match inbox.poll_fill(cx, client) {
-                std::task::Poll::Ready(Ok(_)) => continue,
-                std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(SessionError::ClientIo(e))),
-                std::task::Poll::Pending => return std::task::Poll::Pending,
+                Poll::Ready(Ok(_)) => continue,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(SessionError::ClientIo(e))),
+                Poll::Pending => {
+                    // Nothing came: the buffer goes back (a grown one is let go).
+                    if let Some(buf) = if tls { None } else { inbox.take_buffer() } {
+                        if buf.len() == inbox::INITIAL {
+                            shard.return_inbox_buffer(buf);
+                        }
+                    }
+                    return Poll::Pending;
+                }
             }
         })
         .await

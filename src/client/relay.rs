@@ -3,9 +3,20 @@
 //!
 //! It is a single hand-written poll loop rather than two tasks, so that one
 //! wakeup reads whatever both sockets have, runs it through the [`Exchange`],
-//! and writes each direction's output in one `send`. Both directions always
-//! make progress independently, so a pipelining client and a chatty server can
-//! never deadlock each other through full socket buffers.
+//! and writes each direction's output in one `send`.
+//!
+//! Backpressure is PostgreSQL's own: a backend reads no more of a client's
+//! messages while it cannot send their replies. So the relay reads a client
+//! only while the client takes its replies (what waits for it is under
+//! `relay_buffer_size`), while what goes to the server is under that buffer
+//! too, and while fewer than [`MAX_IN_FLIGHT`] answers are due (see
+//! [`Intake`]); and it reads the server only while the client takes what it
+//! already has. A client that reads no replies therefore costs pglane its
+//! buffers and no more, however much it sends. Nothing a direct connection
+//! would carry can deadlock on this: PostgreSQL would have stopped reading
+//! that client sooner (it buffers less), and a client stopped for
+//! [`MAX_IN_FLIGHT`] gets its answers anyway (the relay asks the server to
+//! flush what it holds).
 
 use std::future::Future;
 use std::io;
@@ -27,8 +38,56 @@ use crate::runtime::ShutdownSignal;
 /// Rounds of work one poll may do before yielding to other tasks.
 const BUDGET: usize = 32;
 
-/// Stop reading a socket while this much output for the other is unsent.
-pub(super) const HIGH_WATER: usize = 256 * 1024;
+/// Answers (of the server or pglane's own) a client may have due before
+/// the relay stops taking its messages, until half of them have come. Each
+/// is one entry of the exchange's queue of what is due (120 bytes), so this
+/// keeps that queue under 240 KiB however deep a client pipelines, and the
+/// exchange's scans of it short. A client stopped for it with no Sync or
+/// Flush sent would wait for ever for answers the server keeps in its
+/// output buffer: the relay sends a Flush (which has no answer and changes
+/// nothing else) as it stops.
+pub(super) const MAX_IN_FLIGHT: usize = 1024;
+
+/// How much of one client's traffic a relay (or a follower) takes in before
+/// it stops reading the client (see the module comment).
+#[derive(Debug, Clone, Copy)]
+pub struct Intake {
+    /// `relay_buffer_size`: the most of the client's output on its way to the
+    /// server, and of its replies waiting for it, before it is not read.
+    pub buffer: usize,
+    /// [`MAX_IN_FLIGHT`] was reached and not enough has been answered since.
+    paused: bool,
+    /// The Flush for this pause was sent.
+    flushed: bool,
+}
+
+impl Intake {
+    pub fn new(buffer: usize) -> Intake {
+        Intake { buffer, paused: false, flushed: false }
+    }
+
+    /// Whether more of the client's messages may be taken now: `due`
+    /// answers are due to it, `outgoing` bytes of its are on their way to the
+    /// server (pglane's buffer, what the exchange holds back), `replies`
+    /// bytes wait for it to read them.
+    pub(super) fn open(&mut self, due: usize, outgoing: usize, replies: usize) -> bool {
+        if due >= MAX_IN_FLIGHT {
+            self.paused = true;
+        } else if due <= MAX_IN_FLIGHT / 2 {
+            self.paused = false;
+            self.flushed = false;
+        }
+        !self.paused && outgoing < self.buffer && replies < self.buffer
+    }
+
+    /// Whether a Flush should go to the server now: taking is paused for
+    /// [`MAX_IN_FLIGHT`] and none was sent for this pause.
+    fn flush_due(&mut self) -> bool {
+        let due = self.paused && !self.flushed;
+        self.flushed |= due;
+        due
+    }
+}
 
 /// Why the relay stopped.
 pub enum RelayEnd {
@@ -102,6 +161,10 @@ pub struct ServerSide {
     to_client: BytesMut,
 }
 
+/// A parked buffer that grew past this (a flood, a big result) is let go
+/// rather than kept for the next client: the shard keeps many of them.
+const SERVER_SIDE_KEPT: usize = 64 * 1024;
+
 impl ServerSide {
     pub fn new() -> ServerSide {
         ServerSide {
@@ -150,11 +213,17 @@ impl Buffers {
         side.to_server.clear();
         side.from_server.clear();
         side.to_client.clear();
+        if side.to_server.capacity() > SERVER_SIDE_KEPT || side.to_client.capacity() > SERVER_SIDE_KEPT {
+            let fresh = ServerSide::new();
+            side.to_server = fresh.to_server;
+            side.to_client = fresh.to_client;
+        }
         side
     }
 }
 
 pub struct Relay<'a> {
+    pub intake: Intake,
     pub client: &'a mut Stream,
     pub server: &'a mut Stream,
     pub buffers: &'a mut Buffers,
@@ -202,22 +271,37 @@ pub struct Relay<'a> {
 pub(super) enum ClientStop {
     /// Nothing whole is left to take.
     Drained,
+    /// The intake is full (see [`Intake::open`]): more may be there.
+    Full,
     /// The client said Terminate.
     Terminate,
     /// A message of a type the protocol does not have.
     BadTag(u8),
 }
 
-/// Runs the client's buffered messages through the exchange: what goes to
-/// the server is appended to `to_server`, what pglane answers to `to_client`.
+/// Runs the client's buffered messages through the exchange, as many as
+/// `intake` lets in: what goes to the server is appended to `to_server`
+/// (behind `elsewhere` bytes of the client's not sent yet), what pglane
+/// answers to `to_client`.
 pub(super) fn take_client_messages(
     from_client: &mut Inbox,
     exchange: &mut Exchange,
     st: &mut Statements<'_>,
     to_server: &mut BytesMut,
     to_client: &mut BytesMut,
+    intake: &mut Intake,
+    elsewhere: usize,
 ) -> Result<ClientStop, ProtocolError> {
     let stop = loop {
+        if from_client.pending().is_empty() {
+            break ClientStop::Drained;
+        }
+        // Not in the middle of a streamed message: its bytes are on their way.
+        if from_client.at_boundary()
+            && !intake.open(exchange.due_len(), elsewhere + to_server.len() + exchange.held_len(), to_client.len())
+        {
+            break ClientStop::Full;
+        }
         let piece = match from_client.next(client_needs_whole)? {
             Some(piece) => piece,
             None => break ClientStop::Drained,
@@ -358,25 +442,42 @@ impl Relay<'_> {
         // Nor once another client's request is behind this one's.
         let mut client_leaving = false;
         let mut bad_tag = None;
+        let mut client_drained = true;
         if !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) && self.offer.is_none() {
-            // What the exchange holds back (see `Exchange::held_len`) is
-            // on its way to the server too, and counts against the mark.
-            if !b.from_client.eof && b.to_server.len() + self.exchange.held_len() < HIGH_WATER {
+            // What was read is taken first, and the client is read only once
+            // all of it was (so the inbox grows only for a message too big
+            // for it, never for messages left behind).
+            let mut take = |b: &mut Buffers, exchange: &mut Exchange, intake: &mut Intake| {
+                take_client_messages(&mut b.from_client, exchange, st, &mut b.to_server, &mut b.to_client, intake, 0)
+            };
+            let mut stop = take(b, self.exchange, &mut self.intake);
+            let outgoing = b.to_server.len() + self.exchange.held_len();
+            if matches!(stop, Ok(ClientStop::Drained))
+                && !b.from_client.eof
+                && self.intake.open(self.exchange.due_len(), outgoing, b.to_client.len())
+            {
                 match b.from_client.poll_fill(cx, self.client) {
-                    Poll::Ready(Ok(_)) => progress = true,
+                    Poll::Ready(Ok(_)) => {
+                        progress = true;
+                        stop = take(b, self.exchange, &mut self.intake);
+                    }
                     Poll::Ready(Err(_)) => return Step::Done(RelayEnd::ClientLeft),
                     Poll::Pending => {}
                 }
             }
-            match take_client_messages(&mut b.from_client, self.exchange, st, &mut b.to_server, &mut b.to_client) {
+            match stop {
                 Ok(ClientStop::Drained) => {}
+                Ok(ClientStop::Full) => client_drained = false,
                 Ok(ClientStop::Terminate) => client_leaving = true,
                 Ok(ClientStop::BadTag(tag)) => bad_tag = Some(tag),
                 Err(e) => return Step::Done(RelayEnd::ClientError(e)),
             }
+            if self.intake.flush_due() && b.from_client.at_boundary() {
+                frontend::flush(&mut b.to_server);
+            }
         }
         if let Some(offer) = self.offer.as_ref() {
-            if b.to_server.len() < HIGH_WATER {
+            if b.to_server.len() < self.intake.buffer {
                 offer.move_outbox(&mut b.to_server);
             }
         }
@@ -410,7 +511,7 @@ impl Relay<'_> {
         }
 
         // Server → client.
-        if !b.from_server.eof && b.to_client.len() < HIGH_WATER {
+        if !b.from_server.eof && b.to_client.len() < self.intake.buffer {
             match b.from_server.poll_fill(cx, self.server) {
                 Poll::Ready(Ok(n)) => {
                     b.counters.bytes_from_server += n as u64;
@@ -486,7 +587,7 @@ impl Relay<'_> {
             return Step::Done(self.server_gone(None));
         }
         if b.to_server.is_empty() {
-            if client_leaving || b.from_client.eof {
+            if client_leaving || (b.from_client.eof && client_drained) {
                 return Step::Done(RelayEnd::ClientLeft);
             }
             if let Some(tag) = bad_tag {
@@ -505,5 +606,33 @@ impl Relay<'_> {
             return Step::Done(RelayEnd::Shutdown);
         }
         Step::Idle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_intake_closes_on_a_full_buffer_either_way_and_on_too_many_answers_due() {
+        let mut intake = Intake::new(1000);
+        assert!(intake.open(0, 0, 0));
+        assert!(!intake.open(0, 1000, 0), "what goes to the server fills the buffer");
+        assert!(!intake.open(0, 0, 1000), "the client does not read its replies");
+        assert!(intake.open(MAX_IN_FLIGHT - 1, 999, 999));
+        assert!(!intake.flush_due(), "no Flush while it is open");
+    }
+
+    #[test]
+    fn too_many_answers_due_pause_it_until_half_have_come_with_one_flush() {
+        let mut intake = Intake::new(1000);
+        assert!(!intake.open(MAX_IN_FLIGHT, 0, 0));
+        assert!(intake.flush_due(), "a Flush as it stops");
+        assert!(!intake.flush_due(), "one per pause");
+        assert!(!intake.open(MAX_IN_FLIGHT / 2 + 1, 0, 0), "still paused above half");
+        assert!(!intake.flush_due());
+        assert!(intake.open(MAX_IN_FLIGHT / 2, 0, 0), "open again at half");
+        assert!(!intake.open(MAX_IN_FLIGHT, 0, 0));
+        assert!(intake.flush_due(), "the next pause has its own Flush");
     }
 }

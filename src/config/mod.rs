@@ -193,6 +193,14 @@ pub struct Config {
     /// Largest message body accepted from a client, in bytes.
     #[serde(default = "defaults::max_message_size")]
     pub max_message_size: usize,
+    /// Bytes pglane keeps of one client's conversation in each direction
+    /// (its messages on their way to the server, the replies it has not read
+    /// yet) before it stops reading the side that sends, as PostgreSQL stops
+    /// reading a client whose replies it cannot send. With
+    /// `max_message_size` this bounds pglane's memory per client (see
+    /// `client::relay`; FUZZING.md has the figures).
+    #[serde(default = "defaults::relay_buffer_size")]
+    pub relay_buffer_size: usize,
     /// Microseconds a shard spins, yielding the CPU between checks, before
     /// its thread sleeps waiting for I/O; 0 (the default): never. Fewer
     /// sleeps and wake-ups mean less latency when clients are few, paid in
@@ -345,6 +353,9 @@ mod defaults {
     }
     pub fn max_message_size() -> usize {
         64 << 20
+    }
+    pub fn relay_buffer_size() -> usize {
+        64 << 10
     }
     pub fn server_reset_query() -> String {
         "DISCARD ALL".into()
@@ -714,6 +725,9 @@ impl Config {
         }
         if self.max_message_size < 1024 {
             return Err(invalid("max_message_size must be at least 1024 bytes"));
+        }
+        if self.relay_buffer_size < 8 * 1024 {
+            return Err(invalid("relay_buffer_size must be at least 8192 bytes"));
         }
         if self.spin_before_park_us > MAX_SPIN_BEFORE_PARK_US {
             return Err(invalid(format!("spin_before_park_us must be at most {MAX_SPIN_BEFORE_PARK_US} (10 ms)")));

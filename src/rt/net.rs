@@ -18,7 +18,9 @@
 //! so bytes leave in the order they were written. An error of a queued send
 //! is the next write's (or close's) error; `poll_close` waits for the last
 //! send before it shuts the socket, and a socket dropped with a send under
-//! way keeps its descriptor open, in the reactor, until that send is done.
+//! way keeps its descriptor open, in the reactor, until that send is done
+//! (for [`super::reactor::SEND_LINGER`] at most). [`Socket::abandon`] drops
+//! such a send instead and closes at once.
 //!
 //! A socket dropped while a poll is armed cancels it; its descriptor closes
 //! at once, and the kernel lets go of the socket when the cancel completes.
@@ -44,6 +46,8 @@ pub struct Socket {
     send: Option<Token>,
     /// The last read did not show the socket drained: try recv first.
     maybe_readable: bool,
+    /// Dropped with a send under way, the send goes on (else it is dropped).
+    linger: bool,
 }
 
 /// Waits for `wait` if armed (`Ready` once it fired), else arms a poll for
@@ -78,7 +82,14 @@ impl Socket {
     /// Adopts a connected socket; it is made non-blocking.
     pub fn from_fd(fd: OwnedFd) -> io::Result<Socket> {
         set_nonblocking(fd.as_raw_fd())?;
-        Ok(Socket { fd: std::mem::ManuallyDrop::new(fd), read_wait: None, write_wait: None, send: None, maybe_readable: true })
+        Ok(Socket {
+            fd: std::mem::ManuallyDrop::new(fd),
+            read_wait: None,
+            write_wait: None,
+            send: None,
+            maybe_readable: true,
+            linger: true,
+        })
     }
 
     /// Connects over TCP to the first of `addr`'s addresses that answers.
@@ -121,6 +132,14 @@ impl Socket {
     pub fn connect_unix(path: &std::path::Path) -> io::Result<Socket> {
         let std = std::os::unix::net::UnixStream::connect(path)?;
         Socket::from_fd(std.into())
+    }
+
+    /// Closes the socket at once, dropping what was written and not sent
+    /// yet: for a connection whose peer must not get it (a server connection
+    /// left mid-conversation, whose queued requests nobody will read the
+    /// answers to), or may never read it.
+    pub fn abandon(mut self) {
+        self.linger = false;
     }
 
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
@@ -184,9 +203,28 @@ impl Drop for Socket {
         let fd = unsafe { std::mem::ManuallyDrop::take(&mut self.fd) };
         if let Some(token) = self.send.take() {
             // Bytes still to send: the reactor keeps the descriptor open for
-            // them (off an rt thread there is none, and it closes here).
-            with_reactor(|r| r.release_send(token, fd));
+            // them, or until it has dropped them (off an rt thread there is
+            // no reactor, and it closes here).
+            match self.linger {
+                true => with_reactor(|r| r.release_send(token, fd)),
+                false => with_reactor(|r| r.abandon_send(token, fd)),
+            };
         }
+    }
+}
+
+impl Socket {
+    /// Waits until a read would find bytes (or the end of the stream),
+    /// without reading: a caller that needs a buffer to read into takes one
+    /// only then.
+    pub fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.maybe_readable && self.read_wait.is_none() {
+            return Poll::Ready(Ok(()));
+        }
+        let fd = self.fd.as_raw_fd();
+        std::task::ready!(poll_wait(&mut self.read_wait, fd, (libc::POLLIN | libc::POLLRDHUP) as u32, cx))?;
+        self.maybe_readable = true;
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -494,6 +532,74 @@ mod tests {
         .unwrap();
         assert!(watchdog.join().unwrap(), "the read was held up by a send waiting for room");
         drop(writer.join());
+    }
+
+    /// A unix socket pair whose first end's buffer is full: what is written
+    /// to it next waits for room.
+    fn full_pair() -> (std::os::unix::net::UnixStream, std::os::unix::net::UnixStream, usize) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let chunk = [7u8; 4096];
+        let mut filled = 0;
+        loop {
+            // SAFETY: send from a valid buffer on a socket we own, until it is full.
+            let n = unsafe { libc::send(a.as_raw_fd(), chunk.as_ptr().cast(), chunk.len(), libc::MSG_DONTWAIT) };
+            if n <= 0 {
+                return (a, b, filled);
+            }
+            filled += n as usize;
+        }
+    }
+
+    /// Whether `peer`'s other end has closed (it may still hold unread bytes).
+    fn peer_closed(peer: &std::os::unix::net::UnixStream) -> bool {
+        let mut poll = libc::pollfd { fd: peer.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: poll on one valid pollfd, without waiting.
+        unsafe { libc::poll(&mut poll, 1, 0) };
+        poll.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
+    }
+
+    /// Drops (or abandons) a socket whose last send waits for room its peer
+    /// never makes; returns how long the peer waited to see it close (up to
+    /// `limit`), and the bytes it then read before end-of-file.
+    fn close_with_a_send_waiting_for_room(abandon: bool, limit: Duration) -> (Duration, usize, usize) {
+        let (a, b, filled) = full_pair();
+        let (waited, read) = block_on(async move {
+            let mut a = Socket::from_fd(a.into()).unwrap();
+            a.write_all(b"never taken").await.unwrap();
+            // A turn: the send finds no room and waits for it in the ring.
+            sleep(Duration::from_millis(20)).await;
+            let started = Instant::now();
+            match abandon {
+                true => a.abandon(),
+                false => drop(a),
+            }
+            while !peer_closed(&b) && started.elapsed() < limit {
+                sleep(Duration::from_millis(5)).await;
+            }
+            let waited = started.elapsed();
+            b.set_nonblocking(true).unwrap();
+            let mut got = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut &b, &mut got);
+            (waited, got.len())
+        })
+        .unwrap();
+        (waited, read, filled)
+    }
+
+    #[test]
+    fn a_socket_abandoned_with_a_send_waiting_for_room_closes_at_once_without_it() {
+        let (waited, read, filled) = close_with_a_send_waiting_for_room(true, Duration::from_secs(30));
+        assert!(waited < Duration::from_secs(1), "the peer saw the close after {waited:?}");
+        assert_eq!(read, filled, "the abandoned bytes were not dropped");
+    }
+
+    #[test]
+    fn a_socket_dropped_with_a_send_its_peer_never_takes_closes_after_the_linger() {
+        let (waited, read, filled) = close_with_a_send_waiting_for_room(false, Duration::from_secs(30));
+        let linger = super::super::reactor::SEND_LINGER;
+        assert!(waited >= linger - Duration::from_millis(50), "closed before the linger was over: {waited:?}");
+        assert!(waited < linger + Duration::from_secs(2), "the descriptor stayed open {waited:?}");
+        assert_eq!(read, filled);
     }
 
     #[test]

@@ -30,6 +30,15 @@
 //! completion: the wait asks for one more completion than the enter's sends
 //! that no writer waits for, so the turn's own sends never end it.
 //!
+//! A socket dropped with a send still under way leaves it to the reactor,
+//! which keeps the descriptor open until the send is done, so that a last
+//! message (an error before the close) is not lost: but for at most
+//! [`SEND_LINGER`], as the kernel's own SO_LINGER would, because a peer that
+//! reads nothing would otherwise hold the descriptor, and the connection
+//! with it, for ever ([`Reactor::release_send`]). A socket whose unsent bytes
+//! nobody wants (a server connection abandoned mid-conversation) drops them
+//! and closes at once instead ([`Reactor::abandon_send`]).
+//!
 //! Every op's user_data names a slot of [`Reactor::slots`] (index and
 //! generation); a slot outlives the future that armed it when that future is
 //! dropped early (the op is cancelled, and the slot freed when its last
@@ -60,8 +69,15 @@ const COMPLETION_ENTRIES: u32 = 4096;
 /// the copy would cost more than the context switch it saves).
 pub const SEND_QUEUE_LIMIT: usize = 64 * 1024;
 
-/// A slot keeps its send buffer for the next send up to this size.
+/// Send buffers up to this size are kept for the next sends, up to
+/// [`SPARE_SEND_BUFFERS`] of them (not in their slots: a slot that waits for
+/// an idle client to speak must not hold one).
 const SEND_BUFFER_KEPT: usize = 16 * 1024;
+const SPARE_SEND_BUFFERS: usize = 64;
+
+/// How long a dropped socket's last send may wait for its peer to take it
+/// before the reactor gives up on it and closes the descriptor.
+pub const SEND_LINGER: Duration = Duration::from_secs(5);
 
 /// One op in flight, as its future sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,17 +114,21 @@ enum SendPhase {
     Sending,
     /// The socket was full: a poll for room is in the ring.
     AwaitingRoom,
+    /// Given up on (see [`Reactor::discard`]): its op in the ring (a send
+    /// or a poll being cancelled) only has to complete for it to end.
+    Discarded,
 }
 
 /// The bytes of a queued send, owned here until the kernel has them all.
-/// Kept per slot, so that a slot's buffer is reused by its next send.
 struct Outgoing {
     phase: SendPhase,
     fd: RawFd,
     data: Vec<u8>,
     sent: usize,
     /// The socket was dropped with bytes still to send: its descriptor
-    /// stays open until they are sent (or fail), then closes.
+    /// stays open until they are sent (or fail, or are given up on), then
+    /// closes. Never closed while an op naming it may still reach the
+    /// kernel: the descriptor's number could be another socket's by then.
     owned_fd: Option<OwnedFd>,
 }
 
@@ -116,6 +136,13 @@ impl Outgoing {
     fn new() -> Outgoing {
         Outgoing { phase: SendPhase::None, fd: -1, data: Vec::new(), sent: 0, owned_fd: None }
     }
+}
+
+/// A send whose socket was dropped, given up on at `deadline` if not done.
+#[derive(Clone, Copy)]
+struct Lingering {
+    token: Token,
+    deadline: Instant,
 }
 
 pub struct Reactor {
@@ -130,6 +157,10 @@ pub struct Reactor {
     sends_in_ring: Vec<u32>,
     /// Completions taken off the ring, reused from one reap to the next.
     completed: Vec<(u64, i32)>,
+    /// Emptied send buffers, for the next sends.
+    spare_sends: Vec<Vec<u8>>,
+    /// Sends of dropped sockets, oldest first (see [`SEND_LINGER`]).
+    lingering: std::collections::VecDeque<Lingering>,
     free: Vec<u32>,
     timers: BTreeMap<(Instant, u64), Waker>,
     next_timer: u64,
@@ -165,6 +196,8 @@ impl Reactor {
             queued_sends: Vec::new(),
             sends_in_ring: Vec::new(),
             completed: Vec::new(),
+            spare_sends: Vec::new(),
+            lingering: std::collections::VecDeque::new(),
             free: Vec::new(),
             timers: BTreeMap::new(),
             next_timer: 0,
@@ -212,11 +245,12 @@ impl Reactor {
     /// may add to it with [`Reactor::append_send`] until the turn ends.
     pub fn queue_send(&mut self, fd: RawFd, data: &[u8]) -> Token {
         let token = self.slot();
+        let buffer = self.spare_sends.pop().unwrap_or_default();
         let out = &mut self.outgoing[token.index as usize];
         out.phase = SendPhase::Queued;
         out.fd = fd;
         out.sent = 0;
-        out.data.clear();
+        out.data = buffer;
         out.data.extend_from_slice(data);
         self.queued_sends.push(token.index);
         token
@@ -235,22 +269,81 @@ impl Reactor {
     }
 
     /// The socket that queued this send is gone: the send goes on, keeping
-    /// `fd` open until it is finished.
+    /// `fd` open until it is finished, or for [`SEND_LINGER`] at most.
     pub fn release_send(&mut self, token: Token, fd: OwnedFd) {
+        if self.adopt_send(token, fd) {
+            let deadline = Instant::now() + SEND_LINGER;
+            self.lingering.push_back(Lingering { token, deadline });
+            // Only so that the wait ends by then; nothing is woken.
+            self.set_timer(deadline, 0, Waker::noop());
+        }
+    }
+
+    /// The socket that queued this send is gone, and what it had still to
+    /// send is not wanted: the send stops, and `fd` closes as soon as no op
+    /// in the ring names it (at once, or when the kernel confirms a cancel).
+    pub fn abandon_send(&mut self, token: Token, fd: OwnedFd) {
+        if self.adopt_send(token, fd) {
+            self.discard(token.index);
+        }
+    }
+
+    /// Takes `fd` over for a send whose socket is gone; false if the send
+    /// was already finished (`fd` then closes here).
+    fn adopt_send(&mut self, token: Token, fd: OwnedFd) -> bool {
         let (generation, slot) = &mut self.slots[token.index as usize];
         if *generation != token.generation {
-            return;
+            return false;
         }
         match slot {
             Slot::Waiting(_) => {
                 *slot = Slot::Abandoned;
                 self.outgoing[token.index as usize].owned_fd = Some(fd);
+                true
             }
             Slot::Done(_) => {
                 *slot = Slot::Free;
                 self.free.push(token.index);
+                false
             }
-            Slot::Free | Slot::Abandoned => {}
+            Slot::Free | Slot::Abandoned => false,
+        }
+    }
+
+    /// Gives up on a send: ended now if it is not in the ring yet, else
+    /// when its op completes (a poll for room is cancelled).
+    fn discard(&mut self, index: u32) {
+        let generation = self.slots[index as usize].0;
+        let out = &mut self.outgoing[index as usize];
+        match out.phase {
+            SendPhase::Queued => {
+                self.finish_send(index, -libc::ECANCELED);
+            }
+            // A non-blocking send: it completes within the next enter.
+            SendPhase::Sending => out.phase = SendPhase::Discarded,
+            SendPhase::AwaitingRoom => {
+                out.phase = SendPhase::Discarded;
+                let cancel = opcode::AsyncCancel::new(Token { index, generation }.user_data()).build().user_data(CANCEL);
+                self.push(cancel);
+            }
+            SendPhase::None | SendPhase::Discarded => {}
+        }
+    }
+
+    /// Gives up on the sends of dropped sockets that lingered past their
+    /// deadline, and forgets those that finished.
+    fn expire_lingering(&mut self, now: Instant) {
+        while let Some(first) = self.lingering.front() {
+            let Lingering { token, deadline } = *first;
+            let (generation, slot) = &self.slots[token.index as usize];
+            let live = *generation == token.generation && matches!(slot, Slot::Abandoned);
+            if live && deadline > now {
+                break;
+            }
+            self.lingering.pop_front();
+            if live {
+                self.discard(token.index);
+            }
         }
     }
 
@@ -315,6 +408,7 @@ impl Reactor {
                 self.push_send(index);
                 false
             }
+            (SendPhase::Discarded, _) => self.finish_send(index, -libc::ECANCELED),
             (_, e) => self.finish_send(index, e.min(0)),
         }
     }
@@ -332,13 +426,13 @@ impl Reactor {
     fn finish_send(&mut self, index: u32, result: i32) -> bool {
         let out = &mut self.outgoing[index as usize];
         out.phase = SendPhase::None;
-        out.data.clear();
-        if out.data.capacity() > SEND_BUFFER_KEPT {
-            // A bulk write's buffer is not kept by every slot that saw one.
-            out.data = Vec::new();
-        }
+        let mut buffer = std::mem::take(&mut out.data);
         out.sent = 0;
         drop(out.owned_fd.take());
+        if buffer.capacity() <= SEND_BUFFER_KEPT && self.spare_sends.len() < SPARE_SEND_BUFFERS {
+            buffer.clear();
+            self.spare_sends.push(buffer);
+        }
         let slot = &mut self.slots[index as usize].1;
         match std::mem::replace(slot, Slot::Done(result)) {
             Slot::Waiting(Some(waker)) => {
@@ -477,6 +571,9 @@ impl Reactor {
         let now = Instant::now();
         if !self.timers.is_empty() {
             self.fire_timers(now);
+        }
+        if !self.lingering.is_empty() {
+            self.expire_lingering(now);
         }
         now
     }

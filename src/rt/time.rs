@@ -82,12 +82,31 @@ pub async fn sleep(duration: Duration) {
 }
 
 /// Runs `fut` for at most `limit`; `None` if time ran out first.
-pub async fn with_timeout<T>(limit: Duration, fut: impl Future<Output = T>) -> Option<T> {
-    futures_lite::future::or(async { Some(fut.await) }, async {
-        sleep(limit).await;
-        None
-    })
-    .await
+pub fn with_timeout<F: Future>(limit: Duration, fut: F) -> Timeout<F> {
+    Timeout { fut, timer: Timer::new(limit) }
+}
+
+/// [`with_timeout`]'s future: no bigger than the future it bounds and a
+/// timer (an async fn here stored its arguments twice, and a session waits
+/// in one of these for as long as it is idle).
+pub struct Timeout<F> {
+    fut: F,
+    timer: Timer,
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        // SAFETY: `fut` is pinned with the Timeout (it is never moved out of
+        // it, and Timeout has no Drop of its own); `timer` is Unpin.
+        let this = unsafe { self.get_unchecked_mut() };
+        let fut = unsafe { Pin::new_unchecked(&mut this.fut) };
+        if let Poll::Ready(value) = fut.poll(cx) {
+            return Poll::Ready(Some(value));
+        }
+        Pin::new(&mut this.timer).poll(cx).map(|()| None)
+    }
 }
 
 #[cfg(test)]

@@ -51,6 +51,10 @@ const REGISTRY_CAPACITY: usize = 10_000;
 /// Server-side relay buffer sets a shard keeps for reuse (each ≈ 40 KB).
 const SPARE_BUFFERS: usize = 256;
 
+/// Client inbox buffers a shard keeps for reuse (each 4 KiB): about as many
+/// as clients speak at once.
+const SPARE_INBOXES: usize = 64;
+
 /// The nice value of a shard's blocking thread: when the shard's own thread
 /// and a long computation compete for the core, the shard gets most of it.
 const BLOCKING_NICE: libc::c_int = 10;
@@ -236,6 +240,11 @@ pub struct Shard {
     /// The pools of databases the `*` entry serves (see
     /// [`Shard::drop_unused_fallback_pools`]).
     fallback_pools: RefCell<std::collections::HashSet<(String, String)>>,
+    /// Inbox buffers given up by clients that went quiet, for the next
+    /// client that speaks.
+    spare_inboxes: RefCell<Vec<Vec<u8>>>,
+    /// How many more lines about failed logins each address may cause.
+    pub login_log: RefCell<crate::logging::PerAddress>,
     /// Recent auth_query answers (see `client::auth_query`).
     pub auth_query_cache: crate::client::auth_query::SecretCache,
     /// How to log in to the server as an auth_query user, by (database,
@@ -348,6 +357,8 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 applied_generation: Cell::new(0),
                 scram_secrets: RefCell::default(),
                 spare_buffers: RefCell::default(),
+                spare_inboxes: RefCell::default(),
+                login_log: RefCell::default(),
                 auth_query_cache: Default::default(),
                 learned_logins: RefCell::default(),
                 hosts_checked: Cell::new(std::time::Instant::now()),
@@ -777,6 +788,7 @@ impl Shard {
         for ((database, user), pool) in self.pools().iter() {
             let n = pool.close_expired(idle, lifetime);
             if n > 0 {
+                let (database, user) = (crate::logging::Escaped(database), crate::logging::Escaped(user));
                 tracing::debug!(shard = self.id, %database, %user, closed = n, "closed expired idle server connections");
             }
         }
@@ -821,6 +833,21 @@ impl Shard {
         let mut spare = self.spare_buffers.borrow_mut();
         if spare.len() < SPARE_BUFFERS {
             spare.push(side);
+        }
+    }
+
+    /// An inbox buffer for a client that has something to say (empty if
+    /// none is spare: the inbox then makes its own).
+    pub fn take_inbox_buffer(&self) -> Vec<u8> {
+        self.spare_inboxes.borrow_mut().pop().unwrap_or_default()
+    }
+
+    /// The inbox buffer of a client that went quiet, kept for the next one
+    /// (up to [`SPARE_INBOXES`]).
+    pub fn return_inbox_buffer(&self, buf: Vec<u8>) {
+        let mut spare = self.spare_inboxes.borrow_mut();
+        if spare.len() < SPARE_INBOXES {
+            spare.push(buf);
         }
     }
 
@@ -874,7 +901,8 @@ impl Shard {
         match self.keys.route(process_id, secret_key) {
             keys::Route::Shard { shard, secret } if shard == self.id => self.cancel_local(process_id, secret).await,
             keys::Route::Shard { shard, secret } if shard < self.shards => {
-                info!(shard = self.id, owner = shard, "passing a cancel request to the shard that owns the client");
+                // Not INFO: anyone can send these, as fast as they like.
+                debug!(shard = self.id, owner = shard, "passing a cancel request to the shard that owns the client");
                 let (done, taken) = flume::bounded(1);
                 let cancel = ShardMessage::Cancel { process_id, secret_key: secret, done };
                 if self.peers.send_to(shard, cancel).await.is_err() {
@@ -895,7 +923,8 @@ impl Shard {
             return debug!(shard = self.id, peer_id, "a cancel request for a peer that [peers] does not list");
         };
         let address = peer.address();
-        info!(shard = self.id, peer_id, peer = %address, "forwarding a cancel request to the peer that owns the client");
+        // Not INFO: anyone can send these, as fast as they like.
+        debug!(shard = self.id, peer_id, peer = %address, "forwarding a cancel request to the peer that owns the client");
         let timeout = Config::secs(config.server_connect_timeout);
         if let Err(e) = crate::server::send_cancel_request(&address, process_id, secret_key, timeout).await {
             warn!(shard = self.id, peer_id, "forwarding a cancel request to peer {address} failed: {e}");

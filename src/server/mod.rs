@@ -235,6 +235,17 @@ pub struct ServerConn {
     pub text_settings: RefCell<(Option<u64>, crate::formats::TextSettings)>,
 }
 
+impl Drop for ServerConn {
+    /// Whatever the connection still had to send to the server belongs to a
+    /// conversation nobody continues (a connection is dropped only when it
+    /// is closed): it is dropped, and the socket closed at once. Left to
+    /// linger, a server that does not read (blocked writing replies nobody
+    /// reads) would keep its backend, uncounted, until the send gave up.
+    fn drop(&mut self) {
+        self.stream.abandon();
+    }
+}
+
 impl ServerConn {
     /// Connects to host `host` of `target` and logs in; returns once the
     /// server says ReadyForQuery, and (when target_session_attrs is not

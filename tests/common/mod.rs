@@ -452,6 +452,10 @@ pub struct Pglane {
     child: Option<Child>,
 }
 
+/// pglane's log filter for a test that looks for where a CancelRequest went:
+/// those lines are DEBUG, since anyone can send cancels as fast as they like.
+pub const LOG_CANCEL_ROUTING: (&str, &str) = ("RUST_LOG", "info,pglane::runtime=debug");
+
 impl Pglane {
     /// Starts pglane with `listen = "127.0.0.1:<free port>"` followed by
     /// `config_body` verbatim. Panics (with pglane's log) if it exits or does
@@ -486,9 +490,15 @@ pool_size = {pool_size}
     /// Like [`Pglane::start`], with extra command-line arguments after
     /// `--config <file>`.
     pub fn start_with_args(config_body: &str, extra_args: &[&str]) -> Pglane {
+        Pglane::start_with_env(config_body, extra_args, &[])
+    }
+
+    /// Like [`Pglane::start_with_args`], with `env` set for pglane (e.g.
+    /// [`LOG_CANCEL_ROUTING`]).
+    pub fn start_with_env(config_body: &str, extra_args: &[&str], env: &[(&str, &str)]) -> Pglane {
         for attempt in 1.. {
             let port = free_port();
-            match Pglane::try_start_on(port, config_body, extra_args, &[]) {
+            match Pglane::try_start_on(port, config_body, extra_args, env) {
                 Ok(pglane) => return pglane,
                 Err((why, log)) if attempt < PGLANE_START_ATTEMPTS && log.contains("in use") => {
                     eprintln!("harness: pglane port {port} was taken ({why}), retrying");

@@ -93,6 +93,11 @@ impl RawClient {
         self.buf.split_to(n).to_vec()
     }
 
+    /// A second handle on the same connection (to write while this one reads).
+    pub fn try_clone(&self) -> RawClient {
+        RawClient { stream: self.stream.try_clone().expect("clone the socket"), buf: BytesMut::new() }
+    }
+
     pub fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("send");
     }

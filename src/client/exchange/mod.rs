@@ -425,6 +425,12 @@ impl Exchange {
         self.due.iter().filter(|d| d.ends_request()).count()
     }
 
+    /// Answers still due, pglane's own included: each is an entry of the
+    /// queue that the relay keeps short (`relay::MAX_IN_FLIGHT`).
+    pub fn due_len(&self) -> usize {
+        self.due.len()
+    }
+
     /// Nothing due in either direction.
     pub fn is_quiet(&self) -> bool {
         self.due.is_empty() && self.tracker.is_quiet()
