@@ -264,3 +264,42 @@ fn ddl_through_one_shard_is_seen_by_the_others() {
         assert_eq!(describe(client, "m2"), after, "client {i}");
     }
 }
+
+/// The client's names mean what it last parsed under them through every
+/// transition: a failed Parse of the unnamed statement (PostgreSQL drops the
+/// old one first), another client's unnamed statement on the same server
+/// connection meanwhile, DISCARD ALL, a name parsed again after it, and the
+/// client pinned to its connection by LISTEN. pglane answers a Bind of a
+/// name the client has not (or no longer) parsed itself, without
+/// PostgreSQL's source-location fields.
+#[test]
+fn the_clients_names_survive_every_transition() {
+    let bind_unnamed = |b: &mut BytesMut| scenario::bind_exec(b, "", &[]);
+    let failed_parse = |b: &mut BytesMut| {
+        frontend::parse(b, "", "select no_such_column_anywhere", &[]);
+        frontend::sync(b);
+    };
+    let mut s = Scenario::new(&[&[], &[]]);
+    s.prepare(0, "s1", "select 'one'")
+        .exec_prepared(0, "s1", &[])
+        .exec_params(0, "select 'unnamed a'", &[])
+        .step(0, failed_parse)
+        .exec_params(1, "select 'the other client''s'", &[])
+        .step(0, bind_unnamed)
+        .exec_prepared(0, "s1", &[])
+        .query(0, "discard all")
+        .exec_prepared(0, "s1", &[])
+        .step(0, bind_unnamed)
+        .prepare(0, "s1", "select 'two'")
+        .exec_prepared(0, "s1", &[])
+        .query(0, "listen sharing_transitions")
+        .exec_params(1, "select 'the other client again'", &[])
+        .exec_params(0, "select 'pinned'", &[])
+        .exec_prepared(0, "s1", &[])
+        .prepare(0, "s2", "select 'three'")
+        .exec_prepared(0, "s2", &[]);
+    // Pool 2: one connection shared until LISTEN pins client 0 to it, then
+    // the other for client 1.
+    s.error_locations_may_differ = true;
+    same_through_pglane("sharing_transitions", "", 2, &s);
+}
