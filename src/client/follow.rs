@@ -29,7 +29,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use super::exchange::{Exchange, Sources};
-use super::relay::{poll_send, take_client_messages, Buffers, ClientStop, Intake};
+use super::relay::{poll_send, take_and_read, Buffers, ClientStop, Intake};
 use crate::net::Stream;
 use crate::pool::{Handover, Offer, Opening, Pool};
 use crate::protocol::ProtocolError;
@@ -150,26 +150,10 @@ impl Follow<'_> {
             let mut session = server.borrow_mut();
             let st = &mut self.sources.statements(&mut session);
             let sent = self.opening.outbox_len();
-            // As the relay: what was read first, and a read only once all of it is taken.
-            let mut take = |b: &mut Buffers, exchange: &mut Exchange, intake: &mut Intake| {
-                take_client_messages(&mut b.from_client, exchange, st, &mut b.to_server, &mut b.to_client, intake, sent)
-            };
-            let mut stop = take(b, self.exchange, &mut self.intake);
-            let outgoing = sent + b.to_server.len() + self.exchange.held_len();
-            if matches!(stop, Ok(ClientStop::Drained))
-                && !b.from_client.eof
-                && self.intake.open(self.exchange.due_len(), outgoing, b.to_client.len())
-            {
-                match b.from_client.poll_fill(cx, self.client) {
-                    Poll::Ready(Ok(_)) => {
-                        progress = true;
-                        stop = take(b, self.exchange, &mut self.intake);
-                    }
-                    Poll::Ready(Err(_)) => return Some(Poll::Ready(FollowEnd::ClientLeft)),
-                    Poll::Pending => {}
-                }
+            match take_and_read(cx, self.client, b, self.exchange, st, &mut self.intake, sent, &mut progress) {
+                Some(stop) => stop,
+                None => return Some(Poll::Ready(FollowEnd::ClientLeft)),
             }
-            stop
         };
         self.opening.write(&b.to_server);
         b.to_server.clear();

@@ -283,6 +283,43 @@ pub(super) enum ClientStop {
 /// `intake` lets in: what goes to the server is appended to `to_server`
 /// (behind `elsewhere` bytes of the client's not sent yet), what pglane
 /// answers to `to_client`.
+/// The client's messages into the exchange: what was read is taken first,
+/// and the client is read (and that taken) only once all of it was and the
+/// intake is open, so the inbox grows only for a message too big for it,
+/// never for messages left behind. `elsewhere`: the client's bytes already
+/// on their way to the server by another route (a follower's outbox).
+/// `None`: the client's socket failed. Sets `progress` if it read.
+pub(super) fn take_and_read(
+    cx: &mut Context<'_>,
+    client: &mut Stream,
+    b: &mut Buffers,
+    exchange: &mut Exchange,
+    st: &mut Statements<'_>,
+    intake: &mut Intake,
+    elsewhere: usize,
+    progress: &mut bool,
+) -> Option<Result<ClientStop, ProtocolError>> {
+    let mut take = |b: &mut Buffers, exchange: &mut Exchange, intake: &mut Intake| {
+        take_client_messages(&mut b.from_client, exchange, st, &mut b.to_server, &mut b.to_client, intake, elsewhere)
+    };
+    let mut stop = take(b, exchange, intake);
+    let outgoing = elsewhere + b.to_server.len() + exchange.held_len();
+    if matches!(stop, Ok(ClientStop::Drained))
+        && !b.from_client.eof
+        && intake.open(exchange.due_len(), outgoing, b.to_client.len())
+    {
+        match b.from_client.poll_fill(cx, client) {
+            Poll::Ready(Ok(_)) => {
+                *progress = true;
+                stop = take(b, exchange, intake);
+            }
+            Poll::Ready(Err(_)) => return None,
+            Poll::Pending => {}
+        }
+    }
+    Some(stop)
+}
+
 pub(super) fn take_client_messages(
     from_client: &mut Inbox,
     exchange: &mut Exchange,
@@ -444,27 +481,9 @@ impl Relay<'_> {
         let mut bad_tag = None;
         let mut client_drained = true;
         if !Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) && self.offer.is_none() {
-            // What was read is taken first, and the client is read only once
-            // all of it was (so the inbox grows only for a message too big
-            // for it, never for messages left behind).
-            let mut take = |b: &mut Buffers, exchange: &mut Exchange, intake: &mut Intake| {
-                take_client_messages(&mut b.from_client, exchange, st, &mut b.to_server, &mut b.to_client, intake, 0)
+            let Some(stop) = take_and_read(cx, self.client, b, self.exchange, st, &mut self.intake, 0, &mut progress) else {
+                return Step::Done(RelayEnd::ClientLeft);
             };
-            let mut stop = take(b, self.exchange, &mut self.intake);
-            let outgoing = b.to_server.len() + self.exchange.held_len();
-            if matches!(stop, Ok(ClientStop::Drained))
-                && !b.from_client.eof
-                && self.intake.open(self.exchange.due_len(), outgoing, b.to_client.len())
-            {
-                match b.from_client.poll_fill(cx, self.client) {
-                    Poll::Ready(Ok(_)) => {
-                        progress = true;
-                        stop = take(b, self.exchange, &mut self.intake);
-                    }
-                    Poll::Ready(Err(_)) => return Step::Done(RelayEnd::ClientLeft),
-                    Poll::Pending => {}
-                }
-            }
             match stop {
                 Ok(ClientStop::Drained) => {}
                 Ok(ClientStop::Full) => client_drained = false,
