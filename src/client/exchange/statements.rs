@@ -217,12 +217,13 @@ impl Exchange {
         };
         let text = names::query_bytes(rest);
         let known = self.quiet.get(text);
-        let facts = known.unwrap_or_else(|| TextFacts::of(text));
         if self.passes_through {
-            self.watch_parse_text(rest, known, facts, st);
+            // Nothing is shared: the text's traits are not needed.
+            self.watch_parse_text(rest, known, known.unwrap_or_default(), st);
             self.pass(message, to_server, Request::Parse { parsed: Parsed::Nothing, plain: false });
             return true;
         }
+        let facts = known.unwrap_or_else(|| TextFacts::of(text));
         // The context is that of the settings before this text runs; an
         // unnamed statement needs one only if auto-prepare may map it.
         if name.is_empty() {
