@@ -289,6 +289,8 @@ pub(super) enum ClientStop {
 /// never for messages left behind. `elsewhere`: the client's bytes already
 /// on their way to the server by another route (a follower's outbox).
 /// `None`: the client's socket failed. Sets `progress` if it read.
+/// Inlined: it runs at every turn of the relay.
+#[inline]
 pub(super) fn take_and_read(
     cx: &mut Context<'_>,
     client: &mut Stream,
