@@ -244,11 +244,11 @@ impl Drop for ResetCurrent<'_> {
     }
 }
 
-/// Makes this thread's executor spin for up to `spin` before each wait
-/// that would put the thread to sleep (see the reactor's module comment);
-/// zero turns it off. Outside an executor it does nothing.
+/// Makes this thread's executor spin for up to `spin` before a wait that
+/// would put the thread to sleep, when spinning pays (see
+/// [`super::spin`]); zero turns it off. Outside an executor it does nothing.
 pub fn spin_before_park(spin: Duration) {
-    with_reactor(|r| r.spin_before_park = spin);
+    with_reactor(|r| r.spin.set_budget(spin));
 }
 
 /// Starts a thread named `name`, pinned to `cpu` if given, that runs

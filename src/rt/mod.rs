@@ -16,6 +16,7 @@
 //! - [`reactor`]: the ring (SINGLE_ISSUER, DEFER_TASKRUN), readiness polls,
 //!   timers kept in user space, and one `io_uring_enter` per turn that both
 //!   submits and waits, its timeout the nearest timer;
+//! - [`spin`]: whether a loop about to sleep spins first, and for how long;
 //! - [`net`]: a socket that reads and writes with plain non-blocking
 //!   syscalls and asks the ring only when the kernel has nothing for it;
 //! - [`blocking`]: a thread per executor for CPU-heavy work off the loop.
@@ -28,6 +29,7 @@ pub mod blocking;
 pub mod executor;
 pub mod net;
 pub mod reactor;
+pub mod spin;
 pub mod time;
 
 pub use blocking::spawn_blocking;

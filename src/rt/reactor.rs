@@ -11,10 +11,11 @@
 //! ring: they live in a map here, and the nearest one is the wait's timeout.
 //!
 //! Before a wait that would put the thread to sleep, the reactor may first
-//! spin for a while ([`Reactor::spin_before_park`], off unless asked for):
-//! checking the ring for completions, yielding the CPU between checks. A
-//! sleep and its wake-up cost a proxy more than the work of a short
-//! transaction when clients are few; spinning trades CPU time for them.
+//! spin for a while: checking the ring for completions, yielding the CPU
+//! between checks. A sleep and its wake-up cost a proxy more than the work
+//! of a short transaction when clients are few; spinning trades CPU time
+//! for them, when and for as long as [`super::spin::SpinPolicy`] says it
+//! pays (short waits, no other thread wanting the CPU).
 //!
 //! Writes are queued here rather than sent at once ([`Reactor::queue_send`]):
 //! the turn's sends ride the enter that ends the turn, each a non-blocking
@@ -51,6 +52,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use io_uring::{opcode, squeue, types, IoUring};
+
+use super::spin::{RunQueue, SpinPolicy};
 
 /// user_data of the eventfd read that interrupts a wait.
 const WAKE_UP: u64 = u64::MAX;
@@ -168,8 +171,9 @@ pub struct Reactor {
     /// Where the eventfd read lands. Leaked: the kernel may still hold the
     /// op when the ring is torn down.
     eventfd_buffer: &'static mut u64,
-    /// How long to spin before a wait that would sleep; zero: never.
-    pub(super) spin_before_park: Duration,
+    /// Whether and how long to spin before a wait that would sleep.
+    pub(super) spin: SpinPolicy,
+    run_queue: RunQueue,
 }
 
 impl Reactor {
@@ -203,7 +207,8 @@ impl Reactor {
             next_timer: 0,
             eventfd,
             eventfd_buffer: Box::leak(Box::new(0)),
-            spin_before_park: Duration::ZERO,
+            spin: SpinPolicy::off(),
+            run_queue: RunQueue::open(),
         };
         reactor.listen_for_wake_ups();
         Ok(reactor)
@@ -530,11 +535,19 @@ impl Reactor {
 
     /// Submits what the turn's tasks queued, waits if `may_wait` (until a
     /// completion, a remote wake-up, or the nearest timer; spinning first if
-    /// `may_spin` and a spin is set), then wakes the tasks whose ops
-    /// completed or whose timers are due. Returns when the wait ended.
+    /// `may_spin` and the spin policy says so), then wakes the tasks whose
+    /// ops completed or whose timers are due. Returns when the wait ended.
     pub(super) fn turn(&mut self, may_wait: bool, may_spin: bool) -> Instant {
         self.push_queued_sends();
-        let may_wait = may_wait && !(may_spin && self.spin_before_park > Duration::ZERO && self.spin());
+        // Waits after work are what the spin policy learns from.
+        let measured_since = (may_wait && may_spin && self.spin.is_on()).then(Instant::now);
+        let run_queue = &self.run_queue;
+        let spin_until = measured_since.and_then(|now| self.spin.spin_until(now, || run_queue.crowded()));
+        let spun_into_news = match spin_until {
+            Some(until) => self.spin(until),
+            None => false,
+        };
+        let may_wait = may_wait && !spun_into_news;
         let timeout = match (may_wait, self.timers.first_key_value()) {
             (false, _) => Some(Duration::ZERO),
             (true, None) => None,
@@ -569,6 +582,9 @@ impl Reactor {
         }
         self.reap();
         let now = Instant::now();
+        if let Some(since) = measured_since {
+            self.spin.waited(now - since);
+        }
         if !self.timers.is_empty() {
             self.fire_timers(now);
         }
@@ -578,12 +594,13 @@ impl Reactor {
         now
     }
 
-    /// Spins, for up to [`Reactor::spin_before_park`] or until the nearest
-    /// timer, until the kernel has a completion for this ring (or work that
-    /// would make one: DEFER_TASKRUN's task work, flagged in the SQ ring),
-    /// yielding the CPU to any other runnable thread between checks. Returns
-    /// whether something came; the caller then enters without waiting.
-    fn spin(&mut self) -> bool {
+    /// Spins, until `until` or the nearest timer, until the kernel has a
+    /// completion for this ring (or work that would make one: DEFER_TASKRUN's
+    /// task work, flagged in the SQ ring), yielding the CPU to any other
+    /// runnable thread between checks, and ending early when a step shows
+    /// that another thread wanted the CPU. Returns whether something came;
+    /// the caller then enters without waiting.
+    fn spin(&mut self, mut until: Instant) -> bool {
         // The ops queued this turn must reach the kernel for anything to come.
         match self.ring.submit() {
             Ok(_) => self.sends_in_ring.clear(),
@@ -594,10 +611,10 @@ impl Reactor {
         if self.reap() {
             return true;
         }
-        let mut until = Instant::now() + self.spin_before_park;
         if let Some(((deadline, _), _)) = self.timers.first_key_value() {
             until = until.min(*deadline);
         }
+        let mut step_started = Instant::now();
         loop {
             let mut sq = self.ring.submission();
             sq.sync();
@@ -608,9 +625,11 @@ impl Reactor {
             if !self.ring.completion().is_empty() {
                 return true;
             }
-            if Instant::now() >= until {
+            let now = Instant::now();
+            if now >= until || self.spin.step_took(now - step_started, now) {
                 return false;
             }
+            step_started = now;
             // SAFETY: a plain syscall with no arguments.
             unsafe { libc::sched_yield() };
         }
