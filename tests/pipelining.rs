@@ -648,3 +648,88 @@ fn a_chain_gets_its_answers_when_a_client_in_the_middle_leaves() {
     let mut next = RawClient::login(port, USER, "app");
     assert_eq!(first_column(&query(&mut next, "SELECT 7")), vec!["7"]);
 }
+
+/// Binary negotiation behind another client's request: each of six clients,
+/// each under its own TimeZone and DateStyle, runs a named statement on the
+/// one server connection, often behind another client's request (and so
+/// after the SET that aligns the connection to its settings, which must
+/// reach the server even when the client ahead was done before the one
+/// behind wrote it); every
+/// reply is PostgreSQL's, byte for byte (the same messages sent directly),
+/// and the server sent binary for most of the portals. Rounds go on (up to
+/// ten) until a hundred requests went behind another's, so that a slow
+/// machine, where fewer do, still shows it.
+#[test]
+fn own_settings_and_negotiated_rows_survive_going_behind_another_client() {
+    const DB: &str = "pipe_negotiated";
+    const SQL: &str =
+        "SELECT $1::int8 * 1000 + $2::int8, '2026-12-02 10:00:00+00'::timestamptz + $2::int * interval '1 minute', \
+        '2026-12-02'::date + $2::int, $2::numeric / 7, md5($2::text)::uuid, ('10.0.' || $1 || '.' || $2::int % 256)::inet, \
+        make_interval(mins => $2::int), $2::int % 3 = 0";
+    const STYLES: [(&str, &str); 6] = [
+        ("UTC", "ISO, MDY"),
+        ("Etc/GMT-14", "German, DMY"),
+        ("Etc/GMT+5", "SQL, DMY"),
+        ("UTC", "Postgres, MDY"),
+        ("Etc/GMT-2", "SQL, MDY"),
+        ("Etc/GMT+11", "ISO, DMY"),
+    ];
+    postgres().fresh_database(DB, Some(USER));
+    let lane =
+        Pglane::trusting_on_one_shard(USER, "auto_prepare = true\nbinary_negotiation = true\nserver_pipelining = true", DB, 1);
+    let port = lane.port;
+    let mut rounds: u64 = 0;
+    while rounds < 10 && pipelined(port) < 100 {
+        rounds += 1;
+        run_negotiated_round(port, DB, SQL, &STYLES);
+    }
+    let behind = pipelined(port);
+    assert!(behind >= 100, "only {behind} of {} requests went behind another client's", rounds * 1200);
+    let negotiated = admin_sum(port, "SHOW PREPARED", "portals_negotiated");
+    assert!(negotiated > rounds * 600, "only {negotiated} of {} portals were negotiated", rounds * 1200);
+}
+
+/// Each client of `styles` on its own thread: its settings, then 200 runs
+/// of `sql` through pglane (`port`) and directly (`db`), compared.
+fn run_negotiated_round(port: u16, db: &'static str, sql: &'static str, styles: &[(&'static str, &'static str)]) {
+    let clients: Vec<_> = styles
+        .iter()
+        .copied()
+        .into_iter()
+        .enumerate()
+        .map(|(c, (zone, date_style))| {
+            thread::spawn(move || {
+                let mut direct = RawClient::login(postgres().port, USER, db);
+                let mut through = RawClient::login(port, USER, "app");
+                let style = format!("SET TimeZone = '{zone}'; SET DateStyle = '{date_style}'");
+                let mut prepare = BytesMut::new();
+                frontend::parse(&mut prepare, "s", sql, &[]);
+                frontend::describe(&mut prepare, frontend::Target::Statement, "s");
+                frontend::sync(&mut prepare);
+                for client in [&mut direct, &mut through] {
+                    assert_eq!(error_code(&query(client, &style)), None);
+                    client.send(&prepare);
+                    assert_eq!(error_code(&client.until_ready()), None);
+                }
+                for n in 0..200u32 {
+                    let mut run = BytesMut::new();
+                    let (a, b) = (c.to_string(), n.to_string());
+                    frontend::bind(&mut run, "", "s", &[], [Some(a.as_bytes()), Some(b.as_bytes())].into_iter(), &[]);
+                    frontend::execute(&mut run, "", 0);
+                    frontend::sync(&mut run);
+                    direct.send(&run);
+                    through.send(&run);
+                    let replies = |client: &mut RawClient| -> Vec<(u8, Vec<u8>)> {
+                        client.until_ready().into_iter().map(|m| (m.tag, m.body.to_vec())).collect()
+                    };
+                    let expected = replies(&mut direct);
+                    assert!(expected.iter().all(|(tag, _)| *tag != b'E'), "PostgreSQL refused it: {expected:?}");
+                    assert_eq!(replies(&mut through), expected, "client {c} ({zone}, {date_style}), request {n}");
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("a client failed");
+    }
+}

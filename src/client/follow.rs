@@ -23,9 +23,10 @@
 //! ends a follower with another behind it, and that kills the whole
 //! database's clients: the one behind gets the connection's loss.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use super::exchange::{Exchange, Sources};
@@ -33,6 +34,7 @@ use super::relay::{poll_send, take_and_read, Buffers, ClientStop, Intake};
 use crate::net::Stream;
 use crate::pool::{Handover, Offer, Opening, Pool};
 use crate::protocol::ProtocolError;
+use crate::server::{ConnectionOutput, ServerSession};
 
 /// Rounds of work one poll may do before yielding to other tasks.
 const BUDGET: usize = 32;
@@ -116,7 +118,12 @@ impl Follow<'_> {
         if self.offer.is_some() || !self.may_be_followed() {
             return;
         }
-        self.posted = self.pool.post_behind(self.sources.server, cx.waker(), || self.exchange.statements_in_flight());
+        self.posted = self.pool.post_behind(self.connection(), cx.waker(), || self.exchange.statements_in_flight());
+    }
+
+    /// The connection as a client behind this one sees it.
+    fn connection(&self) -> (&Rc<RefCell<ServerSession>>, &Rc<ConnectionOutput>) {
+        (self.sources.server, self.sources.server_output)
     }
 
     /// The client's whole request is written, and it allows another behind.
@@ -173,8 +180,7 @@ impl Follow<'_> {
             Err(e) => return Some(Poll::Ready(FollowEnd::ClientError(e))),
         }
         if self.may_be_followed() {
-            let session = self.sources.server;
-            if let Some(offer) = self.pool.offer_behind(session, cx.waker(), || self.exchange.statements_in_flight()) {
+            if let Some(offer) = self.pool.offer_behind(self.connection(), cx.waker(), || self.exchange.statements_in_flight()) {
                 self.exchange.followed = true;
                 *self.offer = Some(offer);
                 progress = true;

@@ -375,12 +375,9 @@ impl Session {
                 client: &mut self.statements,
                 client_settings: &mut self.settings,
                 server: &server.session,
-                negotiation: (self.config.negotiates() && self.mode == PoolMode::Transaction).then_some(exchange::Negotiation {
-                    server_params: &server.params,
-                    output_defaults: &server.output_defaults,
-                    max_row: self.config.max_message_size,
-                    text_settings: &server.text_settings,
-                }),
+                server_output: &server.output,
+                negotiation: (self.config.binary_negotiation && self.mode == PoolMode::Transaction)
+                    .then_some(exchange::Negotiation { output: &server.output, max_row: self.config.max_message_size }),
             },
             release_when_idle,
             shutdown: &self.shard.shutdown,
@@ -507,7 +504,11 @@ impl Session {
                 client: &mut self.statements,
                 client_settings: &mut self.settings,
                 server: &opening.session,
-                negotiation: None,
+                server_output: &opening.output,
+                negotiation: self
+                    .config
+                    .binary_negotiation
+                    .then_some(exchange::Negotiation { output: &opening.output, max_row: self.config.max_message_size }),
             },
             opening,
             killed: &self.entry.killed,

@@ -64,7 +64,7 @@
 //! It must not touch anything else: parameters, portals it did not plan,
 //! and binary columns the client asked for pass through byte for byte.
 
-use std::cell::{Ref, RefCell};
+use std::cell::Ref;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -76,35 +76,24 @@ use crate::prepare::{RowRecord, Statement};
 use crate::protocol::backend::{self, FORMAT_BINARY, FORMAT_TEXT};
 use crate::protocol::frame::{parse_header, HEADER_LEN};
 use crate::protocol::{frontend, ProtocolError};
+use crate::server::ConnectionOutput;
 use crate::settings::Settings;
 
 /// What the exchange needs to negotiate on the server connection it holds;
 /// absent when `binary_negotiation` is off.
 #[derive(Debug, Clone, Copy)]
 pub struct Negotiation<'a> {
-    /// ParameterStatus values the server connection reported at login.
-    pub server_params: &'a [(String, String)],
-    /// Its extra_float_digits and bytea_output right after login, if
-    /// pglane asked (`ServerConn::output_defaults`).
-    pub output_defaults: &'a [(String, String)],
+    /// How the connection prints values.
+    pub output: &'a ConnectionOutput,
     /// Largest DataRow pglane may hold whole (max_message_size).
     pub max_row: usize,
-    /// The last [`server_text_settings`] of this connection, with the
-    /// `Settings::version` it was worked out for (`ServerConn::text_settings`).
-    pub text_settings: &'a RefCell<(Option<u64>, TextSettings)>,
 }
 
 impl Negotiation<'_> {
-    /// [`server_text_settings`] of this connection with `server` (its
-    /// settings as clients changed them), worked out again only when they
-    /// changed: every negotiated Bind asks.
+    /// The connection's text settings with `server` (its session's settings
+    /// as clients changed them): see [`ConnectionOutput::text_settings`].
     pub fn text_settings(&self, server: &Settings) -> Ref<'_, TextSettings> {
-        let version = Some(server.version());
-        if self.text_settings.borrow().0 != version {
-            let settings = server_text_settings(self.server_params, self.output_defaults, server);
-            *self.text_settings.borrow_mut() = (version, settings);
-        }
-        Ref::map(self.text_settings.borrow(), |(_, settings)| settings)
+        self.output.text_settings(server)
     }
 }
 
@@ -374,25 +363,6 @@ pub fn plan_bind<'r>(
     let types = described_types(description)?;
     let (params, codes) = frontend::split_bind_results(rest).ok()?;
     Some((Plan::new(&types, &codes, settings, max_row, small_rows)?, params))
-}
-
-/// The settings the server connection's values are printed with: what it
-/// reported at login and the unreported output settings it had then
-/// (`output_defaults`, empty if pglane did not ask), then what clients
-/// changed since (`server`): reported values, and the output settings
-/// pglane set or followed exactly (unknown ones stay unknown).
-pub fn server_text_settings(login: &[(String, String)], output_defaults: &[(String, String)], server: &Settings) -> TextSettings {
-    let mut settings = TextSettings::default();
-    for (name, value) in login.iter().chain(output_defaults) {
-        settings.apply(name, value);
-    }
-    for (name, value) in server.reported() {
-        settings.apply(name, value);
-    }
-    for (name, value) in server.output() {
-        settings.apply(name, value.unwrap_or(""));
-    }
-    settings
 }
 
 /// What transcoding one DataRow did, for the stats.
@@ -785,49 +755,6 @@ mod tests {
     }
 
     #[test]
-    fn a_connections_text_settings_are_worked_out_again_when_its_settings_change() {
-        use crate::settings::Value;
-        let login = vec![("TimeZone".to_owned(), "UTC".to_owned())];
-        let cache = RefCell::default();
-        let negotiation = Negotiation { server_params: &login, output_defaults: &[], max_row: 1, text_settings: &cache };
-        let mut server = Settings::default();
-        let utc = negotiation.text_settings(&server).time_zone;
-        assert!(utc.is_some());
-        assert_eq!(negotiation.text_settings(&server).time_zone, utc, "kept");
-        server.set("TimeZone", Value::Reported("+05:30".into()));
-        assert_ne!(negotiation.text_settings(&server).time_zone, utc, "worked out again");
-        assert_eq!(*negotiation.text_settings(&server), server_text_settings(&login, &[], &server));
-    }
-
-    #[test]
-    fn server_settings_are_login_values_then_changes() {
-        use crate::settings::Value;
-        let login = vec![("DateStyle".to_owned(), "ISO, MDY".to_owned()), ("TimeZone".to_owned(), "Europe/Berlin".to_owned())];
-        let mut server = Settings::default();
-        assert_eq!(server_text_settings(&login, &[], &server).time_zone, None);
-        assert_eq!(server_text_settings(&login, &[], &server).extra_float_digits, None, "not asked: unknown");
-        let defaults = vec![("extra_float_digits".to_owned(), "1".to_owned()), ("bytea_output".to_owned(), "hex".to_owned())];
-        assert_eq!(server_text_settings(&login, &defaults, &server).extra_float_digits, Some(1));
-        server.set("TimeZone", Value::Reported("Etc/UTC".into()));
-        server.set("extra_float_digits", Value::Sql("3".into()));
-        let s = server_text_settings(&login, &defaults, &server);
-        assert!(s.time_zone.is_some());
-        assert_eq!(s.extra_float_digits, Some(3), "a followed SET");
-        server.set("extra_float_digits", Value::Plain("-15".into()));
-        assert_eq!(server_text_settings(&login, &defaults, &server).extra_float_digits, Some(-15), "a startup value pglane set");
-        server.set("extra_float_digits", Value::Sql("2.6".into()));
-        assert_eq!(
-            server_text_settings(&login, &defaults, &server).extra_float_digits,
-            None,
-            "PostgreSQL rounds, pglane does not guess"
-        );
-        server.set("extra_float_digits", Value::Unknown);
-        server.set("bytea_output", Value::Unknown);
-        let s = server_text_settings(&login, &defaults, &server);
-        assert_eq!((s.extra_float_digits, s.bytea_output), (None, None));
-    }
-
-    #[test]
     fn an_execute_unsettles_its_group_until_sync() {
         let mut n = Negotiator::default();
         assert!(n.group_is_clean());
@@ -863,6 +790,7 @@ mod exchange_tests {
     use crate::protocol::backend::{self, FieldDescription, TransactionStatus};
     use crate::protocol::frame::{split_message, HEADER_LEN};
     use crate::protocol::{frontend, names};
+    use crate::server::ConnectionOutput;
     use crate::settings::Settings;
 
     const UUID: [u8; 16] = [0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0, 1, 2, 3, 4, 5, 6, 7];
@@ -894,9 +822,7 @@ mod exchange_tests {
         server: ServerStatements,
         client_settings: Settings,
         server_settings: Settings,
-        login: Vec<(String, String)>,
-        defaults: Vec<(String, String)>,
-        text_settings: RefCell<(Option<u64>, TextSettings)>,
+        output: ConnectionOutput,
         exchange: Exchange,
     }
 
@@ -908,9 +834,10 @@ mod exchange_tests {
                 server: ServerStatements::new(10),
                 client_settings: Settings::default(),
                 server_settings: Settings::default(),
-                login: vec![("integer_datetimes".into(), "on".into())],
-                defaults: vec![("bytea_output".into(), "hex".into())],
-                text_settings: RefCell::default(),
+                output: ConnectionOutput::new(
+                    &[("integer_datetimes".into(), "on".into())],
+                    &[("bytea_output".into(), "hex".into())],
+                ),
                 exchange: Exchange::default(),
             }
         }
@@ -923,12 +850,7 @@ mod exchange_tests {
                 server: &mut self.server,
                 client_settings: &mut self.client_settings,
                 server_settings: &mut self.server_settings,
-                negotiation: Some(Negotiation {
-                    server_params: &self.login,
-                    output_defaults: &self.defaults,
-                    max_row: 1 << 20,
-                    text_settings: &self.text_settings,
-                }),
+                negotiation: Some(Negotiation { output: &self.output, max_row: 1 << 20 }),
             };
             (&mut self.exchange, st)
         }

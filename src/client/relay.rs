@@ -458,7 +458,8 @@ impl Relay<'_> {
         if !self.followable || self.offer.is_some() {
             return;
         }
-        self.posted = pool.post_behind(self.sources.server, cx.waker(), || self.exchange.statements_in_flight());
+        self.posted = pool
+            .post_behind((self.sources.server, self.sources.server_output), cx.waker(), || self.exchange.statements_in_flight());
     }
 
     fn releasable(release_when_idle: bool, saw_ready: bool, exchange: &Exchange) -> bool {
@@ -473,6 +474,7 @@ impl Relay<'_> {
         let mut progress = false;
         let b = &mut *self.buffers;
         let server_session = self.sources.server;
+        let server_output = self.sources.server_output;
         let mut session = server_session.borrow_mut();
         let st = &mut self.sources.statements(&mut session);
 
@@ -523,7 +525,9 @@ impl Relay<'_> {
             let all_sent = b.to_server.is_empty() && b.from_client.pending().is_empty() && !client_leaving && bad_tag.is_none();
             self.followable = self.offer.is_none() && all_sent && self.exchange.may_be_followed();
             if self.followable {
-                if let Some(offer) = pool.offer_behind(server_session, cx.waker(), || self.exchange.statements_in_flight()) {
+                if let Some(offer) =
+                    pool.offer_behind((server_session, server_output), cx.waker(), || self.exchange.statements_in_flight())
+                {
                     self.exchange.followed = true;
                     *self.offer = Some(offer);
                     self.followable = false;

@@ -231,8 +231,7 @@ pub struct Config {
     /// the next behind that one, and so on, and the connection is handed
     /// down the line as each is answered, so a busy server never waits for
     /// the pooler between transactions. The cost: a request queued behind a long one waits for
-    /// it even if another connection frees up first. Off with
-    /// binary_negotiation. See `pool::Opening`.
+    /// it even if another connection frees up first. See `pool::Opening`.
     #[serde(default)]
     pub server_pipelining: bool,
     /// Named prepared statements one client may hold at once.
@@ -662,13 +661,6 @@ pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>, String> {
 impl Config {
     /// Auto-prepare's policy for a new session: executions of a new shape
     /// before it is validated, or None when auto-prepare is off.
-    /// Whether binary format negotiation applies: `binary_negotiation`,
-    /// unless `server_pipelining` is on (the two do not work together yet:
-    /// a follower's portals are not negotiated, and the pipelining wins).
-    pub fn negotiates(&self) -> bool {
-        self.binary_negotiation && !self.server_pipelining
-    }
-
     pub fn auto_prepare_policy(&self) -> Option<u32> {
         self.auto_prepare.then_some(self.auto_prepare_after.max(1))
     }

@@ -31,7 +31,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::prepare::Statement;
-use crate::server::{ServerConn, ServerError, ServerSession, ServerTarget};
+use crate::server::{ConnectionOutput, ServerConn, ServerError, ServerSession, ServerTarget};
 
 /// Values of reported settings a pool remembers the server's spelling of.
 const REPORTED_SPELLINGS: usize = 1024;
@@ -397,35 +397,37 @@ impl Pool {
         self.waiters.borrow().iter().any(|w| w.may_follow)
     }
 
-    /// Offers the connection of `session` behind a whole request (running
-    /// `statements`) to the first waiter that may follow; `None` if no such
-    /// client waits. `holder` is woken when the follower writes.
+    /// Offers the connection of `connection` (its session and how it
+    /// prints values) behind a whole request (running `statements`) to the
+    /// first waiter that may follow; `None` if no such client waits.
+    /// `holder` is woken when the follower writes.
     pub fn offer_behind(
         &self,
-        session: &Rc<RefCell<ServerSession>>,
+        connection: (&Rc<RefCell<ServerSession>>, &Rc<ConnectionOutput>),
         holder: &Waker,
         statements: impl FnOnce() -> Vec<Rc<Statement>>,
     ) -> Option<Offer> {
         if !self.has_follower() {
             return None;
         }
-        let opening = Opening::new(session.clone(), holder.clone(), statements());
+        let opening = Opening::new(connection, holder.clone(), statements());
         self.offer(&opening).then(|| Offer(opening))
     }
 
-    /// Posts the connection of `session` behind a whole request for a client
-    /// that comes before its reply does (see [`Pool::post`]), if every
-    /// connection is lent; the posting lasts as long as the returned offer.
+    /// Posts the connection of `connection` behind a whole request for a
+    /// client that comes before its reply does (see [`Pool::post`]), if
+    /// every connection is lent; the posting lasts as long as the returned
+    /// offer.
     pub fn post_behind(
         &self,
-        session: &Rc<RefCell<ServerSession>>,
+        connection: (&Rc<RefCell<ServerSession>>, &Rc<ConnectionOutput>),
         holder: &Waker,
         statements: impl FnOnce() -> Vec<Rc<Statement>>,
     ) -> Option<Offer> {
         if !self.is_exhausted() {
             return None;
         }
-        let opening = Opening::new(session.clone(), holder.clone(), statements());
+        let opening = Opening::new(connection, holder.clone(), statements());
         self.post(&opening);
         Some(Offer(opening))
     }
@@ -778,13 +780,14 @@ mod tests {
         let pool = exhausted_pool();
         let session = opening().session.clone();
         let waker = Waker::noop().clone();
-        assert!(pool.offer_behind(&session, &waker, Vec::new).is_none(), "no one waits");
+        assert!(pool.offer_behind((&session, &Rc::default()), &waker, Vec::new).is_none(), "no one waits");
         let mut stays = Box::pin(pool.checkout_or_follow(Duration::from_secs(60), false));
         assert!(block_on(poll_once(&mut stays)).is_none());
-        assert!(pool.offer_behind(&session, &waker, Vec::new).is_none(), "the one waiting may not follow");
+        assert!(pool.offer_behind((&session, &Rc::default()), &waker, Vec::new).is_none(), "the one waiting may not follow");
         let mut follows = Box::pin(pool.checkout_or_follow(Duration::from_secs(60), true));
         assert!(block_on(poll_once(&mut follows)).is_none());
-        let offer = pool.offer_behind(&session, &waker, Vec::new).expect("offered to the client that may follow");
+        let offer =
+            pool.offer_behind((&session, &Rc::default()), &waker, Vec::new).expect("offered to the client that may follow");
         match block_on(poll_once(&mut follows)) {
             Some(Ok(Checkout::Behind(got))) => assert!(Rc::ptr_eq(&got, &offer.0)),
             _ => panic!("the client that may follow did not go behind"),
@@ -797,9 +800,12 @@ mod tests {
         let session = opening().session.clone();
         let waker = Waker::noop().clone();
         let roomy = Pool::new(target(), 1, Registry::new(0, 8));
-        assert!(roomy.post_behind(&session, &waker, Vec::new).is_none(), "a client that came would get a connection");
+        assert!(
+            roomy.post_behind((&session, &Rc::default()), &waker, Vec::new).is_none(),
+            "a client that came would get a connection"
+        );
         let pool = exhausted_pool();
-        let posted = pool.post_behind(&session, &waker, Vec::new).expect("posted");
+        let posted = pool.post_behind((&session, &Rc::default()), &waker, Vec::new).expect("posted");
         assert!(matches!(arrives(&pool, true), Some(Checkout::Behind(got)) if Rc::ptr_eq(&got, &posted.0)));
     }
 

@@ -58,7 +58,7 @@ use bytes::BytesMut;
 
 use super::Lease;
 use crate::prepare::Statement;
-use crate::server::ServerSession;
+use crate::server::{ConnectionOutput, ServerSession};
 
 /// How long the holder's request may take, from the offer to its last
 /// ReadyForQuery, before its statements are not followed for a while. Well
@@ -110,6 +110,8 @@ enum Phase {
 pub struct Opening {
     /// The connection's session state, which the follower translates against.
     pub session: Rc<RefCell<ServerSession>>,
+    /// How the connection prints values, which the follower negotiates against.
+    pub output: Rc<ConnectionOutput>,
     /// The follower's translated messages, for the holder's relay to send.
     outbox: RefCell<BytesMut>,
     /// A posted opening was taken by a follower (see `Pool::post`).
@@ -130,11 +132,16 @@ pub struct Opening {
 
 impl Opening {
     /// An opening behind a request that runs `statements`, offered now.
-    pub fn new(session: Rc<RefCell<ServerSession>>, holder: Waker, statements: Vec<Rc<Statement>>) -> Rc<Opening> {
+    pub fn new(
+        (session, output): (&Rc<RefCell<ServerSession>>, &Rc<ConnectionOutput>),
+        holder: Waker,
+        statements: Vec<Rc<Statement>>,
+    ) -> Rc<Opening> {
         Rc::new(Opening {
+            output: output.clone(),
             offered_at: Cell::new(crate::rt::now()),
             statements,
-            session,
+            session: session.clone(),
             outbox: RefCell::new(BytesMut::new()),
             claimed: Cell::new(false),
             wrote: Cell::new(false),
@@ -156,13 +163,22 @@ impl Opening {
         true
     }
 
-    /// Queues the follower's translated messages for the server.
+    /// Queues the follower's translated messages for the server. Once the
+    /// holder has handed the lease over (which can happen before a follower
+    /// that was just granted the opening first runs: the holder's reply may
+    /// already have been read), they join the hand-over's unsent bytes,
+    /// which the follower sends first when it takes the lease; the outbox
+    /// is nobody's any more.
     pub fn write(&self, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
         }
-        self.outbox.borrow_mut().extend_from_slice(bytes);
         self.wrote.set(true);
+        if let Phase::HandedOver(handover) = &mut *self.phase.borrow_mut() {
+            handover.unsent.extend_from_slice(bytes);
+            return;
+        }
+        self.outbox.borrow_mut().extend_from_slice(bytes);
         self.holder.wake_by_ref();
     }
 
@@ -325,7 +341,7 @@ pub(crate) mod tests {
     /// An opening on a fresh session, its holder woken through `holder`.
     pub(crate) fn opening(holder: Waker) -> Rc<Opening> {
         let session = ServerSession { statements: ServerStatements::new(8), settings: Default::default() };
-        Opening::new(Rc::new(RefCell::new(session)), holder, Vec::new())
+        Opening::new((&Rc::new(RefCell::new(session)), &Rc::default()), holder, Vec::new())
     }
 
     #[test]

@@ -729,7 +729,7 @@ impl Shard {
             connect_timeout: Config::secs(config.server_connect_timeout),
             max_prepared_statements: config.max_prepared_statements,
             scram_max_iterations: config.server_scram_max_iterations,
-            learn_output_settings: config.negotiates(),
+            learn_output_settings: config.binary_negotiation,
         };
         Some((target, Config::pool_size_per_shard(db.pool_size, self.shards, self.id)))
     }

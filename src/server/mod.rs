@@ -24,7 +24,10 @@ use crate::prepare::ServerStatements;
 use crate::protocol::backend::{self, Authentication, ErrorFields, TransactionStatus};
 use crate::protocol::{frontend, startup};
 
+mod output;
 pub mod role;
+
+pub use output::{server_text_settings, ConnectionOutput};
 pub use role::{Fit, Role};
 
 /// Largest message pglane reads whole from a server during login and reset.
@@ -223,16 +226,12 @@ pub struct ServerConn {
     pub refused_a_write: bool,
     /// Counts it among its pool's open connections while it lives.
     pub census: Option<crate::pool::CensusToken>,
-    /// The values of the unreported output settings (extra_float_digits,
-    /// bytea_output) right after login, as the server said when asked
-    /// (`learn_output_settings`); empty when not asked. What a client changes
-    /// is in `settings`.
-    pub output_defaults: Vec<(String, String)>,
-    /// The output settings this connection's values are printed with, as
-    /// binary negotiation worked them out last, and the `Settings::version`
-    /// of `session.settings` they were worked out for
-    /// (`client::negotiate::Negotiation::text_settings`).
-    pub text_settings: RefCell<(Option<u64>, crate::formats::TextSettings)>,
+    /// How it prints values, for binary negotiation: its login values and,
+    /// when asked (`learn_output_settings`), its unreported output settings
+    /// (extra_float_digits, bytea_output) right after login. What a client
+    /// changes is in `session.settings`. Shared, as the session is, with a
+    /// client whose request goes behind another's (`pool::Opening`).
+    pub output: Rc<ConnectionOutput>,
 }
 
 impl Drop for ServerConn {
@@ -315,8 +314,7 @@ impl ServerConn {
             role: None,
             refused_a_write: false,
             census: None,
-            output_defaults: Vec::new(),
-            text_settings: RefCell::default(),
+            output: Rc::default(),
         })?;
         if target.target_session_attrs != TargetSessionAttrs::Any {
             conn.role = match Role::from_params(&conn.params) {
@@ -330,7 +328,7 @@ impl ServerConn {
                 crate::settings::OUTPUT.map(|n| format!("'{n}'")).join(", ")
             );
             let learn = conn.query_pairs(&sql);
-            conn.output_defaults = match crate::rt::with_timeout(target.connect_timeout, learn).await {
+            let output_defaults = match crate::rt::with_timeout(target.connect_timeout, learn).await {
                 Some(Ok(Ok(pairs))) => pairs,
                 Some(Ok(Err(e))) => {
                     debug!(server = %address, "cannot read the output settings ({}): binary floats stay off", e.message);
@@ -339,6 +337,9 @@ impl ServerConn {
                 Some(Err(e)) => return Err(e),
                 None => return Err(timed_out(address, "timed out reading settings after login")),
             };
+            conn.output = Rc::new(ConnectionOutput::new(&conn.params, &output_defaults));
+        } else {
+            conn.output = Rc::new(ConnectionOutput::new(&conn.params, &[]));
         }
         Ok(conn)
     }

@@ -45,7 +45,7 @@ use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
-use crate::server::ServerSession;
+use crate::server::{ConnectionOutput, ServerSession};
 use crate::settings::{Change, Settings};
 use rewrite::AutoPrepare;
 use session::{changes_schema, Contexts};
@@ -72,6 +72,9 @@ pub struct Sources<'a> {
     pub client: &'a mut ClientStatements,
     pub client_settings: &'a mut Settings,
     pub server: &'a Rc<RefCell<ServerSession>>,
+    /// How the connection prints values: for negotiation, and for a client
+    /// whose request goes behind this one's (`pool::Opening`).
+    pub server_output: &'a Rc<ConnectionOutput>,
     /// `None` when binary_negotiation is off.
     pub negotiation: Option<Negotiation<'a>>,
 }

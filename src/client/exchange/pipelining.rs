@@ -51,7 +51,8 @@ impl Exchange {
     /// then touch neither the connection's statements nor its settings (a
     /// failed Parse of the unnamed statement or Bind only skips to Sync), so
     /// the other client may translate its messages against them now.
-    /// Negotiated portals are not followed.
+    /// Negotiated portals are followed too: their rows are turned back into
+    /// text by their own client's relay.
     pub fn may_be_followed(&self) -> bool {
         let passed_may_follow = crate::pool::opening::may_follow(self.slow_at);
         let plain = |d: &Due| match d {
@@ -67,8 +68,10 @@ impl Exchange {
             } => passed_may_follow,
             Due::Server {
                 request:
-                    Request::Execute { plan: None, .. }
-                    | Request::QueryDescribe { plan: None }
+                    // Negotiated or not: a portal's rows are turned back
+                    // into text by its own client's relay.
+                    Request::Execute { .. }
+                    | Request::QueryDescribe { .. }
                     | Request::Describe { cache: None, portal: None }
                     | Request::Sync { .. },
                 ..
