@@ -376,8 +376,8 @@ impl Session {
                 client_settings: &mut self.settings,
                 server: &server.session,
                 server_output: &server.output,
-                negotiation: (self.config.binary_negotiation && self.mode == PoolMode::Transaction)
-                    .then_some(exchange::Negotiation { output: &server.output, max_row: self.config.max_message_size }),
+                negotiate_rows_up_to: (self.config.binary_negotiation && self.mode == PoolMode::Transaction)
+                    .then_some(self.config.max_message_size),
             },
             release_when_idle,
             shutdown: &self.shard.shutdown,
@@ -505,10 +505,7 @@ impl Session {
                 client_settings: &mut self.settings,
                 server: &opening.session,
                 server_output: &opening.output,
-                negotiation: self
-                    .config
-                    .binary_negotiation
-                    .then_some(exchange::Negotiation { output: &opening.output, max_row: self.config.max_message_size }),
+                negotiate_rows_up_to: self.config.binary_negotiation.then_some(self.config.max_message_size),
             },
             opening,
             killed: &self.entry.killed,

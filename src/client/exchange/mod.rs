@@ -75,8 +75,9 @@ pub struct Sources<'a> {
     /// How the connection prints values: for negotiation, and for a client
     /// whose request goes behind this one's (`pool::Opening`).
     pub server_output: &'a Rc<ConnectionOutput>,
-    /// `None` when binary_negotiation is off.
-    pub negotiation: Option<Negotiation<'a>>,
+    /// The largest DataRow a negotiated portal may have held whole
+    /// (max_message_size); `None` when binary negotiation does not apply.
+    pub negotiate_rows_up_to: Option<usize>,
 }
 
 impl Sources<'_> {
@@ -89,7 +90,7 @@ impl Sources<'_> {
             server: &mut session.statements,
             client_settings: &mut *self.client_settings,
             server_settings: &mut session.settings,
-            negotiation: self.negotiation,
+            negotiation: self.negotiate_rows_up_to.map(|max_row| Negotiation { output: self.server_output, max_row }),
         }
     }
 }
