@@ -232,7 +232,8 @@ pub struct Config {
     /// down the line as each is answered, so a busy server never waits for
     /// the pooler between transactions. The cost: a request queued behind a long one waits for
     /// it even if another connection frees up first. See `pool::Opening`.
-    #[serde(default)]
+    /// On by default (measured: bench/RESULTS.md §9).
+    #[serde(default = "defaults::on")]
     pub server_pipelining: bool,
     /// Named prepared statements one client may hold at once.
     #[serde(default = "defaults::max_client_prepared_statements")]
