@@ -24,6 +24,7 @@ pub mod replication;
 
 pub mod tracker;
 
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,13 +55,46 @@ use relay::{Buffers, Deadline, Intake, Limits, Relay, RelayEnd};
 /// reset before pglane closes it instead.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves one accepted client connection until it ends.
-pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net::SocketAddr>) {
+/// Serves one accepted client connection, counted as `shard`'s, until it
+/// ends (and then counts it out).
+///
+/// Two futures, so that a logged-in client's task holds only its session:
+/// the login and admission (large, short-lived, and an async fn keeps its
+/// arguments for its whole life) run boxed, and are freed before the
+/// session runs.
+pub fn serve(shard: &Rc<Shard>, stream: Stream, peer: Option<std::net::SocketAddr>) -> impl Future<Output = ()> {
+    let admission = Box::pin(admit(shard.clone(), stream, peer));
+    async move {
+        // `let else`, not `if let`: the admission's answer must not outlive
+        // the statement, or the task would hold the session twice.
+        let Some((mut session, params)) = admission.await else { return };
+        let ended = session.run(params).await;
+        Box::pin(session.end(ended)).await;
+        session.shard.client_gone();
+    }
+}
+
+/// The login, then the session it admits to (with the startup packet's
+/// parameters); `None` once a client that gets no session is served (a
+/// refusal, a cancel request, the admin console, a replication connection)
+/// and counted out.
+async fn admit(shard: Rc<Shard>, stream: Stream, peer: Option<std::net::SocketAddr>) -> Option<(Session, StartupParams)> {
+    let admitted = admit_or_serve(&shard, stream, peer).await;
+    if admitted.is_none() {
+        shard.client_gone();
+    }
+    admitted
+}
+
+async fn admit_or_serve(
+    shard: &Rc<Shard>,
+    mut stream: Stream,
+    peer: Option<std::net::SocketAddr>,
+) -> Option<(Session, StartupParams)> {
     let config = shard.shared.config.load_full();
     // Boxed, like the other rarely-running large futures below (the admin
     // console, opening a server connection, refusing and ending): an async
-    // fn's future is as big as its biggest state, and this one lives as long
-    // as the client. Inline, they made each idle client's task 47 KB.
+    // fn's future is as big as its biggest state.
     // What the client sent beyond what the login read (a pipelined first
     // query, node-postgres' Terminate): the session's first messages.
     let mut pending = BytesMut::new();
@@ -71,7 +105,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         let login = Box::pin(login(shard, &config, &mut stream, peer, &mut pending, &mut claimed));
         let refusal = match with_timeout(Config::secs(config.client_login_timeout), login).await {
             Some(Ok(Some(ok))) => Ok(ok),
-            Some(Ok(None)) => return, // SSL refused and closed, or a cancel request served
+            Some(Ok(None)) => return None, // SSL refused and closed, or a cancel request served
             Some(Err(e)) => {
                 log_failed_login(shard, peer, &claimed, Some(&e));
                 Err(e)
@@ -83,14 +117,16 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         };
         match refusal {
             Ok(ok) => ok,
-            Err(e) => return Box::pin(refuse(&mut stream, e)).await,
+            Err(e) => {
+                Box::pin(refuse(&mut stream, e)).await;
+                return None;
+            }
         }
     };
     let info = ClientInfo {
         user: params.user().unwrap_or_default().to_owned(),
         database: params.database().unwrap_or_default().to_owned(),
-        addr: peer.map(|p| p.ip().to_string()).unwrap_or_default(),
-        port: peer.map(|p| p.port()).unwrap_or(0),
+        peer,
         application_name: params.get("application_name").unwrap_or_default().to_owned(),
         admin: matches!(target, Target::Admin { .. }),
         tls: stream.tls_description(),
@@ -98,13 +134,15 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
     if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&info.database) {
         // DISABLE in the admin console; PgBouncer's words.
         let refusal = ErrorFields::fatal("08P01", format!("database does not allow connections: {}", info.database));
-        return Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
+        Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
+        return None;
     }
     let Some((process_id, entry)) = shard.register_client(info) else {
         // Peered, each shard has a few thousand keys to give (see `runtime::keys`).
         warn!(?peer, "client refused: every cancel key of this shard is in use");
         let refusal = ErrorFields::fatal("53300", "sorry, too many clients already");
-        return Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
+        Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
+        return None;
     };
     let (user, database) = (Escaped(&entry.info.user), Escaped(&entry.info.database));
     info!(?peer, %user, %database, process_id, "client logged in");
@@ -114,13 +152,13 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
             info!(?peer, %user, "admin console login");
             Box::pin(crate::admin::serve(shard, &mut stream, pending, process_id, entry.secret_key, may_control)).await;
             shard.unregister_client(process_id);
-            return;
+            return None;
         }
         Target::Replication(server) => {
             info!(?peer, %user, %database, "replication connection, passed through to a server connection of its own");
             Box::pin(serve_replication(&mut stream, &params, &server, &pending, process_id, &entry)).await;
             shard.unregister_client(process_id);
-            return;
+            return None;
         }
     };
     let mode = config.pool_mode_for(&entry.info.database, &entry.info.user);
@@ -151,9 +189,7 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream, peer: Option<std::net:
         skip_ready: 0,
     };
     session.buffers.from_client.preload(&pending);
-    drop(pending);
-    let ended = session.run(params).await;
-    Box::pin(session.end(ended, peer)).await;
+    Some((session, params))
 }
 
 /// Serves a replication client (see `replication`): its own server
@@ -303,15 +339,8 @@ enum Idle {
 
 impl Session {
     async fn run(&mut self, startup: StartupParams) -> Result<(), SessionError> {
-        let wait = Config::secs(self.config.query_wait_timeout);
-        let server_params = Box::pin(self.pool.server_params(wait)).await?;
-        if self.config.auto_prepare {
-            autoprep::start_validator(&self.pool);
-        }
-        // Boxed: it may query a server, a large future, once per client.
-        Box::pin(self.take_startup_settings(&startup)).await?;
-        self.greet(&server_params, self.process_id).await?;
-        drop((startup, server_params));
+        // Boxed: what runs once per client is not kept in its task.
+        Box::pin(self.start(startup)).await?;
         loop {
             if self.mode == PoolMode::Transaction {
                 match self.wait_for_client_limited().await? {
@@ -334,6 +363,19 @@ impl Session {
                 return Ok(());
             }
         }
+    }
+
+    /// The session's start: the client's startup settings taken, and the
+    /// greeting sent.
+    async fn start(&mut self, startup: StartupParams) -> Result<(), SessionError> {
+        let wait = Config::secs(self.config.query_wait_timeout);
+        let server_params = Box::pin(self.pool.server_params(wait)).await?;
+        if self.config.auto_prepare {
+            autoprep::start_validator(&self.pool);
+        }
+        // Boxed: it may query a server, a large future.
+        Box::pin(self.take_startup_settings(&startup)).await?;
+        self.greet(&server_params, self.process_id).await
     }
 
     /// One transaction (in session mode, the whole session): a server
@@ -449,7 +491,8 @@ impl Session {
 
     /// The session is over, as `ended` says: logged, the client told why if
     /// it can still be told, and the client forgotten by the shard.
-    async fn end(&mut self, ended: Result<(), SessionError>, peer: Option<std::net::SocketAddr>) {
+    async fn end(&mut self, ended: Result<(), SessionError>) {
+        let peer = self.entry.info.peer;
         let age = self.entry.connected_at.elapsed().unwrap_or_default();
         let (user, database) = (Escaped(&self.entry.info.user), Escaped(&self.entry.info.database));
         match ended {
@@ -562,7 +605,7 @@ impl Session {
                 debug!("closing a server connection: the client behind left after it wrote");
                 self.end_transaction();
                 self.close_mid_conversation(server);
-                self.shard.return_buffers(self.buffers.park_server_side());
+                self.park_server_side();
             } else {
                 self.give_back(server).await;
             }
@@ -578,7 +621,7 @@ impl Session {
         self.end_transaction();
         self.exchange.reset();
         offer.hand_over(Handover { lease: server, unread, stream_left, unsent, skip_ready });
-        self.shard.return_buffers(self.buffers.park_server_side());
+        self.park_server_side();
     }
 
     /// The client is going with its server connection mid-conversation: if
@@ -784,7 +827,8 @@ impl Session {
         }
         let left = wait.saturating_sub(crate::rt::now().saturating_duration_since(started));
         let got = self.pool.checkout_or_follow(left, may_follow).await?;
-        self.buffers.attach_server_side(self.shard.take_buffers());
+        let lent = self.buffers.attach_server_side(self.shard.take_buffers());
+        self.exchange.attach(lent);
         let now = crate::rt::now();
         let waited = now.saturating_duration_since(started);
         self.pool.count(|s| s.wait_time_us += waited.as_micros() as u64);
@@ -871,7 +915,7 @@ impl Session {
             // (the common case above allocates nothing).
             Box::pin(self.clean_and_release(server, cleanup)).await;
         }
-        self.shard.return_buffers(self.buffers.park_server_side());
+        self.park_server_side();
     }
 
     /// Releases the connection, or closes it (by dropping the lease) if it
@@ -905,6 +949,13 @@ impl Session {
         self.exchange.reset();
         server.release();
         None
+    }
+
+    /// The buffers and exchange state lent for a server connection go back
+    /// to the shard (see `relay::ServerSide`).
+    fn park_server_side(&mut self) {
+        let lent = self.exchange.park();
+        self.shard.return_buffers(self.buffers.park_server_side(lent));
     }
 
     /// The client no longer holds a server connection: counted, and shown so.

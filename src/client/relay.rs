@@ -27,7 +27,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BytesMut};
 use futures_lite::AsyncWrite;
 
-use super::exchange::{client_needs_whole, server_needs_whole, Exchange, Sources, Statements};
+use super::exchange::{client_needs_whole, server_needs_whole, Exchange, InFlight, Sources, Statements};
 use super::inbox::{Inbox, Piece};
 use crate::net::Stream;
 use crate::pool::{Offer, Pool};
@@ -70,6 +70,7 @@ impl Intake {
     /// answers are due to it, `outgoing` bytes of its are on their way to the
     /// server (pglane's buffer, what the exchange holds back), `replies`
     /// bytes wait for it to read them.
+    #[inline]
     pub(super) fn open(&mut self, due: usize, outgoing: usize, replies: usize) -> bool {
         if due >= MAX_IN_FLIGHT {
             self.paused = true;
@@ -154,11 +155,13 @@ pub struct Buffers {
     pub counters: Counters,
 }
 
-/// The buffers a session needs only while it holds a server connection.
+/// What a session needs only while it holds a server connection: three of
+/// its buffers, and its exchange's [`InFlight`] part.
 pub struct ServerSide {
     to_server: BytesMut,
     from_server: Inbox,
     to_client: BytesMut,
+    exchange: InFlight,
 }
 
 /// A parked buffer that grew past this (a flood, a big result) is let go
@@ -173,6 +176,7 @@ impl ServerSide {
             // enforces its own limits, and only small ones are seen whole.
             from_server: Inbox::new(i32::MAX as usize),
             to_client: BytesMut::with_capacity(16 * 1024),
+            exchange: InFlight::default(),
         }
     }
 }
@@ -195,20 +199,24 @@ impl Buffers {
         }
     }
 
-    /// Takes in server-side buffers for the server connection just borrowed.
-    pub fn attach_server_side(&mut self, side: ServerSide) {
+    /// Takes in server-side buffers for the server connection just borrowed;
+    /// returns the exchange's part, for the exchange.
+    pub fn attach_server_side(&mut self, side: ServerSide) -> InFlight {
         self.to_server = side.to_server;
         self.from_server = side.from_server;
         self.to_client = side.to_client;
+        side.exchange
     }
 
     /// Gives the server-side buffers up, emptied, when the server connection
-    /// goes back (what they still held belonged to that conversation).
-    pub fn park_server_side(&mut self) -> ServerSide {
+    /// goes back (what they still held belonged to that conversation), with
+    /// the exchange's part.
+    pub fn park_server_side(&mut self, exchange: InFlight) -> ServerSide {
         let mut side = ServerSide {
             to_server: std::mem::take(&mut self.to_server),
             from_server: std::mem::replace(&mut self.from_server, Inbox::parked()),
             to_client: std::mem::take(&mut self.to_client),
+            exchange,
         };
         side.to_server.clear();
         side.from_server.clear();

@@ -343,7 +343,10 @@ impl Pool {
         }
         if self.open.get() < self.max_size.get() {
             self.open.set(self.open.get() + 1);
-            return self.open_in_slot(wait).await.map(Checkout::Lease);
+            // Boxed here and below: opening a connection is rare and its
+            // future large (~860 bytes); inline, every transaction's
+            // future would carry it (see `client::Session::transaction`).
+            return Box::pin(self.open_in_slot(wait)).await.map(Checkout::Lease);
         }
         if may_follow {
             if let Some(opening) = self.claim_posted() {
@@ -379,7 +382,7 @@ impl Pool {
             Some(Grant::Conn(conn)) => Ok(Checkout::Lease(self.lease(conn))),
             Some(Grant::Slot) => {
                 let left = waiter.deadline.saturating_duration_since(std::time::Instant::now());
-                self.open_in_slot(left).await.map(Checkout::Lease)
+                Box::pin(self.open_in_slot(left)).await.map(Checkout::Lease)
             }
             Some(Grant::Behind(opening)) => {
                 self.bump(|s| s.pipelined += 1);

@@ -36,12 +36,24 @@ impl ClientState {
 pub struct ClientInfo {
     pub user: String,
     pub database: String,
-    pub addr: String,
-    pub port: u16,
+    /// Where it connected from; None over the unix socket.
+    pub peer: Option<std::net::SocketAddr>,
     pub application_name: String,
     pub admin: bool,
     /// Protocol and cipher when the client came in over TLS (SHOW CLIENTS' tls).
     pub tls: Option<String>,
+}
+
+impl ClientInfo {
+    /// Its address as SHOW CLIENTS gives it (empty over the unix socket).
+    pub fn addr(&self) -> String {
+        self.peer.map(|p| p.ip().to_string()).unwrap_or_default()
+    }
+
+    /// Its port (0 over the unix socket).
+    pub fn port(&self) -> u16 {
+        self.peer.map(|p| p.port()).unwrap_or(0)
+    }
 }
 
 pub struct ClientEntry {

@@ -532,6 +532,11 @@ impl Shard {
         }
     }
 
+    /// A client this shard served is gone: it no longer counts as its.
+    pub(crate) fn client_gone(&self) {
+        self.peers.client_left(self.id);
+    }
+
     /// Client connections open, over all shards (for max_client_conn and
     /// the metrics), a handed-over one counted from the moment it was placed.
     pub fn client_count(&self) -> usize {
@@ -549,12 +554,9 @@ impl Shard {
                 return;
             }
         };
-        let shard = self.clone();
-        rt::spawn_local(async move {
-            client::serve(&shard, stream, peer).await;
-            shard.peers.client_left(shard.id);
-        })
-        .detach();
+        // Spawned as it is: awaited inside another future, it would be
+        // stored twice (the captured future and the one awaited).
+        rt::spawn_local(client::serve(self, stream, peer)).detach();
     }
 
     /// After the listener closed: wait (bounded by shutdown_timeout) for clients

@@ -37,7 +37,7 @@ use bytes::{Bytes, BytesMut};
 
 pub use super::negotiate::Negotiation;
 use super::negotiate::{self, NegotiateError, Negotiator, Plan};
-use super::pinning::{self, SessionFeature};
+use super::pinning::SessionFeature;
 use super::quiet::QuietTexts;
 use super::tracker::Tracker;
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
@@ -47,7 +47,7 @@ use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
 use crate::server::{ConnectionOutput, ServerSession};
 use crate::settings::{Change, Settings};
-use rewrite::AutoPrepare;
+use rewrite::{AutoPolicy, AutoPrepare};
 use session::{changes_schema, Contexts};
 use statements::{is_stale_plan, stale_result_error, ClientName, Unnamed};
 
@@ -276,8 +276,11 @@ pub struct Exchange {
     contexts: Option<Contexts>,
     /// DDL ran since the last ReadyForQuery 'I'.
     ddl_pending: bool,
-    /// Auto-prepare's state for this client; None when it is off.
-    auto: Option<AutoPrepare>,
+    /// Auto-prepare's policy for this client; None when it is off.
+    auto: Option<AutoPolicy>,
+    /// Its rewritten queries' working state, lent with the server-side
+    /// buffers (see [`InFlight`]); made on first use if none was lent.
+    rewriting: Option<Box<AutoPrepare>>,
     /// The client's statements are its own on its server connection
     /// (session mode): its messages pass through as sent
     /// ([`Exchange::passing_through`]). Else they are the pool's, shared.
@@ -320,6 +323,17 @@ pub struct Exchange {
 /// to the next (a transaction's own requests fit several times over).
 const DUE_KEPT: usize = 64;
 
+/// What an exchange needs only while its client holds a server connection:
+/// the room of its queue of what is due, and auto-prepare's working state.
+/// Lent by the shard with the server-side buffers (`client::ServerSide`), so
+/// that an idle client holds none of it and a busy one allocates none of it
+/// per transaction.
+#[derive(Default)]
+pub struct InFlight {
+    due: VecDeque<Due>,
+    rewriting: Option<Box<AutoPrepare>>,
+}
+
 /// Client messages pglane must see whole; CopyData streams through.
 pub fn client_needs_whole(tag: u8) -> bool {
     tag != frontend::COPY_DATA
@@ -334,7 +348,32 @@ impl Exchange {
     /// An exchange for a new client; `auto_prepare` is the policy (executions
     /// of a new shape before it is validated), None to leave queries alone.
     pub fn new(auto_prepare: Option<u32>) -> Exchange {
-        Exchange { auto: auto_prepare.map(AutoPrepare::new), ..Exchange::default() }
+        Exchange { auto: auto_prepare.map(|after| AutoPolicy { after, looked_at: 0 }), ..Exchange::default() }
+    }
+
+    /// Takes in the lent part of an exchange, with the server-side buffers
+    /// of a transaction about to start (see [`InFlight`]).
+    pub fn attach(&mut self, lent: InFlight) {
+        if self.due.capacity() == 0 {
+            self.due = lent.due;
+        }
+        if self.rewriting.is_none() {
+            self.rewriting = lent.rewriting;
+        }
+    }
+
+    /// Gives the lent part back when the server connection goes, unless
+    /// something of the conversation is still in it (a connection closed
+    /// mid-conversation): then it stays with the client, as it was.
+    pub fn park(&mut self) -> InFlight {
+        let due = if self.due.is_empty() { std::mem::take(&mut self.due) } else { VecDeque::new() };
+        let idle = self.rewriting.as_ref().is_some_and(|r| r.running.is_empty());
+        InFlight { due, rewriting: if idle { self.rewriting.take() } else { None } }
+    }
+
+    /// Auto-prepare's working state, made if none was lent.
+    fn rewriting(&mut self) -> &mut AutoPrepare {
+        self.rewriting.get_or_insert_with(Default::default)
     }
 
     /// An exchange that renames, shares and rewrites nothing: every message
@@ -372,7 +411,8 @@ impl Exchange {
             settings_in_flux,
             contexts: _,
             ddl_pending,
-            auto,
+            auto: _,
+            rewriting,
             passes_through: _,
             quiet: _,
             for_server,
@@ -403,7 +443,7 @@ impl Exchange {
         *pinned = None;
         *settings_in_flux = false;
         *ddl_pending = false;
-        if let Some(a) = auto.as_mut() {
+        if let Some(a) = rewriting.as_mut() {
             while !a.running.is_empty() {
                 a.finished();
             }
@@ -420,6 +460,7 @@ impl Exchange {
     /// checked: the relay stops reading from the client while they and its
     /// output to the server pass its high-water mark, so a client that
     /// pipelines during the check cannot grow them without bound.
+    #[inline]
     pub fn held_len(&self) -> usize {
         self.held.len()
     }
@@ -431,6 +472,7 @@ impl Exchange {
 
     /// Answers still due, pglane's own included: each is an entry of the
     /// queue that the relay keeps short (`relay::MAX_IN_FLIGHT`).
+    #[inline]
     pub fn due_len(&self) -> usize {
         self.due.len()
     }
@@ -514,8 +556,11 @@ impl Exchange {
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
             frontend::QUERY => {
                 self.simple_query_sent();
-                if let Ok(sql) = frontend::decode_query(body) {
+                let mut plain = false;
+                let sql = frontend::decode_query(body).ok();
+                if let Some(sql) = sql {
                     let watched = self.watch_text(sql, st);
+                    plain = watched.plain;
                     self.resetting = watched.resets.only;
                     match watched.changes {
                         Some(changes) => self.pending_changes = changes,
@@ -528,11 +573,11 @@ impl Exchange {
                     }
                 }
                 if self.passes_through {
-                    self.pass_query(message, body, to_server)
+                    self.pass_query(message, plain, to_server)
                 } else {
                     self.deallocate(body, st, to_server)
-                        || self.rewrite_query(body, st, to_server)
-                        || self.pass_query(message, body, to_server)
+                        || sql.is_some_and(|sql| self.rewrite_query(sql, st, to_server))
+                        || self.pass_query(message, plain, to_server)
                 }
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
@@ -652,12 +697,10 @@ impl Exchange {
     }
 
     /// A simple query as the client sent it; with pipelining, marked plain
-    /// if it leaves the session alone.
-    fn pass_query(&mut self, message: &[u8], body: &[u8], to_server: &mut BytesMut) -> bool {
-        let plain = self.pipelining
-            && self.pinned.is_none()
-            && self.pending_changes.is_empty()
-            && frontend::decode_query(body).is_ok_and(pinning::leaves_session_alone);
+    /// if it leaves the session alone (`plain`: [`Watched::plain`] of its
+    /// text) and changes no setting.
+    fn pass_query(&mut self, message: &[u8], plain: bool, to_server: &mut BytesMut) -> bool {
+        let plain = plain && self.pipelining && self.pinned.is_none() && self.pending_changes.is_empty();
         self.pass_request(message, to_server, Request::Query { plain })
     }
 
@@ -734,7 +777,7 @@ impl Exchange {
                 }
                 if self.answers_rewritten_query() {
                     let at_bind = matches!(self.due.front(), Some(Due::Server { request: Request::Bind { .. }, .. }));
-                    if let Some(auto) = self.auto.as_mut() {
+                    if let Some(auto) = self.rewriting.as_deref_mut() {
                         let stale = at_bind && is_stale_plan(body);
                         match auto.running.front_mut() {
                             Some(running) if stale && running.may_rerun => running.stale = Some(body.to_vec()),

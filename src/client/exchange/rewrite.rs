@@ -59,11 +59,23 @@ pub(super) struct Running {
     pub(super) stale: Option<Vec<u8>>,
 }
 
-/// One client's auto-prepare state, kept from one transaction to the next.
-#[derive(Debug)]
-pub(super) struct AutoPrepare {
+/// One client's auto-prepare policy, kept for its whole session. What its
+/// rewritten queries need while they run is an [`AutoPrepare`], held only
+/// while the client holds a server connection (see `exchange::InFlight`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AutoPolicy {
     /// Executions of a new shape before it is validated.
     pub(super) after: u32,
+    /// Simple queries looked at; every [`TIMING_SAMPLE`]th is timed.
+    pub(super) looked_at: u32,
+}
+
+/// The working state of a client's rewritten queries: the query being
+/// looked up, and those still running. Lent with the server-side buffers
+/// (`exchange::InFlight`), so that the Vecs inside keep their room from one
+/// transaction to the next without an idle client holding them.
+#[derive(Debug, Default)]
+pub(super) struct AutoPrepare {
     pub(super) lexed: Lexed,
     /// The rewritten text of the query being looked up, and how it was lexed.
     pub(super) rewritten: String,
@@ -74,24 +86,9 @@ pub(super) struct AutoPrepare {
     /// positions back, or run again), and spare buffers for the next ones.
     pub(super) running: VecDeque<Running>,
     pub(super) spare: Vec<String>,
-    /// Simple queries looked at; every [`TIMING_SAMPLE`]th is timed.
-    pub(super) looked_at: u32,
 }
 
 impl AutoPrepare {
-    pub(super) fn new(after: u32) -> AutoPrepare {
-        AutoPrepare {
-            after,
-            lexed: Lexed::new(),
-            rewritten: String::new(),
-            options: LexOptions::default(),
-            spelling: None,
-            running: VecDeque::new(),
-            spare: Vec::new(),
-            looked_at: 0,
-        }
-    }
-
     /// Lexes the simple query `sql` into its shape (the rewritten text,
     /// [`AutoPrepare::rewritten`]), or says why it passes through.
     pub(super) fn lex(&mut self, sql: &str, ready: Ready, settings: &Settings) -> Result<(), PassThrough> {
@@ -117,6 +114,7 @@ impl AutoPrepare {
         context: Context,
         settings: &Settings,
         registry: &Registry,
+        after: u32,
     ) -> Result<Rc<Statement>, PassThrough> {
         if context.is_private() {
             return Err(PassThrough::UnknownSettings);
@@ -148,7 +146,7 @@ impl AutoPrepare {
                     options,
                     epoch,
                 };
-                Err(registry.shapes.note(context, job, hash, rewritten, types, self.after))
+                Err(registry.shapes.note(context, job, hash, rewritten, types, after))
             }
         }
     }
@@ -269,28 +267,27 @@ pub(super) fn lex_options(settings: &Settings) -> Result<LexOptions, PassThrough
 }
 
 impl Exchange {
-    /// Runs a simple query as its shape's validated statement (see the
-    /// module doc). Returns false, having sent nothing, if it must pass through.
-    pub(super) fn rewrite_query(&mut self, body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
-        let Some(auto) = self.auto.as_mut() else { return false };
-        let Ok(sql) = frontend::decode_query(body) else { return false };
+    /// Runs a simple query (its text `sql`) as its shape's validated
+    /// statement (see the module doc). Returns false, having sent nothing, if
+    /// it must pass through.
+    pub(super) fn rewrite_query(&mut self, sql: &str, st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+        let Some(policy) = self.auto.as_mut() else { return false };
         // One query in TIMING_SAMPLE is timed: two clock reads would cost
         // this path more than the counters they feed are worth.
-        auto.looked_at = auto.looked_at.wrapping_add(1);
-        let started = (auto.looked_at % TIMING_SAMPLE == 1).then(Instant::now);
+        policy.looked_at = policy.looked_at.wrapping_add(1);
+        let started = (policy.looked_at % TIMING_SAMPLE == 1).then(Instant::now);
+        let after = policy.after;
         let ready = match (self.tracker.is_synced(), self.tracker.status()) {
             (false, _) => Ready::NotSynced,
             (true, backend::TransactionStatus::Failed) => Ready::Failed,
             (true, _) => Ready::Yes,
         };
-        let lexed = auto.lex(sql, ready, st.client_settings);
-        let looked_up = match lexed {
+        let auto = self.rewriting();
+        let looked_up = match auto.lex(sql, ready, st.client_settings) {
             Ok(()) => {
-                let rewritten = std::mem::take(&mut auto.rewritten);
-                let context = self.context_for(TextTraits::of(rewritten.as_bytes()), st);
-                let auto = self.auto.as_mut().expect("auto-prepare is on");
-                auto.rewritten = rewritten;
-                auto.statement_for(sql, context, st.client_settings, st.registry)
+                let traits = TextTraits::of(auto.rewritten.as_bytes());
+                let context = self.context_for(traits, st);
+                self.rewriting().statement_for(sql, context, st.client_settings, st.registry, after)
             }
             Err(why) => Err(why),
         };
@@ -312,7 +309,7 @@ impl Exchange {
         // Its reply is a simple query's, which no description of the
         // statement decides: checked, but not waited for.
         self.prepare_here(&statement, Check::Verify, st, to_server);
-        let Some(auto) = self.auto.as_mut() else { return false };
+        let auto = self.rewriting();
         let (plan, rows_of) = if st.negotiation.is_some() {
             // Negotiated like a client's Bind that asks for all text, as
             // the simple protocol returns it.
@@ -332,11 +329,11 @@ impl Exchange {
             frontend::bind(to_server, "", &statement.server_name, &[], auto.lexed.params(), &[]);
             (None, None)
         };
-        let Some(auto) = self.auto.as_mut() else { return false };
         frontend::describe(to_server, Target::Portal, "");
         frontend::execute(to_server, "", 0);
         frontend::sync(to_server);
-        auto.running(sql, self.tracker.status() == backend::TransactionStatus::Idle);
+        let outside_a_block = self.tracker.status() == backend::TransactionStatus::Idle;
+        self.rewriting().running(sql, outside_a_block);
         let spent = started.map(|t| t.elapsed().as_nanos() as u64);
         st.registry.count(|c| {
             c.rewrites += 1;
@@ -356,7 +353,7 @@ impl Exchange {
     /// whether the client gets it: not when its plan was stale and it runs
     /// again as the plain query.
     pub(super) fn rewritten_query_ended(&mut self, st: &mut Statements<'_>, to_client: &mut BytesMut) -> bool {
-        let Some(auto) = self.auto.as_mut() else { return true };
+        let Some(auto) = self.rewriting.as_deref_mut() else { return true };
         let stale = auto.running.front_mut().and_then(|r| r.stale.take());
         let forward = match stale {
             None => true,
