@@ -77,7 +77,7 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
-use crate::prepare::lexer::contains_ignore_ascii_case;
+use crate::prepare::lexer::{contains_ignore_ascii_case, Mark, Marks};
 use crate::protocol::startup::StartupParams;
 
 /// Settings PostgreSQL 15–18 report with ParameterStatus (the ones a
@@ -343,8 +343,9 @@ impl Settings {
     /// `RESET ALL` and a DISCARD ALL's command tag), may have changed, so its
     /// value is no longer known. `followed`: `sql` is a SET/RESET pglane
     /// follows exactly.
-    pub fn forget_output_settings_named_in(&mut self, sql: &str, followed: bool) {
-        if followed {
+    /// `marks`: `sql`'s.
+    pub fn forget_output_settings_named_in(&mut self, sql: &str, marks: Marks, followed: bool) {
+        if followed || !marks.any(&OUTPUT_MARKS) {
             return;
         }
         let any = resets_or_calls_set_config(sql);
@@ -392,10 +393,17 @@ fn resets_or_calls_set_config(sql: &str) -> bool {
 
 /// Whether `sql` may change a setting that shapes text output: it names one,
 /// or mentions RESET, DISCARD or set_config. (What
-/// [`Settings::forget_output_settings_named_in`] acts on.)
-pub fn may_change_output_settings(sql: &str) -> bool {
-    resets_or_calls_set_config(sql) || OUTPUT.iter().any(|name| contains_ignore_ascii_case(sql.as_bytes(), name.as_bytes()))
+/// [`Settings::forget_output_settings_named_in`] acts on.) `marks`: `sql`'s.
+pub fn may_change_output_settings(sql: &str, marks: Marks) -> bool {
+    marks.any(&OUTPUT_MARKS)
+        && (resets_or_calls_set_config(sql)
+            || OUTPUT.iter().any(|name| contains_ignore_ascii_case(sql.as_bytes(), name.as_bytes())))
 }
+
+/// The marks a text that names an [`OUTPUT`] setting, RESET, DISCARD or
+/// set_config has (the first letters of each; a test checks them): a text
+/// without them names none.
+const OUTPUT_MARKS: [Mark; 5] = [Mark::Set, Mark::Res, Mark::Dis, Mark::Ext, Mark::Byt];
 
 /// A string literal of `value`.
 fn quote(value: &str) -> String {
@@ -1018,6 +1026,8 @@ mod tests {
 
     #[test]
     fn output_settings_known_and_forgotten() {
+        let forget =
+            |s: &mut Settings, sql: &str, followed| s.forget_output_settings_named_in(sql, Marks::of(sql.as_bytes()), followed);
         let mut s = Settings::default();
         s.set("extra_float_digits", Value::Sql("'-15'".into()));
         s.set("bytea_output", Value::Sql("E'hex'".into()));
@@ -1027,21 +1037,31 @@ mod tests {
         assert_eq!(Value::Sql("3".into()).plain(), Some("3"));
         assert_eq!(Value::Sql("'a''b'".into()).plain(), None);
         s.set("bytea_output", Value::Plain("hex".into()));
-        s.forget_output_settings_named_in("SET extra_float_digits = 2", true);
+        forget(&mut s, "SET extra_float_digits = 2", true);
         assert_eq!(s.output().filter(|(_, v)| v.is_none()).count(), 0, "a followed SET is known");
-        s.forget_output_settings_named_in("SET LOCAL extra_float_digits = 2", false);
+        forget(&mut s, "SET LOCAL extra_float_digits = 2", false);
         assert_eq!(s.get("extra_float_digits"), Some(&Value::Unknown));
         assert_eq!(s.get("bytea_output"), Some(&Value::Plain("hex".into())));
-        s.forget_output_settings_named_in("select pg_catalog.set_config($1, $2, false)", false);
+        forget(&mut s, "select pg_catalog.set_config($1, $2, false)", false);
         assert_eq!(s.get("bytea_output"), Some(&Value::Unknown));
         // An unknown value is made known again by a RESET.
         assert_eq!(
             Settings::default().sql_to_apply_over(&s).as_deref(),
             Some("RESET \"bytea_output\";RESET \"extra_float_digits\";RESET \"search_path\";")
         );
-        s.forget_output_settings_named_in("select 1", false);
+        forget(&mut s, "select 1", false);
         let mut s = Settings::default();
-        s.forget_output_settings_named_in("select 1; reset all", false);
+        forget(&mut s, "select 1; reset all", false);
         assert_eq!(s.output().filter(|(_, v)| v.is_none()).count(), 2);
+    }
+
+    #[test]
+    fn the_words_that_may_change_output_settings_have_the_marks_looked_for() {
+        for word in OUTPUT.iter().copied().chain(["set_config", "reset", "discard"]) {
+            assert!(Marks::of(word.as_bytes()).any(&OUTPUT_MARKS), "{word}");
+            assert!(may_change_output_settings(word, Marks::of(word.as_bytes())), "{word}");
+        }
+        let pgbench = "SELECT abalance FROM pgbench_accounts WHERE aid = 1;";
+        assert!(!may_change_output_settings(pgbench, Marks::of(pgbench.as_bytes())));
     }
 }

@@ -40,10 +40,10 @@
 //! for that user or database.
 //!
 //! Most texts name none of this, and every simple query is scanned: a text
-//! in which none of a few trigger words occurs anywhere ([`TRIGGERS`]) is
-//! answered without the word-by-word scan.
+//! in which none of a few trigger words occurs anywhere ([`TRIGGERS`], found
+//! with the text's [`Marks`]) is answered without the word-by-word scan.
 
-use crate::prepare::lexer::contains_ignore_ascii_case;
+use crate::prepare::lexer::{contains_ignore_ascii_case, Mark, Marks};
 
 /// Session state a statement leaves behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,37 +90,16 @@ impl SessionFeature {
 /// `advisory_lock` (in both lock functions' names), `temp` (also in
 /// `temporary`), `hold` and `discard`. A text in which none of them occurs
 /// anywhere, inside literals or not, gets the empty answer from every scan.
-/// Each is looked for by its first three letters, in one pass: a text that
+/// Each is looked for by its first three letters ([`Marks`]): a text that
 /// has one of those is scanned in full, which only costs time.
-const TRIGGERS: [&[u8; 3]; 7] = [b"lis", b"pre", b"set", b"adv", b"tem", b"hol", b"dis"];
-
-/// Whether any scan here could find anything in `sql` (see [`TRIGGERS`]).
-fn may_name_session_state(sql: &str) -> bool {
-    const fn packed(w: &[u8; 3]) -> u32 {
-        (w[0] as u32) << 16 | (w[1] as u32) << 8 | w[2] as u32
-    }
-    const LIS: u32 = packed(TRIGGERS[0]);
-    const PRE: u32 = packed(TRIGGERS[1]);
-    const SET: u32 = packed(TRIGGERS[2]);
-    const ADV: u32 = packed(TRIGGERS[3]);
-    const TEM: u32 = packed(TRIGGERS[4]);
-    const HOL: u32 = packed(TRIGGERS[5]);
-    const DIS: u32 = packed(TRIGGERS[6]);
-    // The last three bytes, lowercased, packed: `| 0x20` lowercases a
-    // letter and never turns another byte into a lowercase letter.
-    let mut window = 0u32;
-    sql.bytes().any(|b| {
-        window = (window << 8 | u32::from(b | 0x20)) & 0x00ff_ffff;
-        matches!(window, LIS | PRE | SET | ADV | TEM | HOL | DIS)
-    })
-}
+pub const TRIGGERS: [Mark; 7] = [Mark::Lis, Mark::Pre, Mark::Set, Mark::Adv, Mark::Tem, Mark::Hol, Mark::Dis];
 
 /// The first session feature `sql` uses, if any. `carried(name)`: pglane
 /// carries this setting between server connections, so `SET name ...` (or
 /// `RESET name`) does not pin; `name` is the word after SET [SESSION] or
 /// RESET as written (e.g. `TimeZone`, `time` of SET TIME ZONE, `all`).
 pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
-    if !may_name_session_state(sql) {
+    if !Marks::of(sql.as_bytes()).any(&TRIGGERS) {
         return None;
     }
     let mut features = FeatureScan::default();
@@ -143,7 +122,13 @@ const PLAIN_STATEMENTS: [&str; 7] = ["select", "insert", "update", "delete", "va
 /// may then get another client's request right behind it (server
 /// pipelining, `pool::Opening`): nothing this one does changes how that one
 /// runs. What the functions it calls do inside is not seen, as for pinning.
-pub fn leaves_session_alone(sql: &str) -> bool {
+/// `marks`: `sql`'s.
+pub fn leaves_session_alone(sql: &str, marks: Marks) -> bool {
+    if !marks.any(&TRIGGERS) && !marks.has(Mark::Int) {
+        if let Some(plain) = lone_statement_is_plain(sql) {
+            return plain;
+        }
+    }
     let mut starts = true;
     let mut selects = false;
     let mut any = false;
@@ -165,10 +150,25 @@ pub fn leaves_session_alone(sql: &str) -> bool {
     any && session_feature(sql, |_| false).is_none()
 }
 
+/// [`leaves_session_alone`] of a text with no trigger word and no `into`,
+/// when its words need not be scanned to tell: it is one statement (no `;`
+/// but a last one) that begins with a word. Then only that word decides
+/// (nothing else could make the scan say no). None: scan it.
+fn lone_statement_is_plain(sql: &str) -> Option<bool> {
+    let text = sql.trim_ascii();
+    let body = text.strip_suffix(';').unwrap_or(text).as_bytes();
+    if body.contains(&b';') || !body.first().is_some_and(|&b| is_word_byte(b)) {
+        return None;
+    }
+    let word = &body[..body.iter().position(|&b| !is_word_byte(b)).unwrap_or(body.len())];
+    Some(PLAIN_STATEMENTS.iter().any(|k| word.eq_ignore_ascii_case(k.as_bytes())))
+}
+
 /// [`session_feature`] and [`resets`] in one pass over the words: a simple
-/// query needs both, and the pass is most of what they cost.
-pub fn session_feature_and_resets(sql: &str, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
-    if !may_name_session_state(sql) {
+/// query needs both, and the pass is most of what they cost. `marks`:
+/// `sql`'s.
+pub fn session_feature_and_resets(sql: &str, marks: Marks, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
+    if !marks.any(&TRIGGERS) {
         return (None, Resets::default());
     }
     scan_features_and_resets(sql, carried)
@@ -286,9 +286,9 @@ pub struct Resets {
     pub touches: bool,
 }
 
-/// What `sql` resets: [`Resets`].
-pub fn resets(sql: &str) -> Resets {
-    if !may_name_session_state(sql) {
+/// What `sql` resets: [`Resets`]. `marks`: `sql`'s.
+pub fn resets(sql: &str, marks: Marks) -> Resets {
+    if !marks.any(&TRIGGERS) {
         return Resets::default();
     }
     let mut resets = ResetScan::default();
@@ -422,6 +422,23 @@ mod tests {
     use proptest::arbitrary::any;
     use proptest::prelude::{prop, Strategy};
 
+    fn marks(sql: &str) -> Marks {
+        Marks::of(sql.as_bytes())
+    }
+
+    /// Marks that hold every trigger: the full scan, whatever the text.
+    fn scan_all() -> Marks {
+        marks("lis pre set adv tem hol dis res ext byt int")
+    }
+
+    fn alone(sql: &str) -> bool {
+        leaves_session_alone(sql, marks(sql))
+    }
+
+    fn resets_of(sql: &str) -> Resets {
+        resets(sql, marks(sql))
+    }
+
     #[test]
     fn plain_statements_leave_the_session_alone() {
         for sql in [
@@ -435,7 +452,7 @@ mod tests {
             "select 1; select 2",
             "select 'set', \"prepare\" from t",
         ] {
-            assert!(leaves_session_alone(sql), "{sql}");
+            assert!(alone(sql), "{sql}");
         }
     }
 
@@ -455,7 +472,7 @@ mod tests {
             "select 1 from t for update; commit",
             "do $$ begin end $$",
         ] {
-            assert!(!leaves_session_alone(sql), "{sql}");
+            assert!(!alone(sql), "{sql}");
         }
     }
 
@@ -485,7 +502,11 @@ mod tests {
         ];
         let carried = |name: &str| name.eq_ignore_ascii_case("TimeZone");
         for sql in texts {
-            assert_eq!(session_feature_and_resets(sql, carried), (session_feature(sql, carried), resets(sql)), "{sql}");
+            assert_eq!(
+                session_feature_and_resets(sql, marks(sql), carried),
+                (session_feature(sql, carried), resets_of(sql)),
+                "{sql}"
+            );
         }
     }
 
@@ -543,27 +564,27 @@ mod tests {
 
     #[test]
     fn reset_all_anywhere_is_seen() {
-        assert!(resets("RESET ALL").all);
-        assert!(resets("SELECT pg_advisory_unlock_all();\nCLOSE ALL;\nUNLISTEN *;\nRESET ALL;").all);
-        assert!(resets("reset /* c */ all").all);
-        assert!(!resets("select 'reset all'").all);
-        assert!(!resets("select reset all").all);
-        assert!(!resets("reset work_mem").all);
-        assert!(!resets("RESET").all);
+        assert!(resets_of("RESET ALL").all);
+        assert!(resets_of("SELECT pg_advisory_unlock_all();\nCLOSE ALL;\nUNLISTEN *;\nRESET ALL;").all);
+        assert!(resets_of("reset /* c */ all").all);
+        assert!(!resets_of("select 'reset all'").all);
+        assert!(!resets_of("select reset all").all);
+        assert!(!resets_of("reset work_mem").all);
+        assert!(!resets_of("RESET").all);
     }
 
     #[test]
     fn queries_that_only_reset() {
-        assert!(resets("RESET ALL").only);
-        assert!(resets("reset TimeZone").only);
-        assert!(resets("DISCARD ALL").only);
-        assert!(resets("SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;").only);
-        assert!(!resets("RESET ALL; SET TimeZone = 'UTC'").only, "a SET decides the value");
-        assert!(resets("RESET ALL; SET TimeZone = 'UTC'").all, "the RESET ALL is still seen");
-        assert!(!resets("reset all; select set_config('TimeZone', 'UTC', false)").only);
-        assert!(!resets("select 'reset all'").only);
-        assert!(!resets("select 1").only);
-        assert!(!resets("update t set reset = 1").only, "not a statement's first word");
+        assert!(resets_of("RESET ALL").only);
+        assert!(resets_of("reset TimeZone").only);
+        assert!(resets_of("DISCARD ALL").only);
+        assert!(resets_of("SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;").only);
+        assert!(!resets_of("RESET ALL; SET TimeZone = 'UTC'").only, "a SET decides the value");
+        assert!(resets_of("RESET ALL; SET TimeZone = 'UTC'").all, "the RESET ALL is still seen");
+        assert!(!resets_of("reset all; select set_config('TimeZone', 'UTC', false)").only);
+        assert!(!resets_of("select 'reset all'").only);
+        assert!(!resets_of("select 1").only);
+        assert!(!resets_of("update t set reset = 1").only, "not a statement's first word");
     }
 
     #[test]
@@ -605,6 +626,12 @@ mod tests {
             "timezone",
             "work_mem",
             "select",
+            "insert",
+            "update",
+            "delete",
+            "values",
+            "table",
+            "begin",
             "offset",
             "attempt",
             "threshold",
@@ -627,17 +654,26 @@ mod tests {
         fn texts_without_a_trigger_word_are_answered_as_the_full_scan_answers(sql in scanned_words()) {
             let carried = |name: &str| name.eq_ignore_ascii_case("TimeZone");
             let full = scan_features_and_resets(&sql, carried);
-            proptest::prop_assert_eq!(session_feature_and_resets(&sql, carried), full, "{:?}", sql);
+            proptest::prop_assert_eq!(session_feature_and_resets(&sql, marks(&sql), carried), full, "{:?}", sql);
             proptest::prop_assert_eq!(session_feature(&sql, carried), full.0, "{:?}", sql);
-            proptest::prop_assert_eq!(resets(&sql), full.1, "{:?}", sql);
+            proptest::prop_assert_eq!(resets_of(&sql), full.1, "{:?}", sql);
+        }
+
+        #[test]
+        fn lone_plain_statements_are_answered_as_the_full_scan_answers(sql in scanned_words()) {
+            proptest::prop_assert_eq!(alone(&sql), leaves_session_alone(&sql, scan_all()), "{:?}", sql);
         }
     }
 
     #[test]
     fn a_text_without_trigger_words_skips_the_scan_and_one_with_them_does_not() {
-        assert!(!may_name_session_state("SELECT abalance FROM pgbench_accounts WHERE aid = 1"));
-        assert!(may_name_session_state("select 1 offset 5"), "offset holds set: scanned, and found quiet");
+        assert!(!marks("SELECT abalance FROM pgbench_accounts WHERE aid = 1").any(&TRIGGERS));
+        assert!(marks("select 1 offset 5").any(&TRIGGERS), "offset holds set: scanned, and found quiet");
         assert_eq!(pins("select 1 offset 5"), None);
-        assert!(may_name_session_state("select 'x' /* LISTEN */"));
+        assert!(marks("select 'x' /* LISTEN */").any(&TRIGGERS));
+        assert_eq!(lone_statement_is_plain("SELECT abalance FROM pgbench_accounts WHERE aid = 1; "), Some(true));
+        assert_eq!(lone_statement_is_plain("begin;"), Some(false));
+        assert_eq!(lone_statement_is_plain("select 1; select 2"), None, "two statements: scanned");
+        assert_eq!(lone_statement_is_plain("(select 1)"), None);
     }
 }

@@ -11,6 +11,7 @@ use super::super::pinning::{self, SessionFeature};
 use super::{Due, Exchange, Request, Statements};
 use std::rc::Rc;
 
+use crate::prepare::lexer::{Mark, Marks};
 use crate::prepare::{Context, Statement};
 use crate::protocol::backend;
 use crate::protocol::frontend;
@@ -34,6 +35,8 @@ pub(super) struct Watched {
     pub resets: pinning::Resets,
     /// It leaves the session alone (worked out with pipelining only).
     pub plain: bool,
+    /// The text's marks (see `prepare::lexer::Marks`).
+    pub marks: Marks,
 }
 
 /// The client's contexts for the settings it has now.
@@ -54,27 +57,30 @@ impl Exchange {
     /// settings if it may change one; output settings it may change are no
     /// longer known on the server connection.
     pub(super) fn watch_text(&mut self, sql: &str, st: &mut Statements<'_>) -> Watched {
+        // One pass over the text tells which of the scans below can find
+        // anything in it: most texts get none of them.
+        let marks = Marks::of(sql.as_bytes());
         let idle = self.tracker.status() == backend::TransactionStatus::Idle;
-        let changes = idle.then(|| follow_changes(sql)).flatten();
+        let changes = idle.then(|| follow_changes(sql, marks)).flatten();
         let followed = changes.is_some();
         let carried = |name: &str| followed || settings::is_carried_name(name);
         let (feature, resets) = match self.pinned {
-            None => pinning::session_feature_and_resets(sql, carried),
-            Some(_) => (None, pinning::resets(sql)),
+            None => pinning::session_feature_and_resets(sql, marks, carried),
+            Some(_) => (None, pinning::resets(sql, marks)),
         };
         self.pin(feature.filter(|_| !followed));
         if resets.touches {
             self.settings_in_flux = true;
         }
         if st.negotiation.is_some() {
-            st.server_settings.forget_output_settings_named_in(sql, followed);
+            st.server_settings.forget_output_settings_named_in(sql, marks, followed);
         }
         if first_word_is(sql, "create") {
             // CREATE TABLE ... AS answers with a SELECT tag.
             self.ddl_pending = true;
         }
-        let plain = self.pipelining && self.pinned.is_none() && !followed && pinning::leaves_session_alone(sql);
-        Watched { changes, resets, plain }
+        let plain = self.pipelining && self.pinned.is_none() && !followed && pinning::leaves_session_alone(sql, marks);
+        Watched { changes, resets, plain, marks }
     }
 
     /// Whether `sql`, a Parse's text just watched, gave no scan anything to
@@ -85,7 +91,7 @@ impl Exchange {
         self.pinned.is_none()
             && watched.changes.is_none()
             && !watched.resets.touches
-            && !settings::may_change_output_settings(sql)
+            && !settings::may_change_output_settings(sql, watched.marks)
             && !first_word_is(sql, "create")
     }
 
@@ -203,7 +209,11 @@ impl Exchange {
 
 /// The settings `sql` changes if it is nothing but a SET, RESET or
 /// `set_config` pglane follows.
-pub(super) fn follow_changes(sql: &str) -> Option<Vec<Change>> {
+pub(super) fn follow_changes(sql: &str, marks: Marks) -> Option<Vec<Change>> {
+    // SET and RESET hold `set`; so does `set_config`.
+    if !marks.has(Mark::Set) {
+        return None;
+    }
     let word = first_word(sql);
     if word.eq_ignore_ascii_case(b"set") || word.eq_ignore_ascii_case(b"reset") {
         settings::parse_change(sql).map(|c| vec![c])
@@ -224,7 +234,12 @@ fn first_word(sql: &str) -> &[u8] {
 /// The settings running `s` changes, if its text is a SET pglane follows;
 /// worked out once per statement.
 pub(super) fn statement_changes(s: &Statement) -> Option<Rc<[Change]>> {
-    s.changes.get_or_init(|| follow_changes(names::parse_query(&s.key)).map(Rc::from)).clone()
+    s.changes
+        .get_or_init(|| {
+            let sql = names::parse_query(&s.key);
+            follow_changes(sql, Marks::of(sql.as_bytes())).map(Rc::from)
+        })
+        .clone()
 }
 
 /// Whether `sql` begins (after whitespace) with `word`, in any case.
@@ -238,6 +253,10 @@ fn first_word_is(sql: &str, word: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn follow_changes(sql: &str) -> Option<Vec<Change>> {
+        super::follow_changes(sql, Marks::of(sql.as_bytes()))
+    }
 
     #[test]
     fn followed_texts() {

@@ -38,7 +38,9 @@
 //! * `chars.rs`: PostgreSQL's character classes and byte tricks;
 //! * `hash.rs`: the shape hash;
 //! * `rewrite.rs`: the rewritten text and error positions mapped back;
-//! * `respell.rs`: two spellings of one statement, compared token by token.
+//! * `respell.rs`: two spellings of one statement, compared token by token;
+//! * `marks.rs`: which of a few telling words a text may hold, in one pass
+//!   (for the session-state scans of `client::pinning` and `settings`).
 //!
 //! This file holds the lexer's public types and [`Lexed`], its output.
 
@@ -46,6 +48,7 @@ mod chars;
 mod hash;
 mod keywords;
 mod literals;
+mod marks;
 mod respell;
 mod rewrite;
 mod scanner;
@@ -53,6 +56,7 @@ mod scanner;
 use std::ops::Range;
 
 pub(crate) use chars::contains_ignore_ascii_case;
+pub use marks::{Mark, Marks};
 pub use respell::{respelled_position, same_place, same_statement, same_tokens, Token, TokenClass};
 use scanner::{Frame, Scanner};
 
