@@ -403,7 +403,7 @@ pub fn may_change_output_settings(sql: &str, marks: Marks) -> bool {
 /// The marks a text that names an [`OUTPUT`] setting, RESET, DISCARD or
 /// set_config has (the first letters of each; a test checks them): a text
 /// without them names none.
-const OUTPUT_MARKS: [Mark; 5] = [Mark::Set, Mark::Res, Mark::Dis, Mark::Ext, Mark::Byt];
+const OUTPUT_MARKS: [Mark; 5] = [Mark::SetConfig, Mark::Res, Mark::Dis, Mark::Ext, Mark::Byt];
 
 /// A string literal of `value`.
 fn quote(value: &str) -> String {

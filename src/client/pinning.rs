@@ -99,7 +99,7 @@ pub const TRIGGERS: [Mark; 7] = [Mark::Lis, Mark::Pre, Mark::Set, Mark::Adv, Mar
 /// `RESET name`) does not pin; `name` is the word after SET [SESSION] or
 /// RESET as written (e.g. `TimeZone`, `time` of SET TIME ZONE, `all`).
 pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
-    if !Marks::of(sql.as_bytes()).any(&TRIGGERS) {
+    if nothing_to_find(sql, Marks::of(sql.as_bytes())) {
         return None;
     }
     let mut features = FeatureScan::default();
@@ -124,9 +124,13 @@ const PLAIN_STATEMENTS: [&str; 7] = ["select", "insert", "update", "delete", "va
 /// runs. What the functions it calls do inside is not seen, as for pinning.
 /// `marks`: `sql`'s.
 pub fn leaves_session_alone(sql: &str, marks: Marks) -> bool {
-    if !marks.any(&TRIGGERS) && !marks.has(Mark::Int) {
-        if let Some(plain) = lone_statement_is_plain(sql) {
-            return plain;
+    if let Some(first) = lone_statement(sql) {
+        if !PLAIN_STATEMENTS.iter().any(|k| first.eq_ignore_ascii_case(k)) {
+            return false;
+        }
+        let selects = first.eq_ignore_ascii_case("select") || first.eq_ignore_ascii_case("with");
+        if !marks.any(&ANYWHERE) && !(selects && marks.has(Mark::Int)) {
+            return true;
         }
     }
     let mut starts = true;
@@ -150,25 +154,46 @@ pub fn leaves_session_alone(sql: &str, marks: Marks) -> bool {
     any && session_feature(sql, |_| false).is_none()
 }
 
-/// [`leaves_session_alone`] of a text with no trigger word and no `into`,
-/// when its words need not be scanned to tell: it is one statement (no `;`
-/// but a last one) that begins with a word. Then only that word decides
-/// (nothing else could make the scan say no). None: scan it.
-fn lone_statement_is_plain(sql: &str) -> Option<bool> {
+/// The marks of what a scan here finds wherever it is in a statement:
+/// `set_config`, the advisory lock functions, a temporary object (`temp`
+/// after `create`, `into` and the like), a WITH HOLD cursor. The rest is
+/// found only at a statement's start (LISTEN, DO, PREPARE, SET, RESET,
+/// DISCARD), so a lone statement that begins with another word holds none
+/// of it.
+const ANYWHERE: [Mark; 4] = [Mark::SetConfig, Mark::Adv, Mark::Tem, Mark::Hol];
+
+/// Words a statement begins with for a scan here to find something at its
+/// start (see [`ANYWHERE`]).
+const STARTING: [&str; 6] = ["listen", "do", "prepare", "set", "reset", "discard"];
+
+/// The first word of `sql` if it is one statement that begins with a word:
+/// no `;` but a last one, and nothing before the word but whitespace (so
+/// that it is the first word [`Words`] sees). None: it takes a scan to tell.
+fn lone_statement(sql: &str) -> Option<&str> {
     let text = sql.trim_ascii();
-    let body = text.strip_suffix(';').unwrap_or(text).as_bytes();
-    if body.contains(&b';') || !body.first().is_some_and(|&b| is_word_byte(b)) {
+    let body = text.strip_suffix(';').unwrap_or(text);
+    if body.as_bytes().contains(&b';') || !body.bytes().next().is_some_and(is_word_byte) {
         return None;
     }
-    let word = &body[..body.iter().position(|&b| !is_word_byte(b)).unwrap_or(body.len())];
-    Some(PLAIN_STATEMENTS.iter().any(|k| word.eq_ignore_ascii_case(k.as_bytes())))
+    let end = body.bytes().position(|b| !is_word_byte(b)).unwrap_or(body.len());
+    // Word bytes are ASCII or whole UTF-8 sequences: `end` is a char boundary.
+    Some(&body[..end])
+}
+
+/// Whether no scan here can find anything in `sql`, from its marks and, for
+/// a lone statement, its first word alone.
+fn nothing_to_find(sql: &str, marks: Marks) -> bool {
+    if !marks.any(&TRIGGERS) {
+        return true;
+    }
+    lone_statement(sql).is_some_and(|first| !STARTING.iter().any(|w| first.eq_ignore_ascii_case(w)) && !marks.any(&ANYWHERE))
 }
 
 /// [`session_feature`] and [`resets`] in one pass over the words: a simple
 /// query needs both, and the pass is most of what they cost. `marks`:
 /// `sql`'s.
 pub fn session_feature_and_resets(sql: &str, marks: Marks, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
-    if !marks.any(&TRIGGERS) {
+    if nothing_to_find(sql, marks) {
         return (None, Resets::default());
     }
     scan_features_and_resets(sql, carried)
@@ -288,7 +313,7 @@ pub struct Resets {
 
 /// What `sql` resets: [`Resets`]. `marks`: `sql`'s.
 pub fn resets(sql: &str, marks: Marks) -> Resets {
-    if !marks.any(&TRIGGERS) {
+    if nothing_to_find(sql, marks) {
         return Resets::default();
     }
     let mut resets = ResetScan::default();
@@ -671,9 +696,15 @@ mod tests {
         assert!(marks("select 1 offset 5").any(&TRIGGERS), "offset holds set: scanned, and found quiet");
         assert_eq!(pins("select 1 offset 5"), None);
         assert!(marks("select 'x' /* LISTEN */").any(&TRIGGERS));
-        assert_eq!(lone_statement_is_plain("SELECT abalance FROM pgbench_accounts WHERE aid = 1; "), Some(true));
-        assert_eq!(lone_statement_is_plain("begin;"), Some(false));
-        assert_eq!(lone_statement_is_plain("select 1; select 2"), None, "two statements: scanned");
-        assert_eq!(lone_statement_is_plain("(select 1)"), None);
+        assert_eq!(lone_statement("SELECT abalance FROM pgbench_accounts WHERE aid = 1; "), Some("SELECT"));
+        assert_eq!(lone_statement("begin;"), Some("begin"));
+        assert_eq!(lone_statement("select 1; select 2"), None, "two statements: scanned");
+        assert_eq!(lone_statement("(select 1)"), None);
+        let update = "UPDATE pgbench_tellers SET tbalance = tbalance + -1 WHERE tid = 3;";
+        assert!(marks(update).any(&TRIGGERS) && nothing_to_find(update, marks(update)));
+        assert!(alone(update));
+        assert!(!nothing_to_find("set x = 1", marks("set x = 1")));
+        let computed = "update t set x = set_config('a', 'b', false)";
+        assert!(!nothing_to_find(computed, marks(computed)));
     }
 }

@@ -210,14 +210,14 @@ impl Exchange {
 /// The settings `sql` changes if it is nothing but a SET, RESET or
 /// `set_config` pglane follows.
 pub(super) fn follow_changes(sql: &str, marks: Marks) -> Option<Vec<Change>> {
-    // SET and RESET hold `set`; so does `set_config`.
+    // SET and RESET hold `set`.
     if !marks.has(Mark::Set) {
         return None;
     }
     let word = first_word(sql);
     if word.eq_ignore_ascii_case(b"set") || word.eq_ignore_ascii_case(b"reset") {
         settings::parse_change(sql).map(|c| vec![c])
-    } else if word.eq_ignore_ascii_case(b"select") {
+    } else if word.eq_ignore_ascii_case(b"select") && marks.has(Mark::SetConfig) {
         settings::parse_set_config(sql)
     } else {
         None

@@ -10,48 +10,63 @@
 //! answers for all of them in one pass over the bytes, and the callers look
 //! closer only at a text that is marked.
 //!
-//! A word is marked by its first three letters ([`Mark`]), found anywhere in
-//! the text, ASCII case ignored, inside literals, comments and longer words
-//! too (`offset` marks [`Mark::Set`]): a mark says a word *may* be there,
-//! its absence that it is not.
+//! Most words are marked by their first three letters ([`Mark`]), found
+//! anywhere in the text, ASCII case ignored, inside literals, comments and
+//! longer words too (`offset` marks [`Mark::Set`]): a mark says a word *may*
+//! be there, its absence that it is not. `set_config`, which an UPDATE's
+//! `SET` would otherwise stand for, is looked for whole.
 //!
 //! Pure; never allocates. Shift-And (one table load and three bit
 //! operations per byte), written here because a search for several short
 //! words in texts this short is cheaper so than any general multi-pattern
 //! searcher's set-up.
 
-/// The first three letters of the words looked for.
+/// What is looked for: a word's first letters, or a whole word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
-    /// `listen`.
+    /// `lis`: `listen`.
     Lis,
-    /// `prepare`.
+    /// `pre`: `prepare`.
     Pre,
-    /// `set`, and in it `reset`, `set_config`, `offset`.
+    /// `set`: `set`, and in it `reset`, `set_config`, `offset`.
     Set,
-    /// `advisory`, as in the advisory lock functions.
+    /// `adv`: `advisory`, as in the advisory lock functions.
     Adv,
-    /// `temp`, `temporary`.
+    /// `tem`: `temp`, `temporary`.
     Tem,
-    /// `hold`.
+    /// `hol`: `hold`.
     Hol,
-    /// `discard`.
+    /// `dis`: `discard`.
     Dis,
-    /// `reset`.
+    /// `res`: `reset`.
     Res,
-    /// `extra_float_digits`.
+    /// `ext`: `extra_float_digits`.
     Ext,
-    /// `bytea_output`.
+    /// `byt`: `bytea_output`.
     Byt,
-    /// `into`.
+    /// `int`: `into`.
     Int,
+    /// `set_config`, whole.
+    SetConfig,
 }
 
-const ALL: [Mark; 11] =
-    [Mark::Lis, Mark::Pre, Mark::Set, Mark::Adv, Mark::Tem, Mark::Hol, Mark::Dis, Mark::Res, Mark::Ext, Mark::Byt, Mark::Int];
+const ALL: [Mark; 12] = [
+    Mark::Lis,
+    Mark::Pre,
+    Mark::Set,
+    Mark::Adv,
+    Mark::Tem,
+    Mark::Hol,
+    Mark::Dis,
+    Mark::Res,
+    Mark::Ext,
+    Mark::Byt,
+    Mark::Int,
+    Mark::SetConfig,
+];
 
 impl Mark {
-    const fn letters(self) -> &'static [u8; 3] {
+    const fn letters(self) -> &'static [u8] {
         match self {
             Mark::Lis => b"lis",
             Mark::Pre => b"pre",
@@ -64,6 +79,7 @@ impl Mark {
             Mark::Ext => b"ext",
             Mark::Byt => b"byt",
             Mark::Int => b"int",
+            Mark::SetConfig => b"set_config",
         }
     }
 
@@ -76,18 +92,32 @@ impl Mark {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Marks(u16);
 
-/// Shift-And over all marks at once: mark `i`'s letters are bits `3i`,
-/// `3i + 1` and `3i + 2` of the state, and `TABLE[b]` has the bits of the
-/// letters `b` is (either case). After each byte, bit `3i + j` is set when
-/// the text ends with the first `j + 1` letters of mark `i`.
+/// Where each mark's letters start in the Shift-And state, one bit a letter,
+/// the marks one after the other.
+const OFFSETS: [u32; ALL.len()] = {
+    let mut offsets = [0; ALL.len()];
+    let mut at = 0;
+    let mut i = 0;
+    while i < ALL.len() {
+        offsets[i] = at;
+        at += ALL[i].letters().len() as u32;
+        i += 1;
+    }
+    assert!(at <= 64, "the state is one u64");
+    offsets
+};
+
+/// Shift-And over all marks at once: `TABLE[b]` has the bits of the letters
+/// `b` is (either case). After each byte, the bit of a mark's `j`th letter
+/// is set when the text ends with its first `j + 1` letters.
 const TABLE: [u64; 256] = {
     let mut table = [0u64; 256];
     let mut i = 0;
     while i < ALL.len() {
         let letters = ALL[i].letters();
         let mut j = 0;
-        while j < 3 {
-            let bit = 1u64 << (3 * i + j);
+        while j < letters.len() {
+            let bit = 1u64 << (OFFSETS[i] + j as u32);
             table[letters[j] as usize] |= bit;
             table[letters[j].to_ascii_uppercase() as usize] |= bit;
             j += 1;
@@ -97,18 +127,19 @@ const TABLE: [u64; 256] = {
     table
 };
 
-/// The bit of each mark's first letter, and of its last.
-const FIRST: u64 = repeat(0b001);
-const LAST: u64 = repeat(0b100);
+/// The bits of each mark's first letter, and of its last.
+const FIRST: u64 = letter_bits(false);
+const LAST: u64 = letter_bits(true);
 
-const fn repeat(bits: u64) -> u64 {
-    let mut all = 0;
+const fn letter_bits(last: bool) -> u64 {
+    let mut bits = 0;
     let mut i = 0;
     while i < ALL.len() {
-        all |= bits << (3 * i);
+        let at = if last { OFFSETS[i] + ALL[i].letters().len() as u32 - 1 } else { OFFSETS[i] };
+        bits |= 1 << at;
         i += 1;
     }
-    all
+    bits
 }
 
 impl Marks {
@@ -121,9 +152,11 @@ impl Marks {
         }
         let ends = seen & LAST;
         let mut found = 0u16;
-        for (i, mark) in ALL.iter().enumerate() {
-            if ends >> (3 * i + 2) & 1 != 0 {
-                found |= mark.bit();
+        if ends != 0 {
+            for (i, mark) in ALL.iter().enumerate() {
+                if ends >> (OFFSETS[i] + mark.letters().len() as u32 - 1) & 1 != 0 {
+                    found |= mark.bit();
+                }
             }
         }
         Marks(found)
@@ -154,7 +187,7 @@ mod tests {
         let lower = sql.to_ascii_lowercase();
         let mut found = 0;
         for m in ALL {
-            if lower.windows(3).any(|w| w == m.letters()) {
+            if lower.windows(m.letters().len()).any(|w| w == m.letters()) {
                 found |= m.bit();
             }
         }
@@ -162,9 +195,10 @@ mod tests {
     }
 
     #[test]
-    fn pgbench_queries_have_none() {
+    fn pgbench_queries_have_none_but_their_sets_and_intos() {
         assert!(Marks::of(b"SELECT abalance FROM pgbench_accounts WHERE aid = 81649;").is_empty());
-        assert!(Marks::of(b"UPDATE pgbench_tellers SET tbalance = tbalance + -1234 WHERE tid = 3;").has(Mark::Set));
+        let update = Marks::of(b"UPDATE pgbench_tellers SET tbalance = tbalance + -1234 WHERE tid = 3;");
+        assert!(update.has(Mark::Set) && !update.has(Mark::SetConfig));
         assert!(Marks::of(b"INSERT INTO pgbench_history (tid) VALUES (1)").has(Mark::Int));
     }
 
@@ -173,7 +207,7 @@ mod tests {
         for (word, mark) in [
             ("LISTEN", Mark::Lis),
             ("Prepare", Mark::Pre),
-            ("set_config", Mark::Set),
+            ("set", Mark::Set),
             ("pg_advisory_lock", Mark::Adv),
             ("TEMPORARY", Mark::Tem),
             ("with hold", Mark::Hol),
@@ -182,6 +216,7 @@ mod tests {
             ("extra_float_digits", Mark::Ext),
             ("BYTEA_OUTPUT", Mark::Byt),
             ("select 1 into x", Mark::Int),
+            ("select pg_catalog.SET_CONFIG('a', 'b', false)", Mark::SetConfig),
         ] {
             assert!(Marks::of(word.as_bytes()).has(mark), "{word}");
         }
@@ -189,6 +224,8 @@ mod tests {
         assert!(Marks::of(b"'reset'").has(Mark::Res), "inside a literal");
         assert!(!Marks::of(b"se t").has(Mark::Set), "split by a space");
         assert!(!Marks::of(b"s\xc5\x9bet").has(Mark::Set), "split by a multibyte character");
+        assert!(!Marks::of(b"set config").has(Mark::SetConfig), "whole or not at all");
+        assert!(!Marks::of(b"set_confi").has(Mark::SetConfig));
         assert!(Marks::of(b"").is_empty());
         assert!(Marks::of(b"se").is_empty());
     }
@@ -196,13 +233,15 @@ mod tests {
     #[test]
     fn only_letters_fold() {
         assert!(!Marks::of(b"in\x14").has(Mark::Int), "a control byte is not 't'");
-        assert!(!Marks::of(b"in\x74\x80").is_empty(), "0x74 is 't'");
         assert!(!Marks::of(b"in\xd4").has(Mark::Int), "nor is 't' with its high bit set");
+        assert!(!Marks::of(b"set\x7fconfig").has(Mark::SetConfig), "nor DEL '_'");
     }
 
     proptest! {
         #[test]
-        fn one_pass_finds_what_a_search_for_each_finds(sql in "(?i)[a-z_ ;'0-9]{0,12}(set|lis|pre|int|byt|res)?[a-z_ ;'\u{e9}]{0,12}") {
+        fn one_pass_finds_what_a_search_for_each_finds(
+            sql in "(?i)[a-z_ ;'0-9]{0,12}(set|lis|pre|int|byt|res|set_config|set_set_config)?[a-z_ ;'\u{e9}]{0,12}"
+        ) {
             prop_assert_eq!(Marks::of(sql.as_bytes()), naive(sql.as_bytes()));
         }
 
