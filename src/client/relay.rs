@@ -603,8 +603,13 @@ impl Relay<'_> {
                 }
             }
             // What the server's messages made pglane send back (auto-prepare
-            // running a query again); sent at the next step.
+            // running a query again, messages held for a check); sent at
+            // the next step, which this is progress for: the messages may
+            // have come without a read here (a hand-over's unread bytes),
+            // and then nothing else would wake the relay to send them.
+            let queued = b.to_server.len();
             self.exchange.take_for_server(&mut b.to_server);
+            progress |= b.to_server.len() > queued;
         }
         match poll_send(cx, self.client, &mut b.to_client, &mut b.counters.bytes_to_client) {
             Poll::Ready(Ok(wrote)) => progress |= wrote,
