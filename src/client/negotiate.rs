@@ -424,8 +424,10 @@ pub fn transcode_row(body: &[u8], plan: &Plan, out: &mut BytesMut) -> Result<Row
 #[derive(Debug, Default)]
 pub struct Negotiator {
     /// The client's portals that exist on the server connection now and
-    /// are negotiated or have rows to watch.
-    portals: HashMap<String, Portal>,
+    /// are negotiated or have rows to watch: the unnamed one (most drivers
+    /// use only it) apart, so that it costs no hashing and no allocation.
+    unnamed: Option<Portal>,
+    named: HashMap<String, Portal>,
     /// The client sent an Execute (or a FunctionCall) since its last Sync: a
     /// setting may have changed without being reported yet.
     executed_in_group: bool,
@@ -446,38 +448,54 @@ impl Negotiator {
     /// Forgets every portal (the server connection went back), keeping the
     /// map's room.
     pub fn clear(&mut self) {
-        self.portals.clear();
+        self.forget_portals();
         self.executed_in_group = false;
+    }
+
+    fn forget_portals(&mut self) {
+        self.unnamed = None;
+        if !self.named.is_empty() {
+            self.named.clear();
+        }
     }
 
     /// A Bind made `portal`, with `plan` or none, and the statement whose
     /// rows to watch or none (both none forgets an old portal of the name).
     pub fn bound(&mut self, portal: &str, plan: Option<Plan>, rows_of: Option<Rc<Statement>>) {
-        if plan.is_none() && rows_of.is_none() {
-            self.portals.remove(portal);
-        } else {
-            self.portals.insert(portal.to_owned(), Portal { plan: plan.map(Rc::new), rows_of });
+        let kept = (plan.is_some() || rows_of.is_some()).then(|| Portal { plan: plan.map(Rc::new), rows_of });
+        match kept {
+            Some(kept) if !portal.is_empty() => {
+                self.named.insert(portal.to_owned(), kept);
+            }
+            Some(kept) => self.unnamed = Some(kept),
+            None => self.closed(portal),
         }
     }
 
     /// The plan of `portal`, if it was negotiated.
     pub fn plan(&self, portal: &str) -> Option<Rc<Plan>> {
-        if self.portals.is_empty() {
-            return None;
-        }
-        self.portals.get(portal).and_then(|p| p.plan.clone())
+        self.get(portal).and_then(|p| p.plan.clone())
     }
 
     /// What an Execute of `portal` does with its rows.
     pub fn portal(&self, portal: &str) -> Portal {
-        if self.portals.is_empty() {
-            return Portal::default();
+        self.get(portal).cloned().unwrap_or_default()
+    }
+
+    fn get(&self, portal: &str) -> Option<&Portal> {
+        match portal {
+            "" => self.unnamed.as_ref(),
+            _ if self.named.is_empty() => None,
+            _ => self.named.get(portal),
         }
-        self.portals.get(portal).cloned().unwrap_or_default()
     }
 
     pub fn closed(&mut self, portal: &str) {
-        self.portals.remove(portal);
+        if portal.is_empty() {
+            self.unnamed = None;
+        } else if !self.named.is_empty() {
+            self.named.remove(portal);
+        }
     }
 
     /// The client sent a message with `tag` to the server.
@@ -497,7 +515,7 @@ impl Negotiator {
 
     /// The server ended its transaction: every portal is gone.
     pub fn transaction_ended(&mut self) {
-        self.portals.clear();
+        self.forget_portals();
     }
 }
 
@@ -769,8 +787,16 @@ mod tests {
         n.bound("", None, None);
         assert!(n.plan("").is_none());
         n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
+        n.bound("", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
+        assert!(n.plan("c").is_some() && n.plan("").is_some());
+        n.closed("c");
+        assert!(n.plan("c").is_none() && n.plan("").is_some(), "closing a named portal leaves the unnamed one");
+        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
+        n.bound("c", None, None);
+        assert!(n.plan("c").is_none(), "a Bind of nothing to negotiate replaces the old portal");
+        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
         n.transaction_ended();
-        assert!(n.plan("c").is_none());
+        assert!(n.plan("c").is_none() && n.plan("").is_none());
     }
 }
 
