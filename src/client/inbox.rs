@@ -159,7 +159,23 @@ impl Inbox {
         Poll::Ready(Ok(n))
     }
 
+    /// Room to read into. Inlined for its common case, a buffer of the
+    /// usual size with room left (every read, several a transaction); the
+    /// rest is [`Inbox::make_room_slowly`].
+    #[inline]
     fn make_room(&mut self) {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.end < self.buf.len() && self.buf.len() <= READ_GROWTH_LIMIT {
+            return;
+        }
+        self.make_room_slowly();
+    }
+
+    #[inline(never)]
+    fn make_room_slowly(&mut self) {
         if self.buf.is_empty() && self.limit > 0 {
             self.buf = vec![0; INITIAL.min(self.limit)];
         }
