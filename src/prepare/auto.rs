@@ -24,11 +24,12 @@
 //! Until a verdict is installed, a shape's queries pass through unchanged.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::Instant;
 
+use super::id_hash::IdMap;
 use super::lexer::{LexOptions, Unsupported};
 use super::registry::{Context, Statement};
 use super::shape::Reason;
@@ -263,7 +264,7 @@ impl Entry {
 }
 
 pub struct Shapes {
-    by_hash: RefCell<HashMap<u64, Vec<Entry>>>,
+    by_hash: RefCell<IdMap<u64, Vec<Entry>>>,
     len: Cell<usize>,
     capacity: usize,
     clock: Cell<u64>,
@@ -533,7 +534,7 @@ const EVICT_FRACTION: usize = 8;
 
 /// Removes the `count` least recently used entries (the miss path only: a
 /// scan); returns how many it removed. Every entry's `used` tick is its own.
-fn evict_oldest(map: &mut HashMap<u64, Vec<Entry>>, count: usize) -> usize {
+fn evict_oldest(map: &mut IdMap<u64, Vec<Entry>>, count: usize) -> usize {
     let mut ticks: Vec<u64> = map.values().flatten().map(|e| e.used).collect();
     if ticks.is_empty() || count == 0 {
         return 0;

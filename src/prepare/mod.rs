@@ -12,6 +12,7 @@
 //! does no I/O (the relay and the validator in `client` act on what it says).
 
 pub mod auto;
+mod id_hash;
 pub mod lexer;
 mod registry;
 pub mod shape;

@@ -3,12 +3,12 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 use bytes::Bytes;
 
 use super::auto::{PassThroughCounts, Shapes};
+use super::id_hash::IdMap;
 use crate::settings::Change;
 
 /// One distinct statement of the shard.
@@ -184,7 +184,7 @@ const CONTEXTS_KEPT: usize = 4096;
 /// One pool's statements, keyed by context and Parse body.
 pub struct Registry {
     shard: usize,
-    by_key: RefCell<HashMap<Context, HashMap<Bytes, Rc<Statement>>>>,
+    by_key: RefCell<IdMap<Context, HashMap<Bytes, Rc<Statement>>>>,
     /// Interned contexts: [`Settings::parse_context`] bytes to their id.
     ///
     /// [`Settings::parse_context`]: crate::settings::Settings::parse_context
@@ -438,7 +438,7 @@ impl ClientStatements {
 #[derive(Debug)]
 pub struct ServerStatements {
     /// id → (last use, server name)
-    entries: HashMap<u64, (u64, Rc<str>), BuildHasherDefault<IdHasher>>,
+    entries: IdMap<u64, (u64, Rc<str>)>,
     clock: u64,
     capacity: usize,
     /// Server-side names to Close before anything else is prepared (stale plans).
@@ -447,7 +447,7 @@ pub struct ServerStatements {
 
 impl ServerStatements {
     pub fn new(capacity: usize) -> Self {
-        ServerStatements { entries: HashMap::default(), clock: 0, capacity: capacity.max(1), to_close: Vec::new() }
+        ServerStatements { entries: IdMap::default(), clock: 0, capacity: capacity.max(1), to_close: Vec::new() }
     }
 
     /// Has this connection prepared `id`? Counts as a use.
@@ -508,33 +508,6 @@ impl ServerStatements {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
-    }
-}
-
-/// Hashes the statement ids that key [`ServerStatements`]. They are the
-/// registry's own numbers, counted up from 1, never chosen by a client, so
-/// the keyed SipHash `HashMap` defaults to (a defence against floods of
-/// chosen keys) buys nothing there and costs ~140 instructions a lookup, two
-/// lookups a Bind. A multiply by an odd constant maps consecutive ids to
-/// distinct low bits (the table's buckets) and spreads them over the high
-/// ones (its tags).
-#[derive(Default)]
-pub struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    /// Not used by `u64` keys; any other key still hashes, if slowly.
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(self.0.rotate_left(8) ^ u64::from(b));
-        }
     }
 }
 
@@ -634,19 +607,6 @@ mod tests {
         assert!(c.get("S_1").is_some());
         c.remove_if("S_1", s.id);
         assert!(c.is_empty());
-    }
-
-    #[test]
-    fn consecutive_ids_hash_to_distinct_buckets_and_varied_tags() {
-        let hash = |id: u64| {
-            let mut h = IdHasher::default();
-            h.write_u64(id);
-            h.finish()
-        };
-        let low: std::collections::HashSet<u64> = (1..=4096).map(|id| hash(id) & 4095).collect();
-        assert_eq!(low.len(), 4096, "4,096 consecutive ids fill 4,096 buckets");
-        let tags: std::collections::HashSet<u64> = (1..=4096).map(|id| hash(id) >> 57).collect();
-        assert_eq!(tags.len(), 128, "every 7-bit tag is used");
     }
 
     #[test]

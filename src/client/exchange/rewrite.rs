@@ -74,7 +74,7 @@ pub(super) struct AutoPolicy {
 /// looked up, and those still running. Lent with the server-side buffers
 /// (`exchange::InFlight`), so that the Vecs inside keep their room from one
 /// transaction to the next without an idle client holding them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct AutoPrepare {
     pub(super) lexed: Lexed,
     /// The rewritten text of the query being looked up, and how it was lexed.
@@ -86,6 +86,19 @@ pub(super) struct AutoPrepare {
     /// positions back, or run again), and spare buffers for the next ones.
     pub(super) running: VecDeque<Running>,
     pub(super) spare: Vec<String>,
+}
+
+impl Default for AutoPrepare {
+    fn default() -> AutoPrepare {
+        AutoPrepare {
+            lexed: Lexed::with_seed(lexer::shard_seed()),
+            rewritten: String::new(),
+            options: LexOptions::default(),
+            spelling: None,
+            running: VecDeque::new(),
+            spare: Vec::new(),
+        }
+    }
 }
 
 impl AutoPrepare {

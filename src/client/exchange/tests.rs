@@ -42,9 +42,10 @@ impl Sides {
         }
     }
 
-    /// Makes `sql`'s shape validated, as the validator would.
+    /// Makes `sql`'s shape validated, as the validator would (its hash
+    /// keyed as this thread's relays key theirs).
     fn validate(&self, sql: &str) -> Rc<Statement> {
-        let mut lexed = Lexed::new();
+        let mut lexed = Lexed::with_seed(crate::prepare::lexer::shard_seed());
         lexed.lex(sql, LexOptions::default()).unwrap();
         let rewritten = lexed.rewritten(sql);
         let (hash, types) = (lexed.shape_hash(), lexed.param_types());

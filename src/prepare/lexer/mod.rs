@@ -297,6 +297,19 @@ impl Default for Lexed {
     }
 }
 
+/// The seed of the shape hashes of this thread's relays: random, drawn once
+/// per thread. A shard is one thread, so the hashes of all its clients agree
+/// (they key its pools' shape caches, `prepare::auto::Shapes`), and no
+/// client knows the seed to make its queries' hashes collide with others'
+/// shapes (every entry of a hash is compared in full, so a collision costs
+/// time, not a wrong statement).
+pub fn shard_seed() -> u64 {
+    thread_local! {
+        static SEED: u64 = rand::random();
+    }
+    SEED.with(|seed| *seed)
+}
+
 impl Lexed {
     pub fn new() -> Lexed {
         Lexed::with_seed(0x243f_6a88_85a3_08d3)
