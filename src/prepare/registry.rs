@@ -41,6 +41,9 @@ pub struct Statement {
     /// Whether running it leaves a server session as it found it (the
     /// client's exchange works it out from the text when it first asks).
     pub leaves_session_alone: std::cell::OnceCell<bool>,
+    /// It is the registry's statement for its key: false once retired or
+    /// forgotten (a later Parse of the text gets another statement).
+    pub registered: Cell<bool>,
     /// When a run of it with another client's request behind it last took
     /// long (`pool::opening::SLOW`): for a while, no request goes behind it.
     pub slow_at: Cell<Option<std::time::Instant>>,
@@ -271,12 +274,25 @@ impl Registry {
             described: RefCell::new(None),
             rows: Cell::new(RowRecord::default()),
             leaves_session_alone: std::cell::OnceCell::new(),
+            registered: Cell::new(true),
             slow_at: Cell::new(None),
             changes: std::cell::OnceCell::new(),
         });
         self.by_key.borrow_mut().entry(context).or_default().insert(key, statement.clone());
         self.len.set(self.len.get() + 1);
         statement
+    }
+
+    /// [`Registry::register`] for a client whose last Parse of the same
+    /// kind (its unnamed statement) gave it `last`: that statement again
+    /// without a lookup if it is the one `register` would return (same
+    /// context, same body, still registered). Drivers that send the unnamed
+    /// statement's Parse before every Bind send the same text over and over.
+    pub fn register_again(&self, last: Option<&Rc<Statement>>, context: Context, body: &[u8]) -> Rc<Statement> {
+        match last {
+            Some(s) if s.registered.get() && s.context == context && s.key[..] == *body => s.clone(),
+            _ => self.register(context, body),
+        }
     }
 
     /// Forgets a statement whose Parse failed, unless a client still holds it.
@@ -293,6 +309,7 @@ impl Registry {
         let Some(statements) = map.get_mut(&statement.context) else { return };
         if statements.get(&statement.key).is_some_and(|s| Rc::ptr_eq(s, statement)) {
             statements.remove(&statement.key);
+            statement.registered.set(false);
             self.len.set(self.len.get() - 1);
             if statements.is_empty() {
                 map.remove(&statement.context);
@@ -315,7 +332,11 @@ impl Registry {
         }
         let mut map = self.by_key.borrow_mut();
         for statements in map.values_mut() {
-            statements.retain(|_, s| Rc::strong_count(s) > 1);
+            statements.retain(|_, s| {
+                let held = Rc::strong_count(s) > 1;
+                s.registered.set(held);
+                held
+            });
         }
         map.retain(|_, statements| !statements.is_empty());
         self.len.set(map.values().map(HashMap::len).sum());
@@ -584,6 +605,30 @@ mod tests {
         assert_ne!(old.id, new.id);
         r.retire(&old); // retiring again does not touch the new one
         assert!(Rc::ptr_eq(&new, &r.register(Context::DEFAULT, b"select * from t")));
+    }
+
+    #[test]
+    fn registering_again_gives_what_register_would() {
+        let r = Registry::new(0, 10);
+        let other = r.context(b"search_path=b");
+        let last = r.register(Context::DEFAULT, b"select * from t");
+        let again = |last: &Rc<Statement>, context, body: &[u8]| r.register_again(Some(last), context, body);
+        assert!(Rc::ptr_eq(&again(&last, Context::DEFAULT, b"select * from t"), &last), "the same text: the same statement");
+        for (context, body) in [(Context::DEFAULT, &b"select * from u"[..]), (other, b"select * from t")] {
+            let got = again(&last, context, body);
+            assert!(!Rc::ptr_eq(&got, &last) && Rc::ptr_eq(&got, &r.register(context, body)), "{body:?} in {context:?}");
+        }
+        r.retire(&last);
+        let successor = again(&last, Context::DEFAULT, b"select * from t");
+        assert!(!Rc::ptr_eq(&successor, &last), "a retired statement is not given again");
+        assert!(Rc::ptr_eq(&successor, &r.register(Context::DEFAULT, b"select * from t")));
+        let failed = r.register(Context::DEFAULT, b"selec 1");
+        r.forget_failed(&failed);
+        assert!(!Rc::ptr_eq(&again(&failed, Context::DEFAULT, b"selec 1"), &failed), "nor a forgotten one");
+        assert!(Rc::ptr_eq(
+            &r.register_again(None, Context::DEFAULT, b"select * from u"),
+            &r.register(Context::DEFAULT, b"select * from u")
+        ));
     }
 
     #[test]

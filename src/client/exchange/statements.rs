@@ -283,7 +283,11 @@ impl Exchange {
         let shared = context.filter(|c| !c.is_private() && watched.changes.is_none());
         if let Some(context) = shared {
             st.registry.count(|c| c.unnamed_mapped += 1);
-            let statement = st.registry.register(context, rest);
+            let last = match &previous {
+                Unnamed::Shared(s) => Some(s),
+                _ => None,
+            };
+            let statement = st.registry.register_again(last, context, rest);
             self.unnamed = Unnamed::Shared(statement.clone());
             return self.parse_shared(statement, ClientName::Unnamed, Some(previous), st, to_server);
         }
