@@ -70,15 +70,22 @@ impl Intake {
     /// answers are due to it, `outgoing` bytes of its are on their way to the
     /// server (pglane's buffer, what the exchange holds back), `replies`
     /// bytes wait for it to read them.
+    /// Asked before every message taken: the common case (not paused, far
+    /// from the limit) is two compares and no store.
     #[inline]
     pub(super) fn open(&mut self, due: usize, outgoing: usize, replies: usize) -> bool {
-        if due >= MAX_IN_FLIGHT {
-            self.paused = true;
-        } else if due <= MAX_IN_FLIGHT / 2 {
+        if self.paused {
+            if due > MAX_IN_FLIGHT / 2 {
+                return false;
+            }
             self.paused = false;
             self.flushed = false;
         }
-        !self.paused && outgoing < self.buffer && replies < self.buffer
+        if due >= MAX_IN_FLIGHT {
+            self.paused = true;
+            return false;
+        }
+        outgoing < self.buffer && replies < self.buffer
     }
 
     /// Whether a Flush should go to the server now: taking is paused for
