@@ -94,6 +94,7 @@ impl Inbox {
     }
 
     /// It holds a buffer to read into.
+    #[cfg(test)]
     pub fn has_buffer(&self) -> bool {
         !self.buf.is_empty()
     }
