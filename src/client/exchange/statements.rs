@@ -292,7 +292,13 @@ impl Exchange {
             return self.parse_shared(statement, ClientName::Unnamed, Some(previous), st, to_server);
         }
         let changes = watched.changes.map(Rc::from);
-        self.unnamed = Unnamed::Own { body: Bytes::copy_from_slice(rest), here: true, plain: watched.plain, changes };
+        // The same text as the last Parse (a driver that parses before every
+        // Bind): its body is shared, not copied.
+        let body = match &previous {
+            Unnamed::Own { body, .. } if body[..] == *rest => body.clone(),
+            _ => Bytes::copy_from_slice(rest),
+        };
+        self.unnamed = Unnamed::Own { body, here: true, plain: watched.plain, changes };
         self.pass(message, to_server, Request::Parse { parsed: Parsed::Unnamed { previous }, plain: watched.plain });
         true
     }
@@ -366,9 +372,10 @@ impl Exchange {
     pub(super) fn bind(&mut self, message: &[u8], body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
         let bind = names::split_bind(body);
         let shared = match &bind {
-            Ok((_, "", _)) => match self.unnamed.clone() {
+            // Not a clone of the whole: a clone of an Own's body allocates.
+            Ok((_, "", _)) => match &self.unnamed {
                 Unnamed::None if !self.deallocate_unnamed => return self.refuse_unknown_statement(""),
-                Unnamed::Shared(s) => Some((s, ClientName::Unnamed)),
+                Unnamed::Shared(s) => Some((s.clone(), ClientName::Unnamed)),
                 _ => None,
             },
             Ok((_, name, _)) => match st.client.get(name).cloned() {
@@ -435,18 +442,16 @@ impl Exchange {
         to_server: &mut BytesMut,
     ) -> bool {
         let (s, client_name) = if name.is_empty() {
-            match self.unnamed.clone() {
-                Unnamed::Shared(s) => (s, ClientName::Unnamed),
+            match &mut self.unnamed {
+                Unnamed::Shared(s) => (s.clone(), ClientName::Unnamed),
                 Unnamed::Own { body, here, .. } => {
-                    if !here {
-                        names::put_parse(to_server, "", &body);
+                    if !*here {
+                        names::put_parse(to_server, "", body);
+                        *here = true;
                         self.due.push_back(Due::Server {
                             request: Request::Parse { parsed: Parsed::Nothing, plain: false },
                             forward: false,
                         });
-                        if let Unnamed::Own { here, .. } = &mut self.unnamed {
-                            *here = true;
-                        }
                     }
                     return self.pass_request(message, to_server, Request::Describe { cache: None, portal: None });
                 }
