@@ -294,10 +294,6 @@ pub(super) enum ClientStop {
     BadTag(u8),
 }
 
-/// Runs the client's buffered messages through the exchange, as many as
-/// `intake` lets in: what goes to the server is appended to `to_server`
-/// (behind `elsewhere` bytes of the client's not sent yet), what pglane
-/// answers to `to_client`.
 /// The client's messages into the exchange: what was read is taken first,
 /// and the client is read (and that taken) only once all of it was and the
 /// intake is open, so the inbox grows only for a message too big for it,
@@ -316,27 +312,32 @@ pub(super) fn take_and_read(
     elsewhere: usize,
     progress: &mut bool,
 ) -> Option<Result<ClientStop, ProtocolError>> {
-    let mut take = |b: &mut Buffers, exchange: &mut Exchange, intake: &mut Intake| {
-        take_client_messages(&mut b.from_client, exchange, st, &mut b.to_server, &mut b.to_client, intake, elsewhere)
-    };
-    let mut stop = take(b, exchange, intake);
-    let outgoing = elsewhere + b.to_server.len() + exchange.held_len();
-    if matches!(stop, Ok(ClientStop::Drained))
-        && !b.from_client.eof
-        && intake.open(exchange.due_len(), outgoing, b.to_client.len())
-    {
+    let mut read = false;
+    loop {
+        let stop = take_client_messages(&mut b.from_client, exchange, st, &mut b.to_server, &mut b.to_client, intake, elsewhere);
+        let outgoing = elsewhere + b.to_server.len() + exchange.held_len();
+        if read
+            || !matches!(stop, Ok(ClientStop::Drained))
+            || b.from_client.eof
+            || !intake.open(exchange.due_len(), outgoing, b.to_client.len())
+        {
+            return Some(stop);
+        }
         match b.from_client.poll_fill(cx, client) {
             Poll::Ready(Ok(_)) => {
                 *progress = true;
-                stop = take(b, exchange, intake);
+                read = true;
             }
             Poll::Ready(Err(_)) => return None,
-            Poll::Pending => {}
+            Poll::Pending => return Some(stop),
         }
     }
-    Some(stop)
 }
 
+/// Runs the client's buffered messages through the exchange, as many as
+/// `intake` lets in: what goes to the server is appended to `to_server`
+/// (behind `elsewhere` bytes of the client's not sent yet), what pglane
+/// answers to `to_client`.
 pub(super) fn take_client_messages(
     from_client: &mut Inbox,
     exchange: &mut Exchange,
