@@ -654,7 +654,8 @@ fn a_chain_gets_its_answers_when_a_client_in_the_middle_leaves() {
 /// one server connection, often behind another client's request (and so
 /// after the SET that aligns the connection to its settings, which must
 /// reach the server even when the client ahead was done before the one
-/// behind wrote it); every
+/// behind wrote it), each run Bind, Describe of the portal, Execute, Sync
+/// as pgbench and libpq send them; every
 /// reply is PostgreSQL's, byte for byte (the same messages sent directly),
 /// and the server sent binary for most of the portals. Rounds go on (up to
 /// ten) until a hundred requests went behind another's, so that a slow
@@ -715,6 +716,7 @@ fn run_negotiated_round(port: u16, db: &'static str, sql: &'static str, styles: 
                     let mut run = BytesMut::new();
                     let (a, b) = (c.to_string(), n.to_string());
                     frontend::bind(&mut run, "", "s", &[], [Some(a.as_bytes()), Some(b.as_bytes())].into_iter(), &[]);
+                    frontend::describe(&mut run, frontend::Target::Portal, "");
                     frontend::execute(&mut run, "", 0);
                     frontend::sync(&mut run);
                     direct.send(&run);

@@ -46,7 +46,8 @@ impl Exchange {
     ///   statements' Parses and Binds passed through whose text leaves the
     ///   session alone, unless this client's requests ran slowly lately
     ///   ([`Exchange::ran_slowly`]);
-    /// - their Describes and Executes, pglane's own answers;
+    /// - their Describes (a portal's too, negotiated or not) and Executes,
+    ///   pglane's own answers;
     ///
     /// and last what ends a request (a Sync or a simple query). Its replies
     /// then touch neither the connection's statements nor its settings (a
@@ -114,11 +115,11 @@ fn may_have_a_request_behind(due: &Due, passed_may_follow: bool) -> bool {
         } => passed_may_follow,
         Due::Server {
             request:
-                // Negotiated or not: a portal's rows are turned back
-                // into text by its own client's relay.
+                // Negotiated or not: a portal's rows and its description
+                // are turned back into text by its own client's relay.
                 Request::Execute { .. }
                 | Request::QueryDescribe { .. }
-                | Request::Describe { cache: None, portal: None }
+                | Request::Describe { cache: None, .. }
                 | Request::Sync { .. },
             ..
         } => true,
