@@ -804,14 +804,11 @@ mod tests {
 /// server and what reaches the client.
 #[cfg(test)]
 mod exchange_tests {
-    use std::cell::RefCell;
-
     use bytes::{Bytes, BytesMut};
 
     use super::super::exchange::{Exchange, Statements};
     use super::Negotiation;
     use crate::formats::oid;
-    use crate::formats::TextSettings;
     use crate::prepare::{ClientStatements, Registry, ServerStatements};
     use crate::protocol::backend::{self, FieldDescription, TransactionStatus};
     use crate::protocol::frame::{split_message, HEADER_LEN};

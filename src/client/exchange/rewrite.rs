@@ -91,7 +91,7 @@ pub(super) struct AutoPrepare {
 impl Default for AutoPrepare {
     fn default() -> AutoPrepare {
         AutoPrepare {
-            lexed: Lexed::with_seed(lexer::shard_seed()),
+            lexed: Lexed::for_this_shard(),
             rewritten: String::new(),
             options: LexOptions::default(),
             spelling: None,

@@ -45,7 +45,7 @@ impl Sides {
     /// Makes `sql`'s shape validated, as the validator would (its hash
     /// keyed as this thread's relays key theirs).
     fn validate(&self, sql: &str) -> Rc<Statement> {
-        let mut lexed = Lexed::with_seed(crate::prepare::lexer::shard_seed());
+        let mut lexed = Lexed::for_this_shard();
         lexed.lex(sql, LexOptions::default()).unwrap();
         let rewritten = lexed.rewritten(sql);
         let (hash, types) = (lexed.shape_hash(), lexed.param_types());

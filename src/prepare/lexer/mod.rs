@@ -315,6 +315,13 @@ impl Lexed {
         Lexed::with_seed(0x243f_6a88_85a3_08d3)
     }
 
+    /// A lexer whose shape hashes are keyed as this thread's relays key
+    /// theirs ([`shard_seed`]): for whatever looks up or fills a shard's
+    /// shape cache.
+    pub fn for_this_shard() -> Lexed {
+        Lexed::with_seed(shard_seed())
+    }
+
     /// A lexer whose shape hashes are keyed by `seed`. A relay that shares
     /// shapes between clients should pick a random seed per shard, so that no
     /// client can craft a query whose hash collides with another's shape.
