@@ -234,7 +234,8 @@ pub struct Config {
     /// it even if another connection frees up first. See `pool::Opening`.
     /// Off by default: it wins at 8 and 64 clients (bench/RESULTS.md §9),
     /// but pgjdbc clients mixing transactions and autocommit requests can
-    /// hang with it (tests/jdbc.rs, release builds), not yet fixed.
+    /// hang with it, or get a reply they did not expect (tests/jdbc.rs,
+    /// release builds), not yet fixed.
     #[serde(default)]
     pub server_pipelining: bool,
     /// Named prepared statements one client may hold at once.
