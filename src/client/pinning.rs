@@ -99,7 +99,12 @@ pub const TRIGGERS: [Mark; 7] = [Mark::Lis, Mark::Pre, Mark::Set, Mark::Adv, Mar
 /// `RESET name`) does not pin; `name` is the word after SET [SESSION] or
 /// RESET as written (e.g. `TimeZone`, `time` of SET TIME ZONE, `all`).
 pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
-    if nothing_to_find(sql, Marks::of(sql.as_bytes())) {
+    marked_session_feature(sql, Marks::of(sql.as_bytes()), carried)
+}
+
+/// [`session_feature`] of a text whose `marks` the caller has.
+fn marked_session_feature(sql: &str, marks: Marks, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
+    if nothing_to_find(sql, marks) {
         return None;
     }
     let mut features = FeatureScan::default();
@@ -151,7 +156,7 @@ pub fn leaves_session_alone(sql: &str, marks: Marks) -> bool {
             Item::Word(_) => {}
         }
     }
-    any && session_feature(sql, |_| false).is_none()
+    any && marked_session_feature(sql, marks, |_| false).is_none()
 }
 
 /// The marks of what a scan here finds wherever it is in a statement:

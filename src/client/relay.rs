@@ -70,6 +70,7 @@ impl Intake {
     /// answers are due to it, `outgoing` bytes of its are on their way to the
     /// server (pglane's buffer, what the exchange holds back), `replies`
     /// bytes wait for it to read them.
+    ///
     /// Asked before every message taken: the common case (not paused, far
     /// from the limit) is two compares and no store.
     #[inline]
