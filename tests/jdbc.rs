@@ -14,12 +14,25 @@ const DRIVER: &str = "/usr/share/java/postgresql.jar";
 
 #[test]
 fn jdbc_prepared_statements_20_threads_on_4_server_connections() {
+    prepared_load("jdbc_db", "");
+}
+
+/// The same with server pipelining: requests of autocommit statements have
+/// other clients' requests (transactions among them) sent right behind them.
+#[test]
+fn jdbc_prepared_statements_20_threads_on_4_server_connections_pipelined() {
+    prepared_load("jdbc_db_pipelined", "server_pipelining = true\n");
+}
+
+/// pgjdbc's PreparedLoad (20 threads, every fifth iteration in a
+/// transaction) on a pool of 4 configured with `features`.
+fn prepared_load(database: &str, features: &str) {
     assert!(Path::new(DRIVER).exists(), "{DRIVER} missing: apt-get install libpostgresql-jdbc-java (tools/test does)");
     let pg = postgres();
-    pg.fresh_database("jdbc_db", None);
+    pg.fresh_database(database, None);
     let lane = Pglane::start_with_args(
         &format!(
-            "pool_mode = \"transaction\"\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"jdbc_db\"\npool_size = 4\n[users.postgres]\npassword = \"secret\"\n",
+            "pool_mode = \"transaction\"\n{features}[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{database}\"\npool_size = 4\n[users.postgres]\npassword = \"secret\"\n",
             pg.port
         ),
         &["--cores", "2"],
@@ -39,7 +52,7 @@ fn jdbc_prepared_statements_20_threads_on_4_server_connections() {
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stdout}\n{}\n{}", String::from_utf8_lossy(&run.stderr), lane.log());
     assert_eq!(stdout.trim(), "ok 4000");
-    let servers: i64 = pg.psql("select count(*) from pg_stat_activity where datname = 'jdbc_db'").parse().unwrap();
+    let servers: i64 = pg.psql(&format!("select count(*) from pg_stat_activity where datname = '{database}'")).parse().unwrap();
     assert!(servers <= 4, "{servers} server connections");
 }
 

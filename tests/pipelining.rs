@@ -18,7 +18,7 @@ use common::{postgres, Pglane};
 use pglane::protocol::backend;
 use pglane::protocol::frame::Message;
 use pglane::protocol::frontend;
-use raw::{error_code, first_column, query, send_query, RawClient};
+use raw::{error_code, first_column, query, send_query, tags, RawClient};
 
 const USER: &str = "trustuser";
 
@@ -189,6 +189,64 @@ fn a_request_waits_out_the_transaction_block_ahead_of_it() {
     assert_eq!(first_column(&query(&mut holder, "SELECT count(*) FROM t WHERE x > 0")), vec!["1"]);
     assert_eq!(error_code(&query(&mut holder, "ROLLBACK")), None);
     assert_eq!(waiter.join().unwrap(), vec!["0"], "the waiting request ran inside the other client's transaction");
+}
+
+/// A request that opens a transaction block before its Sync (pgjdbc's
+/// BEGIN before the first statement of a transaction, here with a Flush in
+/// between so that the BEGIN is answered first): what is left of it after
+/// that answer leaves the session alone, but the block is open, so no other
+/// client's request may go behind it. Named statements (registry Binds) and
+/// the unnamed statement passed through as sent.
+#[test]
+fn a_request_that_opened_a_block_is_not_followed() {
+    postgres().fresh_database("pipe_own_block", Some(USER));
+    postgres().psql_db("pipe_own_block", &format!("CREATE TABLE t (x int); ALTER TABLE t OWNER TO {USER}"));
+    for named in [true, false] {
+        let lane = pglane_with(if named { AUTO_PREPARE } else { AS_SENT }, 1, "pipe_own_block");
+        let port = lane.port;
+        let mut holder = RawClient::login(port, USER, "app");
+        // One extended-protocol step: the named statement `name` (prepared
+        // first) or the unnamed one, ending with a Flush or a Sync.
+        let step = |holder: &mut RawClient, name: &str, sql: &str, end: fn(&mut BytesMut)| {
+            let mut out = BytesMut::new();
+            if !named {
+                frontend::parse(&mut out, "", sql, &[]);
+            }
+            frontend::bind(&mut out, "", if named { name } else { "" }, &[], std::iter::empty(), &[]);
+            frontend::execute(&mut out, "", 0);
+            end(&mut out);
+            holder.send(&out);
+        };
+        if named {
+            let mut prepare = BytesMut::new();
+            frontend::parse(&mut prepare, "begin", "BEGIN", &[]);
+            frontend::parse(&mut prepare, "insert", "INSERT INTO t VALUES (1)", &[]);
+            frontend::sync(&mut prepare);
+            holder.send(&prepare);
+            assert_eq!(tags(&holder.until_ready()), "11Z");
+            // Once through, rolled back: pglane describes a statement at its
+            // first Bind, and that Describe may have nothing behind it.
+            step(&mut holder, "begin", "BEGIN", frontend::flush);
+            step(&mut holder, "insert", "INSERT INTO t VALUES (1)", frontend::sync);
+            assert_eq!(tags(&holder.until_ready()), "2C2CZ");
+            assert_eq!(error_code(&query(&mut holder, "ROLLBACK")), None);
+        }
+        step(&mut holder, "begin", "BEGIN", frontend::flush);
+        let begun: Vec<u8> = (0..if named { 2 } else { 3 }).map(|_| holder.recv().tag).collect();
+        assert_eq!(begun.last(), Some(&backend::COMMAND_COMPLETE), "named: {named}");
+        let waiter = thread::spawn(move || {
+            let mut client = RawClient::login(port, USER, "app");
+            first_column(&query(&mut client, "SELECT count(*) FROM t"))
+        });
+        wait_for_waiting(port, |n| n >= 1);
+        step(&mut holder, "insert", "INSERT INTO t VALUES (1)", frontend::sync);
+        let inserted = holder.until_ready();
+        assert_eq!(tags(&inserted), if named { "2CZ" } else { "12CZ" }, "named: {named}");
+        assert_eq!(inserted.last().unwrap().body[..], b"T"[..], "named: {named}");
+        let rolled_back = query(&mut holder, "ROLLBACK");
+        assert_eq!(tags(&rolled_back), "CZ", "named: {named}: another client's answer came to this one");
+        assert_eq!(waiter.join().unwrap(), vec!["0"], "named: {named}: the request behind ran inside the block");
+    }
 }
 
 /// A client that comes while the request ahead of it is on the server,

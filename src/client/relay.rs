@@ -596,6 +596,17 @@ impl Relay<'_> {
                         if let Some(e) = self.exchange.take_failure() {
                             return Step::Done(RelayEnd::ServerError(io::Error::new(io::ErrorKind::InvalidData, e)));
                         }
+                        if tag == backend::READY_FOR_QUERY && self.offer.is_some() && self.exchange.left_a_block_open() {
+                            // Another client's request is behind this one's
+                            // and would run in this client's block, its
+                            // replies coming here. `may_be_followed` rules
+                            // that out; should it ever let one through, both
+                            // clients lose the connection rather than get
+                            // each other's replies.
+                            return Step::Done(RelayEnd::ServerError(io::Error::other(
+                                "a request with another client's behind it left a transaction block open",
+                            )));
+                        }
                         if forwarded && tag == backend::READY_FOR_QUERY {
                             self.saw_ready = true;
                             b.counters.queries += 1;

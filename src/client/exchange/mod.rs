@@ -20,9 +20,12 @@
 //! - [`negotiation`]: binary format negotiation of a portal;
 //! - [`pipelining`]: whether another client's request may go right behind
 //!   this one's on the same server connection.
+//!
+//! The queue itself is [`queue`]'s.
 
 mod negotiation;
 mod pipelining;
+mod queue;
 mod rewrite;
 mod session;
 mod statements;
@@ -47,6 +50,7 @@ use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
 use crate::server::{ConnectionOutput, ServerSession};
 use crate::settings::{Change, Settings};
+use queue::DueQueue;
 use rewrite::{AutoPolicy, AutoPrepare};
 use session::{changes_schema, Contexts};
 use statements::{is_stale_plan, stale_result_error, ClientName, Unnamed};
@@ -241,7 +245,7 @@ enum Local {
 #[derive(Default)]
 pub struct Exchange {
     pub tracker: Tracker,
-    due: VecDeque<Due>,
+    due: DueQueue,
     /// pglane raised an error itself: drop client messages until Sync, as
     /// PostgreSQL would.
     skip_to_sync: bool,
@@ -354,9 +358,7 @@ impl Exchange {
     /// Takes in the lent part of an exchange, with the server-side buffers
     /// of a transaction about to start (see [`InFlight`]).
     pub fn attach(&mut self, lent: InFlight) {
-        if self.due.capacity() == 0 {
-            self.due = lent.due;
-        }
+        self.due.take_room(lent.due);
         if self.rewriting.is_none() {
             self.rewriting = lent.rewriting;
         }
@@ -366,7 +368,7 @@ impl Exchange {
     /// something of the conversation is still in it (a connection closed
     /// mid-conversation): then it stays with the client, as it was.
     pub fn park(&mut self) -> InFlight {
-        let due = if self.due.is_empty() { std::mem::take(&mut self.due) } else { VecDeque::new() };
+        let due = self.due.give_room();
         let idle = self.rewriting.as_ref().is_some_and(|r| r.running.is_empty());
         InFlight { due, rewriting: if idle { self.rewriting.take() } else { None } }
     }
@@ -425,10 +427,7 @@ impl Exchange {
             slow_at: _,
         } = self;
         *tracker = Tracker::default();
-        if due.capacity() > DUE_KEPT {
-            *due = VecDeque::new();
-        }
-        due.clear();
+        due.clear(DUE_KEPT);
         *skip_to_sync = false;
         *describing = BytesMut::new();
         pending_changes.clear();
@@ -954,6 +953,9 @@ impl Exchange {
                     // saw the old schema.
                     self.ddl_pending = false;
                     st.registry.ddl_seen();
+                }
+                if self.due.is_empty() {
+                    self.due.all_answered();
                 }
                 self.changes_answered(idle, st);
                 if idle && !self.due.iter().any(Due::ends_request) {

@@ -38,7 +38,11 @@ impl Exchange {
     /// right behind what this one has sent: everything sent is a whole
     /// request that leaves the session as it found it, whatever the server
     /// answers. That is: outside a transaction block, nothing held back or
-    /// waiting to go, no setting being followed, and due only
+    /// waiting to go, no setting being followed, nothing sent since the
+    /// client's requests were last all answered that may change the session
+    /// (answered already or not: a BEGIN before the Sync, answered, leaves
+    /// a plain statement due on a session in a block the last
+    /// ReadyForQuery did not know of; see `queue`), and due only
     /// - Binds of registry statements that [`pinning::leaves_session_alone`]
     ///   and have not run slowly with a request behind them lately
     ///   (`pool::opening::SLOW`);
@@ -64,6 +68,7 @@ impl Exchange {
             && !self.realign
             && !self.resetting
             && self.pending_changes.is_empty()
+            && !self.due.touched_session()
             && self.pinned.is_none()
             && self.failure.is_none()
             && self.for_server.is_empty()
@@ -84,6 +89,13 @@ impl Exchange {
         true
     }
 
+    /// Everything sent is answered, and the session is in a transaction
+    /// block (or a failed one): no request of another client's may have
+    /// been behind it.
+    pub fn left_a_block_open(&self) -> bool {
+        self.due.is_empty() && self.tracker.status() != backend::TransactionStatus::Idle
+    }
+
     /// The statements the requests in flight run (to mark them slow; see
     /// `pool::Opening::holder_done`).
     pub fn statements_in_flight(&self) -> Vec<Rc<Statement>> {
@@ -94,6 +106,26 @@ impl Exchange {
                 _ => None,
             })
             .collect()
+    }
+}
+
+impl Due {
+    /// Whether what this entry stands for may change the server session when
+    /// it runs: a statement run (a Bind, a simple query, a function call)
+    /// that is not known to leave the session alone. The rest runs nothing
+    /// of the client's (Parse, Describe, Close, Execute of a portal whose
+    /// Bind is judged, Sync, pglane's own requests and answers) or changes
+    /// only what pglane records as it sends it (statements prepared and
+    /// closed, settings aligned).
+    pub(super) fn may_change_session(&self) -> bool {
+        match self {
+            Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } => !leaves_session_alone(s),
+            Due::Server { request: Request::Bind { statement: None, plain }, .. } => !plain,
+            // forward: false is pglane's alignment of settings.
+            Due::Server { request: Request::Query { plain }, forward } => *forward && !plain,
+            Due::Server { request: Request::FunctionCall, .. } => true,
+            _ => false,
+        }
     }
 }
 

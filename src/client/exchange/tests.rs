@@ -686,6 +686,43 @@ fn only_a_whole_plain_request_outside_a_transaction_may_be_followed() {
     assert!(!ex.may_be_followed(), "set_config");
 }
 
+/// A request whose BEGIN is answered before its Sync (pgjdbc sends BEGIN
+/// ahead of a transaction's first statement; a Flush, or a slow read, lets
+/// its answer come first) leaves only a plain statement due, on a session
+/// in a transaction block: it may not be followed, however the rest looks,
+/// until a ReadyForQuery says where the session is.
+#[test]
+fn a_request_whose_begin_was_answered_is_not_followed() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(None).with_pipelining();
+    prepare_and_describe_s1(&mut ex, &mut sides);
+    let mut p = BytesMut::new();
+    frontend::parse(&mut p, "begin", "BEGIN", &[]);
+    frontend::sync(&mut p);
+    send(&mut ex, &mut sides, p);
+    reply(&mut ex, &mut sides, &[(b'1', b""), (b'Z', b"I")]);
+    for flush in [true, false] {
+        let mut p = BytesMut::new();
+        frontend::bind(&mut p, "", "begin", &[], std::iter::empty(), &[]);
+        frontend::execute(&mut p, "", 0);
+        if flush {
+            frontend::flush(&mut p);
+        }
+        send(&mut ex, &mut sides, p);
+        reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"BEGIN\0")]);
+        bind_execute_s1(&mut ex, &mut sides);
+        assert!(!ex.may_be_followed(), "flush: {flush}: the BEGIN ran");
+        reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"SELECT 0\0"), (b'Z', b"T")]);
+        assert!(ex.left_a_block_open());
+        query(&mut ex, &mut sides, "COMMIT");
+        reply(&mut ex, &mut sides, &[(b'C', b"COMMIT\0"), (b'Z', b"I")]);
+        assert!(!ex.left_a_block_open());
+    }
+    // The next request, a ReadyForQuery later, is judged on its own.
+    bind_execute_s1(&mut ex, &mut sides);
+    assert!(ex.may_be_followed());
+}
+
 /// With pipelining on, requests passed through as the client sent them
 /// (simple queries, the unnamed statement without auto-prepare) may be
 /// followed too when their text leaves the session alone.
