@@ -14,7 +14,7 @@ const DRIVER: &str = "/usr/share/java/postgresql.jar";
 
 #[test]
 fn jdbc_prepared_statements_20_threads_on_4_server_connections() {
-    prepared_load("jdbc_db", "");
+    prepared_load("jdbc_db", "server_pipelining = false\n");
 }
 
 /// The same with server pipelining: requests of autocommit statements have

