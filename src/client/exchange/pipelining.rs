@@ -21,7 +21,9 @@ pub(super) fn leaves_session_alone(s: &Statement) -> bool {
 impl Exchange {
     /// Server pipelining may apply to this client (see [`Exchange::may_be_followed`]).
     pub fn with_pipelining(self) -> Exchange {
-        Exchange { pipelining: true, ..self }
+        let mut exchange = Exchange { pipelining: true, ..self };
+        exchange.due.watch_session();
+        exchange
     }
 
     pub fn pipelining(&self) -> bool {
@@ -35,7 +37,8 @@ impl Exchange {
     }
 
     /// Whether the server connection may take another client's request
-    /// right behind what this one has sent: everything sent is a whole
+    /// right behind what this one has sent (never without pipelining on for
+    /// this client): everything sent is a whole
     /// request that leaves the session as it found it, whatever the server
     /// answers. That is: outside a transaction block, nothing held back or
     /// waiting to go, no setting being followed, nothing sent since the
@@ -46,7 +49,7 @@ impl Exchange {
     /// - Binds of registry statements that [`pinning::leaves_session_alone`]
     ///   and have not run slowly with a request behind them lately
     ///   (`pool::opening::SLOW`);
-    /// - with pipelining on for this client, simple queries and unnamed
+    /// - simple queries and unnamed
     ///   statements' Parses and Binds passed through whose text leaves the
     ///   session alone, unless this client's requests ran slowly lately
     ///   ([`Exchange::ran_slowly`]);
@@ -60,7 +63,8 @@ impl Exchange {
     /// Negotiated portals are followed too: their rows are turned back into
     /// text by their own client's relay.
     pub fn may_be_followed(&self) -> bool {
-        let settled = self.tracker.status() == backend::TransactionStatus::Idle
+        let settled = self.pipelining
+            && self.tracker.status() == backend::TransactionStatus::Idle
             && self.tracker.is_synced()
             && !self.followed
             && !self.holding
@@ -117,6 +121,7 @@ impl Due {
     /// Bind is judged, Sync, pglane's own requests and answers) or changes
     /// only what pglane records as it sends it (statements prepared and
     /// closed, settings aligned).
+    #[inline]
     pub(super) fn may_change_session(&self) -> bool {
         match self {
             Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } => !leaves_session_alone(s),
@@ -131,12 +136,14 @@ impl Due {
 
 /// Whether `due` is one of the entries [`Exchange::may_be_followed`]
 /// allows; `passed_may_follow`: this client's passed-through requests have
-/// not run slowly lately.
+/// not run slowly lately. Whether a registry statement's text leaves the
+/// session alone was judged as its Bind went in the queue
+/// ([`Due::may_change_session`]), which `may_be_followed` asks first.
 #[inline(always)]
 fn may_have_a_request_behind(due: &Due, passed_may_follow: bool) -> bool {
     match due {
         Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } => {
-            crate::pool::opening::may_follow(s.slow_at.get()) && leaves_session_alone(s)
+            crate::pool::opening::may_follow(s.slow_at.get())
         }
         Due::Server {
             request:

@@ -20,20 +20,35 @@ use super::Due;
 #[derive(Debug, Default)]
 pub(super) struct DueQueue {
     entries: VecDeque<Due>,
+    /// Entries are judged for [`DueQueue::touched_session`] (server
+    /// pipelining is on for the client); else that costs nothing.
+    watching: bool,
     /// An entry that may change the server session ([`Due::may_change_session`])
     /// went in since the last ReadyForQuery that left nothing due.
     touched_session: bool,
 }
 
 impl DueQueue {
+    /// Judges the entries from now on (see [`DueQueue::touched_session`]).
+    pub fn watch_session(&mut self) {
+        self.watching = true;
+    }
+
     pub fn push_back(&mut self, due: Due) {
-        self.touched_session |= due.may_change_session();
+        self.judge(&due);
         self.entries.push_back(due);
     }
 
     pub fn push_front(&mut self, due: Due) {
-        self.touched_session |= due.may_change_session();
+        self.judge(&due);
         self.entries.push_front(due);
+    }
+
+    #[inline]
+    fn judge(&mut self, due: &Due) {
+        if self.watching {
+            self.touched_session |= due.may_change_session();
+        }
     }
 
     pub fn pop_front(&mut self) -> Option<Due> {
@@ -70,7 +85,9 @@ impl DueQueue {
 
     /// Whether an entry that may change the server session went in since
     /// the client's requests were last all answered ([`DueQueue::all_answered`]).
+    /// Only a watching queue knows.
     pub fn touched_session(&self) -> bool {
+        debug_assert!(self.watching);
         self.touched_session
     }
 

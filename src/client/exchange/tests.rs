@@ -626,7 +626,7 @@ fn bind_execute_s1(ex: &mut Exchange, sides: &mut Sides) {
 #[test]
 fn only_a_whole_plain_request_outside_a_transaction_may_be_followed() {
     let mut sides = Sides::new();
-    let mut ex = Exchange::new(None);
+    let mut ex = Exchange::new(None).with_pipelining();
     assert!(!ex.may_be_followed(), "nothing in flight");
     prepare_and_describe_s1(&mut ex, &mut sides);
     bind_execute_s1(&mut ex, &mut sides);
@@ -800,7 +800,7 @@ fn a_plain_request_passed_through_may_be_followed() {
 fn a_followed_rewritten_query_is_not_run_again() {
     let mut sides = Sides::new();
     let sql = "SELECT v FROM t WHERE id = 1";
-    let mut ex = Exchange::new(Some(0));
+    let mut ex = Exchange::new(Some(0)).with_pipelining();
     for followed in [false, true] {
         // The shape is validated (again: a stale plan retires it), and
         // a first run prepares it on the server connection.
