@@ -34,11 +34,13 @@ impl DueQueue {
         self.watching = true;
     }
 
+    #[inline]
     pub fn push_back(&mut self, due: Due) {
         self.judge(&due);
         self.entries.push_back(due);
     }
 
+    #[inline]
     pub fn push_front(&mut self, due: Due) {
         self.judge(&due);
         self.entries.push_front(due);
