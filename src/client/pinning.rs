@@ -43,7 +43,42 @@
 //! in which none of a few trigger words occurs anywhere ([`TRIGGERS`], found
 //! with the text's [`Marks`]) is answered without the word-by-word scan.
 
+use std::cell::Cell;
+
 use crate::prepare::lexer::{contains_ignore_ascii_case, Mark, Marks};
+
+/// A statement text with what the scans here share of it: its [`Marks`],
+/// and whether it is one statement and with which word it begins
+/// ([`lone_statement`]), worked out once, when a scan first asks (it was
+/// worked out up to three times per text: 2% of pgbench's tpcb-like
+/// instructions).
+pub struct MarkedText<'a> {
+    sql: &'a str,
+    marks: Marks,
+    lone: Cell<Option<Option<&'a str>>>,
+}
+
+impl<'a> MarkedText<'a> {
+    /// `sql`, whose marks are `marks`.
+    pub fn new(sql: &'a str, marks: Marks) -> MarkedText<'a> {
+        MarkedText { sql, marks, lone: Cell::new(None) }
+    }
+
+    /// `sql` with its marks worked out here.
+    pub fn of(sql: &'a str) -> MarkedText<'a> {
+        MarkedText::new(sql, Marks::of(sql.as_bytes()))
+    }
+
+    /// See [`lone_statement`].
+    fn lone_statement(&self) -> Option<&'a str> {
+        if let Some(known) = self.lone.get() {
+            return known;
+        }
+        let lone = lone_statement(self.sql);
+        self.lone.set(Some(lone));
+        lone
+    }
+}
 
 /// Session state a statement leaves behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,16 +134,16 @@ pub const TRIGGERS: [Mark; 7] = [Mark::Lis, Mark::Pre, Mark::Set, Mark::Adv, Mar
 /// `RESET name`) does not pin; `name` is the word after SET [SESSION] or
 /// RESET as written (e.g. `TimeZone`, `time` of SET TIME ZONE, `all`).
 pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
-    marked_session_feature(sql, Marks::of(sql.as_bytes()), carried)
+    marked_session_feature(&MarkedText::of(sql), carried)
 }
 
-/// [`session_feature`] of a text whose `marks` the caller has.
-fn marked_session_feature(sql: &str, marks: Marks, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
-    if nothing_to_find(sql, marks) {
+/// [`session_feature`] of a marked text.
+fn marked_session_feature(text: &MarkedText<'_>, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
+    if nothing_to_find(text) {
         return None;
     }
     let mut features = FeatureScan::default();
-    for item in Words::new(sql) {
+    for item in Words::new(text.sql) {
         features.feed(item, &carried);
         if features.found.is_some() {
             break;
@@ -127,9 +162,9 @@ const PLAIN_STATEMENTS: [&str; 7] = ["select", "insert", "update", "delete", "va
 /// may then get another client's request right behind it (server
 /// pipelining, `pool::Opening`): nothing this one does changes how that one
 /// runs. What the functions it calls do inside is not seen, as for pinning.
-/// `marks`: `sql`'s.
-pub fn leaves_session_alone(sql: &str, marks: Marks) -> bool {
-    if let Some(first) = lone_statement(sql) {
+pub fn leaves_session_alone(text: &MarkedText<'_>) -> bool {
+    let (sql, marks) = (text.sql, text.marks);
+    if let Some(first) = text.lone_statement() {
         if !PLAIN_STATEMENTS.iter().any(|k| first.eq_ignore_ascii_case(k)) {
             return false;
         }
@@ -156,7 +191,7 @@ pub fn leaves_session_alone(sql: &str, marks: Marks) -> bool {
             Item::Word(_) => {}
         }
     }
-    any && marked_session_feature(sql, marks, |_| false).is_none()
+    any && marked_session_feature(text, |_| false).is_none()
 }
 
 /// The marks of what a scan here finds wherever it is in a statement:
@@ -185,23 +220,23 @@ fn lone_statement(sql: &str) -> Option<&str> {
     Some(&body[..end])
 }
 
-/// Whether no scan here can find anything in `sql`, from its marks and, for
-/// a lone statement, its first word alone.
-fn nothing_to_find(sql: &str, marks: Marks) -> bool {
-    if !marks.any(&TRIGGERS) {
+/// Whether no scan here can find anything in `text`, from its marks and,
+/// for a lone statement, its first word alone.
+fn nothing_to_find(text: &MarkedText<'_>) -> bool {
+    if !text.marks.any(&TRIGGERS) {
         return true;
     }
-    lone_statement(sql).is_some_and(|first| !STARTING.iter().any(|w| first.eq_ignore_ascii_case(w)) && !marks.any(&ANYWHERE))
+    text.lone_statement()
+        .is_some_and(|first| !STARTING.iter().any(|w| first.eq_ignore_ascii_case(w)) && !text.marks.any(&ANYWHERE))
 }
 
 /// [`session_feature`] and [`resets`] in one pass over the words: a simple
-/// query needs both, and the pass is most of what they cost. `marks`:
-/// `sql`'s.
-pub fn session_feature_and_resets(sql: &str, marks: Marks, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
-    if nothing_to_find(sql, marks) {
+/// query needs both, and the pass is most of what they cost.
+pub fn session_feature_and_resets(text: &MarkedText<'_>, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
+    if nothing_to_find(text) {
         return (None, Resets::default());
     }
-    scan_features_and_resets(sql, carried)
+    scan_features_and_resets(text.sql, carried)
 }
 
 /// [`session_feature_and_resets`] word by word, whatever the text.
@@ -316,13 +351,13 @@ pub struct Resets {
     pub touches: bool,
 }
 
-/// What `sql` resets: [`Resets`]. `marks`: `sql`'s.
-pub fn resets(sql: &str, marks: Marks) -> Resets {
-    if nothing_to_find(sql, marks) {
+/// What `text` resets: [`Resets`].
+pub fn resets(text: &MarkedText<'_>) -> Resets {
+    if nothing_to_find(text) {
         return Resets::default();
     }
     let mut resets = ResetScan::default();
-    for item in Words::new(sql) {
+    for item in Words::new(text.sql) {
         resets.feed(item);
     }
     resets.result()
@@ -462,11 +497,11 @@ mod tests {
     }
 
     fn alone(sql: &str) -> bool {
-        leaves_session_alone(sql, marks(sql))
+        leaves_session_alone(&MarkedText::of(sql))
     }
 
     fn resets_of(sql: &str) -> Resets {
-        resets(sql, marks(sql))
+        resets(&MarkedText::of(sql))
     }
 
     #[test]
@@ -533,7 +568,7 @@ mod tests {
         let carried = |name: &str| name.eq_ignore_ascii_case("TimeZone");
         for sql in texts {
             assert_eq!(
-                session_feature_and_resets(sql, marks(sql), carried),
+                session_feature_and_resets(&MarkedText::of(sql), carried),
                 (session_feature(sql, carried), resets_of(sql)),
                 "{sql}"
             );
@@ -684,14 +719,14 @@ mod tests {
         fn texts_without_a_trigger_word_are_answered_as_the_full_scan_answers(sql in scanned_words()) {
             let carried = |name: &str| name.eq_ignore_ascii_case("TimeZone");
             let full = scan_features_and_resets(&sql, carried);
-            proptest::prop_assert_eq!(session_feature_and_resets(&sql, marks(&sql), carried), full, "{:?}", sql);
+            proptest::prop_assert_eq!(session_feature_and_resets(&MarkedText::of(&sql), carried), full, "{:?}", sql);
             proptest::prop_assert_eq!(session_feature(&sql, carried), full.0, "{:?}", sql);
             proptest::prop_assert_eq!(resets_of(&sql), full.1, "{:?}", sql);
         }
 
         #[test]
         fn lone_plain_statements_are_answered_as_the_full_scan_answers(sql in scanned_words()) {
-            proptest::prop_assert_eq!(alone(&sql), leaves_session_alone(&sql, scan_all()), "{:?}", sql);
+            proptest::prop_assert_eq!(alone(&sql), leaves_session_alone(&MarkedText::new(&sql, scan_all())), "{:?}", sql);
         }
     }
 
@@ -706,10 +741,10 @@ mod tests {
         assert_eq!(lone_statement("select 1; select 2"), None, "two statements: scanned");
         assert_eq!(lone_statement("(select 1)"), None);
         let update = "UPDATE pgbench_tellers SET tbalance = tbalance + -1 WHERE tid = 3;";
-        assert!(marks(update).any(&TRIGGERS) && nothing_to_find(update, marks(update)));
+        assert!(marks(update).any(&TRIGGERS) && nothing_to_find(&MarkedText::of(update)));
         assert!(alone(update));
-        assert!(!nothing_to_find("set x = 1", marks("set x = 1")));
+        assert!(!nothing_to_find(&MarkedText::of("set x = 1")));
         let computed = "update t set x = set_config('a', 'b', false)";
-        assert!(!nothing_to_find(computed, marks(computed)));
+        assert!(!nothing_to_find(&MarkedText::of(computed)));
     }
 }

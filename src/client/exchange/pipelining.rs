@@ -6,7 +6,6 @@ use std::rc::Rc;
 
 use super::super::pinning;
 use super::{Due, Exchange, Local, Parsed, Request};
-use crate::prepare::lexer::Marks;
 use crate::prepare::Statement;
 use crate::protocol::backend;
 
@@ -14,7 +13,7 @@ use crate::protocol::backend;
 pub(super) fn leaves_session_alone(s: &Statement) -> bool {
     *s.leaves_session_alone.get_or_init(|| {
         let text = s.key.split(|&b| b == 0).next().unwrap_or_default();
-        std::str::from_utf8(text).is_ok_and(|sql| pinning::leaves_session_alone(sql, Marks::of(text)))
+        std::str::from_utf8(text).is_ok_and(|sql| pinning::leaves_session_alone(&pinning::MarkedText::of(sql)))
     })
 }
 

@@ -60,13 +60,14 @@ impl Exchange {
         // One pass over the text tells which of the scans below can find
         // anything in it: most texts get none of them.
         let marks = Marks::of(sql.as_bytes());
+        let text = pinning::MarkedText::new(sql, marks);
         let idle = self.tracker.status() == backend::TransactionStatus::Idle;
         let changes = idle.then(|| follow_changes(sql, marks)).flatten();
         let followed = changes.is_some();
         let carried = |name: &str| followed || settings::is_carried_name(name);
         let (feature, resets) = match self.pinned {
-            None => pinning::session_feature_and_resets(sql, marks, carried),
-            Some(_) => (None, pinning::resets(sql, marks)),
+            None => pinning::session_feature_and_resets(&text, carried),
+            Some(_) => (None, pinning::resets(&text)),
         };
         self.pin(feature.filter(|_| !followed));
         if resets.touches {
@@ -79,7 +80,7 @@ impl Exchange {
             // CREATE TABLE ... AS answers with a SELECT tag.
             self.ddl_pending = true;
         }
-        let plain = self.pipelining && self.pinned.is_none() && !followed && pinning::leaves_session_alone(sql, marks);
+        let plain = self.pipelining && self.pinned.is_none() && !followed && pinning::leaves_session_alone(&text);
         Watched { changes, resets, plain, marks }
     }
 
