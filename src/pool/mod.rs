@@ -36,6 +36,20 @@ use crate::server::{ConnectionOutput, ServerConn, ServerError, ServerSession, Se
 /// Values of reported settings a pool remembers the server's spelling of.
 const REPORTED_SPELLINGS: usize = 1024;
 
+/// How long a connection must have been idle before it is checked for
+/// health as it is taken ([`ServerConn::is_healthy`], a `recv` each). One
+/// back for less was answering with its ReadyForQuery moments ago: a backend
+/// terminated since would usually not have said so yet, so a check would
+/// find what the first write finds, at a syscall per transaction under load
+/// (a connection handed straight to a waiter is not checked either).
+const HEALTH_CHECK_AFTER_IDLE: Duration = Duration::from_millis(1);
+
+/// Whether a connection idle since `idle_since` is worth a health check
+/// `now` (see [`HEALTH_CHECK_AFTER_IDLE`]).
+fn worth_a_health_check(idle_since: std::time::Instant, now: std::time::Instant) -> bool {
+    now.saturating_duration_since(idle_since) >= HEALTH_CHECK_AFTER_IDLE
+}
+
 #[derive(Debug, Error)]
 pub enum PoolError {
     #[error("query_wait_timeout: no server connection became free in time")]
@@ -569,7 +583,8 @@ impl Pool {
     }
 
     /// The most recently idle healthy connection `which` picks, if any;
-    /// the unhealthy ones met on the way are closed.
+    /// the unhealthy ones met on the way are closed (a connection idle for
+    /// under [`HEALTH_CHECK_AFTER_IDLE`] is taken as healthy).
     fn take_idle_where(&self, which: impl Fn(&ServerConn) -> bool) -> Option<Box<ServerConn>> {
         loop {
             let conn = {
@@ -577,7 +592,7 @@ impl Pool {
                 let at = idle.iter().rposition(|c| which(c))?;
                 idle.remove(at)
             };
-            if conn.is_healthy() {
+            if !worth_a_health_check(conn.idle_since, crate::rt::now()) || conn.is_healthy() {
                 return Some(conn);
             }
             self.bump(|s| s.unhealthy_closed += 1);
@@ -723,6 +738,17 @@ mod tests {
     use crate::config::ServerAddress;
     use crate::prepare::Registry;
     use futures_lite::future::{block_on, poll_once};
+
+    #[test]
+    fn only_a_connection_idle_for_a_while_is_worth_a_health_check() {
+        let back = std::time::Instant::now();
+        assert!(!worth_a_health_check(back, back));
+        assert!(!worth_a_health_check(back, back + Duration::from_micros(999)));
+        assert!(worth_a_health_check(back, back + HEALTH_CHECK_AFTER_IDLE));
+        assert!(worth_a_health_check(back, back + Duration::from_secs(30)));
+        // A clock read before the connection came back: not idle at all.
+        assert!(!worth_a_health_check(back + Duration::from_secs(1), back));
+    }
 
     /// A server no test reaches.
     fn target() -> ServerTarget {
