@@ -412,12 +412,20 @@ async fn failed_logins_and_timeouts_are_logged_escaped_and_rate_limited_and_canc
         assert!(common::try_connect(lane.port, "md5user", "wrong", "app").await.is_err());
     }
     let elapsed = started.elapsed();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert!(common::try_connect(lane.port, "md5user", "wrong", "app").await.is_err());
     let burst = log_lines(&lane, "login failed").len() - 2;
     let shards = 2;
-    let allowed = shards * (10 + elapsed.as_secs() as usize + 2);
-    assert!(burst < 41 && burst <= allowed, "{burst} lines for 41 failures in {elapsed:?}");
-    let last = log_lines(&lane, "login failed").pop().unwrap();
-    assert!(last.contains("more from this address since the last one not logged"), "{last}");
+    let allowed = shards * (10 + elapsed.as_secs() as usize + 1);
+    // 40 failures over two shards: at least one of them saw more than ten.
+    assert!(burst < 40 && burst <= allowed, "{burst} lines for 40 failures in {elapsed:?}");
+    // A second later, the shard that left lines out says how many with its
+    // next one. The kernel picks the shard per connection (SO_REUSEPORT),
+    // so a few more tries, each logged or counted, reach it.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let counted = "more from this address since the last one not logged";
+    let mut tries = 0;
+    while !log_lines(&lane, counted).iter().any(|l| l.contains("login failed")) {
+        tries += 1;
+        assert!(tries <= 30, "no line said how many were left out:\n{}", log_lines(&lane, "login failed").join("\n"));
+        assert!(common::try_connect(lane.port, "md5user", "wrong", "app").await.is_err());
+    }
 }
