@@ -13,15 +13,21 @@
 //! to the peer as one send op, and one `io_uring_enter` (submit and wait) per
 //! turn of the loop. No executor, no timers, no readiness polling.
 //!
+//! `--threads N` runs N such loops, each pinned to a core of its own with a
+//! TCP listener of its own on the same port (SO_REUSEPORT, the kernel
+//! spreading clients over them), as pglane's shards do: what a relay that
+//! does nothing pays for being more than one thread. The unix socket, if
+//! any, is the first thread's.
+//!
 //! Server connections are opened with a blocking connect right after the
 //! accept: it stalls the loop for a moment per client, which a floor
 //! measurement of steady traffic does not see.
 //!
-//! Usage: floor-relay --listen 6450 --server 127.0.0.1:5432
+//! Usage: floor-relay --listen 6450 --server 127.0.0.1:5432 [--threads 1]
 //!                    [--listen-unix /tmp/.s.PGSQL.6450 --server-unix /tmp/.s.PGSQL.5432]
 
 use std::io;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 
@@ -43,6 +49,9 @@ struct Args {
     /// ...and relay them to this unix socket path.
     #[arg(long)]
     server_unix: Option<String>,
+    /// Relay loops, each on a thread pinned to a core of its own.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: u16,
 }
 
 /// Bytes one direction reads at a time.
@@ -261,18 +270,49 @@ impl Relay {
     }
 }
 
+/// A TCP listener on 127.0.0.1:`port` that other threads' listeners share
+/// (SO_REUSEPORT).
+fn shared_tcp_listener(port: u16) -> io::Result<OwnedFd> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
 fn main() -> io::Result<()> {
     let args = Args::parse();
-    let mut routes =
-        vec![Route { listener: TcpListener::bind(("127.0.0.1", args.listen))?.into(), server: Server::Tcp(args.server) }];
+    // Every listener is bound before any loop runs, so a client never finds
+    // the port half-open.
+    let mut per_thread: Vec<Vec<Route>> = Vec::new();
+    for _ in 0..args.threads {
+        per_thread.push(vec![Route { listener: shared_tcp_listener(args.listen)?, server: Server::Tcp(args.server.clone()) }]);
+    }
     if let (Some(path), Some(server)) = (args.listen_unix, args.server_unix) {
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path)?;
-        routes.push(Route { listener: listener.into(), server: Server::Unix(server) });
+        per_thread[0].push(Route { listener: listener.into(), server: Server::Unix(server) });
     }
-    let ring = IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_coop_taskrun().build(1024)?;
-    let mut relay = Relay { ring, routes, pairs: Vec::new() };
-    relay.run()
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let threads: Vec<_> = per_thread
+        .into_iter()
+        .enumerate()
+        .map(|(i, routes)| {
+            let core = if args.threads > 1 { cores.get(i % cores.len().max(1)).copied() } else { None };
+            std::thread::spawn(move || {
+                if let Some(core) = core {
+                    core_affinity::set_for_current(core);
+                }
+                let ring = IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_coop_taskrun().build(1024)?;
+                Relay { ring, routes, pairs: Vec::new() }.run()
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().map_err(|_| io::Error::other("a relay thread panicked"))??;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
