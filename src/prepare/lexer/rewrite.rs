@@ -4,7 +4,6 @@
 //!
 //! It owns no state: it reads a [`Lexed`] and the text that was lexed.
 
-use std::fmt::Write as _;
 use std::ops::Range;
 
 use super::chars::is_ident_cont;
@@ -22,8 +21,8 @@ impl Lexed {
                     if space_before {
                         out.push(' ');
                     }
-                    // Writing to a String cannot fail.
-                    let _ = write!(out, "${number}");
+                    out.push('$');
+                    out.push_str(itoa::Buffer::new().format(number));
                     if space_after {
                         out.push(' ');
                     }
