@@ -782,6 +782,55 @@ async fn session_state_does_not_leak_between_clients() {
     assert!(lane.log().contains("pinned to its server connection"), "{}", lane.log());
 }
 
+/// An object made in the temporary schema is temporary whether or not the
+/// TEMP keyword says so (PostgreSQL makes `pg_temp.t` temporary, and a
+/// search_path that begins with `pg_temp` puts a plain `CREATE TABLE t`
+/// there). Each spelling, over both protocols: the client that made it keeps
+/// reading it across transactions, and the next client of its only server
+/// connection reads `public.t`, as it would direct, never the other's.
+#[tokio::test]
+async fn temporary_objects_by_any_spelling_stay_with_their_client() {
+    postgres().fresh_database("sec_temp", None);
+    postgres().psql_db("sec_temp", "create table t as select 'public'::text as v");
+    let lane = pglane(1, 1, "scram-sha-256", "sec_temp");
+    // (startup options, the statements that make `t` hold a's secret)
+    let spellings: [(Option<&str>, &[&str]); 7] = [
+        (None, &["CREATE TABLE pg_temp.t AS SELECT 'secret of a'::text AS v"]),
+        (None, &["create table \"pg_temp\".t as select 'secret of a'::text as v"]),
+        (None, &["select 'secret of a'::text as v into pg_temp.t"]),
+        (None, &["create view pg_temp.t as select 'secret of a'::text as v"]),
+        (None, &["create table U&\"pg\\005ftemp\".t as select 'secret of a'::text as v"]),
+        (None, &["set search_path = pg_temp, public", "create table t as select 'secret of a'::text as v"]),
+        (Some("-c search_path=pg_temp,public"), &["create table t as select 'secret of a'::text as v"]),
+    ];
+    for (options, statements) in spellings {
+        for extended in [false, true] {
+            let case = format!("{statements:?} (options {options:?}, extended protocol {extended})");
+            let a = common::try_connect_with_options(lane.port, "postgres", "secret", "app", options).await.unwrap();
+            for sql in statements {
+                if extended {
+                    a.execute(*sql, &[]).await.unwrap_or_else(|e| panic!("{case}: {e}"));
+                } else {
+                    a.batch_execute(sql).await.unwrap_or_else(|e| panic!("{case}: {e}"));
+                }
+            }
+            let read_by_a = rows_of(&a.simple_query("select v from t").await.unwrap());
+            assert_eq!(read_by_a, [["secret of a"]], "{case}: a lost its own object");
+
+            let port = lane.port;
+            let b = tokio::spawn(async move {
+                let b = connect(port, "postgres", "secret", "app").await;
+                rows_of(&b.simple_query("select v from t").await.unwrap())
+            });
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(!b.is_finished(), "{case}: b ran on the server connection a's temporary object is on");
+            drop(a);
+            let read_by_b = tokio::time::timeout(Duration::from_secs(60), b).await.expect("b got the connection").unwrap();
+            assert_eq!(read_by_b, [["public"]], "{case}: b read a's temporary object");
+        }
+    }
+}
+
 fn rows_of(messages: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<String>> {
     messages
         .iter()

@@ -663,6 +663,11 @@ impl Session {
     async fn take_startup_settings(&mut self, startup: &StartupParams) -> Result<(), SessionError> {
         let asked =
             settings::from_startup(startup).map_err(|e| SessionError::Refused(ErrorFields::fatal("42601", e.to_string())))?;
+        // With pg_temp in its search_path, a client's plain CREATE TABLE
+        // makes a temporary one: its session is its own from the start.
+        if asked.iter().any(|(name, value)| name == "search_path" && pinning::names_temp_schema(value)) {
+            self.exchange.pin(Some(pinning::SessionFeature::TempObject));
+        }
         let mut unlearned = Vec::new();
         let values: Vec<(String, String)> = asked
             .iter()

@@ -12,8 +12,15 @@
 //! - `LISTEN` (notifications arrive on the session that listens);
 //! - session-level advisory locks (`pg_advisory_lock`, `pg_try_advisory_lock`
 //!   and their `_shared` forms; the `_xact_` ones end with the transaction);
-//! - temporary objects (`CREATE [LOCAL|GLOBAL] TEMP[ORARY] ...`,
-//!   `SELECT ... INTO TEMP ...`, `CREATE OR REPLACE TEMP VIEW`);
+//! - temporary objects by any spelling: the keyword (`CREATE [LOCAL|GLOBAL]
+//!   TEMP[ORARY] ...`, `SELECT ... INTO TEMP ...`, `CREATE OR REPLACE TEMP
+//!   VIEW`), or the temporary schema by name, which makes an object
+//!   temporary without the keyword (`CREATE TABLE pg_temp.t`, `"pg_temp".t`,
+//!   `SELECT ... INTO pg_temp.t`, a `search_path` that names `pg_temp`, so
+//!   that a plain `CREATE TABLE t` lands there): any text that names
+//!   `pg_temp` anywhere, in a literal or a quoted identifier too, or that
+//!   holds a Unicode escape (`U&"..."`, which can spell it) pins
+//!   ([`names_temp_schema`]), even when it is a SET pglane follows;
 //! - cursors declared `WITH HOLD`;
 //! - SQL-level `PREPARE name AS ...` (protocol-level named statements are
 //!   handled by the statement registry instead);
@@ -123,11 +130,13 @@ impl SessionFeature {
 /// one of these (ASCII case ignored): `listen`, `prepare`, `set` (also in
 /// `reset` and `set_config`, and a SET or RESET is what names a setting),
 /// `advisory_lock` (in both lock functions' names), `temp` (also in
-/// `temporary`), `hold` and `discard`. A text in which none of them occurs
+/// `temporary` and `pg_temp`), `hold` and `discard`, or a Unicode escape
+/// (`u&`, which may spell any of them). A text in which none of them occurs
 /// anywhere, inside literals or not, gets the empty answer from every scan.
 /// Each is looked for by its first three letters ([`Marks`]): a text that
 /// has one of those is scanned in full, which only costs time.
-pub const TRIGGERS: [Mark; 7] = [Mark::Lis, Mark::Pre, Mark::Set, Mark::Adv, Mark::Tem, Mark::Hol, Mark::Dis];
+pub const TRIGGERS: [Mark; 8] =
+    [Mark::Lis, Mark::Pre, Mark::Set, Mark::Adv, Mark::Tem, Mark::Hol, Mark::Dis, Mark::UnicodeEscape];
 
 /// The first session feature `sql` uses, if any. `carried(name)`: pglane
 /// carries this setting between server connections, so `SET name ...` (or
@@ -141,6 +150,9 @@ pub fn session_feature(sql: &str, carried: impl Fn(&str) -> bool) -> Option<Sess
 fn marked_session_feature(text: &MarkedText<'_>, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
     if nothing_to_find(text) {
         return None;
+    }
+    if names_temp_schema(text.sql) {
+        return Some(SessionFeature::TempObject);
     }
     let mut features = FeatureScan::default();
     for item in Words::new(text.sql) {
@@ -196,11 +208,12 @@ pub fn leaves_session_alone(text: &MarkedText<'_>) -> bool {
 
 /// The marks of what a scan here finds wherever it is in a statement:
 /// `set_config`, the advisory lock functions, a temporary object (`temp`
-/// after `create`, `into` and the like), a WITH HOLD cursor. The rest is
+/// after `create`, `into` and the like, or `pg_temp` by name, perhaps
+/// Unicode-escaped), a WITH HOLD cursor. The rest is
 /// found only at a statement's start (LISTEN, DO, PREPARE, SET, RESET,
 /// DISCARD), so a lone statement that begins with another word holds none
 /// of it.
-const ANYWHERE: [Mark; 4] = [Mark::SetConfig, Mark::Adv, Mark::Tem, Mark::Hol];
+const ANYWHERE: [Mark; 5] = [Mark::SetConfig, Mark::Adv, Mark::Tem, Mark::Hol, Mark::UnicodeEscape];
 
 /// Words a statement begins with for a scan here to find something at its
 /// start (see [`ANYWHERE`]).
@@ -246,7 +259,32 @@ fn scan_features_and_resets(sql: &str, carried: impl Fn(&str) -> bool) -> (Optio
         features.feed(item, &carried);
         resets.feed(item);
     }
-    (features.found, resets.result())
+    let temp_schema = names_temp_schema(sql).then_some(SessionFeature::TempObject);
+    (temp_schema.or(features.found), resets.result())
+}
+
+/// Whether `sql` may name the session's temporary schema, which makes what
+/// is created in it temporary without the TEMP keyword (PostgreSQL's
+/// `RangeVarAdjustRelationPersistence`, and `search_path`'s `pg_temp`,
+/// namespace.c): `pg_temp` anywhere, ASCII case ignored (an unquoted name
+/// is folded; a quoted one, or a string literal a SET or `set_config`
+/// gives `search_path`, spells it as is), `pg_temp_N` included; or a
+/// Unicode escape (`U&"..."`, `U&'...'`), which can spell it with no
+/// letter of it showing. Over-approximates on purpose: a comment or a
+/// literal that mentions it also pins, which costs pooling only.
+pub fn names_temp_schema(sql: &str) -> bool {
+    contains_ignore_ascii_case(sql.as_bytes(), b"pg_temp") || has_unicode_escape(sql.as_bytes())
+}
+
+/// Whether `sql` holds `U&'` or `U&"` (either case) not glued to a word
+/// before it: the start of a Unicode-escaped literal or identifier.
+fn has_unicode_escape(sql: &[u8]) -> bool {
+    sql.windows(3).enumerate().any(|(i, w)| {
+        w[0].eq_ignore_ascii_case(&b'u')
+            && w[1] == b'&'
+            && (w[2] == b'\'' || w[2] == b'"')
+            && !(i > 0 && is_word_byte(sql[i - 1]))
+    })
 }
 
 /// [`session_feature`]'s state over the words seen so far.
@@ -493,7 +531,7 @@ mod tests {
 
     /// Marks that hold every trigger: the full scan, whatever the text.
     fn scan_all() -> Marks {
-        marks("lis pre set adv tem hol dis res ext byt int")
+        marks("lis pre set adv tem hol dis res ext byt int u&")
     }
 
     fn alone(sql: &str) -> bool {
@@ -595,6 +633,47 @@ mod tests {
         assert_eq!(pins("DO $$ begin perform pg_advisory_lock(1); end $$"), Some(DoBlock));
         assert_eq!(pins("DO $$ begin execute 'set search_path = x'; end $$"), Some(DoBlock));
         assert_eq!(pins("select set_config('a.b', x, false) from t"), Some(SetConfig));
+    }
+
+    /// An object made in the temporary schema by name is temporary, with or
+    /// without the keyword: every spelling of the schema pins (issue 43).
+    #[test]
+    fn the_temporary_schema_by_any_spelling_pins() {
+        for sql in [
+            "CREATE TABLE pg_temp.t AS SELECT 'client 1 secret'::text AS v",
+            "create table PG_TEMP.t (v text)",
+            "create table \"pg_temp\".t (v text)",
+            "create view pg_temp.v as select 1",
+            "CREATE SEQUENCE pg_temp.s",
+            "create type pg_temp.mood as enum ('a')",
+            "create domain pg_temp.d as int",
+            "create function pg_temp.f() returns int language sql as 'select 1'",
+            "select 1 as v into pg_temp.t",
+            "SET search_path = pg_temp, public",
+            "set search_path to 'pg_temp', public",
+            "select set_config('search_path', 'pg_temp,public', false)",
+            "create table pg_temp_3.t (v int)",
+            "create table U&\"pg\\005ftemp\".t (v int)",
+            "create table u&\"\\0070\\0067\\005f\\0074\\0065\\006d\\0070\".t (v int)",
+            "select 1; create table pg_temp.t (v int)",
+        ] {
+            assert_eq!(pins(sql), Some(TempObject), "{sql}");
+            assert!(!alone(sql), "{sql}");
+        }
+        // A SET pglane follows still pins for what it makes of search_path.
+        let carried_all = |_: &str| true;
+        assert_eq!(session_feature("SET search_path = pg_temp, public", carried_all), Some(TempObject));
+        assert_eq!(session_feature("SET search_path = app, public", carried_all), None);
+    }
+
+    #[test]
+    fn unicode_escapes_are_told_from_an_ampersand() {
+        assert!(names_temp_schema("select U&'d\\0061t'"));
+        assert!(names_temp_schema("select (u&\"x\")"));
+        assert!(!names_temp_schema("select flags_mu&1 from t"), "a bitwise and after a name");
+        assert!(!names_temp_schema("select menu&'1' from t"), "glued to a word");
+        assert!(!names_temp_schema("select u & 1"));
+        assert!(!names_temp_schema("select temperature from temp_readings"));
     }
 
     #[test]
@@ -702,8 +781,10 @@ mod tests {
             "threshold",
             "x",
             "1",
+            "pg_temp",
+            "u&",
         ]);
-        let gaps = prop::sample::select(vec![" ", ";", "; ", "(", "'", "\"", "--", "\n", "/*", "*/", "$$", "", "_"]);
+        let gaps = prop::sample::select(vec![" ", ";", "; ", "(", "'", "\"", "--", "\n", "/*", "*/", "$$", "", "_", "."]);
         prop::collection::vec((words, gaps, any::<bool>()), 0..12).prop_map(|items| {
             items
                 .into_iter()

@@ -65,11 +65,15 @@ impl Exchange {
         let changes = idle.then(|| follow_changes(sql, marks)).flatten();
         let followed = changes.is_some();
         let carried = |name: &str| followed || settings::is_carried_name(name);
+        // A client pinned for what does not hide its texts' meaning (LISTEN,
+        // a lock) is still looked at for what does (a temporary object).
         let (feature, resets) = match self.pinned {
-            None => pinning::session_feature_and_resets(&text, carried),
-            Some(_) => (None, pinning::resets(&text)),
+            Some(pinned) if pinned.hides_meaning() => (None, pinning::resets(&text)),
+            _ => pinning::session_feature_and_resets(&text, carried),
         };
-        self.pin(feature.filter(|_| !followed));
+        // A followed SET or set_config is carried, not pinned for; what it
+        // makes of search_path (naming pg_temp) still pins.
+        self.pin(feature.filter(|f| !followed || *f == SessionFeature::TempObject));
         if resets.touches {
             self.settings_in_flux = true;
         }
@@ -136,11 +140,18 @@ impl Exchange {
     }
 
     /// The client used `feature` (if any): it keeps its server connection
-    /// (as a session-mode client does anyway).
-    pub(super) fn pin(&mut self, feature: Option<SessionFeature>) {
-        if let Some(feature) = feature.filter(|_| !self.passes_through) {
-            self.pinned = Some(feature);
-            tracing::info!("client pinned to its server connection until it disconnects: it used {}", feature.as_str());
+    /// (as a session-mode client does anyway). A client pinned already keeps
+    /// the first feature it used, unless this one hides what its texts mean
+    /// and that one did not ([`SessionFeature::hides_meaning`]).
+    pub fn pin(&mut self, feature: Option<SessionFeature>) {
+        let Some(feature) = feature.filter(|_| !self.passes_through) else { return };
+        match self.pinned {
+            None => {
+                self.pinned = Some(feature);
+                tracing::info!("client pinned to its server connection until it disconnects: it used {}", feature.as_str());
+            }
+            Some(pinned) if !pinned.hides_meaning() && feature.hides_meaning() => self.pinned = Some(feature),
+            Some(_) => {}
         }
     }
 

@@ -3,10 +3,11 @@
 //! Every simple query a client sends (and every Parse text not seen before)
 //! is looked at for what it may do to the session: SET, RESET, DISCARD,
 //! `set_config`, LISTEN, PREPARE, advisory locks, temporary objects, WITH
-//! HOLD cursors, SELECT INTO, the output settings binary negotiation hangs
-//! on. Almost no query names any of them. Searching for each word on its
-//! own took about a quarter of pglane's instructions per pgbench -S
-//! transaction at the defaults (13 searches of the text); [`Marks::of`]
+//! HOLD cursors, SELECT INTO, the temporary schema by name, Unicode
+//! escapes, the output settings binary negotiation hangs on. Almost no
+//! query names any of them. Searching for each word on its own took about
+//! a quarter of pglane's instructions per pgbench -S transaction at the
+//! defaults (13 searches of the text); [`Marks::of`]
 //! answers for all of them in one pass over the bytes, and the callers look
 //! closer only at a text that is marked.
 //!
@@ -48,9 +49,12 @@ pub enum Mark {
     Int,
     /// `set_config`, whole.
     SetConfig,
+    /// `u&`: a Unicode-escaped string or identifier (`U&'…'`, `U&"…"`),
+    /// which may spell any word the others look for.
+    UnicodeEscape,
 }
 
-const ALL: [Mark; 12] = [
+const ALL: [Mark; 13] = [
     Mark::Lis,
     Mark::Pre,
     Mark::Set,
@@ -63,6 +67,7 @@ const ALL: [Mark; 12] = [
     Mark::Byt,
     Mark::Int,
     Mark::SetConfig,
+    Mark::UnicodeEscape,
 ];
 
 impl Mark {
@@ -80,6 +85,7 @@ impl Mark {
             Mark::Byt => b"byt",
             Mark::Int => b"int",
             Mark::SetConfig => b"set_config",
+            Mark::UnicodeEscape => b"u&",
         }
     }
 
@@ -217,6 +223,7 @@ mod tests {
             ("BYTEA_OUTPUT", Mark::Byt),
             ("select 1 into x", Mark::Int),
             ("select pg_catalog.SET_CONFIG('a', 'b', false)", Mark::SetConfig),
+            ("create table U&\"pg\\005ftemp\".t ()", Mark::UnicodeEscape),
         ] {
             assert!(Marks::of(word.as_bytes()).has(mark), "{word}");
         }
@@ -240,7 +247,7 @@ mod tests {
     proptest! {
         #[test]
         fn one_pass_finds_what_a_search_for_each_finds(
-            sql in "(?i)[a-z_ ;'0-9]{0,12}(set|lis|pre|int|byt|res|set_config|set_set_config)?[a-z_ ;'\u{e9}]{0,12}"
+            sql in "(?i)[a-z_ ;'0-9]{0,12}(set|lis|pre|int|byt|res|set_config|set_set_config|u&)?[a-z_ ;'&\u{e9}]{0,12}"
         ) {
             prop_assert_eq!(Marks::of(sql.as_bytes()), naive(sql.as_bytes()));
         }
