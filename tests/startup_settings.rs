@@ -278,3 +278,103 @@ fn answers_pglane_gives_itself_follow_a_settings_alignment() {
         }
     }
 }
+
+/// The tags of a login's messages before its first ParameterStatus, and the
+/// NoticeResponses among all of them as (severity, SQLSTATE, message).
+fn login_notices(login: &[pglane::protocol::frame::Message]) -> (String, Vec<(String, String, String)>) {
+    let before_parameters = login.iter().take_while(|m| m.tag != backend::PARAMETER_STATUS).map(|m| m.tag as char).collect();
+    (before_parameters, notices(login))
+}
+
+fn notices(messages: &[pglane::protocol::frame::Message]) -> Vec<(String, String, String)> {
+    messages
+        .iter()
+        .filter(|m| m.tag == backend::NOTICE_RESPONSE)
+        .map(|m| backend::decode_error_fields(&m.body).unwrap())
+        .map(|n| (n.severity, n.code, n.message))
+        .collect()
+}
+
+/// A warning PostgreSQL gives at login (an application_name longer than an
+/// identifier is truncated: 42622) reaches the client through pglane where
+/// PostgreSQL sends it, after AuthenticationOk and before the first
+/// ParameterStatus; for every client with that value, not only the first,
+/// whose SETs taught the pool how the server spells it; and, when the
+/// settings wait for the client's first transaction (no server connection
+/// free at login), ahead of that transaction's reply. pglane used to drop
+/// it.
+#[test]
+fn login_notices_reach_the_client_where_postgresql_sends_them() {
+    let lane = start("transaction");
+    let long = "a".repeat(70);
+    let (_, direct) = RawClient::start(postgres().port, &[("user", "trustuser"), ("database", DB), ("application_name", &long)]);
+    let (direct_order, direct_notices) = login_notices(&direct);
+    assert_eq!(direct_order, "RN", "PostgreSQL's own order");
+    assert_eq!(direct_notices.len(), 1);
+    assert_eq!(direct_notices[0].1, "42622");
+    let params = [("user", "postgres"), ("database", "app"), ("application_name", long.as_str())];
+    for client in 0..3 {
+        let (_, login) = RawClient::start(lane.port, &params);
+        assert_eq!(login_notices(&login), (direct_order.clone(), direct_notices.clone()), "client {client}");
+    }
+
+    // Both server connections busy: the settings wait for the first query.
+    let mut holders: Vec<RawClient> = (0..2).map(|_| RawClient::login(lane.port, "postgres", "app")).collect();
+    for holder in &mut holders {
+        raw::query(holder, "begin; select 1");
+    }
+    let (mut late, login) = RawClient::start(lane.port, &params);
+    assert_eq!(login_notices(&login), ("R".to_owned(), vec![]), "applied later, not at login");
+    raw::query(&mut holders[0], "commit");
+    let reply = raw::query(&mut late, "select current_setting('application_name')");
+    assert_eq!(reply.first().map(|m| m.tag), Some(backend::NOTICE_RESPONSE), "the warning comes first");
+    assert_eq!(notices(&reply), direct_notices);
+    assert_eq!(first_column(&reply), ["a".repeat(63)]);
+}
+
+/// A pooled server connection that fails under the SETs pglane sends to
+/// apply a client's startup settings (its backend frozen here, so that the
+/// failure does not hang on a race with the pool's health check, as a
+/// backend terminated while pooled does) had nothing of the client's on it:
+/// pglane closes it and the client runs on another, unaware. Both where the
+/// settings are applied at login (a reported setting the pool has not seen
+/// spelled so) and at the client's first transaction (an unreported one).
+/// The client used to get pglane's own FATAL 08006.
+#[test]
+fn a_server_connection_failing_under_the_startup_settings_is_replaced_unseen() {
+    let pg = postgres();
+    let db = "startup_frozen";
+    pg.fresh_database(db, None);
+    let lane = Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\nauth_type = \"trust\"\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{db}\"\npool_size = 1\n[users.postgres]\npassword = \"secret\"\n",
+            pg.port
+        ),
+        &["--cores", "1"],
+    );
+    // The one backend of the pool (a thawed one pglane closed may take a
+    // moment to go).
+    let pooled_backend = || -> i32 {
+        let mut warm = RawClient::login(lane.port, "postgres", "app");
+        raw::query(&mut warm, "select 1");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let sql = format!("select pid from pg_stat_activity where datname = '{db}' and pid <> pg_backend_pid()");
+            let pids = pg.psql_db(db, &sql);
+            match pids.trim().parse() {
+                Ok(pid) => return pid,
+                Err(_) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(50)),
+                Err(_) => panic!("one pooled backend: {pids:?}"),
+            }
+        }
+    };
+    for (setting, value) in [("application_name", "a_spelling_not_seen_yet"), ("statement_timeout", "7s")] {
+        let frozen = common::Frozen::stop(pooled_backend());
+        let (mut client, login) = RawClient::start(lane.port, &[("user", "postgres"), ("database", "app"), (setting, value)]);
+        assert!(login.iter().all(|m| m.tag != backend::ERROR_RESPONSE), "{setting}: login failed: {login:?}");
+        let reply = raw::query(&mut client, &format!("show {setting}"));
+        assert_eq!(first_column(&reply), [value], "{setting}: {reply:?}");
+        drop(frozen);
+    }
+    assert!(lane.log().contains("applying startup settings timed out"), "{}", lane.log());
+}

@@ -55,6 +55,18 @@ use relay::{Buffers, Deadline, Intake, Limits, Relay, RelayEnd};
 /// reset before pglane closes it instead.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Server connections tried for applying a client's startup settings
+/// before its session ends with [`startup_connection_failed`]: one that
+/// breaks under pglane's own SETs (its backend terminated while pooled)
+/// had nothing of the client's, and is replaced unseen.
+const STARTUP_ATTEMPTS: usize = 3;
+
+/// The error that ends a session whose startup settings found no server
+/// connection that stayed up (see [`STARTUP_ATTEMPTS`]).
+fn startup_connection_failed() -> SessionError {
+    SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
+}
+
 /// Serves one accepted client connection, counted as `shard`'s, until it
 /// ends (and then counts it out).
 ///
@@ -184,6 +196,7 @@ async fn admit_or_serve(
         settings: settings::Settings::default(),
         startup_applied: false,
         unlearned: Vec::new(),
+        owed_notices: BytesMut::new(),
         waker_left: false,
         offer: None,
         skip_ready: 0,
@@ -304,6 +317,11 @@ struct Session {
     /// Reported settings of the startup packet, as the client spelled them,
     /// whose spelling by the server the pool has yet to learn.
     unlearned: Vec<(String, String)>,
+    /// NoticeResponses the server sent while its startup settings were
+    /// applied (a SET's warning), owed to the client: PostgreSQL sends them
+    /// at login, after AuthenticationOk and before ParameterStatus, which is
+    /// where they go if they came at login; else ahead of its first reply.
+    owed_notices: BytesMut,
     /// The shard's shutdown signal has this task's waker
     /// (`ShutdownSignal::poll_fired_once`).
     waker_left: bool,
@@ -381,19 +399,32 @@ impl Session {
     /// One transaction (in session mode, the whole session): a server
     /// connection for it, the relay, and the connection given back.
     async fn transaction(&mut self) -> Result<Transaction, SessionError> {
-        let mut lease = match self.mode {
-            PoolMode::Session => self.checkout().await?,
-            PoolMode::Transaction => match self.take_server().await? {
-                Some(server) => server,
-                None => return Ok(Transaction::SessionOver), // it left while waiting behind another client
-            },
-        };
-        if !self.startup_applied && self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
+        let mut broken = 0;
+        let mut lease = loop {
+            let mut lease = match self.mode {
+                PoolMode::Session => self.checkout().await?,
+                PoolMode::Transaction => match self.take_server().await? {
+                    Some(server) => server,
+                    None => return Ok(Transaction::SessionOver), // it left while waiting behind another client
+                },
+            };
+            if self.startup_applied || !self.buffers.to_server.is_empty() || !self.exchange.is_quiet() {
+                break lease;
+            }
             // Boxed: a server query's future is large, and this runs once per client.
             match Box::pin(self.apply_startup_settings(&mut lease)).await {
-                Ok(spelled) => self.learn_spellings(&spelled),
+                Ok(spelled) => {
+                    self.learn_spellings(&spelled);
+                    break lease;
+                }
+                // Nothing of the client's reached that connection: another is tried.
+                Err(None) if broken + 1 < STARTUP_ATTEMPTS => broken += 1,
                 Err(refused) => return Err(self.startup_settings_failed(lease, refused).await),
             }
+        };
+        if !self.owed_notices.is_empty() {
+            let notices = std::mem::take(&mut self.owed_notices);
+            self.client.write_all(&notices).await?;
         }
         let release_when_idle = self.mode == PoolMode::Transaction;
         let pipelining = self.may_pipeline();
@@ -687,18 +718,23 @@ impl Session {
         if self.unlearned.is_empty() {
             return Ok(());
         }
-        let Some(lease) = self.pool.checkout_now().await else { return Ok(()) };
-        let mut lease = lease?;
-        let spelled = match self.apply_startup_settings(&mut lease).await {
-            Ok(spelled) => spelled,
-            Err(refused) => {
-                // Refused: the connection is as it was, and goes back.
-                if refused.is_some() {
-                    lease.release();
+        let mut broken = 0;
+        let (spelled, lease) = loop {
+            let Some(lease) = self.pool.checkout_now().await else { return Ok(()) };
+            let mut lease = lease?;
+            match self.apply_startup_settings(&mut lease).await {
+                Ok(spelled) => break (spelled, lease),
+                // The connection broke under pglane's own SETs (a backend
+                // terminated while pooled), before anything of the client's
+                // reached it: dropped, which closes it, and another tried.
+                Err(None) if broken + 1 < STARTUP_ATTEMPTS => broken += 1,
+                Err(refused) => {
+                    // Refused: the connection is as it was, and goes back.
+                    if refused.is_some() {
+                        lease.release();
+                    }
+                    return Err(refused.unwrap_or_else(startup_connection_failed));
                 }
-                return Err(refused.unwrap_or_else(|| {
-                    SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
-                }));
             }
         };
         self.learn_spellings(&spelled);
@@ -718,8 +754,15 @@ impl Session {
     /// Teaches the pool how the server spells the reported startup settings
     /// it did not know (`spelled`: as [`Session::apply_startup_settings`]
     /// returns them).
+    /// Not from SETs the server warned about (an application_name
+    /// truncated): known, the spelling would spare the next client with
+    /// that value the SET, and with it the warning PostgreSQL gives it.
     fn learn_spellings(&mut self, spelled: &[(String, String)]) {
-        for (name, value) in std::mem::take(&mut self.unlearned) {
+        let unlearned = std::mem::take(&mut self.unlearned);
+        if !self.owed_notices.is_empty() {
+            return;
+        }
+        for (name, value) in unlearned {
             if let Some((_, as_reported)) = spelled.iter().find(|(n, _)| *n == name) {
                 self.pool.learn_reported(&name, &value, as_reported);
             }
@@ -730,7 +773,7 @@ impl Session {
     /// and the first ReadyForQuery: the server's values, and the client's
     /// own for the reported settings it gave (as the server reports them).
     async fn greet(&mut self, server_params: &[(String, String)], process_id: i32) -> Result<(), SessionError> {
-        let mut out = BytesMut::new();
+        let mut out = std::mem::take(&mut self.owed_notices);
         for (name, value) in server_params {
             let own = match self.settings.get(name) {
                 Some(settings::Value::Reported(own)) if settings::is_carried(name) => Some(own.as_str()),
@@ -778,7 +821,13 @@ impl Session {
             self.startup_applied = true;
             return Ok(spelled(&[]));
         };
-        match with_timeout(CLEANUP_TIMEOUT, server.run_reporting(&sql)).await {
+        let notices_before = self.owed_notices.len();
+        let outcome = with_timeout(CLEANUP_TIMEOUT, server.run_reporting(&sql, &mut self.owed_notices)).await;
+        if !matches!(outcome, Some(Ok(Ok(_)))) {
+            // Said again by the server that applies them, if any.
+            self.owed_notices.truncate(notices_before);
+        }
+        match outcome {
             Some(Ok(Ok(reported))) => {
                 server.session.borrow_mut().settings.take_values_of(&self.settings);
                 self.startup_applied = true;
@@ -806,9 +855,7 @@ impl Session {
         if refused.is_some() {
             self.give_back(server).await;
         } // else dropping the lease closes it
-        refused.unwrap_or_else(|| {
-            SessionError::Refused(ErrorFields::fatal("08006", "server connection failed while applying startup settings"))
-        })
+        refused.unwrap_or_else(startup_connection_failed)
     }
 
     /// Borrows a server connection (waiting while the database is paused),

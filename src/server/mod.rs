@@ -385,13 +385,22 @@ impl ServerConn {
     }
 
     /// `run_checked`, returning the ParameterStatus values the server
-    /// reported while it ran (the SETs of reported settings it made).
-    pub async fn run_reporting(&mut self, sql: &str) -> Result<Result<Vec<(String, String)>, ErrorFields>, ServerError> {
+    /// reported while it ran (the SETs of reported settings it made). The
+    /// NoticeResponses it sent (a SET's warning: an application_name
+    /// truncated, say) are appended to `notices`, framed as they came, for
+    /// the client the SETs were made for.
+    pub async fn run_reporting(
+        &mut self,
+        sql: &str,
+        notices: &mut BytesMut,
+    ) -> Result<Result<Vec<(String, String)>, ErrorFields>, ServerError> {
         let mut reported = Vec::new();
         let outcome = self
             .run_with(sql, |m| {
-                if m.tag == backend::PARAMETER_STATUS {
-                    reported.push(backend::decode_parameter_status(&m.body)?);
+                match m.tag {
+                    backend::PARAMETER_STATUS => reported.push(backend::decode_parameter_status(&m.body)?),
+                    backend::NOTICE_RESPONSE => crate::protocol::put_message(notices, m.tag, |b| b.extend_from_slice(&m.body)),
+                    _ => {}
                 }
                 Ok(())
             })
