@@ -641,3 +641,72 @@ async fn query_wait_timeout_when_no_server_connection_frees_up() {
     // The holder is unaffected.
     holder.batch_execute("commit").await.unwrap();
 }
+
+/// DROP DATABASE, ALTER DATABASE ... RENAME and CREATE DATABASE ...
+/// TEMPLATE need the database free of other sessions; pglane's idle pooled
+/// connections to it are such sessions, though no client uses them, and
+/// made the statement fail (55006) where it succeeds direct. pglane closes
+/// them, on every shard, before the statement runs; over either protocol.
+/// A connection a client is using stays, and the statement fails as it
+/// would direct with that client connected.
+#[tokio::test]
+async fn drop_database_works_with_idle_pooled_connections_to_it() {
+    let pg = postgres();
+    let lane = Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\n\
+             [databases.doomed]\nhost = \"127.0.0.1\"\nport = {p}\ndbname = \"doomed_db\"\npool_size = 4\n\
+             [databases.renamed]\nhost = \"127.0.0.1\"\nport = {p}\ndbname = \"renamed_db\"\npool_size = 4\n\
+             [databases.admin]\nhost = \"127.0.0.1\"\nport = {p}\ndbname = \"postgres\"\npool_size = 2\n\
+             [users.postgres]\npassword = \"secret\"\n",
+            p = pg.port
+        ),
+        &["--cores", "2"],
+    );
+    let backends_of = |db: &str| -> usize {
+        pg.psql(&format!("select count(*) from pg_stat_activity where datname = '{db}'")).trim().parse().unwrap()
+    };
+    // Idle server connections to `db`, left by clients that came and went
+    // (landing on both shards, as the kernel spreads them).
+    let leave_idle_connections_to = |name: &'static str, db: &'static str| async move {
+        let clients: Vec<_> =
+            futures_util::future::join_all((0..6).map(|_| connect(lane.port, "postgres", "secret", name))).await;
+        futures_util::future::join_all(clients.iter().map(|c| c.batch_execute("begin; select pg_sleep(0.05); commit"))).await;
+        drop(clients);
+        assert!(backends_of(db) > 0, "pglane keeps idle connections to {db}");
+    };
+    let admin = connect(lane.port, "postgres", "secret", "admin").await;
+    for extended in [false, true] {
+        let run = |sql: &'static str| {
+            let admin = &admin;
+            async move {
+                if extended {
+                    admin.execute(sql, &[]).await.map(|_| ())
+                } else {
+                    admin.batch_execute(sql).await
+                }
+            }
+        };
+        let _ = run("drop database if exists copy_db").await;
+        pg.psql("create database doomed_db");
+        leave_idle_connections_to("doomed", "doomed_db").await;
+        run("create database copy_db template doomed_db").await.expect("CREATE DATABASE ... TEMPLATE");
+        leave_idle_connections_to("doomed", "doomed_db").await;
+        run("alter database doomed_db rename to renamed_db").await.expect("ALTER DATABASE ... RENAME");
+        leave_idle_connections_to("renamed", "renamed_db").await;
+        run("DROP DATABASE renamed_db").await.expect("DROP DATABASE");
+        assert_eq!(backends_of("renamed_db"), 0);
+        run("drop database copy_db").await.unwrap();
+    }
+
+    // A client in a transaction on the database keeps it, as direct.
+    pg.psql("create database doomed_db");
+    let user = connect(lane.port, "postgres", "secret", "doomed").await;
+    user.batch_execute("begin; select 1").await.unwrap();
+    let e = admin.batch_execute("drop database doomed_db").await.expect_err("in use");
+    assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("55006"), "{e}");
+    user.batch_execute("commit").await.unwrap();
+    drop(user);
+    admin.batch_execute("drop database doomed_db").await.expect("once the client is done");
+    assert!(lane.log().contains("closed idle server connections"), "{}", lane.log());
+}

@@ -21,6 +21,7 @@ pub mod pinning;
 mod quiet;
 mod relay;
 pub mod replication;
+mod sole_access;
 
 pub mod tracker;
 
@@ -38,6 +39,7 @@ use crate::logging::Escaped;
 use crate::net::Stream;
 use crate::pool::{Checkout, Handover, Lease, Offer, Opening, Pool, PoolError};
 use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
+use crate::protocol::frame::{parse_header, HEADER_LEN};
 use crate::protocol::startup::StartupParams;
 use crate::protocol::ProtocolError;
 use crate::rt::with_timeout;
@@ -399,6 +401,7 @@ impl Session {
     /// One transaction (in session mode, the whole session): a server
     /// connection for it, the relay, and the connection given back.
     async fn transaction(&mut self) -> Result<Transaction, SessionError> {
+        self.clear_the_way();
         let mut broken = 0;
         let mut lease = loop {
             let mut lease = match self.mode {
@@ -545,6 +548,19 @@ impl Session {
     /// Server pipelining applies to this client now (see `pool::Opening`).
     fn may_pipeline(&self) -> bool {
         self.exchange.pipelining() && self.startup_applied
+    }
+
+    /// If the client's request begins with a statement that needs a
+    /// database free of other sessions (DROP DATABASE, see `sole_access`),
+    /// pglane's idle connections to it close on every shard first, as they
+    /// would fail it where a direct connection's would not.
+    fn clear_the_way(&self) {
+        let pending = self.buffers.from_client.pending();
+        let Ok(Some(header)) = parse_header(pending, self.config.max_message_size) else { return };
+        let Some(body) = pending.get(HEADER_LEN..HEADER_LEN + header.body_len) else { return };
+        if let Some(dbname) = sole_access::database_needed_alone(header.tag, body) {
+            self.shard.close_idle_connections_to(&dbname, true);
+        }
     }
 
     /// A server connection for the client's next request: one of its own,

@@ -558,9 +558,15 @@ impl Pool {
         self.close_idle_where(|c| c.idle_since.elapsed() >= idle_timeout || c.created.elapsed() >= lifetime)
     }
 
-    /// Closes idle connections (for shutdown and reloads).
-    pub fn close_idle(&self) {
-        self.close_idle_where(|_| true);
+    /// Closes idle connections (for shutdown, reloads, and a DROP DATABASE
+    /// they would stand in the way of); returns how many.
+    pub fn close_idle(&self) -> usize {
+        self.close_idle_where(|_| true)
+    }
+
+    /// Whether this pool's connections are to server database `dbname`.
+    pub fn serves_dbname(&self, dbname: &str) -> bool {
+        self.target.borrow().dbname == dbname
     }
 
     /// Closes the idle connections `which` picks; returns how many.

@@ -86,7 +86,9 @@ impl Shard {
                 while pools.iter().any(|p| p.active_count() > 0) {
                     crate::rt::sleep(Duration::from_millis(20)).await;
                 }
-                pools.iter().for_each(|p| p.close_idle());
+                for pool in &pools {
+                    pool.close_idle();
+                }
             }
             Control::Resume(database) => {
                 match database {

@@ -674,6 +674,35 @@ impl Shard {
         }
     }
 
+    /// A client is about to run a statement that needs server database
+    /// `dbname` free of other sessions (DROP DATABASE, see
+    /// `client::sole_access`): the idle connections to it of this shard's
+    /// pools close, and, if `tell_others`, the other shards' too (by
+    /// message: the server waits a few seconds for sessions to leave).
+    /// Pools of another server with a database of that name lose theirs
+    /// too, which costs them a reconnect only. Other pglane instances
+    /// ([peers]) are not told: their idle connections stay in the way.
+    pub fn close_idle_connections_to(&self, dbname: &str, tell_others: bool) {
+        let closed: usize =
+            self.pools.borrow().values().filter(|pool| pool.serves_dbname(dbname)).map(|pool| pool.close_idle()).sum();
+        if closed > 0 {
+            info!(shard = self.id, dbname = %crate::logging::Escaped(dbname), closed, "closed idle server connections a client's DROP or ALTER DATABASE needs gone");
+        }
+        if !tell_others {
+            return;
+        }
+        for peer in (0..self.shards).filter(|&s| s != self.id) {
+            let message = ShardMessage::CloseIdleTo { dbname: dbname.to_owned() };
+            if let Err(message) = self.peers.try_send_to(peer, message) {
+                let peers = self.peers.clone();
+                rt::spawn_local(async move {
+                    let _ = peers.send_to(peer, message).await;
+                })
+                .detach();
+            }
+        }
+    }
+
     /// Remembers how to log in to the server as an auth_query user (what its
     /// client just proved), and points its pool, if open, at it.
     pub fn learn_login(&self, config: &Config, database: &str, user: &str, login: crate::client::auth_query::ServerLogin) {

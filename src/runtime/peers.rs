@@ -110,6 +110,12 @@ pub enum ShardMessage {
     SchemaChanged {
         database: String,
     },
+    /// A client is about to run a statement that needs server database
+    /// `dbname` free of other sessions (`client::sole_access`): this
+    /// shard's idle connections to it close.
+    CloseIdleTo {
+        dbname: String,
+    },
     /// A client connection another shard accepted, for this one to serve
     /// (see [`Peers::place_client`]); already counted as this shard's.
     Adopt {
@@ -244,6 +250,7 @@ pub(super) fn serve_peers(shard: &Rc<Shard>, inbox: flume::Receiver<ShardMessage
                 }
                 ShardMessage::Adopt { socket, peer } => shard.serve_client(socket, peer),
                 ShardMessage::SchemaChanged { database } => shard.schema_changed(&database, None),
+                ShardMessage::CloseIdleTo { dbname } => shard.close_idle_connections_to(&dbname, false),
                 ShardMessage::Ask { from, request, question } => {
                     let shard = shard.clone();
                     crate::rt::spawn_local(async move {
