@@ -831,6 +831,50 @@ async fn temporary_objects_by_any_spelling_stay_with_their_client() {
     }
 }
 
+/// A session's sequence state (what `lastval()` and `currval()` read,
+/// which `nextval()` sets, also as a serial column's default) is the
+/// session's own: through pglane it stayed on the server connection, and
+/// the next client read the previous one's `lastval()`, where PostgreSQL
+/// answers 55000. Over both protocols, for a statement the client prepared
+/// before another client used the connection too; and a client still reads
+/// its own value on a connection no one else used in between.
+#[tokio::test]
+async fn sequence_state_never_reaches_another_client() {
+    postgres().fresh_database("sec_seq", None);
+    postgres().psql_db("sec_seq", "create table t (id serial, v text)");
+    let lane = pglane(1, 1, "scram-sha-256", "sec_seq");
+    let sqlstate = |r: Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>| match r {
+        Ok(rows) => format!("rows {:?}", rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>()),
+        Err(e) => e.as_db_error().map(|d| d.code().code().to_owned()).unwrap_or_else(|| e.to_string()),
+    };
+    let insert = "insert into t (v) values ('of a') returning id::int8";
+
+    let a = connect(lane.port, "postgres", "secret", "app").await;
+    let id: i64 = a.query_one(insert, &[]).await.unwrap().get(0);
+    // a alone on the connection since: its own state, as direct.
+    assert_eq!(sqlstate(a.query("select lastval()", &[]).await), format!("rows [{id}]"));
+
+    let b = connect(lane.port, "postgres", "secret", "app").await;
+    for sql in ["select lastval()", "select currval('t_id_seq')"] {
+        let simple = b.simple_query(sql).await.expect_err("55000 direct");
+        assert_eq!(simple.as_db_error().map(|d| d.code().code()), Some("55000"), "{sql} (simple): {simple}");
+    }
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    // c's first text that reads sequence state, over the extended protocol.
+    assert_eq!(sqlstate(c.query("select currval('t_id_seq')::int8", &[]).await), "55000");
+    let prepared = c.prepare("select lastval()").await.unwrap();
+    a.query_one(insert, &[]).await.unwrap();
+    assert_eq!(sqlstate(c.query(&prepared, &[]).await), "55000", "c read a's lastval()");
+    // psycopg outside autocommit: BEGIN on its own, then the read.
+    a.query_one(insert, &[]).await.unwrap();
+    let d = connect(lane.port, "postgres", "secret", "app").await;
+    d.batch_execute("begin").await.unwrap();
+    let read = d.simple_query("select lastval()").await.expect_err("55000 direct");
+    assert_eq!(read.as_db_error().map(|e| e.code().code()), Some("55000"), "d read a's lastval(): {read}");
+    d.batch_execute("rollback").await.unwrap();
+    drop((a, b, c, d));
+}
+
 fn rows_of(messages: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<String>> {
     messages
         .iter()

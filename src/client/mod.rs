@@ -57,6 +57,9 @@ use relay::{Buffers, Deadline, Intake, Limits, Relay, RelayEnd};
 /// reset before pglane closes it instead.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The next [`Session::serial`] (from 1: 0 is a connection's "no client yet").
+static NEXT_SESSION_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Server connections tried for applying a client's startup settings
 /// before its session ends with [`startup_connection_failed`]: one that
 /// breaks under pglane's own SETs (its backend terminated while pooled)
@@ -202,6 +205,7 @@ async fn admit_or_serve(
         waker_left: false,
         offer: None,
         skip_ready: 0,
+        serial: NEXT_SESSION_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     };
     session.buffers.from_client.preload(&pending);
     Some((session, params))
@@ -333,6 +337,9 @@ struct Session {
     /// ReadyForQuery messages owed to the client ahead on a connection
     /// handed over (`pool::Handover::skip_ready`), for the next relay.
     skip_ready: usize,
+    /// This session's number, never another's in this process (process ids
+    /// are reused): what a server connection remembers of its last client.
+    serial: u64,
 }
 
 /// How a transaction ended for the session.
@@ -436,9 +443,13 @@ impl Session {
         let busy_since = (!self.exchange.is_quiet()).then(crate::rt::now);
         let waker_id = self.waker_id();
         let server = &mut *lease;
-        if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
+        {
             let session = &mut server.session.borrow_mut();
-            self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
+            let foreign = std::mem::replace(&mut session.last_client, self.serial) != self.serial;
+            if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
+                self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
+                self.exchange.sequences_may_be_foreign(foreign, &mut self.buffers.to_server);
+            }
         }
         let end = Relay {
             intake: Intake::new(self.config.relay_buffer_size),

@@ -340,7 +340,7 @@ pub(crate) mod tests {
 
     /// An opening on a fresh session, its holder woken through `holder`.
     pub(crate) fn opening(holder: Waker) -> Rc<Opening> {
-        let session = ServerSession { statements: ServerStatements::new(8), settings: Default::default() };
+        let session = ServerSession { statements: ServerStatements::new(8), settings: Default::default(), last_client: 0 };
         Opening::new((&Rc::new(RefCell::new(session)), &Rc::default()), holder, Vec::new())
     }
 

@@ -198,6 +198,10 @@ pub struct ServerSession {
     pub statements: ServerStatements,
     /// Session settings clients changed on it (see `client::settings`).
     pub settings: crate::settings::Settings,
+    /// The client session whose transactions last ran on it (its serial,
+    /// unique for the life of the process; 0 for none yet): the one whose
+    /// sequence state it may hold (`Exchange::sequences_may_be_foreign`).
+    pub last_client: u64,
 }
 
 pub struct ServerConn {
@@ -308,6 +312,7 @@ impl ServerConn {
             session: Rc::new(RefCell::new(ServerSession {
                 statements: ServerStatements::new(target.max_prepared_statements),
                 settings: Default::default(),
+                last_client: 0,
             })),
             generation,
             host,

@@ -321,6 +321,17 @@ pub struct Exchange {
     /// the client's startup value. Cleared when that query's ReadyForQuery
     /// comes.
     resetting: bool,
+    /// A text of this client's read the session's sequence state (`lastval`,
+    /// `currval`; see [`Exchange::sequences_may_be_foreign`]). Kept for the
+    /// client's whole session.
+    reads_sequences: bool,
+    /// The server connection's sequence state may be another client's and
+    /// nothing of this client's has run on it in this transaction yet: a
+    /// text that reads it gets `DISCARD SEQUENCES` ahead of it.
+    sequences_foreign: bool,
+    /// The server connection's sequence state was another client's when
+    /// this transaction got it (whatever ran since).
+    connection_was_foreign: bool,
 }
 
 /// The room kept in an exchange's queue of what is due from one transaction
@@ -425,6 +436,9 @@ impl Exchange {
             followed,
             pipelining: _,
             slow_at: _,
+            reads_sequences: _,
+            sequences_foreign,
+            connection_was_foreign,
         } = self;
         *tracker = Tracker::default();
         due.clear(DUE_KEPT);
@@ -453,6 +467,8 @@ impl Exchange {
         *realign = false;
         *resetting = false;
         *followed = false;
+        *sequences_foreign = false;
+        *connection_was_foreign = false;
     }
 
     /// Bytes of the client's messages held back while a result type is
@@ -559,6 +575,9 @@ impl Exchange {
                 let sql = frontend::decode_query(body).ok();
                 if let Some(sql) = sql {
                     let watched = self.watch_text(sql, st);
+                    if watched.reads_sequences {
+                        self.forget_foreign_sequences(watched.first_sequence_read, to_server);
+                    }
                     plain = watched.plain;
                     self.resetting = watched.resets.only;
                     match watched.changes {
@@ -599,6 +618,7 @@ impl Exchange {
         if forwarded {
             self.tracker.client_sent(tag);
             self.negotiator.client_sent(tag);
+            self.sequences_foreign = false;
         }
     }
 

@@ -37,6 +37,10 @@ pub(super) struct Watched {
     pub plain: bool,
     /// The text's marks (see `prepare::lexer::Marks`).
     pub marks: Marks,
+    /// It reads the session's sequence state (`lastval`, `currval`).
+    pub reads_sequences: bool,
+    /// And it is the client's first text that does.
+    pub first_sequence_read: bool,
 }
 
 /// The client's contexts for the settings it has now.
@@ -84,8 +88,14 @@ impl Exchange {
             // CREATE TABLE ... AS answers with a SELECT tag.
             self.ddl_pending = true;
         }
-        let plain = self.pipelining && self.pinned.is_none() && !followed && pinning::leaves_session_alone(&text);
-        Watched { changes, resets, plain, marks }
+        // What lastval and currval read must be this client's own, which a
+        // request sent behind another client's cannot know it is.
+        let reads_sequences = marks.any(&[Mark::Lastval, Mark::Currval]);
+        let first_sequence_read = reads_sequences && !self.reads_sequences;
+        self.reads_sequences |= reads_sequences;
+        let plain =
+            self.pipelining && self.pinned.is_none() && !followed && !reads_sequences && pinning::leaves_session_alone(&text);
+        Watched { changes, resets, plain, marks, reads_sequences, first_sequence_read }
     }
 
     /// Whether `sql`, a Parse's text just watched, gave no scan anything to
@@ -96,6 +106,7 @@ impl Exchange {
         self.pinned.is_none()
             && watched.changes.is_none()
             && !watched.resets.touches
+            && !watched.reads_sequences
             && !settings::may_change_output_settings(sql, watched.marks)
             && !first_word_is(sql, "create")
     }
@@ -165,6 +176,52 @@ impl Exchange {
             server.take_values_of(client);
             self.unnamed.left_server();
         }
+    }
+
+    /// The client is about to get a server connection another client used
+    /// since it last had it (`foreign`), before anything of its own is sent
+    /// (session mode aside, whose connections are reset between clients).
+    /// Its sequence state (what `currval` and `lastval` read, which
+    /// `nextval` sets, also unseen in a serial column's default) is that
+    /// client's: a client that reads it gets `DISCARD SEQUENCES` first, so
+    /// that it reads its own state or PostgreSQL's 55000, never another
+    /// client's value. One that has not read it yet gets it ahead of its
+    /// first text that does (see [`Exchange::forget_foreign_sequences`]).
+    pub fn sequences_may_be_foreign(&mut self, foreign: bool, to_server: &mut BytesMut) {
+        if !foreign || self.passes_through {
+            return;
+        }
+        self.sequences_foreign = true;
+        self.connection_was_foreign = true;
+        if self.reads_sequences {
+            self.forget_foreign_sequences(false, to_server);
+        }
+    }
+
+    /// `DISCARD SEQUENCES` ahead of the client's next message, its reply
+    /// unseen by the client, if the connection's sequence state may be
+    /// another client's (see [`Exchange::sequences_may_be_foreign`]): before
+    /// anything of the client's ran on it; or, for the client's
+    /// `first_read` of it, later in a transaction that began on such a
+    /// connection (psycopg's BEGIN before the statement), where the discard
+    /// cannot join a group of the client's or fail in an aborted block:
+    /// nothing in flight, the block not failed. That may also discard what
+    /// the client's own nextval set earlier in that transaction (its read
+    /// gets 55000 once, where PostgreSQL would give the value), never lets
+    /// it read another client's. With a request of its own still in flight
+    /// there, the first read goes as it is.
+    pub(super) fn forget_foreign_sequences(&mut self, first_read: bool, to_server: &mut BytesMut) {
+        let at_start = std::mem::take(&mut self.sequences_foreign);
+        let later = first_read
+            && self.connection_was_foreign
+            && self.tracker.is_quiet()
+            && self.tracker.status() != backend::TransactionStatus::Failed;
+        if !(at_start || later) {
+            return;
+        }
+        frontend::query(to_server, "DISCARD SEQUENCES");
+        self.tracker.client_sent(frontend::QUERY);
+        self.due.push_back(Due::Server { request: Request::Query { plain: false }, forward: false });
     }
 
     /// A ParameterStatus: the server connection's value, and the client's if

@@ -219,7 +219,7 @@ impl Exchange {
         let known = self.quiet.get(text);
         if self.passes_through {
             // Nothing is shared: the text's traits are not needed.
-            self.watch_parse_text(rest, known, known.unwrap_or_default(), st);
+            self.watch_parse_text(rest, known, known.unwrap_or_default(), st, to_server);
             self.pass(message, to_server, Request::Parse { parsed: Parsed::Nothing, plain: false });
             return true;
         }
@@ -228,14 +228,14 @@ impl Exchange {
         // unnamed statement needs one only if auto-prepare may map it.
         if name.is_empty() {
             let context = (self.auto.is_some() && facts.plannable).then(|| self.context_for(facts.traits, st));
-            let watched = self.watch_parse_text(rest, known, facts, st);
+            let watched = self.watch_parse_text(rest, known, facts, st, to_server);
             if self.deallocate_parsed(rest, st, to_server) {
                 return true;
             }
             return self.parse_unnamed(message, rest, context, watched, st, to_server);
         }
         let context = self.context_for(facts.traits, st);
-        self.watch_parse_text(rest, known, facts, st);
+        self.watch_parse_text(rest, known, facts, st, to_server);
         st.registry.count(|s| s.client_parses += 1);
         if st.client.get(name).is_some() {
             self.raise(ErrorFields::error("42P05", format!("prepared statement \"{name}\" already exists")));
@@ -254,13 +254,25 @@ impl Exchange {
 
     /// [`Exchange::watch_text`] of a Parse's text (`rest`: the Parse after
     /// its name), skipped for a text found quiet before (`known`: its facts
-    /// then), and remembered with its `facts` if it is quiet.
-    fn watch_parse_text(&mut self, rest: &[u8], known: Option<TextFacts>, facts: TextFacts, st: &mut Statements<'_>) -> Watched {
+    /// then), and remembered with its `facts` if it is quiet. A text that
+    /// reads sequence state may need `DISCARD SEQUENCES` ahead of it, in
+    /// `to_server` ([`Exchange::forget_foreign_sequences`]).
+    fn watch_parse_text(
+        &mut self,
+        rest: &[u8],
+        known: Option<TextFacts>,
+        facts: TextFacts,
+        st: &mut Statements<'_>,
+        to_server: &mut BytesMut,
+    ) -> Watched {
         if let Some(known) = known {
             return Watched { plain: known.plain, ..Watched::default() };
         }
         let sql = names::parse_query(rest);
         let watched = self.watch_text(sql, st);
+        if watched.reads_sequences {
+            self.forget_foreign_sequences(watched.first_sequence_read, to_server);
+        }
         if self.is_quiet_text(sql, &watched) {
             self.quiet.remember(names::query_bytes(rest), TextFacts { plain: watched.plain, ..facts });
         }

@@ -4,18 +4,20 @@
 //! is looked at for what it may do to the session: SET, RESET, DISCARD,
 //! `set_config`, LISTEN, PREPARE, advisory locks, temporary objects, WITH
 //! HOLD cursors, SELECT INTO, the temporary schema by name, Unicode
-//! escapes, the output settings binary negotiation hangs on. Almost no
-//! query names any of them. Searching for each word on its own took about
-//! a quarter of pglane's instructions per pgbench -S transaction at the
-//! defaults (13 searches of the text); [`Marks::of`]
-//! answers for all of them in one pass over the bytes, and the callers look
-//! closer only at a text that is marked.
+//! escapes, the sequence state `lastval` and `currval` read, the output
+//! settings binary negotiation hangs on. Almost no query names any of
+//! them. Searching for each word on its own took about a quarter of
+//! pglane's instructions per pgbench -S transaction at the defaults (13
+//! searches of the text); [`Marks::of`] answers for all of them in one pass
+//! over the bytes, and the callers look closer only at a text that is
+//! marked.
 //!
 //! Most words are marked by their first three letters ([`Mark`]), found
 //! anywhere in the text, ASCII case ignored, inside literals, comments and
 //! longer words too (`offset` marks [`Mark::Set`]): a mark says a word *may*
 //! be there, its absence that it is not. `set_config`, which an UPDATE's
-//! `SET` would otherwise stand for, is looked for whole.
+//! `SET` would otherwise stand for, `lastval` and `currval` are looked for
+//! whole.
 //!
 //! Pure; never allocates. Shift-And (one table load and three bit
 //! operations per byte), written here because a search for several short
@@ -52,9 +54,13 @@ pub enum Mark {
     /// `u&`: a Unicode-escaped string or identifier (`U&'…'`, `U&"…"`),
     /// which may spell any word the others look for.
     UnicodeEscape,
+    /// `lastval`, whole: it reads the session's sequence state.
+    Lastval,
+    /// `currval`, whole: so does it.
+    Currval,
 }
 
-const ALL: [Mark; 13] = [
+const ALL: [Mark; 15] = [
     Mark::Lis,
     Mark::Pre,
     Mark::Set,
@@ -68,6 +74,8 @@ const ALL: [Mark; 13] = [
     Mark::Int,
     Mark::SetConfig,
     Mark::UnicodeEscape,
+    Mark::Lastval,
+    Mark::Currval,
 ];
 
 impl Mark {
@@ -86,6 +94,8 @@ impl Mark {
             Mark::Int => b"int",
             Mark::SetConfig => b"set_config",
             Mark::UnicodeEscape => b"u&",
+            Mark::Lastval => b"lastval",
+            Mark::Currval => b"currval",
         }
     }
 
@@ -224,6 +234,8 @@ mod tests {
             ("select 1 into x", Mark::Int),
             ("select pg_catalog.SET_CONFIG('a', 'b', false)", Mark::SetConfig),
             ("create table U&\"pg\\005ftemp\".t ()", Mark::UnicodeEscape),
+            ("select LASTVAL()", Mark::Lastval),
+            ("select pg_catalog.currval('t_id_seq')", Mark::Currval),
         ] {
             assert!(Marks::of(word.as_bytes()).has(mark), "{word}");
         }
@@ -247,7 +259,7 @@ mod tests {
     proptest! {
         #[test]
         fn one_pass_finds_what_a_search_for_each_finds(
-            sql in "(?i)[a-z_ ;'0-9]{0,12}(set|lis|pre|int|byt|res|set_config|set_set_config|u&)?[a-z_ ;'&\u{e9}]{0,12}"
+            sql in "(?i)[a-z_ ;'0-9]{0,12}(set|lis|pre|int|byt|res|set_config|set_set_config|u&|lastval|currval)?[a-z_ ;'&\u{e9}]{0,12}"
         ) {
             prop_assert_eq!(Marks::of(sql.as_bytes()), naive(sql.as_bytes()));
         }
