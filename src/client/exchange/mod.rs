@@ -326,12 +326,10 @@ pub struct Exchange {
     /// client's whole session.
     reads_sequences: bool,
     /// The server connection's sequence state may be another client's and
-    /// nothing of this client's has run on it in this transaction yet: a
-    /// text that reads it gets `DISCARD SEQUENCES` ahead of it.
+    /// nothing of this client's that could change it has run on it in this
+    /// transaction yet: a text that reads it gets `DISCARD SEQUENCES` ahead
+    /// of it.
     sequences_foreign: bool,
-    /// The server connection's sequence state was another client's when
-    /// this transaction got it (whatever ran since).
-    connection_was_foreign: bool,
 }
 
 /// The room kept in an exchange's queue of what is due from one transaction
@@ -438,7 +436,6 @@ impl Exchange {
             slow_at: _,
             reads_sequences: _,
             sequences_foreign,
-            connection_was_foreign,
         } = self;
         *tracker = Tracker::default();
         due.clear(DUE_KEPT);
@@ -468,7 +465,6 @@ impl Exchange {
         *resetting = false;
         *followed = false;
         *sequences_foreign = false;
-        *connection_was_foreign = false;
     }
 
     /// Bytes of the client's messages held back while a result type is
@@ -528,6 +524,10 @@ impl Exchange {
         if tag == frontend::BIND {
             self.note_bind(body);
         }
+        // psycopg's BEGIN, a SET: the connection's sequence state is as it was.
+        let sequences_kept = self.sequences_foreign
+            && tag == frontend::QUERY
+            && frontend::decode_query(body).is_ok_and(session::leaves_sequences_alone);
         let forwarded = match tag {
             frontend::BIND | frontend::DESCRIBE | frontend::CLOSE if self.passes_through => {
                 self.pass_through(tag, message, to_server)
@@ -576,7 +576,7 @@ impl Exchange {
                 if let Some(sql) = sql {
                     let watched = self.watch_text(sql, st);
                     if watched.reads_sequences {
-                        self.forget_foreign_sequences(watched.first_sequence_read, to_server);
+                        self.forget_foreign_sequences(to_server);
                     }
                     plain = watched.plain;
                     self.resetting = watched.resets.only;
@@ -618,7 +618,7 @@ impl Exchange {
         if forwarded {
             self.tracker.client_sent(tag);
             self.negotiator.client_sent(tag);
-            self.sequences_foreign = false;
+            self.sequences_foreign &= sequences_kept;
         }
     }
 

@@ -39,8 +39,6 @@ pub(super) struct Watched {
     pub marks: Marks,
     /// It reads the session's sequence state (`lastval`, `currval`).
     pub reads_sequences: bool,
-    /// And it is the client's first text that does.
-    pub first_sequence_read: bool,
 }
 
 /// The client's contexts for the settings it has now.
@@ -91,11 +89,10 @@ impl Exchange {
         // What lastval and currval read must be this client's own, which a
         // request sent behind another client's cannot know it is.
         let reads_sequences = marks.any(&[Mark::Lastval, Mark::Currval]);
-        let first_sequence_read = reads_sequences && !self.reads_sequences;
         self.reads_sequences |= reads_sequences;
         let plain =
             self.pipelining && self.pinned.is_none() && !followed && !reads_sequences && pinning::leaves_session_alone(&text);
-        Watched { changes, resets, plain, marks, reads_sequences, first_sequence_read }
+        Watched { changes, resets, plain, marks, reads_sequences }
     }
 
     /// Whether `sql`, a Parse's text just watched, gave no scan anything to
@@ -186,37 +183,30 @@ impl Exchange {
     /// client's: a client that reads it gets `DISCARD SEQUENCES` first, so
     /// that it reads its own state or PostgreSQL's 55000, never another
     /// client's value. One that has not read it yet gets it ahead of its
-    /// first text that does (see [`Exchange::forget_foreign_sequences`]).
+    /// first text that does, if nothing that could change the state ran
+    /// before it on the connection (see
+    /// [`Exchange::forget_foreign_sequences`]). What is left: a client's
+    /// first read, after a statement of its own that could have set
+    /// sequence state but did not set that sequence's, on a connection
+    /// another client used, reads what that client left.
     pub fn sequences_may_be_foreign(&mut self, foreign: bool, to_server: &mut BytesMut) {
         if !foreign || self.passes_through {
             return;
         }
         self.sequences_foreign = true;
-        self.connection_was_foreign = true;
         if self.reads_sequences {
-            self.forget_foreign_sequences(false, to_server);
+            self.forget_foreign_sequences(to_server);
         }
     }
 
     /// `DISCARD SEQUENCES` ahead of the client's next message, its reply
     /// unseen by the client, if the connection's sequence state may be
-    /// another client's (see [`Exchange::sequences_may_be_foreign`]): before
-    /// anything of the client's ran on it; or, for the client's
-    /// `first_read` of it, later in a transaction that began on such a
-    /// connection (psycopg's BEGIN before the statement), where the discard
-    /// cannot join a group of the client's or fail in an aborted block:
-    /// nothing in flight, the block not failed. That may also discard what
-    /// the client's own nextval set earlier in that transaction (its read
-    /// gets 55000 once, where PostgreSQL would give the value), never lets
-    /// it read another client's. With a request of its own still in flight
-    /// there, the first read goes as it is.
-    pub(super) fn forget_foreign_sequences(&mut self, first_read: bool, to_server: &mut BytesMut) {
-        let at_start = std::mem::take(&mut self.sequences_foreign);
-        let later = first_read
-            && self.connection_was_foreign
-            && self.tracker.is_quiet()
-            && self.tracker.status() != backend::TransactionStatus::Failed;
-        if !(at_start || later) {
+    /// another client's: nothing of the client's that could change it has
+    /// run on it in this transaction (only statements such as psycopg's
+    /// BEGIN, [`leaves_sequences_alone`]; see
+    /// [`Exchange::sequences_may_be_foreign`]).
+    pub(super) fn forget_foreign_sequences(&mut self, to_server: &mut BytesMut) {
+        if !std::mem::take(&mut self.sequences_foreign) {
             return;
         }
         frontend::query(to_server, "DISCARD SEQUENCES");
@@ -293,6 +283,19 @@ pub(super) fn follow_changes(sql: &str, marks: Marks) -> Option<Vec<Change>> {
     }
 }
 
+/// Whether running `sql` cannot change the session's sequence state: one
+/// statement of transaction control, SET, SHOW or RESET (which call no
+/// function, so no nextval). Worth asking only about a text sent while the
+/// state may be another client's (psycopg sends BEGIN on its own first).
+pub(super) fn leaves_sequences_alone(sql: &str) -> bool {
+    const WORDS: [&[u8]; 11] =
+        [b"begin", b"start", b"commit", b"end", b"rollback", b"abort", b"savepoint", b"release", b"set", b"show", b"reset"];
+    let body = sql.trim_ascii_end();
+    let body = body.strip_suffix(';').unwrap_or(body);
+    let word = first_word(body);
+    !body.contains(';') && WORDS.iter().any(|w| word.eq_ignore_ascii_case(w))
+}
+
 /// The word `sql` begins with, after whitespace: letters, digits and `_`
 /// (empty if it begins with anything else).
 fn first_word(sql: &str) -> &[u8] {
@@ -343,6 +346,19 @@ mod tests {
         assert_eq!(follow_changes("select 1"), None);
         assert_eq!(follow_changes("settle"), None);
         assert_eq!(follow_changes("set_config('a.b', 'c', false)"), None);
+    }
+
+    #[test]
+    fn statements_that_leave_sequences_alone() {
+        for sql in
+            ["BEGIN", "begin isolation level serializable;", "  SET TimeZone = 'UTC'", "show work_mem", "savepoint a", "COMMIT"]
+        {
+            assert!(leaves_sequences_alone(sql), "{sql}");
+        }
+        for sql in ["select lastval()", "begin; select nextval('s')", "insert into t default values", "settle", "", "values (1)"]
+        {
+            assert!(!leaves_sequences_alone(sql), "{sql}");
+        }
     }
 
     #[test]

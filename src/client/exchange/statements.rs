@@ -271,7 +271,7 @@ impl Exchange {
         let sql = names::parse_query(rest);
         let watched = self.watch_text(sql, st);
         if watched.reads_sequences {
-            self.forget_foreign_sequences(watched.first_sequence_read, to_server);
+            self.forget_foreign_sequences(to_server);
         }
         if self.is_quiet_text(sql, &watched) {
             self.quiet.remember(names::query_bytes(rest), TextFacts { plain: watched.plain, ..facts });
