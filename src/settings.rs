@@ -279,11 +279,23 @@ impl Settings {
     }
 
     /// Takes `client`'s values (not its baseline): what a server connection
-    /// has once [`Settings::sql_to_apply_over`] ran.
-    pub fn take_values_of(&mut self, client: &Settings) {
-        // The same values: the same version (see `version`).
-        self.version = client.version;
+    /// has once [`Settings::sql_to_apply_over`] ran, with the same
+    /// `keep_unknown`.
+    pub fn take_values_of(&mut self, client: &Settings, keep_unknown: bool) {
+        let unknown: Vec<String> = match keep_unknown {
+            true => self.values.iter().filter(|(_, v)| **v == Value::Unknown).map(|(n, _)| n.clone()).collect(),
+            false => Vec::new(),
+        };
         self.values.clone_from(&client.values);
+        if unknown.is_empty() {
+            // The same values: the same version (see `version`).
+            self.version = client.version;
+            return;
+        }
+        for name in unknown {
+            self.values.insert(name, Value::Unknown);
+        }
+        self.version = next_version();
     }
 
     /// This side's values of the settings parse analysis reads (what a
@@ -357,16 +369,21 @@ impl Settings {
     }
 
     /// The SQL that turns a server connection with `server` settings into one
-    /// with `self`'s, or None if they already agree.
-    pub fn sql_to_apply_over(&self, server: &Settings) -> Option<String> {
+    /// with `self`'s, or None if they already agree. `keep_unknown`: a
+    /// setting whose value on the server is unknown is left as it is, for
+    /// a client pinned to the connection, whose own SQL changed it unseen
+    /// (a SET inside a block, `set_config` with a parameter): the value
+    /// there is the client's, and RESETting it would lose it.
+    pub fn sql_to_apply_over(&self, server: &Settings, keep_unknown: bool) -> Option<String> {
         if self.version == server.version {
             // Nothing changed since the server took these values (the
             // common case: a client back on the connection it had).
             return None;
         }
+        let kept = |name: &String| keep_unknown && server.values.get(name) == Some(&Value::Unknown);
         let mut sql = String::new();
         for (name, value) in &self.values {
-            if server.values.get(name) != Some(value) {
+            if server.values.get(name) != Some(value) && !kept(name) {
                 match value {
                     Value::Reported(v) => sql.push_str(&format!("SET \"{name}\" = {};", quote(v))),
                     Value::Sql(v) => sql.push_str(&format!("SET \"{name}\" = {v};")),
@@ -378,7 +395,7 @@ impl Settings {
                 }
             }
         }
-        for name in server.values.keys().filter(|n| !self.values.contains_key(*n)) {
+        for name in server.values.keys().filter(|n| !self.values.contains_key(*n) && !kept(n)) {
             sql.push_str(&format!("RESET \"{name}\";"));
         }
         (!sql.is_empty()).then_some(sql)
@@ -892,10 +909,10 @@ mod tests {
         assert_eq!((c.version(), c.is_empty()), (0, true), "version 0 is always empty");
         assert_ne!(replaced.version(), 0);
         let mut server = Settings::default();
-        server.take_values_of(&replaced);
-        assert_eq!((server.version(), replaced.sql_to_apply_over(&server)), (replaced.version(), None));
+        server.take_values_of(&replaced, false);
+        assert_eq!((server.version(), replaced.sql_to_apply_over(&server, false)), (replaced.version(), None));
         server.set("TimeZone", Value::Reported("UTC".into()));
-        assert!(replaced.sql_to_apply_over(&server).is_some(), "a change on either side is a new version");
+        assert!(replaced.sql_to_apply_over(&server, false).is_some(), "a change on either side is a new version");
         assert_eq!(b.parse_settings().get("TimeZone"), Some(&Value::Reported("Asia/Tokyo".into())));
         assert_eq!(b.parse_settings().get("work_mem"), None);
     }
@@ -939,13 +956,13 @@ mod tests {
         server.set("search_path", Value::Sql("app, public".into()));
         server.set("statement_timeout", Value::Sql("'1s'".into()));
         assert_eq!(
-            client.sql_to_apply_over(&server).as_deref(),
+            client.sql_to_apply_over(&server, false).as_deref(),
             Some("SET \"TimeZone\" = 'Europe/Paris';RESET \"statement_timeout\";")
         );
-        assert_eq!(client.sql_to_apply_over(&client.clone()), None);
+        assert_eq!(client.sql_to_apply_over(&client.clone(), false), None);
         let mut quoted = Settings::default();
         quoted.set("application_name", Value::Reported("it's".into()));
-        assert_eq!(quoted.sql_to_apply_over(&Settings::default()).as_deref(), Some("SET \"application_name\" = 'it''s';"));
+        assert_eq!(quoted.sql_to_apply_over(&Settings::default(), false).as_deref(), Some("SET \"application_name\" = 'it''s';"));
     }
 
     #[test]
@@ -954,7 +971,7 @@ mod tests {
         s.set("TimeZone", Value::Reported("UTC".into()));
         s.apply(&Change::Set("search_path".into(), "x".into()));
         s.apply(&Change::ResetAll);
-        assert_eq!(s.sql_to_apply_over(&Settings::default()).as_deref(), Some("SET \"TimeZone\" = 'UTC';"));
+        assert_eq!(s.sql_to_apply_over(&Settings::default(), false).as_deref(), Some("SET \"TimeZone\" = 'UTC';"));
     }
 
     fn startup(params: &[(&str, &str)]) -> StartupParams {
@@ -996,17 +1013,38 @@ mod tests {
         assert_eq!(parse_options("geqo=off"), Err(StartupError::Switch("geqo=off".into())));
     }
 
+    /// A pinned client's own connection: a value it changed unseen (unknown
+    /// there) stays; what pglane knows is aligned as ever.
+    #[test]
+    fn a_pinned_clients_unseen_changes_are_kept() {
+        let mut client = Settings::default();
+        client.set("app.tenant", Value::Plain("b".into()));
+        let mut server = Settings::default();
+        server.set("extra_float_digits", Value::Unknown);
+        let kept = client.sql_to_apply_over(&server, true);
+        assert_eq!(kept.as_deref(), Some("SELECT pg_catalog.set_config('app.tenant', 'b', false);"));
+        assert_eq!(
+            client.sql_to_apply_over(&server, false).as_deref(),
+            Some("SELECT pg_catalog.set_config('app.tenant', 'b', false);RESET \"extra_float_digits\";")
+        );
+        server.take_values_of(&client, true);
+        assert_eq!(server.get("extra_float_digits"), Some(&Value::Unknown), "still unknown");
+        assert_eq!(client.sql_to_apply_over(&server, true), None, "nothing more to do");
+        server.take_values_of(&client, false);
+        assert!(client.same_values(&server));
+    }
+
     #[test]
     fn startup_values_are_applied_with_set_config_and_are_what_reset_restores() {
         let values = vec![("search_path".to_string(), "app, public".to_string()), ("TimeZone".to_string(), "UTC".to_string())];
         let mut client = Settings::from_startup_values(&values);
         let server = Settings::default();
         assert_eq!(
-            client.sql_to_apply_over(&server).as_deref(),
+            client.sql_to_apply_over(&server, false).as_deref(),
             Some("SET \"TimeZone\" = 'UTC';SELECT pg_catalog.set_config('search_path', 'app, public', false);")
         );
         let mut server = Settings::default();
-        server.take_values_of(&client);
+        server.take_values_of(&client, false);
         assert!(server.same_values(&client));
         client.apply(&Change::Set("search_path".into(), "x".into()));
         server.apply(&Change::Set("search_path".into(), "x".into()));
@@ -1046,7 +1084,7 @@ mod tests {
         assert_eq!(s.get("bytea_output"), Some(&Value::Unknown));
         // An unknown value is made known again by a RESET.
         assert_eq!(
-            Settings::default().sql_to_apply_over(&s).as_deref(),
+            Settings::default().sql_to_apply_over(&s, false).as_deref(),
             Some("RESET \"bytea_output\";RESET \"extra_float_digits\";RESET \"search_path\";")
         );
         forget(&mut s, "select 1", false);

@@ -155,10 +155,10 @@ enum Check {
 /// with the settings of the shape's context (search_path above all) and no
 /// other client's.
 async fn side_check(lease: &mut Lease, job: &Job, rewrite: &Rewrite) -> Result<Result<(), Check>, ServerError> {
-    let align = job.settings.sql_to_apply_over(&lease.session.borrow().settings);
+    let align = job.settings.sql_to_apply_over(&lease.session.borrow().settings, false);
     if let Some(align) = align {
         lease.run_to_idle(&align).await?;
-        lease.session.borrow_mut().settings.take_values_of(&job.settings);
+        lease.session.borrow_mut().settings.take_values_of(&job.settings, false);
     }
     let described = lease.describe(&[(&job.original, &[]), (&rewrite.sql, &rewrite.param_types)]).await?;
     Ok(match described.as_slice() {

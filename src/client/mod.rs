@@ -447,7 +447,7 @@ impl Session {
             let session = &mut server.session.borrow_mut();
             let foreign = std::mem::replace(&mut session.last_client, self.serial) != self.serial;
             if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
-                self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
+                self.exchange.align_settings(&self.settings, &mut session.settings, false, &mut self.buffers.to_server);
                 self.exchange.sequences_may_be_foreign(foreign, &mut self.buffers.to_server);
             }
         }
@@ -590,7 +590,7 @@ impl Session {
     async fn follow(&mut self, opening: &Opening) -> Result<Option<Lease>, SessionError> {
         if self.buffers.to_server.is_empty() && self.exchange.is_quiet() {
             let session = &mut opening.session.borrow_mut();
-            self.exchange.align_settings(&self.settings, &mut session.settings, &mut self.buffers.to_server);
+            self.exchange.align_settings(&self.settings, &mut session.settings, false, &mut self.buffers.to_server);
             opening.write(&self.buffers.to_server);
             self.buffers.to_server.clear();
         }
@@ -773,7 +773,7 @@ impl Session {
             })
             .collect();
         self.settings = settings::Settings::from_startup_values(&values);
-        lease.session.borrow_mut().settings.take_values_of(&self.settings);
+        lease.session.borrow_mut().settings.take_values_of(&self.settings, false);
         lease.release();
         Ok(())
     }
@@ -843,7 +843,7 @@ impl Session {
                 })
                 .collect()
         };
-        let sql = self.settings.sql_to_apply_over(&server.session.borrow().settings);
+        let sql = self.settings.sql_to_apply_over(&server.session.borrow().settings, false);
         let Some(sql) = sql else {
             self.startup_applied = true;
             return Ok(spelled(&[]));
@@ -856,7 +856,7 @@ impl Session {
         }
         match outcome {
             Some(Ok(Ok(reported))) => {
-                server.session.borrow_mut().settings.take_values_of(&self.settings);
+                server.session.borrow_mut().settings.take_values_of(&self.settings, false);
                 self.startup_applied = true;
                 Ok(spelled(&reported))
             }
@@ -1028,8 +1028,11 @@ impl Session {
         }
         let reset = (self.mode == PoolMode::Session || self.config.server_reset_query_always || pinned)
             && !self.config.server_reset_query.is_empty();
+        // A client that had the connection to itself may have left it a
+        // temporary schema, which no reset removes.
+        let temp_schema_check = pinned || self.mode == PoolMode::Session;
         if rollback || reset {
-            return Some((server, Cleanup { rollback, reset }));
+            return Some((server, Cleanup { rollback, temp_schema_check, reset }));
         }
         self.exchange.reset();
         server.release();
@@ -1080,29 +1083,45 @@ impl Session {
     /// Runs the cleanup on the server, then releases it (or closes it if that
     /// fails or takes too long).
     async fn clean_and_release(&mut self, mut server: Lease, cleanup: Cleanup) {
-        let rollback = cleanup.rollback.then_some("ROLLBACK");
-        let reset = cleanup.reset.then_some(self.config.server_reset_query.as_str());
-        for sql in rollback.into_iter().chain(reset) {
-            match with_timeout(CLEANUP_TIMEOUT, server.run_to_idle(sql)).await {
-                Some(Ok(())) => {
-                    if forgets_statements(sql) {
-                        let mut session = server.session.borrow_mut();
-                        session.statements.clear();
-                        session.settings = settings::Settings::default();
-                    }
-                }
-                Some(Err(e)) => {
-                    warn!("closing a server connection: {sql} failed: {e}");
-                    return;
-                }
-                None => {
-                    warn!("closing a server connection: {sql} timed out");
-                    return;
-                }
+        if cleanup.rollback && !run_cleanup(&mut server, "ROLLBACK").await {
+            return;
+        }
+        if cleanup.temp_schema_check {
+            match with_timeout(CLEANUP_TIMEOUT, server.has_temp_schema()).await {
+                Some(Ok(false)) => {}
+                Some(Ok(true)) => return debug!("closing a server connection whose backend has a temporary schema"),
+                Some(Err(e)) => return warn!("closing a server connection: asking for its temporary schema failed: {e}"),
+                None => return warn!("closing a server connection: asking for its temporary schema timed out"),
             }
+        }
+        if cleanup.reset && !run_cleanup(&mut server, &self.config.server_reset_query).await {
+            return;
         }
         self.exchange.reset();
         server.release();
+    }
+}
+
+/// Runs one cleanup statement on `server`; false (the connection to be
+/// closed) if it failed or took too long.
+async fn run_cleanup(server: &mut Lease, sql: &str) -> bool {
+    match with_timeout(CLEANUP_TIMEOUT, server.run_to_idle(sql)).await {
+        Some(Ok(())) => {
+            if forgets_statements(sql) {
+                let mut session = server.session.borrow_mut();
+                session.statements.clear();
+                session.settings = settings::Settings::default();
+            }
+            true
+        }
+        Some(Err(e)) => {
+            warn!("closing a server connection: {sql} failed: {e}");
+            false
+        }
+        None => {
+            warn!("closing a server connection: {sql} timed out");
+            false
+        }
     }
 }
 
@@ -1110,6 +1129,9 @@ impl Session {
 struct Cleanup {
     /// It is inside a transaction block.
     rollback: bool,
+    /// It is closed if its backend has a temporary schema
+    /// (`ServerConn::has_temp_schema`).
+    temp_schema_check: bool,
     /// server_reset_query runs (session mode, a pinned client, or _always).
     reset: bool,
 }

@@ -363,6 +363,21 @@ impl ServerConn {
         }
     }
 
+    /// Whether the backend has a temporary schema (`pg_my_temp_schema()`):
+    /// it made one for the first temporary object of its life, and keeps
+    /// it when the objects are dropped or discarded. Such a session is not
+    /// a fresh one to its next client: `pg_my_temp_schema()` answers it,
+    /// and a statement it prepared is not analysed again when it makes its
+    /// own first temporary object, as on a fresh session (the search path
+    /// it resolved names in does not change). Outside a transaction block.
+    pub async fn has_temp_schema(&mut self) -> Result<bool, ServerError> {
+        let sql = "SELECT 'oid', pg_catalog.pg_my_temp_schema()::pg_catalog.int8::pg_catalog.text";
+        match self.query_pairs(sql).await? {
+            Ok(pairs) => Ok(pairs.first().is_some_and(|(_, oid)| oid != "0")),
+            Err(e) => Err(ServerError::Refused(e)),
+        }
+    }
+
     /// Runs `sql`, a simple query whose rows have two text columns, and
     /// returns them, or the server's error. Ok only if the server ends up idle.
     pub async fn query_pairs(&mut self, sql: &str) -> Result<Result<Vec<(String, String)>, ErrorFields>, ServerError> {

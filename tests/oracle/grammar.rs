@@ -82,22 +82,13 @@ pub enum Kind {
 /// today for a known reason, each with that reason. Every entry is issue 43;
 /// a regression test in tests/oracle.rs shows each one (ignored until
 /// fixed). `PGLANE_ORACLE_ALL=1` draws them anyway, `PGLANE_ORACLE_ALL=<Kind>,...` some.
-pub const KNOWN_DIVERGENCES: &[(Kind, &str)] = &[
-    (
-        Kind::SetExtraFloatDigits,
-        "issue 43: at the defaults, extra_float_digits set in a multi-statement simple query \
-         (`set extra_float_digits = 3; select ...`) or inside a block, is lost at the client's next \
-         SET (`set app.tenant to 'b'`): it reads 1 where direct is 3, and floats print with 1; \
-         so is `select set_config('extra_float_digits', '3', false)`, features on or off",
-    ),
-    (
-        Kind::ReadCustomSettingRaw,
-        "issue 43: once any client SET a custom setting (app.tenant), resetting it on the server \
+pub const KNOWN_DIVERGENCES: &[(Kind, &str)] = &[(
+    Kind::ReadCustomSettingRaw,
+    "issue 43: once any client SET a custom setting (app.tenant), resetting it on the server \
          connection leaves a placeholder, so another client's `current_setting('app.tenant', true)` \
          is '' where it is NULL on a direct connection (maybe unfixable: PostgreSQL cannot drop a \
          placeholder); the other reads coalesce NULL to ''",
-    ),
-];
+)];
 
 /// The productions and their weights.
 const WEIGHTS: &[(Kind, usize)] = &[
@@ -215,6 +206,7 @@ const READS: &[&str] = &[
 /// The session-state probes.
 const PROBES: &[&str] = &[
     "select relname from pg_class where relnamespace = pg_my_temp_schema() order by 1",
+    "select pg_my_temp_schema() = 0 as never_had_a_temporary_object",
     "select name, statement from pg_prepared_statements where from_sql order by 1",
     "select name, is_holdable, statement from pg_cursors where name in ('c1', 'c2') order by 1",
     "select objid, mode, granted from pg_locks where locktype = 'advisory' and pid = pg_backend_pid() order by 1, 2",

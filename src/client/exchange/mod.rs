@@ -518,7 +518,7 @@ impl Exchange {
         }
         if self.realign && self.is_releasable() {
             self.realign = false;
-            self.align_settings(st.client_settings, st.server_settings, to_server);
+            self.align_settings(st.client_settings, st.server_settings, self.pinned.is_some(), to_server);
         }
         let body = &message[HEADER_LEN..];
         if tag == frontend::BIND {

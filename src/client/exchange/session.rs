@@ -165,12 +165,15 @@ impl Exchange {
 
     /// Makes the server connection's settings the client's, with a simple
     /// query whose replies the client never sees, ahead of its own messages.
-    pub fn align_settings(&mut self, client: &Settings, server: &mut Settings, to_server: &mut BytesMut) {
-        if let Some(sql) = client.sql_to_apply_over(server) {
+    /// But for a pinned client's (`keep_unknown`, see
+    /// `Settings::sql_to_apply_over`) at a realignment mid-session: what it
+    /// changed unseen on its own connection is left as it is.
+    pub fn align_settings(&mut self, client: &Settings, server: &mut Settings, keep_unknown: bool, to_server: &mut BytesMut) {
+        if let Some(sql) = client.sql_to_apply_over(server, keep_unknown) {
             frontend::query(to_server, &sql);
             self.tracker.client_sent(frontend::QUERY);
             self.due.push_back(Due::Server { request: Request::Query { plain: false }, forward: false });
-            server.take_values_of(client);
+            server.take_values_of(client, keep_unknown);
             self.unnamed.left_server();
         }
     }

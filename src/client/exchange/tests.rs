@@ -131,7 +131,7 @@ fn startup_settings_align_hidden_and_reset_realigns_before_the_next_message() {
     sides.client_settings = Settings::from_startup_values(&[("search_path".into(), "app, public".into())]);
     let mut ex = Exchange::default();
     let mut to_server = BytesMut::new();
-    ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+    ex.align_settings(&sides.client_settings, &mut sides.server_settings, false, &mut to_server);
     let sent = messages(to_server);
     assert_eq!(query_text(&sent[0]), "SELECT pg_catalog.set_config('search_path', 'app, public', false);");
     assert!(ex.rows_need_whole(), "set_config's row must not stream to the client");
@@ -172,7 +172,7 @@ fn answers_queued_behind_an_alignment_go_out_with_its_ready_for_query() {
     ex.reset();
     sides.client_settings.set("TimeZone", Value::Reported("UTC".into()));
     let mut to_server = BytesMut::new();
-    ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+    ex.align_settings(&sides.client_settings, &mut sides.server_settings, false, &mut to_server);
     assert_eq!(tags(&messages(to_server)), "Q");
     let mut p = BytesMut::new();
     frontend::parse(&mut p, "s2", "SELECT v FROM t WHERE id = $1", &[23]);
@@ -230,7 +230,7 @@ fn a_failed_alignment_ends_the_session() {
     sides.client_settings.set("TimeZone", Value::Reported("Mars/Olympus".into()));
     let mut ex = Exchange::default();
     let mut to_server = BytesMut::new();
-    ex.align_settings(&sides.client_settings, &mut sides.server_settings, &mut to_server);
+    ex.align_settings(&sides.client_settings, &mut sides.server_settings, false, &mut to_server);
     let mut error = BytesMut::new();
     backend::error_response(&mut error, &ErrorFields::error("22023", "invalid value for parameter \"TimeZone\""));
     let got = reply_whole(&mut ex, &mut sides, &[(b'E', &error[HEADER_LEN..])]);
