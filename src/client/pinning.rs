@@ -49,6 +49,33 @@
 //! Most texts name none of this, and every simple query is scanned: a text
 //! in which none of a few trigger words occurs anywhere ([`TRIGGERS`], found
 //! with the text's [`Marks`]) is answered without the word-by-word scan.
+//!
+//! ## What a PostgreSQL session holds, and what pglane does with each
+//!
+//! PostgreSQL's own list of a session's state is what `DISCARD ALL` resets
+//! (its reference page; `DiscardAll` in src/backend/commands/discard.c,
+//! PostgreSQL 15), plus what it cannot reset. Each item, and where pglane
+//! decides about it:
+//!
+//! | state (how PostgreSQL resets it) | made by | pglane |
+//! |---|---|---|
+//! | open portals, cursors (`CLOSE ALL`) | DECLARE, Bind | end with the transaction, but `WITH HOLD`: pins (here) |
+//! | session authorization, role (`SET SESSION AUTHORIZATION DEFAULT`) | SET ROLE / SESSION AUTHORIZATION | pins (here, an unfollowed SET) |
+//! | settings (`RESET ALL`) | SET, set_config, startup packet, functions | followed and carried (`crate::settings`), else pins (here); inside functions: unseen (documented remedy) |
+//! | custom setting placeholders (nothing removes them) | any SET of `x.y` | not removable: documented (docs/compatibility.md) |
+//! | prepared statements (`DEALLOCATE ALL`) | SQL PREPARE, Parse | SQL: pins (here); protocol: the client's names, mapped (`prepare`) |
+//! | LISTEN registrations (`UNLISTEN *`) | LISTEN | pins (here) |
+//! | session advisory locks (`pg_advisory_unlock_all()`) | pg_advisory_lock & co. | pins (here); inside functions: unseen |
+//! | cached plans (`DISCARD PLANS`) | any statement | change no result; shared statements are keyed by what changes parsing (`prepare::Context`) |
+//! | temporary objects and schema (`DISCARD TEMP`; the schema itself stays) | TEMP, `pg_temp.x`, search_path | pins (here); a backend left with a temporary schema is closed, not reused (`ServerConn::has_temp_schema`) |
+//! | sequence state: currval, lastval (`DISCARD SEQUENCES`) | nextval, also in defaults | discarded before a read of it on a connection another client used (`exchange`'s `sequences_may_be_foreign`) |
+//! | the open transaction (not DISCARD's: COMMIT/ROLLBACK) | BEGIN | the connection is held until it ends; rolled back if the client leaves |
+//! | loaded libraries (nothing unloads them) | LOAD, session_preload_libraries | not followed: a library loaded stays in that backend (its effect on results is the library's) |
+//! | replication origin of the session | pg_replication_origin_session_setup | not followed (superuser only) |
+//!
+//! The differential oracle (tests/oracle.rs) checks this list the way
+//! PostgreSQL defines it, by probing each kind of state, rather than by
+//! the examples above.
 
 use std::cell::Cell;
 
