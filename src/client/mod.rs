@@ -7,6 +7,11 @@
 //! says the transaction is over (transaction mode) or when the client leaves
 //! (session mode). It never opens server connections itself (`pool` does)
 //! and never blocks its shard.
+//!
+//! A cancel request reaches the client's request where it is (see
+//! `ClientEntry::queued`): on its server connection once written there, in
+//! the session while it waits for one (answered here, 57014, never sent),
+//! nowhere while the client is between requests.
 
 mod auth;
 pub(crate) mod auth_query;
@@ -342,6 +347,50 @@ struct Session {
     serial: u64,
 }
 
+/// Sends a cancel request for what `key`'s backend runs, on its own task,
+/// within `timeout`. The connection serves no other client until the server
+/// has it.
+fn spawn_cancel(key: &Rc<crate::server::CancelKey>, timeout: Duration) {
+    let under_way = key.cancel_under_way();
+    let key = key.clone();
+    crate::rt::spawn_local(async move {
+        let _ = crate::server::send_cancel(&key, timeout).await;
+        drop(under_way);
+    })
+    .detach();
+}
+
+/// Whether a request starting with a message tagged `tag` runs something a
+/// cancel request could stop (a lone Sync or Flush runs nothing).
+fn runs_something(tag: Option<&u8>) -> bool {
+    use crate::protocol::frontend::*;
+    matches!(tag, Some(&(QUERY | PARSE | BIND | DESCRIBE | EXECUTE | CLOSE | FUNCTION_CALL)))
+}
+
+/// What `take_server` got for the client's request.
+enum Taken {
+    Lease(Lease),
+    /// It left while waiting behind another client.
+    ClientLeft,
+    /// A cancel request came for it while it waited (`answer_cancelled`).
+    Cancelled,
+}
+
+/// `wait`, unless a cancel request comes first for the client's queued
+/// request (`ClientEntry::queued`): then `None`, and `wait` is dropped.
+async fn until_cancelled<T>(entry: &ClientEntry, wait: impl Future<Output = T>) -> Option<T> {
+    use std::task::Poll;
+    let mut wait = std::pin::pin!(wait);
+    let queued = entry.queued.get();
+    std::future::poll_fn(|cx| {
+        if queued && entry.poll_cancelled(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        wait.as_mut().poll(cx).map(Some)
+    })
+    .await
+}
+
 /// How a transaction ended for the session.
 #[derive(PartialEq, Eq)]
 enum Transaction {
@@ -371,7 +420,8 @@ impl Session {
         loop {
             if self.mode == PoolMode::Transaction {
                 match self.wait_for_client_limited().await? {
-                    Idle::Message => {}
+                    // Its request waits in pglane until it is on a server.
+                    Idle::Message => self.entry.queued.set(runs_something(self.buffers.from_client.pending().first())),
                     Idle::Gone => return Ok(()),
                     Idle::Shutdown => return Err(shutting_down()),
                     Idle::Killed => return Err(killed()),
@@ -414,8 +464,9 @@ impl Session {
             let mut lease = match self.mode {
                 PoolMode::Session => self.checkout().await?,
                 PoolMode::Transaction => match self.take_server().await? {
-                    Some(server) => server,
-                    None => return Ok(Transaction::SessionOver), // it left while waiting behind another client
+                    Taken::Lease(server) => server,
+                    Taken::ClientLeft => return Ok(Transaction::SessionOver), // it left while waiting behind another client
+                    Taken::Cancelled => return self.answer_cancelled().await,
                 },
             };
             if self.startup_applied || !self.buffers.to_server.is_empty() || !self.exchange.is_quiet() {
@@ -436,6 +487,13 @@ impl Session {
             let notices = std::mem::take(&mut self.owed_notices);
             self.client.write_all(&notices).await?;
         }
+        // Cancelled while the connection came: the request was sent to no
+        // server, and never will be. (A cancel that comes once the relay
+        // runs is sent to the server as soon as the request is written.)
+        if self.entry.queued.get() && self.request_unsent() && self.entry.take_cancel() {
+            self.give_back(lease).await;
+            return self.answer_cancelled().await;
+        }
         let release_when_idle = self.mode == PoolMode::Transaction;
         let pipelining = self.may_pipeline();
         // A request sent behind another client's started running when
@@ -451,6 +509,8 @@ impl Session {
                 self.exchange.sequences_may_be_foreign(foreign, &mut self.buffers.to_server);
             }
         }
+        // (Not borrowed in the struct below: that would last the relay.)
+        let unsent = self.entry.server.borrow().is_none();
         let end = Relay {
             intake: Intake::new(self.config.relay_buffer_size),
             client: &mut self.client,
@@ -485,8 +545,14 @@ impl Session {
             skip_ready: &mut self.skip_ready,
             server_said_fatal: false,
             server_write_failed: None,
+            unsent: unsent.then_some(relay::Unsent {
+                entry: &self.entry,
+                key: &server.cancel_key,
+                timeout: Config::secs(self.config.server_connect_timeout),
+            }),
         }
         .await;
+        self.entry.unqueue();
         let offer = self.offer.take();
         self.flush_counters();
         match end {
@@ -577,12 +643,81 @@ impl Session {
     /// A server connection for the client's next request: one of its own,
     /// or, with server pipelining, one another client holds, behind whose
     /// request this client's goes. `None` if the client left meanwhile.
-    async fn take_server(&mut self) -> Result<Option<Lease>, SessionError> {
+    async fn take_server(&mut self) -> Result<Taken, SessionError> {
         let may_follow = self.may_pipeline();
         match self.checkout_or_follow(may_follow).await? {
-            Checkout::Lease(lease) => Ok(Some(lease)),
-            Checkout::Behind(opening) => self.follow(&opening).await,
+            None => Ok(Taken::Cancelled),
+            Some(Checkout::Lease(lease)) => Ok(Taken::Lease(lease)),
+            Some(Checkout::Behind(opening)) if self.request_unsent() && self.entry.take_cancel() => {
+                // Cancelled as the place came: nothing was written behind.
+                opening.follower_left();
+                self.park_server_side();
+                self.entry.set_state(ClientState::Idle);
+                Ok(Taken::Cancelled)
+            }
+            Some(Checkout::Behind(opening)) => match self.follow(&opening).await? {
+                Some(lease) => Ok(Taken::Lease(lease)),
+                None => Ok(Taken::ClientLeft),
+            },
         }
+    }
+
+    /// Nothing of the client's request has gone anywhere yet: it can be
+    /// answered here (see `answer_cancelled`).
+    fn request_unsent(&self) -> bool {
+        self.buffers.to_server.is_empty() && self.exchange.is_quiet() && self.buffers.from_client.at_boundary()
+    }
+
+    /// A cancel request came for the client's request while it waited in
+    /// pglane: it is answered as PostgreSQL answers a cancelled query, the
+    /// request unsent. A simple query (or function call) gets ErrorResponse
+    /// 57014 and ReadyForQuery; an extended-protocol request gets the error,
+    /// then what follows up to its Sync is skipped (as PostgreSQL skips what
+    /// follows an error) and the Sync answered with ReadyForQuery. Messages
+    /// after that stay for the next request.
+    async fn answer_cancelled(&mut self) -> Result<Transaction, SessionError> {
+        use crate::protocol::frontend;
+        use inbox::Piece;
+        self.entry.unqueue();
+        self.entry.set_state(ClientState::Idle);
+        let mut out = BytesMut::new();
+        backend::error_response(&mut out, &ErrorFields::error("57014", "canceling statement due to user request"));
+        self.client.write_all(&out).await.map_err(SessionError::ClientIo)?;
+        out.clear();
+        let (inbox, client) = (&mut self.buffers.from_client, &mut self.client);
+        // (It holds a buffer: the request is in it.)
+        // The first message decides: a simple query is one message, an
+        // extended one runs to its Sync.
+        let mut simple = None;
+        loop {
+            let done = match inbox.next(exchange::client_needs_whole).map_err(SessionError::ClientProtocol)? {
+                Some(Piece::Whole(tag, _)) => {
+                    let simple = *simple.get_or_insert(matches!(tag, frontend::QUERY | frontend::FUNCTION_CALL));
+                    if tag == frontend::TERMINATE {
+                        return Ok(Transaction::SessionOver);
+                    }
+                    simple || tag == frontend::SYNC
+                }
+                Some(Piece::Start(..) | Piece::More(_)) => {
+                    simple.get_or_insert(false);
+                    false
+                }
+                None => {
+                    if inbox.eof {
+                        return Ok(Transaction::SessionOver);
+                    }
+                    std::future::poll_fn(|cx| inbox.poll_fill(cx, client)).await.map_err(SessionError::ClientIo)?;
+                    false
+                }
+            };
+            if done {
+                break;
+            }
+        }
+        backend::ready_for_query(&mut out, self.exchange.tracker.status());
+        self.client.write_all(&out).await.map_err(SessionError::ClientIo)?;
+        self.client.flush().await.map_err(SessionError::ClientIo)?;
+        Ok(Transaction::Over)
     }
 
     /// Sends the client's request behind the holder's (see `follow`) and
@@ -889,24 +1024,35 @@ impl Session {
     /// all within query_wait_timeout.
     async fn checkout(&mut self) -> Result<Lease, SessionError> {
         match self.checkout_or_follow(false).await? {
-            Checkout::Lease(lease) => Ok(lease),
-            Checkout::Behind(_) => unreachable!("a place behind another request for a client that may not follow"),
+            Some(Checkout::Lease(lease)) => Ok(lease),
+            Some(Checkout::Behind(_)) => unreachable!("a place behind another request for a client that may not follow"),
+            None => unreachable!("a cancelled wait in session mode, where no request is queued"),
         }
     }
 
     /// `checkout`, or a place behind another client's request if `may_follow`.
-    async fn checkout_or_follow(&mut self, may_follow: bool) -> Result<Checkout, SessionError> {
+    /// `None` if a cancel request came for the client's request meanwhile
+    /// (only for a request waiting in pglane, `ClientEntry::queued`): it
+    /// waits no more, and the client is idle again.
+    async fn checkout_or_follow(&mut self, may_follow: bool) -> Result<Option<Checkout>, SessionError> {
         let wait = Config::secs(self.config.query_wait_timeout);
         self.entry.set_state(ClientState::Waiting);
         let started = crate::rt::now();
         let mut left = wait;
         if self.shard.is_paused(&self.entry.info.database) {
-            if with_timeout(wait, self.shard.wait_unpaused(&self.entry.info.database)).await.is_none() {
-                return Err(SessionError::Pool(PoolError::WaitTimeout));
+            let unpaused = with_timeout(wait, self.shard.wait_unpaused(&self.entry.info.database));
+            match until_cancelled(&self.entry, unpaused).await {
+                None => return Ok(None),
+                Some(None) => return Err(SessionError::Pool(PoolError::WaitTimeout)),
+                Some(Some(_)) => {}
             }
             left = wait.saturating_sub(crate::rt::now().saturating_duration_since(started));
         }
-        let got = self.pool.checkout_or_follow(left, may_follow).await?;
+        let Some(got) = until_cancelled(&self.entry, self.pool.checkout_or_follow(left, may_follow)).await else {
+            self.entry.set_state(ClientState::Idle);
+            return Ok(None);
+        };
+        let got = got?;
         let lent = self.buffers.attach_server_side(self.shard.take_buffers());
         self.exchange.attach(lent);
         let now = crate::rt::now();
@@ -916,13 +1062,17 @@ impl Session {
         let waited = if now == started { std::time::Duration::ZERO } else { now.saturating_duration_since(started) };
         self.pool.count(|s| s.wait_time_us += waited.as_micros() as u64);
         // Behind another client's request, a cancel would reach that one's
-        // query: the key is the client's only once the connection is.
+        // query: the key is the client's only once the connection is. In
+        // transaction mode, only once its request is written to it (see
+        // `ClientEntry::queued`), which the relay says.
         if let Checkout::Lease(lease) = &got {
-            *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
+            if !self.entry.queued.get() {
+                *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
+            }
         }
         self.entry.set_state(ClientState::Active);
         self.lease_started = now;
-        Ok(got)
+        Ok(Some(got))
     }
 
     /// `wait_for_client`, bounded by client_idle_timeout when one is set.
@@ -1070,14 +1220,7 @@ impl Session {
     /// Sends a cancel request for what `key`'s backend runs, on its own task.
     /// The connection serves no other client until the server has it.
     fn send_cancel(&self, key: &Rc<crate::server::CancelKey>) {
-        let under_way = key.cancel_under_way();
-        let key = key.clone();
-        let timeout = Config::secs(self.config.server_connect_timeout);
-        crate::rt::spawn_local(async move {
-            let _ = crate::server::send_cancel(&key, timeout).await;
-            drop(under_way);
-        })
-        .detach();
+        spawn_cancel(key, Config::secs(self.config.server_connect_timeout));
     }
 
     /// Runs the cleanup on the server, then releases it (or closes it if that

@@ -281,6 +281,29 @@ pub struct Relay<'a> {
     /// Writing to the server failed; the relay reads on, for the FATAL a
     /// server that went away may have left, before it ends.
     pub server_write_failed: Option<io::Error>,
+    /// The client's request is not on the server yet (transaction mode):
+    /// once it is written, cancel requests go to the server.
+    pub unsent: Option<Unsent<'a>>,
+}
+
+/// Who to tell once the client's request is on the server (see
+/// `ClientEntry::queued`).
+pub struct Unsent<'a> {
+    pub entry: &'a crate::runtime::ClientEntry,
+    pub key: &'a Rc<crate::server::CancelKey>,
+    /// server_connect_timeout, for a cancel request sent then.
+    pub timeout: std::time::Duration,
+}
+
+impl Unsent<'_> {
+    /// The request is written: a cancel request for it now goes to the
+    /// server, and one that came while it was being written goes now.
+    fn written(self) {
+        *self.entry.server.borrow_mut() = Some(self.key.clone());
+        if self.entry.unqueue() {
+            super::spawn_cancel(self.key, self.timeout);
+        }
+    }
 }
 
 /// Why [`take_client_messages`] stopped.
@@ -528,7 +551,14 @@ impl Relay<'_> {
             b.to_server.clear();
         }
         match poll_send(cx, self.server, &mut b.to_server, &mut b.counters.bytes_to_server) {
-            Poll::Ready(Ok(wrote)) => progress |= wrote,
+            Poll::Ready(Ok(wrote)) => {
+                progress |= wrote;
+                if wrote && b.to_server.is_empty() {
+                    if let Some(unsent) = self.unsent.take() {
+                        unsent.written();
+                    }
+                }
+            }
             Poll::Ready(Err(e)) => {
                 // A server that went away may have said why (a FATAL before
                 // it closed), and that goes to the client: read on first.

@@ -6,6 +6,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Instant, SystemTime};
 
 use crate::server::CancelKey;
@@ -62,8 +63,18 @@ pub struct ClientEntry {
     pub connected_at: SystemTime,
     state: Cell<ClientState>,
     state_since: Cell<Instant>,
-    /// The server connection the client holds right now, if any.
+    /// The server connection the client's request runs on: set once the
+    /// request is written to it (in session mode: once it is lent), cleared
+    /// when the connection goes back. A cancel request goes to this server.
     pub server: RefCell<Option<Rc<CancelKey>>>,
+    /// The client's request waits in pglane, written to no server yet (for a
+    /// server connection, or lent one and not yet written): a cancel request
+    /// sets `cancelled` and wakes the session, which answers it itself
+    /// (57014, as PostgreSQL would) or, if the write was under way, sends it
+    /// to the server once the request is there.
+    pub queued: Cell<bool>,
+    cancelled: Cell<bool>,
+    cancel_waker: RefCell<Option<Waker>>,
     /// KILL: the session must end at its next chance.
     pub killed: Cell<bool>,
     /// Its request waits behind another client's on a server connection
@@ -84,11 +95,48 @@ impl ClientEntry {
             state: Cell::new(ClientState::Idle),
             state_since: Cell::new(Instant::now()),
             server: RefCell::new(None),
+            queued: Cell::new(false),
+            cancelled: Cell::new(false),
+            cancel_waker: RefCell::new(None),
             killed: Cell::new(false),
             following: Cell::new(false),
             cancel_held: Cell::new(false),
             served: Cell::new(false),
         }
+    }
+
+    /// A cancel request came for the request that waits in pglane (see
+    /// `queued`): the session is woken to answer it.
+    pub fn cancel_queued(&self) {
+        self.cancelled.set(true);
+        if let Some(waker) = self.cancel_waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    /// Takes a cancel request for the queued request, if one came.
+    pub fn take_cancel(&self) -> bool {
+        self.cancelled.take()
+    }
+
+    /// The request is no longer queued: on the server, answered, or gone.
+    /// A cancel that came for it meanwhile is returned (and forgotten).
+    pub fn unqueue(&self) -> bool {
+        self.queued.set(false);
+        self.cancel_waker.borrow_mut().take();
+        self.cancelled.take()
+    }
+
+    /// Ready once a cancel request came for the queued request (not taken).
+    pub fn poll_cancelled(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.cancelled.get() {
+            return Poll::Ready(());
+        }
+        let mut waker = self.cancel_waker.borrow_mut();
+        if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
     }
 
     /// Has it held a server connection since it logged in? A client that

@@ -962,9 +962,12 @@ impl Shard {
         }
     }
 
-    /// Cancels what the client with this key runs now, if it holds a server
-    /// connection: a client between transactions has nothing to cancel, and
-    /// the connection it last held may serve another client by now.
+    /// Cancels what the client with this key runs now, exactly as
+    /// PostgreSQL would: a request on a server is cancelled there; a request
+    /// still waiting in pglane is answered by its session (see
+    /// `ClientEntry::queued`); a client between requests has nothing to
+    /// cancel (and the connection it last held may serve another client by
+    /// now), so the cancel is dropped, never kept for its next request.
     async fn cancel_local(&self, process_id: i32, secret_key: i32) {
         let key: Option<Rc<CancelKey>> = {
             let clients = self.clients.borrow();
@@ -973,6 +976,8 @@ impl Shard {
             if key.is_none() && client.following.get() {
                 // Sent when the connection is handed over (see `ClientEntry::following`).
                 client.cancel_held.set(true);
+            } else if key.is_none() && client.queued.get() {
+                client.cancel_queued();
             }
             key
         };
