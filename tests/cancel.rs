@@ -282,10 +282,10 @@ fn a_cancel_for_a_query_waiting_for_a_server_connection_answers_it_unsent() {
     let pg = postgres();
     pg.fresh_database("cancel_queued", None);
     pg.psql_db("cancel_queued", "create table marker (n int)");
-    // (With server pipelining the query would go behind the blocker's, on
-    // the server already: see tests/pipelining.rs.)
-    for pipelining in ["false"] {
-        let lane = pglane(pg.port, "cancel_queued", "transaction", 1, 1, &format!("server_pipelining = {pipelining}"));
+    // At the defaults. (With server pipelining on, the query would go behind
+    // the blocker's, on the server already: see tests/pipelining.rs.)
+    {
+        let lane = pglane(pg.port, "cancel_queued", "transaction", 1, 1, "");
         let (mut blocker, _) = login(lane.port);
         send_query(&mut blocker, "select pg_sleep(2) -- blocker");
         wait_until(|| {
@@ -316,7 +316,7 @@ fn a_cancel_for_a_query_waiting_for_a_server_connection_answers_it_unsent() {
         assert_eq!(tags(&answer), "EZ", "{answer:?}");
         assert_eq!(error_code(&answer).as_deref(), Some("57014"));
         // After the blocker's sleep, on the only connection.
-        assert_eq!(outcome(&mut waiting), Ok(vec!["0".to_owned()]), "pipelining {pipelining}: a cancelled request ran");
+        assert_eq!(outcome(&mut waiting), Ok(vec!["0".to_owned()]), "a cancelled request ran");
         assert_eq!(outcome(&mut blocker).map(|rows| rows.len()), Ok(1));
         // A cancel for a client between queries cancels nothing later.
         cancel_and_wait(lane.port, key);
@@ -422,4 +422,100 @@ fn cancels_are_exact_under_concurrency(settings: &str) -> Tally {
 fn cancels_are_exact_under_concurrency_without_server_pipelining() {
     let t = cancels_are_exact_under_concurrency("server_pipelining = false");
     assert_eq!((t.lost, t.misdirected), (0, 0), "{t:?}");
+}
+
+#[test]
+fn cancels_are_exact_under_concurrency_at_the_defaults() {
+    let t = cancels_are_exact_under_concurrency("");
+    assert_eq!((t.lost, t.misdirected), (0, 0), "{t:?}");
+}
+
+/// Clients that never cancel (bystanders) next to clients that cancel
+/// their short sleeps late (often after the sleep ended), three of each on
+/// a pool of two, all of their requests plain autocommit queries. With
+/// server pipelining on, a bystander's request went to the server behind a
+/// canceller's, and a late cancel cancelled it (7-11 of the bystanders'
+/// queries in the probe); now no bystander query may fail.
+/// `PGLANE_CANCEL_ROUNDS` scales it (30 bystander queries a round, 40
+/// rounds by default; 334 for the 10,000), and
+/// `PGLANE_CANCEL_SETTINGS` adds config lines (e.g. `server_pipelining =
+/// true`, to measure that).
+#[test]
+fn late_cancels_fail_no_bystanders_query() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let pg = postgres();
+    let settings = std::env::var("PGLANE_CANCEL_SETTINGS").unwrap_or_default();
+    let lane = pglane(pg.port, "postgres", "transaction", 1, 2, &format!("admin_users = [\"{SUPERUSER}\"]\n{settings}"));
+    let port = lane.port;
+    let rounds: usize = std::env::var("PGLANE_CANCEL_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(40);
+    let per_bystander = rounds * 10;
+    let done = Arc::new(AtomicBool::new(false));
+    let cancels = Arc::new(AtomicUsize::new(0));
+    let cancellers: Vec<_> = (0..3u64)
+        .map(|n| {
+            let (done, cancels) = (done.clone(), cancels.clone());
+            std::thread::spawn(move || {
+                let (mut client, key) = login(port);
+                let mut dice = Dice(0x2545_f491_4f6c_dd1d ^ (n + 7) * 0x9876_5432_1);
+                while !done.load(Ordering::Relaxed) {
+                    // Under pipelining's 100 ms mark for slow statements.
+                    send_query(&mut client, &format!("select pg_sleep(0.0{})", 1 + dice.below(6)));
+                    std::thread::sleep(Duration::from_millis(dice.below(80)));
+                    cancel_and_wait(port, key);
+                    cancels.fetch_add(1, Ordering::Relaxed);
+                    if let Err(code) = outcome(&mut client) {
+                        assert_eq!(code, "57014");
+                    }
+                }
+            })
+        })
+        .collect();
+    let bystanders: Vec<_> = (0..3)
+        .map(|n| {
+            std::thread::spawn(move || {
+                let mut client = RawClient::login(port, SUPERUSER, "app");
+                let mut failed = 0;
+                for i in 0..per_bystander {
+                    let sql = if i % 2 == 0 { "select 1" } else { "select pg_sleep(0.002)" };
+                    send_query(&mut client, sql);
+                    if let Err(code) = outcome(&mut client) {
+                        eprintln!("bystander {n}, query {i} ({sql}): {code}");
+                        failed += 1;
+                    }
+                }
+                failed
+            })
+        })
+        .collect();
+    let failed: usize = bystanders.into_iter().map(|b| b.join().unwrap()).sum();
+    done.store(true, Ordering::Relaxed);
+    for c in cancellers {
+        c.join().unwrap();
+    }
+    let queries = 3 * per_bystander;
+    eprintln!(
+        "{settings:?}: {failed} of {queries} bystander queries failed, {} late cancels, {} pipelined",
+        cancels.load(Ordering::Relaxed),
+        pipelined(port)
+    );
+    assert_eq!(failed, 0, "{failed} of {queries} bystander queries failed");
+}
+
+/// Requests sent to a server behind another client's (SHOW STATS_TOTALS).
+fn pipelined(port: u16) -> u64 {
+    let mut admin = RawClient::login(port, SUPERUSER, "pgbouncer");
+    let reply = query(&mut admin, "SHOW STATS_TOTALS");
+    let description = reply.iter().find(|m| m.tag == backend::ROW_DESCRIPTION).expect("RowDescription");
+    let fields = backend::decode_row_description(&description.body).unwrap();
+    let column = fields.iter().position(|f| f.name == "pipelined").expect("a pipelined column");
+    reply
+        .iter()
+        .filter(|m| m.tag == backend::DATA_ROW)
+        .map(|m| {
+            let row = backend::decode_data_row(&m.body).unwrap();
+            let value = row.iter().nth(column).unwrap().unwrap_or(b"0");
+            std::str::from_utf8(value).unwrap().parse::<u64>().unwrap_or(0)
+        })
+        .sum()
 }

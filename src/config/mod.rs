@@ -232,8 +232,12 @@ pub struct Config {
     /// down the line as each is answered, so a busy server never waits for
     /// the pooler between transactions. The cost: a request queued behind a long one waits for
     /// it even if another connection frees up first. See `pool::Opening`.
-    /// On by default: it wins at 8 and 64 clients (bench/RESULTS.md §9).
-    #[serde(default = "defaults::on")]
+    /// Off by default (issue 43): a cancel request for the request ahead
+    /// that reaches the server after it ended cancels the request behind
+    /// it, another client's, and a backend that dies fails that one too;
+    /// neither can be told from the client's own trouble, so neither can be
+    /// undone. It wins at 8 and 64 clients (bench/RESULTS.md §9).
+    #[serde(default)]
     pub server_pipelining: bool,
     /// Named prepared statements one client may hold at once.
     #[serde(default = "defaults::max_client_prepared_statements")]

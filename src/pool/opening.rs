@@ -47,6 +47,13 @@
 //! so every waiting client's request is queued on the server. The offer
 //! stays with that follower and is handed on when the lease comes to it.
 //!
+//! What it cannot make transparent, and why it is off by default (issue
+//! 43): the request behind is on the server before the request ahead ends,
+//! so a cancel request for the holder that reaches the backend after the
+//! holder's query ended cancels the follower's, and a connection that dies
+//! fails the follower's request with the holder's. pglane cannot tell
+//! either from the follower's own trouble, nor take back what it sent.
+//!
 //! This module only keeps the hand-over's state; what a relay does with it
 //! is the client's (`client::relay`, `client::follow`).
 
