@@ -382,11 +382,12 @@ async fn until_cancelled<T>(entry: &ClientEntry, wait: impl Future<Output = T>) 
     use std::task::Poll;
     let mut wait = std::pin::pin!(wait);
     let queued = entry.queued.get();
-    std::future::poll_fn(|cx| {
-        if queued && entry.poll_cancelled(cx).is_ready() {
-            return Poll::Ready(None);
-        }
-        wait.as_mut().poll(cx).map(Some)
+    // The wait first: a connection to be had at once costs no waker. One
+    // that comes with a cancel is given back by the caller (`transaction`).
+    std::future::poll_fn(|cx| match wait.as_mut().poll(cx) {
+        Poll::Ready(got) => Poll::Ready(Some(got)),
+        Poll::Pending if queued => entry.poll_cancelled(cx).map(|()| None),
+        Poll::Pending => Poll::Pending,
     })
     .await
 }
