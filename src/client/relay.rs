@@ -553,7 +553,9 @@ impl Relay<'_> {
         match poll_send(cx, self.server, &mut b.to_server, &mut b.counters.bytes_to_server) {
             Poll::Ready(Ok(wrote)) => {
                 progress |= wrote;
-                if wrote && b.to_server.is_empty() {
+                // All the client sent is on the server (none of it held
+                // back for a check pglane sent first).
+                if wrote && self.unsent.is_some() && b.to_server.is_empty() && self.exchange.held_len() == 0 {
                     if let Some(unsent) = self.unsent.take() {
                         unsent.written();
                     }
