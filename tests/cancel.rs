@@ -519,3 +519,27 @@ fn pipelined(port: u16) -> u64 {
         })
         .sum()
 }
+
+/// A query held by PAUSE (admin console) waits in pglane as one waiting
+/// for a connection does: a cancel is answered at once with 57014, and the
+/// query does not run after RESUME.
+#[test]
+fn a_cancel_for_a_query_held_by_pause_answers_it_unsent() {
+    let pg = postgres();
+    pg.fresh_database("cancel_paused", None);
+    pg.psql_db("cancel_paused", "create table marker (n int)");
+    let lane = pglane(pg.port, "cancel_paused", "transaction", 1, 2, &format!("admin_users = [\"{SUPERUSER}\"]"));
+    let (mut client, key) = login(lane.port);
+    let mut admin = RawClient::login(lane.port, SUPERUSER, "pgbouncer");
+    assert_eq!(error_code(&query(&mut admin, "PAUSE app")), None);
+    send_query(&mut client, "insert into marker values (1)");
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    cancel_and_wait(lane.port, key);
+    let answer = client.until_ready();
+    assert!(started.elapsed() < Duration::from_secs(1), "answered after {:?}", started.elapsed());
+    assert_eq!(error_code(&answer).as_deref(), Some("57014"), "{answer:?}");
+    assert_eq!(error_code(&query(&mut admin, "RESUME app")), None);
+    send_query(&mut client, "select count(*) from marker");
+    assert_eq!(outcome(&mut client), Ok(vec!["0".to_owned()]));
+}
