@@ -2,7 +2,10 @@
 //! of the kernel's range, naming their shard and instance), when the cancel
 //! connection closes (once PostgreSQL has the request, as PostgreSQL's own
 //! does), what a cancel may reach (the query it was sent for, never another
-//! client's), and cancels that land on another pglane instance of a peered
+//! client's, nor the client's next one), how pglane answers a cancel for a
+//! query still waiting in it (57014, the query never sent), cancels under
+//! concurrency (none lost, none misdirected; `PGLANE_CANCEL_ROUNDS` for a
+//! longer run), and cancels that land on another pglane instance of a peered
 //! group (`peer_id`, `[peers]`). The drivers' own cancel loops are in
 //! tests/drivers.rs and tests/jdbc.rs.
 
