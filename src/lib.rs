@@ -11,6 +11,7 @@
 //! - [`rt`]: the runtime under the shards: one single-threaded executor per core
 //!   on an io_uring of its own, timers, sockets, a blocking thread; knows nothing
 //!   of PostgreSQL.
+//! - [`memory`]: large buffers a shard let go of, given back to the system.
 //! - [`net`]: the socket a session sees, TCP or unix, plain or TLS (rustls).
 //! - [`protocol`]: the wire protocol as small pure encode/decode functions, and
 //!   the frame scanner; no sockets, no state.
@@ -40,6 +41,7 @@ pub mod client;
 pub mod config;
 pub mod formats;
 pub mod logging;
+pub mod memory;
 pub mod net;
 pub mod pool;
 pub mod prepare;

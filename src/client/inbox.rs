@@ -93,6 +93,12 @@ impl Inbox {
         }
     }
 
+    /// The size of the buffer it holds (what it grew to for the largest
+    /// message it held whole).
+    pub fn buffer_len(&self) -> usize {
+        self.buf.len()
+    }
+
     /// It holds a buffer to read into.
     #[cfg(test)]
     pub fn has_buffer(&self) -> bool {

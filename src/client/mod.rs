@@ -92,6 +92,7 @@ pub fn serve(shard: &Rc<Shard>, stream: Stream, peer: Option<std::net::SocketAdd
         let Some((mut session, params)) = admission.await else { return };
         let ended = session.run(params).await;
         Box::pin(session.end(ended)).await;
+        crate::memory::let_go_of_a_buffer(session.buffers.from_client.buffer_len());
         session.shard.client_gone();
     }
 }
@@ -1295,6 +1296,8 @@ fn give_back_inbox_buffer(inbox: &mut inbox::Inbox, shard: &Shard) {
     if let Some(buf) = inbox.take_buffer() {
         if buf.len() == inbox::INITIAL {
             shard.return_inbox_buffer(buf);
+        } else {
+            crate::memory::let_go_of_a_buffer(buf.len());
         }
     }
 }

@@ -189,6 +189,15 @@ impl ServerSide {
     }
 }
 
+/// Whether `buf`, emptied, holds an allocation of more than `kept` bytes.
+/// Its `capacity()` alone does not say: once the relay has advanced past
+/// what it wrote, it counts only the room left behind that, while the whole
+/// allocation stays. So the room in front is taken back first, where the
+/// buffer is the allocation's only user (which costs nothing: it is empty).
+fn holds_more_than(buf: &mut BytesMut, kept: usize) -> bool {
+    buf.capacity() > kept || buf.try_reclaim(kept + 1)
+}
+
 impl Default for ServerSide {
     fn default() -> Self {
         ServerSide::new()
@@ -229,10 +238,15 @@ impl Buffers {
         side.to_server.clear();
         side.from_server.clear();
         side.to_client.clear();
-        if side.to_server.capacity() > SERVER_SIDE_KEPT || side.to_client.capacity() > SERVER_SIDE_KEPT {
-            let fresh = ServerSide::new();
-            side.to_server = fresh.to_server;
-            side.to_client = fresh.to_client;
+        if holds_more_than(&mut side.to_server, SERVER_SIDE_KEPT)
+            || holds_more_than(&mut side.to_client, SERVER_SIDE_KEPT)
+            || side.from_server.buffer_len() > SERVER_SIDE_KEPT
+            || side.exchange.retained_bytes() > SERVER_SIDE_KEPT
+        {
+            // A client's 60 MiB query stayed in the shard's spares, kept
+            // for the next client (issue 43): let go, and fresh ones made.
+            side = ServerSide::new();
+            crate::memory::let_go_of_a_large_buffer();
         }
         side
     }

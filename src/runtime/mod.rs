@@ -786,6 +786,7 @@ impl Shard {
             self.close_expired_servers();
             self.check_hosts_when_due();
             self.drop_unused_fallback_pools();
+            crate::memory::give_back_if_let_go();
             let now = std::time::Instant::now();
             for pool in self.pools().values() {
                 pool.expire_waiters(now);

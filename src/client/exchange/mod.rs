@@ -347,6 +347,14 @@ pub struct InFlight {
     rewriting: Option<Box<AutoPrepare>>,
 }
 
+impl InFlight {
+    /// The bytes its buffers hold (auto-prepare's lexer keeps a query's
+    /// literal values, whatever their size, until the next query).
+    pub fn retained_bytes(&self) -> usize {
+        self.rewriting.as_ref().map_or(0, |r| r.retained_bytes())
+    }
+}
+
 /// Client messages pglane must see whole; CopyData streams through.
 pub fn client_needs_whole(tag: u8) -> bool {
     tag != frontend::COPY_DATA

@@ -102,6 +102,12 @@ impl Default for AutoPrepare {
 }
 
 impl AutoPrepare {
+    /// The bytes its buffers hold, for whoever keeps it between clients
+    /// (see `relay::Buffers::park_server_side`).
+    pub(super) fn retained_bytes(&self) -> usize {
+        self.lexed.retained_bytes() + self.rewritten.capacity() + self.spare.iter().map(String::capacity).sum::<usize>()
+    }
+
     /// Lexes the simple query `sql` into its shape (the rewritten text,
     /// [`AutoPrepare::rewritten`]), or says why it passes through.
     pub(super) fn lex(&mut self, sql: &str, ready: Ready, settings: &Settings) -> Result<(), PassThrough> {

@@ -291,6 +291,20 @@ pub struct Lexed {
     tokens: Vec<Token>,
 }
 
+impl Lexed {
+    /// The bytes its buffers hold (the literal values of the largest query
+    /// it lexed, mostly).
+    pub fn retained_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.slots.capacity() * size_of::<Slot>()
+            + self.param_types.capacity() * size_of::<u32>()
+            + self.values.capacity()
+            + self.kept.capacity() * size_of::<Kept>()
+            + self.frames.capacity() * size_of::<Frame>()
+            + self.tokens.capacity() * size_of::<Token>()
+    }
+}
+
 impl Default for Lexed {
     fn default() -> Self {
         Lexed::new()
