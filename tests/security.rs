@@ -872,7 +872,16 @@ async fn sequence_state_never_reaches_another_client() {
     let read = d.simple_query("select lastval()").await.expect_err("55000 direct");
     assert_eq!(read.as_db_error().map(|e| e.code().code()), Some("55000"), "d read a's lastval(): {read}");
     d.batch_execute("rollback").await.unwrap();
-    drop((a, b, c, d));
+    // A first read behind a SET that failed in its block: 25P02 as direct,
+    // and the session goes on (a discard there would fail, and end it).
+    a.query_one(insert, &[]).await.unwrap();
+    let e = connect(lane.port, "postgres", "secret", "app").await;
+    e.batch_execute("begin").await.unwrap();
+    e.batch_execute("set statement_timeout = 'soon'").await.expect_err("22023");
+    let read = e.simple_query("select lastval()").await.expect_err("25P02 direct");
+    assert_eq!(read.as_db_error().map(|e| e.code().code()), Some("25P02"), "{read}");
+    e.batch_execute("rollback").await.expect("the session goes on");
+    drop((a, b, c, d, e));
 }
 
 fn rows_of(messages: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<String>> {

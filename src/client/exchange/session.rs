@@ -196,9 +196,12 @@ impl Exchange {
         if !foreign || self.passes_through {
             return;
         }
-        self.sequences_foreign = true;
         if self.reads_sequences {
-            self.forget_foreign_sequences(to_server);
+            // Nothing of the client's is on the connection yet: the discard
+            // goes first (behind the alignment, if any).
+            self.discard_sequences(to_server);
+        } else {
+            self.sequences_foreign = true;
         }
     }
 
@@ -207,11 +210,23 @@ impl Exchange {
     /// another client's: nothing of the client's that could change it has
     /// run on it in this transaction (only statements such as psycopg's
     /// BEGIN, [`leaves_sequences_alone`]; see
-    /// [`Exchange::sequences_may_be_foreign`]).
+    /// [`Exchange::sequences_may_be_foreign`]). And only where the discard
+    /// cannot fail: nothing of the client's in flight (a SET ahead of it may
+    /// yet fail and abort the block), the block not failed; a failed discard
+    /// would end the session (see [`Exchange::from_server`]), and in a
+    /// failed block the client's read fails anyway, as it would direct.
     pub(super) fn forget_foreign_sequences(&mut self, to_server: &mut BytesMut) {
-        if !std::mem::take(&mut self.sequences_foreign) {
-            return;
+        if std::mem::take(&mut self.sequences_foreign)
+            && self.tracker.is_quiet()
+            && self.tracker.status() != backend::TransactionStatus::Failed
+        {
+            self.discard_sequences(to_server);
         }
+    }
+
+    /// Sends `DISCARD SEQUENCES`, its reply unseen by the client.
+    fn discard_sequences(&mut self, to_server: &mut BytesMut) {
+        self.sequences_foreign = false;
         frontend::query(to_server, "DISCARD SEQUENCES");
         self.tracker.client_sent(frontend::QUERY);
         self.due.push_back(Due::Server { request: Request::Query { plain: false }, forward: false });
