@@ -723,6 +723,9 @@ pub struct TextTraits {
     /// A literal of it may name the moment it is parsed
     /// ([`names_the_moment`]).
     pub moment: bool,
+    /// What it returns is shaped by the session, not by its text
+    /// ([`shaped_by_the_session`]).
+    pub session_shaped: bool,
 }
 
 impl TextTraits {
@@ -730,8 +733,36 @@ impl TextTraits {
     /// statements with parameters) is answered at memchr's speed.
     pub fn of(sql: &[u8]) -> TextTraits {
         let literals = may_have_string_literal(sql);
-        TextTraits { literals, moment: literals && names_the_moment(sql) }
+        TextTraits { literals, moment: literals && names_the_moment(sql), session_shaped: shaped_by_the_session(sql) }
     }
+}
+
+/// Whether what `sql` returns, its columns and their types, is shaped by
+/// state of the session rather than by the text: `FETCH` and `MOVE` return
+/// the rows of whichever cursor of that name the session has open, `EXECUTE`
+/// those of whichever SQL prepared statement. The same text means another
+/// result from one moment to the next, so its description cannot be
+/// cached or shared. Looks at the first word past whitespace, comments and
+/// parentheses.
+pub fn shaped_by_the_session(sql: &[u8]) -> bool {
+    let mut rest = sql;
+    loop {
+        rest = rest.trim_ascii_start();
+        if let Some(after) = rest.strip_prefix(b"--") {
+            rest = after.iter().position(|&b| b == b'\n').map_or(&[][..], |i| &after[i..]);
+        } else if let Some(after) = rest.strip_prefix(b"/*") {
+            // Nested comments end at the first */ here: the word after it
+            // is then not the first, and the answer is no, as for any text
+            // this does not recognize.
+            rest = after.windows(2).position(|w| w == b"*/").map_or(&[][..], |i| &after[i + 2..]);
+        } else if let Some(after) = rest.strip_prefix(b"(") {
+            rest = after;
+        } else {
+            break;
+        }
+    }
+    let end = rest.iter().position(|b| !b.is_ascii_alphabetic()).unwrap_or(rest.len());
+    [&b"fetch"[..], b"move", b"execute"].iter().any(|w| rest[..end].eq_ignore_ascii_case(w))
 }
 
 /// Whether `sql` may hold a string literal: a quote, or a dollar quote
@@ -1015,6 +1046,26 @@ mod tests {
 
     /// A pinned client's own connection: a value it changed unseen (unknown
     /// there) stays; what pglane knows is aligned as ever.
+    #[test]
+    fn what_a_cursor_or_an_sql_prepared_statement_returns_is_the_sessions() {
+        for sql in [
+            "fetch 2 from c2",
+            "  FETCH ALL IN c",
+            "move 1 in c",
+            "EXECUTE p1(1)",
+            "/* c */ fetch next from c",
+            "-- c\nexecute p",
+        ] {
+            assert!(shaped_by_the_session(sql.as_bytes()), "{sql}");
+        }
+        for sql in
+            ["select 1", "fetched", "select * from fetch", "", "/* unterminated", "prepare p as select 1", "explain execute p"]
+        {
+            assert!(!shaped_by_the_session(sql.as_bytes()), "{sql}");
+        }
+        assert!(TextTraits::of(b"fetch 1 from c").session_shaped);
+    }
+
     #[test]
     fn a_pinned_clients_unseen_changes_are_kept() {
         let mut client = Settings::default();

@@ -210,6 +210,49 @@ fn a_backend_that_had_a_temporary_schema_serves_no_other_client() {
     );
 }
 
+/// What `FETCH` returns is the open cursor's, whatever the text: a second
+/// cursor of the same name over other columns must be described as it is
+/// (found by the oracle's long run, seed 1130, one client, every feature
+/// off too: pglane answered the second Describe of `fetch 2 from c2` from
+/// the first cursor's int4 column, and the client could not decode the
+/// text it got).
+#[test]
+fn a_fetch_is_described_by_its_cursor_not_its_text() {
+    let block = |query: &str| {
+        Step::Run(vec![
+            Stmt::simple("begin"),
+            Stmt::simple(&format!("declare c2 cursor for {query}")),
+            stmt(Via::Extended, "fetch 2 from c2"),
+            stmt(Via::Extended, "commit"),
+        ])
+    };
+    transparent(
+        "oracle_fetch_described",
+        vec![vec![block("select generate_series(1, 3)"), block("select '2020-01-01 12:00'::timestamptz::text")]],
+    );
+}
+
+/// A statement a client prepared keeps the zone its literal was converted
+/// in, even once a pinned client's DISCARD ALL dropped it from the only
+/// server connection (found by the oracle's long run, seed 1036): pglane
+/// prepares it again in the client's TimeZone of now.
+#[test]
+#[ignore = "issue 43: a statement prepared again on a connection that lost it is parsed in the client's settings of now"]
+fn a_statement_dropped_by_another_clients_reset_keeps_the_zone_of_its_parse() {
+    transparent(
+        "oracle_zone_after_reset",
+        vec![
+            vec![
+                Step::one(stmt(Via::Prepare { slot: 0, params: 0 }, "select '2020-01-01 12:00'::timestamptz::text")),
+                after(1, 2),
+                Step::one(stmt(Via::Unnamed, "set TimeZone to 'Asia/Tokyo'")),
+                Step::one(stmt(Via::Execute { slot: 0 }, "")),
+            ],
+            vec![after(0, 1), Step::one(stmt(Via::Extended, "select pg_advisory_lock($1::bigint)").with_params(&["4331"]))],
+        ],
+    );
+}
+
 /// A literal `'...'::timestamptz` in a protocol-level statement is converted
 /// when the client Parsed it: executing it after a change of TimeZone gives
 /// the instant of the zone at Parse, as on a direct connection. (Found by

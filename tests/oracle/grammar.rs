@@ -82,13 +82,24 @@ pub enum Kind {
 /// today for a known reason, each with that reason. Every entry is issue 43;
 /// a regression test in tests/oracle.rs shows each one (ignored until
 /// fixed). `PGLANE_ORACLE_ALL=1` draws them anyway, `PGLANE_ORACLE_ALL=<Kind>,...` some.
-pub const KNOWN_DIVERGENCES: &[(Kind, &str)] = &[(
-    Kind::ReadCustomSettingRaw,
-    "issue 43: once any client SET a custom setting (app.tenant), resetting it on the server \
+pub const KNOWN_DIVERGENCES: &[(Kind, &str)] = &[
+    (
+        Kind::ProtocolPreparedZoneLiteral,
+        "issue 43: a protocol-level statement whose literal PostgreSQL converts at Parse \
+         ('...'::timestamptz, in the TimeZone of that moment) is parsed again in the client's \
+         settings of now when pglane prepares it on a server connection that lacks it: another \
+         connection, or the same one after a pinned client's DISCARD ALL dropped it; direct, it \
+         keeps the zone of its Parse (docs/compatibility.md, 'A statement and the settings it \
+         was parsed in')",
+    ),
+    (
+        Kind::ReadCustomSettingRaw,
+        "issue 43: once any client SET a custom setting (app.tenant), resetting it on the server \
          connection leaves a placeholder, so another client's `current_setting('app.tenant', true)` \
          is '' where it is NULL on a direct connection (maybe unfixable: PostgreSQL cannot drop a \
          placeholder); the other reads coalesce NULL to ''",
-)];
+    ),
+];
 
 /// The productions and their weights.
 const WEIGHTS: &[(Kind, usize)] = &[

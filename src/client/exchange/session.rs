@@ -112,11 +112,12 @@ impl Exchange {
     /// now (see `prepare::Context`): that of its settings as pglane knows
     /// them; or, when it does not know what its texts mean (see
     /// [`Exchange::settings_known`]: a request that may change a setting is
-    /// unanswered, say) or the text names the moment it is parsed, a new
-    /// private one, so that the statement is the client's own and parsed for
-    /// it by the server.
+    /// unanswered, say), the text names the moment it is parsed, or what it
+    /// returns is the session's (a FETCH), a new private one, so that the
+    /// statement is the client's own and parsed and described for it by the
+    /// server.
     pub(super) fn context_for(&mut self, text: TextTraits, st: &Statements<'_>) -> Context {
-        if !self.settings_known() || text.moment {
+        if !self.settings_known() || text.moment || text.session_shaped {
             return st.registry.private_context();
         }
         let version = st.client_settings.version();
