@@ -111,6 +111,7 @@ pub(crate) fn put_cstr(buf: &mut bytes::BytesMut, s: &str) {
 
 /// Writes a tagged message: tag, length placeholder, body written by `body`,
 /// then the length patched in. One allocation-free way to encode every message.
+#[inline]
 pub(crate) fn put_message(buf: &mut bytes::BytesMut, tag: u8, body: impl FnOnce(&mut bytes::BytesMut)) {
     buf.extend_from_slice(&[tag, 0, 0, 0, 0]);
     let len_at = buf.len() - 4;

@@ -532,10 +532,9 @@ impl Exchange {
         if tag == frontend::BIND {
             self.note_bind(body);
         }
-        // psycopg's BEGIN, a SET: the connection's sequence state is as it was.
-        let sequences_kept = self.sequences_foreign
-            && tag == frontend::QUERY
-            && frontend::decode_query(body).is_ok_and(session::leaves_sequences_alone);
+        // psycopg's BEGIN, a SET: the connection's sequence state is as it
+        // was (a simple query's text is looked at below).
+        let mut sequences_kept = false;
         let forwarded = match tag {
             frontend::BIND | frontend::DESCRIBE | frontend::CLOSE if self.passes_through => {
                 self.pass_through(tag, message, to_server)
@@ -581,6 +580,7 @@ impl Exchange {
                 self.simple_query_sent();
                 let mut plain = false;
                 let sql = frontend::decode_query(body).ok();
+                sequences_kept = self.sequences_foreign && sql.is_some_and(session::leaves_sequences_alone);
                 if let Some(sql) = sql {
                     let watched = self.watch_text(sql, st);
                     if watched.reads_sequences {
