@@ -19,8 +19,9 @@
 //!   `SELECT ... INTO pg_temp.t`, a `search_path` that names `pg_temp`, so
 //!   that a plain `CREATE TABLE t` lands there): any text that names
 //!   `pg_temp` anywhere, in a literal or a quoted identifier too, or that
-//!   holds a Unicode escape (`U&"..."`, which can spell it) pins
-//!   ([`names_temp_schema`]), even when it is a SET pglane follows;
+//!   holds a Unicode escape that can spell it (a `U&"..."` identifier, a
+//!   `U&'...'` string given to search_path) pins ([`names_temp_schema`]),
+//!   even when it is a SET pglane follows;
 //! - cursors declared `WITH HOLD`;
 //! - SQL-level `PREPARE name AS ...` (protocol-level named statements are
 //!   handled by the statement registry instead);
@@ -296,22 +297,25 @@ fn scan_features_and_resets(sql: &str, carried: impl Fn(&str) -> bool) -> (Optio
 /// namespace.c): `pg_temp` anywhere, ASCII case ignored (an unquoted name
 /// is folded; a quoted one, or a string literal a SET or `set_config`
 /// gives `search_path`, spells it as is), `pg_temp_N` included; or a
-/// Unicode escape (`U&"..."`, `U&'...'`), which can spell it with no
-/// letter of it showing. Over-approximates on purpose: a comment or a
-/// literal that mentions it also pins, which costs pooling only.
+/// Unicode escape that can spell it with no letter of it showing: a
+/// `U&"..."` identifier anywhere, or a `U&'...'` string in a text that
+/// names `search_path` (a string is a value, and names a schema only as
+/// search_path's). Over-approximates on purpose: a comment or a literal
+/// that mentions it also pins, which costs pooling only.
 pub fn names_temp_schema(sql: &str) -> bool {
-    contains_ignore_ascii_case(sql.as_bytes(), b"pg_temp") || has_unicode_escape(sql.as_bytes())
+    let sql = sql.as_bytes();
+    contains_ignore_ascii_case(sql, b"pg_temp")
+        || has_unicode_escape(sql, b'"')
+        || (has_unicode_escape(sql, b'\'') && contains_ignore_ascii_case(sql, b"search_path"))
 }
 
-/// Whether `sql` holds `U&'` or `U&"` (either case) not glued to a word
-/// before it: the start of a Unicode-escaped literal or identifier.
-fn has_unicode_escape(sql: &[u8]) -> bool {
-    sql.windows(3).enumerate().any(|(i, w)| {
-        w[0].eq_ignore_ascii_case(&b'u')
-            && w[1] == b'&'
-            && (w[2] == b'\'' || w[2] == b'"')
-            && !(i > 0 && is_word_byte(sql[i - 1]))
-    })
+/// Whether `sql` holds `U&` (either case) and then `quote`, not glued to a
+/// word before it: the start of a Unicode-escaped identifier (`"`) or
+/// string (`'`).
+fn has_unicode_escape(sql: &[u8], quote: u8) -> bool {
+    sql.windows(3)
+        .enumerate()
+        .any(|(i, w)| w[0].eq_ignore_ascii_case(&b'u') && w[1] == b'&' && w[2] == quote && !(i > 0 && is_word_byte(sql[i - 1])))
 }
 
 /// [`session_feature`]'s state over the words seen so far.
@@ -695,8 +699,9 @@ mod tests {
 
     #[test]
     fn unicode_escapes_are_told_from_an_ampersand() {
-        assert!(names_temp_schema("select U&'d\\0061t'"));
-        assert!(names_temp_schema("select (u&\"x\")"));
+        assert!(!names_temp_schema("select U&'d\\0061t'"), "a string, not search_path's: names no schema");
+        assert!(names_temp_schema("set search_path = U&'pg\\005ftemp', public"));
+        assert!(names_temp_schema("select (u&\"x\")"), "an identifier may be the schema");
         assert!(!names_temp_schema("select flags_mu&1 from t"), "a bitwise and after a name");
         assert!(!names_temp_schema("select menu&'1' from t"), "glued to a word");
         assert!(!names_temp_schema("select u & 1"));
