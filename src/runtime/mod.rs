@@ -662,9 +662,15 @@ impl Shard {
         if seen_by.is_none() {
             return;
         }
+        self.tell_other_shards(|| ShardMessage::SchemaChanged { database: database.to_owned() });
+    }
+
+    /// Sends each other shard the message `message` makes: at once where
+    /// its inbox has room, else from a task of its own, so that the caller
+    /// never waits for a busy shard.
+    fn tell_other_shards(&self, message: impl Fn() -> ShardMessage) {
         for peer in (0..self.shards).filter(|&s| s != self.id) {
-            let message = ShardMessage::SchemaChanged { database: database.to_owned() };
-            if let Err(message) = self.peers.try_send_to(peer, message) {
+            if let Err(message) = self.peers.try_send_to(peer, message()) {
                 let peers = self.peers.clone();
                 rt::spawn_local(async move {
                     let _ = peers.send_to(peer, message).await;
@@ -688,18 +694,8 @@ impl Shard {
         if closed > 0 {
             info!(shard = self.id, dbname = %crate::logging::Escaped(dbname), closed, "closed idle server connections a client's DROP or ALTER DATABASE needs gone");
         }
-        if !tell_others {
-            return;
-        }
-        for peer in (0..self.shards).filter(|&s| s != self.id) {
-            let message = ShardMessage::CloseIdleTo { dbname: dbname.to_owned() };
-            if let Err(message) = self.peers.try_send_to(peer, message) {
-                let peers = self.peers.clone();
-                rt::spawn_local(async move {
-                    let _ = peers.send_to(peer, message).await;
-                })
-                .detach();
-            }
+        if tell_others {
+            self.tell_other_shards(|| ShardMessage::CloseIdleTo { dbname: dbname.to_owned() });
         }
     }
 
