@@ -382,24 +382,73 @@ impl Settings {
         }
         let kept = |name: &String| keep_unknown && server.values.get(name) == Some(&Value::Unknown);
         let mut sql = String::new();
-        for (name, value) in &self.values {
-            if server.values.get(name) != Some(value) && !kept(name) {
-                match value {
-                    Value::Reported(v) => sql.push_str(&format!("SET \"{name}\" = {};", quote(v))),
-                    Value::Sql(v) => sql.push_str(&format!("SET \"{name}\" = {v};")),
-                    Value::Plain(v) => {
-                        sql.push_str(&format!("SELECT pg_catalog.set_config({}, {}, false);", quote(name), quote(v)))
+        // statement_timeout last: PostgreSQL times each statement of a
+        // query with the value in force as it starts, so the SETs before it
+        // run under the connection's value, never under a shorter one of
+        // the client's (see `Exchange::align_settings`).
+        for timeout_now in [false, true] {
+            let this_round = |name: &String| (name == "statement_timeout") == timeout_now && !kept(name);
+            for (name, value) in self.values.iter().filter(|(n, _)| this_round(n)) {
+                if server.values.get(name) != Some(value) {
+                    match value {
+                        Value::Reported(v) => sql.push_str(&format!("SET \"{name}\" = {};", quote(v))),
+                        Value::Sql(v) => sql.push_str(&format!("SET \"{name}\" = {v};")),
+                        Value::Plain(v) => {
+                            sql.push_str(&format!("SELECT pg_catalog.set_config({}, {}, false);", quote(name), quote(v)))
+                        }
+                        // Only a server's value is ever unknown.
+                        Value::Unknown => sql.push_str(&format!("RESET \"{name}\";")),
                     }
-                    // Only a server's value is ever unknown.
-                    Value::Unknown => sql.push_str(&format!("RESET \"{name}\";")),
                 }
             }
-        }
-        for name in server.values.keys().filter(|n| !self.values.contains_key(*n) && !kept(n)) {
-            sql.push_str(&format!("RESET \"{name}\";"));
+            for name in server.values.keys().filter(|n| !self.values.contains_key(*n) && this_round(n)) {
+                sql.push_str(&format!("RESET \"{name}\";"));
+            }
         }
         (!sql.is_empty()).then_some(sql)
     }
+}
+
+/// Below this, a statement_timeout a server connection carries from another
+/// client may cancel pglane's alignment of its settings: PostgreSQL starts
+/// the timer at a query's start with the value in force then, so the SETs
+/// that change it run under it. A second is four orders of magnitude more
+/// than the SETs take; a timeout that short is what a stalled backend or
+/// host would meet anywhere.
+pub const TIMEOUT_FELT_BELOW_MS: f64 = 1000.0;
+
+/// Whether a query run now on a server connection with `server`'s settings
+/// may be cancelled by its statement_timeout before it is done: one is set
+/// and, as far as pglane can read it, is under [`TIMEOUT_FELT_BELOW_MS`]
+/// (unknown or unreadable values count as short). A timeout that role or
+/// database defaults set applies to every client of the pool alike and is
+/// not seen here.
+pub fn timeout_may_cancel(server: &Settings) -> bool {
+    match server.get("statement_timeout") {
+        None => false,
+        Some(value) => value.plain().and_then(duration_ms).is_none_or(|ms| ms > 0.0 && ms < TIMEOUT_FELT_BELOW_MS),
+    }
+}
+
+/// A time setting's value in milliseconds, read as PostgreSQL reads one
+/// whose unit is milliseconds (statement_timeout, lock_timeout): a number,
+/// optionally with a fraction, and optionally one of its units. `None` for
+/// anything else.
+pub fn duration_ms(value: &str) -> Option<f64> {
+    let value = value.trim();
+    let split = value.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let scale = match unit.trim_start() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return None,
+    };
+    Some(number * scale)
 }
 
 /// Whether `sql` mentions RESET, DISCARD or set_config, which may change
@@ -826,6 +875,61 @@ pub fn names_the_moment(sql: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_values_are_read_in_milliseconds_as_postgresql_reads_them() {
+        assert_eq!(duration_ms("0"), Some(0.0));
+        assert_eq!(duration_ms("1"), Some(1.0));
+        assert_eq!(duration_ms("250ms"), Some(250.0));
+        assert_eq!(duration_ms("1.5s"), Some(1500.0));
+        assert_eq!(duration_ms("2 min"), Some(120_000.0));
+        assert_eq!(duration_ms("1h"), Some(3_600_000.0));
+        assert_eq!(duration_ms("1d"), Some(86_400_000.0));
+        assert_eq!(duration_ms("500us"), Some(0.5));
+        assert_eq!(duration_ms("5 fortnights"), None);
+        assert_eq!(duration_ms("-1"), None);
+        assert_eq!(duration_ms(""), None);
+    }
+
+    #[test]
+    fn an_alignment_sets_statement_timeout_last() {
+        let mut client = Settings::default();
+        client.set("statement_timeout", Value::Sql("1".into()));
+        client.set("work_mem", Value::Sql("'64MB'".into()));
+        client.set("application_name", Value::Reported("app".into()));
+        let mut server = Settings::default();
+        server.set("zz.custom", Value::Sql("1".into()));
+        assert_eq!(
+            client.sql_to_apply_over(&server, false).as_deref(),
+            Some("SET \"application_name\" = 'app';SET \"work_mem\" = '64MB';RESET \"zz.custom\";SET \"statement_timeout\" = 1;")
+        );
+        let (mut client, mut server) = (Settings::default(), Settings::default());
+        client.set("a.b", Value::Sql("1".into()));
+        server.set("statement_timeout", Value::Sql("1".into()));
+        server.set("zz.custom", Value::Sql("1".into()));
+        assert_eq!(
+            client.sql_to_apply_over(&server, false).as_deref(),
+            Some("SET \"a.b\" = 1;RESET \"zz.custom\";RESET \"statement_timeout\";")
+        );
+    }
+
+    #[test]
+    fn a_short_or_unreadable_statement_timeout_may_cancel_an_alignment() {
+        let with = |value: Value| {
+            let mut server = Settings::default();
+            server.set("statement_timeout", value);
+            timeout_may_cancel(&server)
+        };
+        assert!(!timeout_may_cancel(&Settings::default()));
+        assert!(with(Value::Sql("1".into())));
+        assert!(with(Value::Sql("'999ms'".into())));
+        assert!(with(Value::Plain("10".into())));
+        assert!(with(Value::Unknown));
+        assert!(with(Value::Sql("'1' || 's'".into())));
+        assert!(!with(Value::Sql("0".into())));
+        assert!(!with(Value::Sql("'1s'".into())));
+        assert!(!with(Value::Plain("30000".into())));
+    }
 
     #[test]
     fn set_and_reset_statements() {

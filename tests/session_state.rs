@@ -77,6 +77,37 @@ async fn settings_follow_their_client_across_server_connections() {
     }
 }
 
+/// PostgreSQL times a query with the statement_timeout in force as it
+/// starts, so one that a client leaves on a server connection also times
+/// pglane's alignment of the next client's settings there. Cancelled, the
+/// alignment is rolled back, and the next client's request must not run
+/// under the other's settings: here b's 16 MB setting takes any query that
+/// sets it far past a's 1 ms, yet b's request runs, under b's settings.
+#[tokio::test]
+async fn another_clients_statement_timeout_cannot_cancel_an_alignment() {
+    let pg = postgres();
+    pg.fresh_database("state_timeout", None);
+    let lane = Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"state_timeout\"\npool_size = 1\n[users.postgres]\npassword = \"secret\"\n",
+            pg.port
+        ),
+        &["--cores", "1"],
+    );
+    let a = connect(lane.port, "postgres", "secret", "app").await;
+    let b = connect(lane.port, "postgres", "secret", "app").await;
+    const BIG: usize = 16 << 20;
+    a.simple_query("SET statement_timeout = 1").await.unwrap();
+    b.simple_query(&format!("SET b.big = '{}'", "x".repeat(BIG))).await.unwrap();
+    for _ in 0..3 {
+        // a's settings on the one server connection, then b's over them.
+        assert_eq!(show(&a, "statement_timeout").await, "1ms");
+        let row = b.query_one("select length(current_setting('b.big')), current_setting('statement_timeout')", &[]).await;
+        let row = row.expect("b's request runs under b's settings");
+        assert_eq!((row.get::<_, i32>(0) as usize, row.get::<_, String>(1)), (BIG, "0".to_owned()));
+    }
+}
+
 #[tokio::test]
 async fn a_set_rolled_back_is_not_carried() {
     let lane = start("state_rollback");

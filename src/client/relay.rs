@@ -568,8 +568,13 @@ impl Relay<'_> {
             Poll::Ready(Ok(wrote)) => {
                 progress |= wrote;
                 // All the client sent is on the server (none of it held
-                // back for a check pglane sent first).
-                if wrote && self.unsent.is_some() && b.to_server.is_empty() && self.exchange.held_len() == 0 {
+                // back for a check or an alignment pglane sent first).
+                if wrote
+                    && self.unsent.is_some()
+                    && b.to_server.is_empty()
+                    && self.exchange.held_len() == 0
+                    && !self.exchange.waits_behind_pglane()
+                {
                     if let Some(unsent) = self.unsent.take() {
                         unsent.written();
                     }

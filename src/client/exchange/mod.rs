@@ -176,9 +176,44 @@ enum Request {
         execute: bool,
     },
     FunctionCall,
+    /// A simple query pglane runs for itself, whose replies the client
+    /// never sees.
+    Hidden(Hidden),
+}
+
+/// What a query pglane runs for itself is, and what its failure means.
+#[derive(Debug)]
+enum Hidden {
+    /// `DISCARD SEQUENCES`, or an alignment of settings no timeout the
+    /// connection has could cancel: an error ends the session.
+    Once,
+    /// `SET statement_timeout = 0` ahead of an alignment the client's
+    /// messages wait behind: if the old timeout cancels even this, the
+    /// alignment behind it is run again if cancelled too.
+    LiftTimeout,
+    /// An alignment the client's messages wait behind (see
+    /// [`Exchange::align_settings`]): run again, behind a
+    /// [`Hidden::LiftTimeout`], if a cancel stops it.
+    Alignment(Box<Again>),
+}
+
+/// An alignment to run again if it is cancelled, while tries are left.
+#[derive(Debug)]
+pub(super) struct Again {
+    pub sql: String,
+    pub tries_left: u8,
 }
 
 impl Due {
+    /// The client's messages wait for its answer (`Exchange::holding`).
+    fn holds_the_client(&self) -> bool {
+        matches!(
+            self,
+            Due::Server { request: Request::Check { check: Check::Parse(_) | Check::Use, .. }, .. }
+                | Due::Server { request: Request::Hidden(Hidden::LiftTimeout | Hidden::Alignment(_)), .. }
+        )
+    }
+
     /// The server answers it with a ReadyForQuery (a Sync, or a request of
     /// the simple protocol), which ends what the server skips after an error.
     fn ends_request(&self) -> bool {
@@ -187,6 +222,7 @@ impl Due {
             Due::Server {
                 request: Request::Sync { .. }
                     | Request::Query { .. }
+                    | Request::Hidden(_)
                     | Request::Deallocate { execute: false }
                     | Request::FunctionCall,
                 ..
@@ -330,7 +366,17 @@ pub struct Exchange {
     /// transaction yet: a text that reads it gets `DISCARD SEQUENCES` ahead
     /// of it.
     sequences_foreign: bool,
+    /// A cancel stopped the hidden query being answered, which runs again at
+    /// its ReadyForQuery (see [`Request::Hidden`]).
+    hidden_cancelled: bool,
 }
+
+/// SQLSTATE of a statement cancelled by statement_timeout or a cancel request.
+const QUERY_CANCELED: &str = "57014";
+
+/// How often a hidden query a cancel stopped is run again before the
+/// session ends (see [`Request::Hidden`]).
+const HIDDEN_TRIES: u8 = 3;
 
 /// The room kept in an exchange's queue of what is due from one transaction
 /// to the next (a transaction's own requests fit several times over).
@@ -444,6 +490,7 @@ impl Exchange {
             slow_at: _,
             reads_sequences: _,
             sequences_foreign,
+            hidden_cancelled,
         } = self;
         *tracker = Tracker::default();
         due.clear(DUE_KEPT);
@@ -473,6 +520,7 @@ impl Exchange {
         *resetting = false;
         *followed = false;
         *sequences_foreign = false;
+        *hidden_cancelled = false;
     }
 
     /// Bytes of the client's messages held back while a result type is
@@ -482,6 +530,12 @@ impl Exchange {
     #[inline]
     pub fn held_len(&self) -> usize {
         self.held.len()
+    }
+
+    /// The client's messages wait behind a query of pglane's own (see
+    /// [`Exchange::align_settings`]): none of its request is on the server.
+    pub fn waits_behind_pglane(&self) -> bool {
+        self.holding && self.due.iter().any(|d| matches!(d, Due::Server { request: Request::Hidden(Hidden::Alignment(_)), .. }))
     }
 
     /// ReadyForQuery messages the server still owes for what was sent.
@@ -526,7 +580,10 @@ impl Exchange {
         }
         if self.realign && self.is_releasable() {
             self.realign = false;
-            self.align_settings(st.client_settings, st.server_settings, self.pinned.is_some(), to_server);
+            if self.align_settings(st.client_settings, st.server_settings, self.pinned.is_some(), to_server) {
+                self.held.extend_from_slice(message);
+                return;
+            }
         }
         let body = &message[HEADER_LEN..];
         if tag == frontend::BIND {
@@ -662,6 +719,27 @@ impl Exchange {
         self.for_server = out;
     }
 
+    /// A hidden query's ReadyForQuery: one a cancel stopped runs again (see
+    /// [`Exchange::align_settings`]); once none the client's messages wait
+    /// behind is left, they go on.
+    fn hidden_query_ended(&mut self, st: &mut Statements<'_>) {
+        let Some(Due::Server { request: Request::Hidden(hidden), .. }) = self.due.pop_front() else { return };
+        if std::mem::take(&mut self.hidden_cancelled) {
+            if let Hidden::Alignment(mut again) = hidden {
+                again.tries_left -= 1;
+                tracing::info!("a statement_timeout cancelled the alignment of a server connection's settings; running it again");
+                let mut out = std::mem::take(&mut self.for_server);
+                self.send_alignment(again, &mut out);
+                self.for_server = out;
+            }
+        }
+        // Failed for good: the session ends, and nothing of the client's
+        // may run under what the connection has.
+        if self.holding && self.failure.is_none() && !self.due.iter().any(Due::holds_the_client) {
+            self.release_held(st);
+        }
+    }
+
     /// The client's messages at hand have all been taken: what pglane
     /// answers itself goes out now, unless the next answer due after it is
     /// the server's. Then it waits and goes out with that reply
@@ -761,22 +839,38 @@ impl Exchange {
     pub fn from_server(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_client: &mut BytesMut) -> bool {
         self.answer_local(to_client);
         let body = &message[HEADER_LEN..];
-        if let Some(Due::Server { request: Request::Query { .. }, forward: false }) = self.due.front() {
-            // The reply to align_settings: nothing of it reaches the client.
+        if let Some(Due::Server { request: Request::Hidden(hidden), .. }) = self.due.front() {
+            // The reply to a hidden query: nothing of it reaches the client.
+            let cancel_survived = match hidden {
+                Hidden::Once => false,
+                Hidden::LiftTimeout => true,
+                Hidden::Alignment(again) => again.tries_left > 0,
+            };
             match tag {
                 backend::PARAMETER_STATUS => {
                     self.reported(body, st, false);
                 }
                 backend::ERROR_RESPONSE => {
-                    // Values a server accepted before: the connection is not
-                    // what pglane recorded (its SETs were rolled back), and
-                    // the client's requests behind it must not run as if.
-                    let error = backend::decode_error_fields(body).map(|e| e.message).unwrap_or_default();
-                    tracing::error!("aligning a server connection's settings failed: {error}; ending the session");
-                    self.failure = Some(NegotiateError::Settings(error));
+                    let error = backend::decode_error_fields(body).ok();
+                    let cancelled = error.as_ref().is_some_and(|e| e.code == QUERY_CANCELED);
+                    if cancelled && cancel_survived {
+                        // Nothing of the client's ran behind it.
+                        self.hidden_cancelled = true;
+                    } else {
+                        // Values a server accepted before: the connection is
+                        // not what pglane recorded (its SETs were rolled
+                        // back), and the client's requests behind it must
+                        // not run as if.
+                        let error = error.map(|e| e.message).unwrap_or_default();
+                        tracing::error!("a query pglane ran for the session failed: {error}; ending the session");
+                        self.failure = Some(NegotiateError::Settings(error));
+                    }
                 }
                 backend::READY_FOR_QUERY => {
-                    self.due.pop_front();
+                    self.tracker.server_sent(tag, body);
+                    self.hidden_query_ended(st);
+                    self.answer_local(to_client);
+                    return false;
                 }
                 _ => {}
             }
@@ -996,9 +1090,7 @@ impl Exchange {
             to_client.extend_from_slice(message);
         }
         self.tracker.server_sent(tag, body);
-        let waiting =
-            |d: &Due| matches!(d, Due::Server { request: Request::Check { check: Check::Parse(_) | Check::Use, .. }, .. });
-        if self.holding && !self.due.iter().any(waiting) {
+        if self.holding && !self.due.iter().any(Due::holds_the_client) {
             // Checked (or skipped after an error): the client's messages go on.
             self.release_held(st);
         }
@@ -1117,10 +1209,7 @@ impl Exchange {
             self.rows_seen(|| negotiate::largest_data_row(bytes), registry);
         }
         self.tracker.server_sent(tag, &[]);
-        debug_assert!(
-            !matches!(self.due.front(), Some(Due::Server { request: Request::Query { .. }, forward: false })),
-            "rows_need_whole"
-        );
+        debug_assert!(!matches!(self.due.front(), Some(Due::Server { request: Request::Hidden(_), .. })), "rows_need_whole");
         to_client.extend_from_slice(bytes);
     }
 }

@@ -86,7 +86,7 @@ impl Exchange {
             next_server_reply,
             Some(
                 Due::Server { request: Request::Execute { plan: Some(_), .. }, .. }
-                    | Due::Server { request: Request::Query { .. }, forward: false }
+                    | Due::Server { request: Request::Hidden(_), .. }
             )
         )
     }

@@ -125,8 +125,7 @@ impl Due {
         match self {
             Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } => !leaves_session_alone(s),
             Due::Server { request: Request::Bind { statement: None, plain }, .. } => !plain,
-            // forward: false is pglane's alignment of settings.
-            Due::Server { request: Request::Query { plain }, forward } => *forward && !plain,
+            Due::Server { request: Request::Query { plain }, .. } => !plain,
             Due::Server { request: Request::FunctionCall, .. } => true,
             _ => false,
         }

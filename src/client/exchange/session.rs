@@ -8,7 +8,7 @@
 use bytes::BytesMut;
 
 use super::super::pinning::{self, SessionFeature};
-use super::{Due, Exchange, Request, Statements};
+use super::{Due, Exchange, Hidden, Request, Statements};
 use std::rc::Rc;
 
 use crate::prepare::lexer::{Mark, Marks};
@@ -169,14 +169,59 @@ impl Exchange {
     /// But for a pinned client's (`keep_unknown`, see
     /// `Settings::sql_to_apply_over`) at a realignment mid-session: what it
     /// changed unseen on its own connection is left as it is.
-    pub fn align_settings(&mut self, client: &Settings, server: &mut Settings, keep_unknown: bool, to_server: &mut BytesMut) {
-        if let Some(sql) = client.sql_to_apply_over(server, keep_unknown) {
-            frontend::query(to_server, &sql);
-            self.tracker.client_sent(frontend::QUERY);
-            self.due.push_back(Due::Server { request: Request::Query { plain: false }, forward: false });
-            server.take_values_of(client, keep_unknown);
-            self.unnamed.left_server();
+    ///
+    /// PostgreSQL times each query with the statement_timeout in force as
+    /// it starts, and that may be another client's: a cancelled alignment
+    /// is rolled back, and the client's request behind it would run under
+    /// the other client's settings. Where that timeout could cancel it
+    /// ([`settings::timeout_may_cancel`]), the client's messages wait for
+    /// the alignment's answer (one round trip), which runs behind a
+    /// `SET statement_timeout = 0` of its own and sets the client's timeout
+    /// last, and runs again if cancelled all the same. A pinned client's
+    /// connection has its own timeout. Returns whether the client's
+    /// messages wait.
+    pub fn align_settings(
+        &mut self,
+        client: &Settings,
+        server: &mut Settings,
+        keep_unknown: bool,
+        to_server: &mut BytesMut,
+    ) -> bool {
+        let holds = !keep_unknown && settings::timeout_may_cancel(server);
+        let sql = if holds {
+            // Whatever the lift leaves, the alignment sets the client's.
+            let mut lifted = server.clone();
+            lifted.set("statement_timeout", Value::Unknown);
+            client.sql_to_apply_over(&lifted, false)
+        } else {
+            client.sql_to_apply_over(server, keep_unknown)
+        };
+        let Some(sql) = sql else { return false };
+        if holds {
+            self.send_alignment(Box::new(super::Again { sql, tries_left: super::HIDDEN_TRIES }), to_server);
+            self.holding = true;
+        } else {
+            self.send_hidden(&sql, Hidden::Once, to_server);
         }
+        server.take_values_of(client, keep_unknown);
+        self.unnamed.left_server();
+        holds
+    }
+
+    /// An alignment the client's messages wait behind, and the lift of the
+    /// connection's statement_timeout ahead of it.
+    pub(super) fn send_alignment(&mut self, again: Box<super::Again>, to_server: &mut BytesMut) {
+        self.send_hidden("SET statement_timeout = 0", Hidden::LiftTimeout, to_server);
+        frontend::query(to_server, &again.sql);
+        self.tracker.client_sent(frontend::QUERY);
+        self.due.push_back(Due::Server { request: Request::Hidden(Hidden::Alignment(again)), forward: false });
+    }
+
+    /// A simple query of pglane's own, its replies unseen by the client.
+    fn send_hidden(&mut self, sql: &str, hidden: Hidden, to_server: &mut BytesMut) {
+        frontend::query(to_server, sql);
+        self.tracker.client_sent(frontend::QUERY);
+        self.due.push_back(Due::Server { request: Request::Hidden(hidden), forward: false });
     }
 
     /// The client is about to get a server connection another client used
@@ -228,9 +273,7 @@ impl Exchange {
     /// Sends `DISCARD SEQUENCES`, its reply unseen by the client.
     fn discard_sequences(&mut self, to_server: &mut BytesMut) {
         self.sequences_foreign = false;
-        frontend::query(to_server, "DISCARD SEQUENCES");
-        self.tracker.client_sent(frontend::QUERY);
-        self.due.push_back(Due::Server { request: Request::Query { plain: false }, forward: false });
+        self.send_hidden("DISCARD SEQUENCES", Hidden::Once, to_server);
     }
 
     /// A ParameterStatus: the server connection's value, and the client's if

@@ -238,6 +238,72 @@ fn a_failed_alignment_ends_the_session() {
     assert!(matches!(ex.take_failure(), Some(NegotiateError::Settings(m)) if m.contains("TimeZone")));
 }
 
+/// A statement_timeout another client left on the server connection
+/// could cancel the alignment: the client's messages wait for its answer,
+/// it runs behind a lift of the timeout and sets the client's timeout last,
+/// and a cancelled one runs again (and ends the session after its tries).
+#[test]
+fn an_alignment_a_timeout_could_cancel_holds_the_client_and_runs_again() {
+    let mut sides = Sides::new();
+    sides.server_settings.set("statement_timeout", Value::Sql("1".into()));
+    sides.client_settings.set("TimeZone", Value::Reported("UTC".into()));
+    let mut ex = Exchange::default();
+    let mut to_server = BytesMut::new();
+    assert!(ex.align_settings(&sides.client_settings, &mut sides.server_settings, false, &mut to_server));
+    let sent = messages(to_server);
+    assert_eq!(query_text(&sent[0]), "SET statement_timeout = 0");
+    assert_eq!(query_text(&sent[1]), "SET \"TimeZone\" = 'UTC';RESET \"statement_timeout\";");
+    assert!(query(&mut ex, &mut sides, "select 1").is_empty(), "the client's query waits");
+    assert!(ex.waits_behind_pglane());
+
+    let mut cancelled = BytesMut::new();
+    backend::error_response(&mut cancelled, &ErrorFields::error("57014", "canceling statement due to statement timeout"));
+    let cancelled = &cancelled[HEADER_LEN..];
+    let again = |ex: &mut Exchange, sides: &mut Sides| {
+        let got = reply_whole(ex, sides, &[(b'E', cancelled), (b'Z', b"I"), (b'E', cancelled), (b'Z', b"I")]);
+        assert!(got.is_empty(), "{got:?}");
+        let mut to_server = BytesMut::new();
+        ex.take_for_server(&mut to_server);
+        messages(to_server)
+    };
+    for _ in 0..HIDDEN_TRIES {
+        let sent = again(&mut ex, &mut sides);
+        assert_eq!(
+            sent.iter().map(query_text).collect::<Vec<_>>(),
+            ["SET statement_timeout = 0", "SET \"TimeZone\" = 'UTC';RESET \"statement_timeout\";"]
+        );
+        assert!(ex.waits_behind_pglane(), "still held");
+        assert!(ex.take_failure().is_none());
+    }
+    // Answered at last: the client's query goes on.
+    let got = reply_whole(&mut ex, &mut sides, &[(b'C', b"SET\0"), (b'Z', b"I"), (b'C', b"SET\0"), (b'Z', b"I")]);
+    assert!(got.is_empty());
+    let mut to_server = BytesMut::new();
+    ex.take_for_server(&mut to_server);
+    assert_eq!(messages(to_server).iter().map(query_text).collect::<Vec<_>>(), ["select 1"]);
+    assert!(!ex.waits_behind_pglane());
+
+    // Out of tries: the session ends, nothing of the client's sent.
+    let mut ex = Exchange::default();
+    sides.server_settings.set("statement_timeout", Value::Sql("1".into()));
+    assert!(ex.align_settings(&sides.client_settings, &mut sides.server_settings, false, &mut BytesMut::new()));
+    assert!(query(&mut ex, &mut sides, "select 1").is_empty());
+    for _ in 0..HIDDEN_TRIES {
+        again(&mut ex, &mut sides);
+    }
+    assert!(again(&mut ex, &mut sides).is_empty());
+    assert!(matches!(ex.take_failure(), Some(NegotiateError::Settings(m)) if m.contains("statement timeout")));
+
+    // A timeout of a second or more, or none, is not waited for.
+    let mut ex = Exchange::default();
+    sides.server_settings = Settings::default();
+    sides.server_settings.set("statement_timeout", Value::Sql("'5s'".into()));
+    let mut to_server = BytesMut::new();
+    assert!(!ex.align_settings(&sides.client_settings, &mut sides.server_settings, false, &mut to_server));
+    assert_eq!(tags(&messages(to_server)), "Q");
+    assert_eq!(tags(&query(&mut ex, &mut sides, "select 1")), "Q");
+}
+
 /// The server's replies, whole; returns what the client got.
 fn reply(ex: &mut Exchange, sides: &mut Sides, replies: &[(u8, &[u8])]) -> Vec<(u8, Vec<u8>)> {
     let mut to_client = BytesMut::new();
