@@ -76,6 +76,10 @@ pub enum Kind {
     SetExtraFloatDigits,
     /// The probes: session state read the way PostgreSQL defines it.
     Probe,
+    /// A statement cancelled while it runs (or waits in pglane): alone, one
+    /// that would have set a setting or made a temporary table, or in a
+    /// block, which then fails.
+    Cancel,
 }
 
 /// Grammar productions left out of the random search because they diverge
@@ -132,6 +136,7 @@ const WEIGHTS: &[(Kind, usize)] = &[
     (Kind::MultiStatementSet, 2),
     (Kind::SetExtraFloatDigits, 3),
     (Kind::Probe, 10),
+    (Kind::Cancel, 2),
 ];
 
 /// Which known divergences the random search draws anyway.
@@ -338,7 +343,29 @@ impl Gen {
             Kind::MultiStatementSet => Step::one(Stmt::simple(self.multi_statement_set())),
             Kind::SetExtraFloatDigits => self.set_extra_float_digits(),
             Kind::Probe => Step::one(self.any_of(PROBES)),
+            Kind::Cancel => {
+                let cancelled = self.cancelled();
+                if self.rng.chance(30) {
+                    let after = self.inner_statement();
+                    let commit = self.rng.chance(50);
+                    self.block(vec![cancelled, after], commit)
+                } else {
+                    Step::one(cancelled)
+                }
+            }
         }
+    }
+
+    /// A statement that sleeps until cancelled.
+    fn cancelled(&mut self) -> Stmt {
+        let (name, value) = self.setting();
+        let sql = match self.rng.below(4) {
+            0 => format!("select set_config('{name}', '{}', false), pg_sleep(60)", value.trim_matches('\'')),
+            1 => "create temp table t3 as select 3 as v from pg_sleep(60)".to_owned(),
+            _ => "select pg_sleep(60)".to_owned(),
+        };
+        let via = Via::Cancelled { after_ms: self.rng.below(40) as u64, extended: self.rng.chance(40) };
+        Stmt::new(via, sql)
     }
 
     fn rng_pick<'a>(&mut self, items: &[&'a str]) -> &'a str {

@@ -20,6 +20,12 @@ pub enum Via {
     Execute { slot: usize },
     /// Drops the slot's statement (tokio-postgres sends Close).
     Close { slot: usize },
+    /// A statement that runs until cancelled (it sleeps), over the simple
+    /// protocol or the unnamed statement; cancel requests go from
+    /// `after_ms` on until it ends, so it always ends in 57014, whether the
+    /// cancel finds it running, waiting for a server connection, or behind
+    /// pglane's own queries.
+    Cancelled { after_ms: u64, extended: bool },
 }
 
 /// One statement and the `text` parameters it is bound with.
@@ -54,6 +60,10 @@ impl fmt::Display for Stmt {
             Via::Prepare { slot, params } => write!(f, "prepare#{slot}  {} ({params} text params)", self.sql)?,
             Via::Execute { slot } => write!(f, "execute#{slot}")?,
             Via::Close { slot } => write!(f, "close#{slot}")?,
+            Via::Cancelled { after_ms, extended } => {
+                let via = if *extended { "unnamed" } else { "simple" };
+                write!(f, "cancelled after {after_ms} ms ({via})  {}", self.sql)?
+            }
         }
         if !self.params.is_empty() {
             write!(f, "  {:?}", self.params)?;

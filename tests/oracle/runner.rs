@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,11 @@ use super::program::{Program, Step, Stmt, Via};
 /// anyway (when pglane rightly pins the other client to the only server
 /// connection, the awaited step cannot run before this client lets go).
 const AWAIT_LIMIT: Duration = Duration::from_secs(2);
+
+/// How long cancel requests go for a [`Via::Cancelled`] statement (which
+/// sleeps longer), and the pause between two.
+const CANCEL_LIMIT: Duration = Duration::from_secs(10);
+const CANCEL_AGAIN: Duration = Duration::from_millis(20);
 
 /// What one statement gave the client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,8 +148,33 @@ impl Session {
                 self.slots.remove(slot);
                 Ok(Outcome::Done { rows: Vec::new(), counts: Vec::new() })
             }
+            Via::Cancelled { after_ms, extended } => self.cancelled(stmt, *after_ms, *extended).await,
         };
         result.unwrap_or_else(|e| failed(&e))
+    }
+
+    /// Runs `stmt` while cancel requests go for it, from `after_ms` on, one
+    /// at a time (each returns once the server has signalled the backend)
+    /// until it ends; the last one is done before the next statement is
+    /// sent, so none can reach that one. A cancel that finds the backend
+    /// between statements is ignored by PostgreSQL (and dropped by pglane).
+    async fn cancelled(&self, stmt: &Stmt, after_ms: u64, extended: bool) -> Result<Outcome, tokio_postgres::Error> {
+        let token = self.client.cancel_token();
+        let ended = Arc::new(AtomicBool::new(false));
+        let stop = ended.clone();
+        let canceller = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(after_ms)).await;
+            let deadline = Instant::now() + CANCEL_LIMIT;
+            while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                let _ = token.cancel_query(NoTls).await;
+                tokio::time::sleep(CANCEL_AGAIN).await;
+            }
+        });
+        let result =
+            if extended { self.unnamed(stmt).await } else { self.client.simple_query(&stmt.sql).await.map(simple_outcome) };
+        ended.store(true, Ordering::SeqCst);
+        let _ = canceller.await;
+        result
     }
 
     async fn extended(&self, stmt: &Stmt) -> Result<Outcome, tokio_postgres::Error> {
