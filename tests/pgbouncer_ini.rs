@@ -107,6 +107,14 @@ async fn scram_users_log_in_through_an_imported_ini() {
     // the database's user= and password=.
     assert_eq!(current_user(lane.port, "scramuser", "scrampass", "scram_app").await, "scramuser");
     assert!(try_connect(lane.port, "scramuser", "wrong", "scram_app").await.is_err());
+    // In a database without user= and password=, pglane logs in to the SCRAM
+    // server as scramuser with the ClientKey the client's proof revealed, as
+    // PgBouncer does: the userlist's verifier alone answers no server.
+    for _ in 0..2 {
+        assert_eq!(current_user(lane.port, "scramuser", "scrampass", "app").await, "scramuser");
+    }
+    let wrong = try_connect(lane.port, "scramuser", "wrong", "app").await.expect_err("a wrong password fails");
+    assert_eq!(wrong.as_db_error().map(|e| e.code().code()), Some("28P01"), "{wrong}");
     // Not in the userlist: refused.
     assert!(try_connect(lane.port, "md5user", "md5pass", "app").await.is_err());
 }

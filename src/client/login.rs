@@ -188,7 +188,10 @@ pub(super) async fn login(
         (None, _) => (None, false),
     };
     let verified = auth::authenticate(shard, stream, pending, method, user, secret.as_ref()).await?;
-    if from_server {
+    // A SCRAM verifier (in the config or userlist, as from auth_query)
+    // cannot answer the server's SCRAM: the keys the client's proof
+    // revealed can, as PgBouncer uses them.
+    if from_server || matches!(secret, Some(Secret::Scram(_))) {
         shard.learn_login(config, database, user, auth_query::server_login(secret, verified));
     }
     if admin && replication.is_some() {

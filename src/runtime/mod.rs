@@ -699,8 +699,10 @@ impl Shard {
         }
     }
 
-    /// Remembers how to log in to the server as an auth_query user (what its
-    /// client just proved), and points its pool, if open, at it.
+    /// Remembers how to log in to the server as a user whose password
+    /// pglane does not hold (an auth_query user, or one whose secret is a
+    /// SCRAM verifier): what its client just proved. Points its pool, if
+    /// open, at it.
     pub fn learn_login(&self, config: &Config, database: &str, user: &str, login: crate::client::auth_query::ServerLogin) {
         let key = (database.to_owned(), user.to_owned());
         if self.learned_logins.borrow().get(&key) == Some(&login) {
@@ -731,8 +733,12 @@ impl Shard {
                 .and_then(|u| u.password.as_deref())
                 .and_then(|p| crate::auth::secret::Secret::parse(p).ok()),
         };
+        // A SCRAM verifier answers no server: what a client of this user
+        // revealed at login does (see `learn_login`).
         let learned = match secret {
-            None => self.learned_logins.borrow().get(&(database.to_owned(), server_user.clone())).cloned(),
+            None | Some(crate::auth::secret::Secret::Scram(_)) => {
+                self.learned_logins.borrow().get(&(database.to_owned(), server_user.clone())).cloned()
+            }
             Some(_) => None,
         };
         let (secret, scram_keys) = match learned {
