@@ -222,6 +222,23 @@ fn clients_require_tls_and_get_the_configured_certificate() {
     assert_eq!(read_all(&mut s), b"");
 }
 
+/// libpq never uses TLS on a unix socket: client_tls_sslmode = require
+/// holds for TCP clients, and clients on pglane's unix socket come in
+/// without it, as with PgBouncer.
+#[test]
+fn require_leaves_unix_socket_clients_in() {
+    let pg = tls_postgres();
+    let dir = std::env::temp_dir().join(format!("pglane-tls-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lane = pglane(&format!("unix_socket_dir = {dir:?}\n{}", client_tls("require")), "127.0.0.1", pg.port);
+    let socket = Psql::socket(&dir, lane.port, "postgres", "app").conninfo("password=secret");
+    assert_eq!(socket.command("select 40 + 2").run(), Ok("42".to_owned()));
+    let e = psql(lane.port, "postgres", "sslmode=disable", &["select 1"]).unwrap_err();
+    assert!(e.contains("SSL required"), "over TCP: {e}");
+    drop(lane);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn prefer_serves_both_and_disable_answers_no() {
     let pg = tls_postgres();

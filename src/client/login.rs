@@ -134,7 +134,9 @@ pub(super) async fn login(
                 shard.route_cancel(process_id, secret_key).await;
                 return Ok(None);
             }
-            StartupPacket::Startup(_) if config.client_tls_sslmode.requires_tls() && !stream.is_tls() => {
+            // libpq never uses TLS on a unix socket (`peer` is None there):
+            // the mode is for TCP clients, as PgBouncer's.
+            StartupPacket::Startup(_) if config.client_tls_sslmode.requires_tls() && !stream.is_tls() && peer.is_some() => {
                 return Err(SessionError::Refused(ErrorFields::fatal("28000", "SSL required")));
             }
             StartupPacket::Startup(params) => break params,
