@@ -321,6 +321,32 @@ fn a_second_ssl_request_inside_tls_is_refused() {
 // Server side
 // ---------------------------------------------------------------------------
 
+/// A pgbouncer.ini that does not set server_tls_sslmode gets PgBouncer's
+/// default (since 1.20, as libpq's): prefer, so a server with ssl = on is
+/// talked to over TLS, and one that needs it (tlsonly's hostssl line) works.
+#[tokio::test]
+async fn an_imported_ini_prefers_tls_to_the_server() {
+    let pg = tls_postgres();
+    let dir = std::env::temp_dir().join(format!("pglane-tls-ini-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("userlist.txt"), "\"postgres\" \"secret\"\n\"tlsonly\" \"tlspass\"\n").unwrap();
+    let ini = dir.join("pgbouncer.ini");
+    std::fs::write(
+        &ini,
+        format!(
+            "[databases]\napp = host=127.0.0.1 port={} dbname=postgres\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
+             auth_type = md5\nauth_file = userlist.txt\npool_mode = transaction\nunix_socket_dir =\n",
+            pg.port
+        ),
+    )
+    .unwrap();
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    assert!(server_ssl(lane.port, "postgres").await.unwrap(), "pg_stat_ssl.ssl through pglane");
+    assert!(server_ssl(lane.port, "tlsonly").await.unwrap(), "a hostssl-only role is served");
+    drop(lane);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn verify_full_to_the_server() {
     let pg = tls_postgres();

@@ -33,6 +33,7 @@
 //! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]`; `*` → `[databases."*"]` |
 //! | `[databases]` `host=a,b port=5432,5433` (libpq's lists), `target_session_attrs`, `load_balance_hosts` | the same, as TOML lists |
 //! | `so_reuseport` | the same (rolling restarts; see `crate::runtime::listeners`) |
+//! | `server_tls_sslmode` (PgBouncer's default `prefer` when unset) and the other `client_tls_*` / `server_tls_*` modes and files | the same |
 //! | `[users]` `pool_mode` | `[users.NAME] pool_mode` |
 //! | `peer_id`, `[peers]` `host port` | `peer_id`, `[peers.ID] host port` (a `pool_size` is warned: pglane opens a connection per forwarded cancel) |
 //!
@@ -151,6 +152,11 @@ pub enum IniError {
     IncludeCycle { at: Location, path: PathBuf },
     #[error("{at}: {setting}: {message}")]
     Invalid { at: Location, setting: String, message: String },
+    #[error(
+        "{at}: {key}: PgBouncer has no such {what}{}; it would not start with it, nor does pglane",
+        did_you_mean(suggestion)
+    )]
+    Unknown { at: Location, what: &'static str, key: String, suggestion: Option<&'static str> },
     #[error("{at}: {setting} = {value} is not supported: {reason}")]
     Unsupported { at: Location, setting: String, value: String, reason: String },
     #[error(
@@ -165,6 +171,15 @@ pub enum IniError {
     Overlay { path: PathBuf, source: toml::de::Error },
     #[error(transparent)]
     Config(#[from] ConfigError),
+}
+
+fn did_you_mean(suggestion: &Option<&'static str>) -> String {
+    suggestion.map(|name| format!(" (did you mean {name}?)")).unwrap_or_default()
+}
+
+/// The error for `key` that is no `what` of PgBouncer's, with the nearest of `known`.
+fn unknown<'a>(line: &Line, what: &'static str, key: &str, known: impl IntoIterator<Item = &'static str>) -> IniError {
+    IniError::Unknown { at: line.at.clone(), what, key: key.to_owned(), suggestion: unsupported::nearest(key, known) }
 }
 
 /// A pgbouncer.ini translated into pglane's TOML document, and what did not carry over.
@@ -448,7 +463,10 @@ impl Translation<'_> {
             auth_hba_file: settings.remove("auth_hba_file"),
         };
         for (key, line) in settings {
-            self.warn(&line.at, &key, &format!("ignored: {}", unsupported::pgbouncer_setting(&key)));
+            let Some(reason) = unsupported::pgbouncer_setting(&key) else {
+                return Err(unknown(&line, "setting", &key, unsupported::PGBOUNCER_SETTINGS.iter().copied()));
+            };
+            self.warn(&line.at, &key, &format!("ignored: {reason}"));
         }
         Ok(globals)
     }
@@ -500,6 +518,9 @@ impl Translation<'_> {
     /// settings whose loss would leave pglane less safe than PgBouncer.
     fn tls_and_security(&mut self, settings: &mut BTreeMap<String, Line>) -> Result<(), IniError> {
         const MODES: &str = "disable, allow, prefer, require, verify-ca or verify-full";
+        // PgBouncer's default since 1.20, as libpq's: TLS with a server that
+        // offers it (pglane's own default is disable).
+        self.set("server_tls_sslmode", "prefer");
         for key in ["client_tls_sslmode", "server_tls_sslmode"] {
             let Some(line) = settings.remove(key) else { continue };
             let mode = line.value.to_ascii_lowercase();
@@ -583,8 +604,15 @@ impl Translation<'_> {
                     database.insert(key, mode.into());
                 }
                 _ => {
-                    let message = format!("ignored for database {name}: {}", unsupported::database_parameter(&key));
-                    self.warn(&line.at, &key, &message);
+                    let Some(reason) = unsupported::database_parameter(&key) else {
+                        return Err(unknown(
+                            line,
+                            "connection parameter",
+                            &key,
+                            unsupported::DATABASE_PARAMETERS.iter().copied(),
+                        ));
+                    };
+                    self.warn(&line.at, &key, &format!("ignored for database {name}: {reason}"));
                 }
             }
         }
@@ -648,7 +676,10 @@ impl Translation<'_> {
                 let mode = self.pool_mode(&value, &line.at, &format!("pool_mode of user {name}"))?;
                 user.insert(key, mode.into());
             } else {
-                self.warn(&line.at, &key, &format!("ignored for user {name}: {}", unsupported::user_parameter(&key)));
+                let Some(reason) = unsupported::user_parameter(&key) else {
+                    return Err(unknown(line, "user parameter", &key, unsupported::USER_PARAMETERS.iter().copied()));
+                };
+                self.warn(&line.at, &key, &format!("ignored for user {name}: {reason}"));
             }
         }
         Ok(user)

@@ -334,19 +334,37 @@ fn errors_never_quote_passwords() {
 #[test]
 fn unsupported_database_parameters_are_warned_once_each() {
     let text = "[databases]
-app = host=db client_encoding=UTF8 connect_query='SELECT 1' max_db_connections=5 frobnicate=1
+app = host=db client_encoding=UTF8 connect_query='SELECT 1' max_db_connections=5
 [pgbouncer]
 listen_addr = *
 ";
     let (c, warnings) = config(text);
     assert_eq!(c.databases["app"].host, ["db"]);
-    assert_eq!(warned(&warnings), [(2, "client_encoding"), (2, "connect_query"), (2, "max_db_connections"), (2, "frobnicate")]);
+    assert_eq!(warned(&warnings), [(2, "client_encoding"), (2, "connect_query"), (2, "max_db_connections")]);
     assert_eq!(
         warnings[0].to_string(),
         "/etc/pgbouncer/pgbouncer.ini:2: client_encoding: ignored for database app: pglane does not set startup \
          parameters on server connections; the server's default applies"
     );
-    assert!(warnings[3].message.contains("not a PgBouncer connection parameter"));
+}
+
+/// A name PgBouncer does not have is a typo: PgBouncer refuses to start,
+/// and so does pglane, naming the nearest name it may have meant.
+#[test]
+fn unknown_names_are_refused_with_the_nearest_known_one() {
+    assert_eq!(
+        error(&with_settings("defualt_pool_size = 10")),
+        "/etc/pgbouncer/pgbouncer.ini:5: defualt_pool_size: PgBouncer has no such setting (did you mean \
+         default_pool_size?); it would not start with it, nor does pglane"
+    );
+    assert!(error(&with_settings("frobnicate = 1")).contains("frobnicate: PgBouncer has no such setting; it would not"));
+    let database = error("[databases]\napp = host=db pool_szie=5\n[pgbouncer]\nlisten_addr = *\n");
+    assert!(
+        database.contains(":2: pool_szie: PgBouncer has no such connection parameter (did you mean pool_size?)"),
+        "{database}"
+    );
+    let user = error(&format!("{BASE}[users]\nbob = pool_mod=session\n"));
+    assert!(user.contains("pool_mod: PgBouncer has no such user parameter (did you mean pool_mode?)"), "{user}");
 }
 
 #[test]
@@ -553,6 +571,9 @@ fn tls_settings_map_onto_pglanes_and_disable_pqexec_is_an_error() {
     assert_eq!(warned(&warnings), [(7, "server_lifetime")]);
     // require without a certificate is refused by pglane's own validation.
     assert!(error(&with_settings("client_tls_sslmode = require")).contains("client_tls"));
+    // Unset, server_tls_sslmode is PgBouncer's default (since 1.20), prefer.
+    let (c, _) = config(&with_settings(""));
+    assert_eq!((c.client_tls_sslmode, c.server_tls_sslmode), (crate::config::SslMode::Disable, crate::config::SslMode::Prefer));
 }
 
 #[test]
@@ -562,20 +583,18 @@ fn every_ignored_setting_is_one_warning_naming_file_line_and_setting() {
 server_lifetime = 3600
 scram_iterations = 100000
 min_pool_size = 1
-max_prepared_statements = 0
-lisen_port = 6432",
+max_prepared_statements = 0",
     );
     let (_, warnings) = config(&text);
     assert_eq!(
         warned(&warnings),
-        [(5, "logfile"), (7, "scram_iterations"), (8, "min_pool_size"), (9, "max_prepared_statements"), (10, "lisen_port")]
+        [(5, "logfile"), (7, "scram_iterations"), (8, "min_pool_size"), (9, "max_prepared_statements")]
     );
     assert_eq!(
         warnings[0].to_string(),
         "/etc/pgbouncer/pgbouncer.ini:5: logfile: ignored: pglane logs to stderr; set the level with RUST_LOG"
     );
     assert!(warnings[1].message.contains("4096 iterations"));
-    assert!(warnings[4].message.contains("not a PgBouncer setting"));
     assert!(!warnings.iter().any(|w| w.to_string().contains("100000")), "values are not repeated");
 }
 
