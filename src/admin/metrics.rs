@@ -80,7 +80,7 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
         per_pool(&|p| p.open as u64),
     );
     family("pglane_pool_servers_idle", "gauge", "Idle server connections.", per_pool(&|p| p.idle as u64));
-    family("pglane_pool_size", "gauge", "This shard's share of pool_size.", per_pool(&|p| p.max_size as u64));
+    family("pglane_pool_size", "gauge", "pool_size, over all shards (each shard reports it).", per_pool(&|p| p.max_size as u64));
     family(
         "pglane_pool_max_wait_microseconds",
         "gauge",

@@ -66,7 +66,8 @@ fn pools(snapshots: &[ShardSnapshot]) -> Vec<crate::runtime::snapshot::PoolSnaps
         merged
             .entry((p.database.clone(), p.user.clone()))
             .and_modify(|m| {
-                m.max_size += p.max_size;
+                // Every shard reports the whole pool_size.
+                m.max_size = m.max_size.max(p.max_size);
                 m.open += p.open;
                 m.idle += p.idle;
                 m.active_clients += p.active_clients;

@@ -134,6 +134,14 @@ pub struct Config {
     /// Client connections allowed at once, over all shards.
     #[serde(default = "defaults::max_client_conn")]
     pub max_client_conn: usize,
+    /// Server connections to one database (all its users' pools), over all
+    /// shards, unless the database sets its own; 0: no limit but pool_size.
+    #[serde(default)]
+    pub max_db_connections: usize,
+    /// Server connections of one user (all its databases' pools), over all
+    /// shards, unless `[users.NAME]` sets its own; 0: no limit but pool_size.
+    #[serde(default)]
+    pub max_user_connections: usize,
     /// Seconds a client waits for a server connection before it gets an error.
     #[serde(default = "defaults::query_wait_timeout")]
     pub query_wait_timeout: f64,
@@ -463,10 +471,13 @@ pub struct Database {
     pub load_balance_hosts: LoadBalanceHosts,
     /// The database's name on the server; defaults to the name clients use.
     pub dbname: Option<String>,
-    /// Server connections for this database and one user, **over all shards**.
-    /// Each shard gets an equal share (at least one): see [`Config::pool_size_per_shard`].
+    /// Server connections for this database and one user, **over all
+    /// shards** (see `crate::pool::budget`).
     #[serde(default = "defaults::pool_size")]
     pub pool_size: usize,
+    /// Server connections to this database, all users together, over all
+    /// shards (the global `max_db_connections` if unset; 0: no limit).
+    pub max_db_connections: Option<usize>,
     /// Log in to the server as this user instead of the client's.
     pub user: Option<String>,
     /// Password for `user` (or the client's user) on the server.
@@ -497,6 +508,9 @@ pub struct User {
     /// log in to servers.
     pub password: Option<String>,
     pub pool_mode: Option<PoolMode>,
+    /// Server connections of this user, all databases together, over all
+    /// shards (the global `max_user_connections` if unset; 0: no limit).
+    pub max_user_connections: Option<usize>,
 }
 
 /// Where a server lives.
@@ -848,15 +862,14 @@ impl Config {
             .unwrap_or(self.pool_mode)
     }
 
-    /// pool_size is a total over all shards, because that is what PostgreSQL
-    /// sees and what an operator sizes against max_connections. Each shard
-    /// gets `pool_size / shards`, the first `pool_size % shards` shards one
-    /// more, and every shard at least one (so a pool_size below the shard
-    /// count opens up to one connection per shard).
-    pub fn pool_size_per_shard(pool_size: usize, shards: usize, shard: usize) -> usize {
-        let base = pool_size / shards;
-        let extra = usize::from(shard < pool_size % shards);
-        (base + extra).max(1)
+    /// The `max_db_connections` of database entry `database` (0: none).
+    pub fn max_db_connections(&self, database: &str) -> usize {
+        self.database(database).and_then(|d| d.max_db_connections).unwrap_or(self.max_db_connections)
+    }
+
+    /// The `max_user_connections` of `user` (0: none).
+    pub fn max_user_connections(&self, user: &str) -> usize {
+        self.users.get(user).and_then(|u| u.max_user_connections).unwrap_or(self.max_user_connections)
     }
 
     /// The entry that serves clients of database `name`: its own, else the
@@ -1060,11 +1073,16 @@ password = "secret"
     }
 
     #[test]
-    fn pool_size_is_split_over_shards() {
-        let split = |size, shards| (0..shards).map(|s| Config::pool_size_per_shard(size, shards, s)).collect::<Vec<_>>();
-        assert_eq!(split(8, 2), vec![4, 4]);
-        assert_eq!(split(9, 2), vec![5, 4]);
-        assert_eq!(split(8, 1), vec![8]);
-        assert_eq!(split(2, 4), vec![1, 1, 1, 1]);
+    fn connection_limits_of_a_database_or_user_override_the_global_ones() {
+        let text = MINIMAL.replace(
+            "[databases.app]",
+            "max_db_connections = 9\nmax_user_connections = 4\n[users.u]\nmax_user_connections = 2\n\
+             [databases.other]\nmax_db_connections = 3\n[databases.app]",
+        );
+        let c = Config::parse(&text).unwrap();
+        assert_eq!((c.max_db_connections("app"), c.max_db_connections("other")), (9, 3));
+        assert_eq!((c.max_user_connections("u"), c.max_user_connections("v")), (2, 4));
+        let c = Config::parse(MINIMAL).unwrap();
+        assert_eq!((c.max_db_connections("app"), c.max_user_connections("u")), (0, 0), "no limit by default");
     }
 }

@@ -24,6 +24,7 @@
 //! | `auth_user`, `auth_query`, `auth_dbname` | the same, globally and per `[databases]` entry |
 //! | `admin_users`, `stats_users` | the same lists |
 //! | `max_client_conn`, `server_reset_query`, `server_reset_query_always` | the same |
+//! | `max_db_connections`, `max_user_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::pool::budget`) |
 //! | `query_wait_timeout`, `server_connect_timeout`, `client_login_timeout` | the same, at most a year; 0 (no limit) → a year |
 //! | `max_packet_size` | `max_message_size` |
 //! | `max_prepared_statements` (0, "off", is warned and not carried over) | the same |
@@ -448,6 +449,11 @@ impl Translation<'_> {
                 self.set(key, line.value);
             }
         }
+        for limit in ["max_db_connections", "max_user_connections"] {
+            if let Some(line) = settings.remove(limit) {
+                self.set(limit, count(&line, limit, 0)?);
+            }
+        }
         if let Some(line) = settings.remove("so_reuseport") {
             self.set("so_reuseport", boolean(&line, "so_reuseport")?);
         }
@@ -603,6 +609,11 @@ impl Translation<'_> {
                     let mode = self.pool_mode(&value, &line.at, &setting)?;
                     database.insert(key, mode.into());
                 }
+                "max_db_connections" => {
+                    let limit: i64 =
+                        value.parse().ok().filter(|&n: &i64| n >= 0).ok_or_else(|| invalid(line, &setting, WHOLE_NUMBER))?;
+                    database.insert(key, limit.into());
+                }
                 _ => {
                     let Some(reason) = unsupported::database_parameter(&key) else {
                         return Err(unknown(
@@ -675,6 +686,11 @@ impl Translation<'_> {
             if key == "pool_mode" {
                 let mode = self.pool_mode(&value, &line.at, &format!("pool_mode of user {name}"))?;
                 user.insert(key, mode.into());
+            } else if key == "max_user_connections" {
+                let setting = format!("max_user_connections of user {name}");
+                let limit: i64 =
+                    value.parse().ok().filter(|&n: &i64| n >= 0).ok_or_else(|| invalid(line, &setting, WHOLE_NUMBER))?;
+                user.insert(key, limit.into());
             } else {
                 let Some(reason) = unsupported::user_parameter(&key) else {
                     return Err(unknown(line, "user parameter", &key, unsupported::USER_PARAMETERS.iter().copied()));
@@ -847,6 +863,7 @@ fn one_or_list<T: Into<Value>>(mut items: Vec<T>) -> Value {
 }
 
 const PORT_EXPECTED: &str = "expected a port number (1-65535)";
+const WHOLE_NUMBER: &str = "expected a whole number (0: no limit)";
 
 fn parse_port(text: &str) -> Option<u16> {
     text.parse().ok().filter(|&port| port != 0)

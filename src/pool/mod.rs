@@ -16,8 +16,12 @@
 //! waiter's request then goes to the server right behind the holder's.
 //!
 //! Which of a database's hosts a new connection goes to, and when a host's
-//! connections must go, is `hosts`'s.
+//! connections must go, is `hosts`'s. The limits that hold over all shards
+//! (`pool_size`, `max_db_connections`, `max_user_connections`) are
+//! `budget`'s: a pool takes a unit of each of its budgets per connection it
+//! opens.
 
+pub mod budget;
 pub mod hosts;
 pub mod opening;
 pub use opening::{Handover, Offer, Opening, OpeningLost};
@@ -25,6 +29,7 @@ pub use opening::{Handover, Offer, Opening, OpeningLost};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
@@ -32,6 +37,7 @@ use thiserror::Error;
 
 use crate::prepare::Statement;
 use crate::server::{ConnectionOutput, ServerConn, ServerError, ServerSession, ServerTarget};
+pub use budget::{Budget, BudgetOf};
 
 /// Values of reported settings a pool remembers the server's spelling of.
 const REPORTED_SPELLINGS: usize = 1024;
@@ -89,6 +95,9 @@ pub struct PoolStats {
     pub wait_time_us: u64,
     /// Requests sent to a server behind another client's (server pipelining).
     pub pipelined: u64,
+    /// Connections closed for the same pool on another shard, whose
+    /// clients waited (see `budget`).
+    pub yielded: u64,
 }
 
 impl PoolStats {
@@ -109,6 +118,7 @@ impl PoolStats {
         self.query_time_us += o.query_time_us;
         self.wait_time_us += o.wait_time_us;
         self.pipelined += o.pipelined;
+        self.yielded += o.yielded;
     }
 }
 
@@ -191,6 +201,31 @@ pub struct Pool {
     /// The prepared statements shared by this pool's clients (see `prepare`).
     pub registry: crate::prepare::Registry,
     census: Rc<Census>,
+    /// The limits over all shards this pool opens connections under (see
+    /// [`Pool::share_budgets`]); none for a pool of its own.
+    budgets: RefCell<Rc<[Arc<Budget>]>>,
+    /// Connections this shard's pool keeps while another shard's pool of
+    /// the same (database, user) has clients waiting (`budget::share`).
+    keep: Cell<usize>,
+    /// The budget (by index) a client of it waits on, counted as wanted
+    /// there; None while no client waits.
+    wanting: Cell<Option<usize>>,
+    /// The budget the last failed attempt to open found spent.
+    blocked_on: Cell<usize>,
+    /// Tells the other pools under its budgets, on any shard (see [`BudgetNews`]).
+    budget_news: RefCell<Option<Box<dyn Fn(BudgetNews, &Rc<[Arc<Budget>]>)>>>,
+}
+
+/// What a pool tells the other pools under its budgets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetNews {
+    /// It gave units back while another pool wanted them: a waiting pool
+    /// may open a connection now ([`Pool::budget_freed`]).
+    Freed,
+    /// A client of it waits on its budget `blocked` (an index into the
+    /// budgets it was given): the pools under that budget give a
+    /// connection up ([`Pool::yield_to_others`]).
+    Wanted { blocked: usize },
 }
 
 /// What a waiting client is handed.
@@ -239,7 +274,153 @@ impl Pool {
             stats: Cell::new(PoolStats::default()),
             registry,
             census: Rc::default(),
+            budgets: RefCell::new(Rc::new([])),
+            keep: Cell::new(0),
+            wanting: Cell::new(None),
+            blocked_on: Cell::new(0),
+            budget_news: RefCell::new(None),
         })
+    }
+
+    /// Puts the pool under limits shared with other pools, on this shard and
+    /// others (its own pool_size budget first; see `budget`): it keeps
+    /// `keep` connections when the same pool on another shard wants one,
+    /// and `news` carries what the others must hear.
+    pub fn share_budgets(&self, budgets: Vec<Arc<Budget>>, keep: usize, news: Box<dyn Fn(BudgetNews, &Rc<[Arc<Budget>]>)>) {
+        *self.budgets.borrow_mut() = budgets.into();
+        self.keep.set(keep);
+        *self.budget_news.borrow_mut() = Some(news);
+    }
+
+    /// A reload changed this shard's share (see [`Pool::share_budgets`]).
+    pub fn set_keep(&self, keep: usize) {
+        self.keep.set(keep);
+    }
+
+    /// Whether the pool is under `budget`.
+    pub fn is_under(&self, budget: &Arc<Budget>) -> bool {
+        self.budgets.borrow().iter().any(|b| Arc::ptr_eq(b, budget))
+    }
+
+    fn tell(&self, news: BudgetNews) {
+        let budgets = self.budgets.borrow().clone();
+        if let Some(tell) = self.budget_news.borrow().as_ref() {
+            tell(news, &budgets);
+        }
+    }
+
+    /// A unit of each budget for a connection about to open, counted in
+    /// `open`; else the index of the budget that is spent (0, the pool's
+    /// own, also when its local limit is reached).
+    fn take_slot(&self) -> Result<(), usize> {
+        if self.open.get() >= self.max_size.get() {
+            return Err(0);
+        }
+        budget::take_all(&self.budgets.borrow())?;
+        self.open.set(self.open.get() + 1);
+        Ok(())
+    }
+
+    /// A connection closed and nothing takes its place: its units go back,
+    /// and a pool that wants them hears of it.
+    fn give_slot_back(&self) {
+        self.open.set(self.open.get() - 1);
+        let budgets = self.budgets.borrow().clone();
+        budget::give_back_all(&budgets);
+        let wanting = self.wanting.get();
+        if budgets.iter().enumerate().any(|(i, b)| b.wanted_by_others(wanting == Some(i))) {
+            self.tell(BudgetNews::Freed);
+        }
+    }
+
+    /// More connections are open than a limit allows now (a reload lowered it).
+    fn over_budget(&self) -> bool {
+        self.open.get() > self.max_size.get() || self.budgets.borrow().iter().any(|b| b.is_over())
+    }
+
+    /// A connection that comes back closes instead, for another pool whose
+    /// client waits: the same pool on another shard, while this one holds
+    /// more than its share; or, when no client of this pool waits, a pool
+    /// under the same max_db_connections or max_user_connections (as
+    /// PgBouncer evicts). A few relaxed loads per checkin.
+    fn owes_a_yield(&self) -> bool {
+        let budgets = self.budgets.borrow();
+        let Some(own) = budgets.first() else { return false };
+        let wanting = self.wanting.get();
+        (self.open.get() > self.keep.get() && own.wanted_by_others(wanting == Some(0)))
+            || (wanting.is_none() && budgets[1..].iter().any(|b| b.wanted_by_others(false)))
+    }
+
+    /// Whether clients wait changed: the budget they wait on counts the
+    /// pool as wanting or no longer, and the pools under it hear of it
+    /// ([`Pool::ask_for_a_connection`]).
+    fn waiters_changed(&self) {
+        let waiting = !self.waiters.borrow().is_empty() && !self.budgets.borrow().is_empty();
+        let want = waiting.then(|| self.blocked_on.get());
+        let was = self.wanting.get();
+        if want == was {
+            return;
+        }
+        self.wanting.set(want);
+        let budgets = self.budgets.borrow().clone();
+        if let Some(i) = was {
+            budgets[i].unwant();
+        }
+        if let Some(i) = want {
+            budgets[i].want();
+            self.ask_for_a_connection();
+        }
+    }
+
+    /// Tells the pools under the budget a client of this one waits on: the
+    /// same pool on other shards, if this one holds less than its share;
+    /// the other pools under a max_db_connections or max_user_connections.
+    fn ask_for_a_connection(&self) {
+        let Some(blocked) = self.wanting.get() else { return };
+        if blocked != 0 || self.open.get() < self.keep.get().max(1) {
+            self.tell(BudgetNews::Wanted { blocked });
+        }
+    }
+
+    /// Units may have come free: waiting clients get slots while every
+    /// budget has one (called on the shard's news, and on its tick in case
+    /// news was missed).
+    pub fn budget_freed(&self) {
+        while !self.waiters.borrow().is_empty() {
+            if let Err(blocked) = self.take_slot() {
+                self.blocked_on.set(blocked);
+                self.waiters_changed();
+                return;
+            }
+            match self.next_waiter() {
+                Some(waiter) => waiter.grant(Grant::Slot),
+                None => self.give_slot_back(),
+            }
+        }
+    }
+
+    /// The shard's tick: units given back are looked for, and a pool whose
+    /// clients still wait asks again (news may have found nothing idle).
+    pub fn tick(&self) {
+        self.budget_freed();
+        self.ask_for_a_connection();
+    }
+
+    /// Another pool under `budget` has a client waiting: an idle connection
+    /// here closes for it, if this is the same pool on another shard and
+    /// holds more than its share, or if `budget` is a max_db_connections or
+    /// max_user_connections (a lent one closes when it comes back,
+    /// [`Pool::owes_a_yield`]).
+    pub fn yield_to_others(&self, budget: &Arc<Budget>) {
+        let Some(i) = self.budgets.borrow().iter().position(|b| Arc::ptr_eq(b, budget)) else { return };
+        let gives = match i {
+            0 => self.open.get() > self.keep.get() && budget.wanted_by_others(self.wanting.get() == Some(0)),
+            _ => budget.wanted_by_others(self.wanting.get() == Some(i)),
+        };
+        if gives && self.idle.borrow_mut().pop().is_some() {
+            self.bump(|s| s.yielded += 1);
+            self.give_slot_back();
+        }
     }
 
     /// Server connections still open that were opened before the last
@@ -318,9 +499,9 @@ impl Pool {
         self.close_idle();
     }
 
-    /// Closes idle connections above max_size.
+    /// Closes idle connections above max_size or a budget's limit.
     fn trim_idle(&self) {
-        while self.open.get() > self.max_size.get() {
+        while self.over_budget() {
             if self.idle.borrow_mut().pop().is_none() {
                 break;
             }
@@ -355,12 +536,14 @@ impl Pool {
         if let Some(conn) = self.take_idle() {
             return Ok(Checkout::Lease(self.lease(conn)));
         }
-        if self.open.get() < self.max_size.get() {
-            self.open.set(self.open.get() + 1);
-            // Boxed here and below: opening a connection is rare and its
-            // future large (~860 bytes); inline, every transaction's
-            // future would carry it (see `client::Session::transaction`).
-            return Box::pin(self.open_in_slot(wait)).await.map(Checkout::Lease);
+        match self.take_slot() {
+            Ok(()) => {
+                // Boxed here and below: opening a connection is rare and its
+                // future large (~860 bytes); inline, every transaction's
+                // future would carry it (see `client::Session::transaction`).
+                return Box::pin(self.open_in_slot(wait)).await.map(Checkout::Lease);
+            }
+            Err(blocked) => self.blocked_on.set(blocked),
         }
         if may_follow {
             if let Some(opening) = self.claim_posted() {
@@ -381,6 +564,7 @@ impl Pool {
             timed_out: Cell::new(false),
         });
         self.waiters.borrow_mut().push_back(waiter.clone());
+        self.waiters_changed();
         let guard = WaitGuard { pool: self, waiter: &waiter };
         let grant = futures_lite::future::poll_fn(|cx| match guard.waiter.grant.borrow_mut().take() {
             Some(g) => Poll::Ready(Some(g)),
@@ -463,7 +647,8 @@ impl Pool {
     /// Every connection is lent and no other can be opened: a client that
     /// came now would wait.
     pub fn is_exhausted(&self) -> bool {
-        self.idle.borrow().is_empty() && self.open.get() >= self.max_size.get()
+        self.idle.borrow().is_empty()
+            && (self.open.get() >= self.max_size.get() || self.budgets.borrow().iter().any(|b| b.open() >= b.limit()))
     }
 
     /// Leaves `opening` for the next client that would have to wait and may
@@ -509,8 +694,7 @@ impl Pool {
         if let Some(conn) = self.take_idle() {
             return Some(Ok(self.lease(conn)));
         }
-        if self.open.get() < self.max_size.get() {
-            self.open.set(self.open.get() + 1);
+        if self.take_slot().is_ok() {
             // No time to wait: one round over the hosts, no retry.
             return Some(self.open_in_slot(Duration::ZERO).await);
         }
@@ -602,7 +786,7 @@ impl Pool {
                 return Some(conn);
             }
             self.bump(|s| s.unhealthy_closed += 1);
-            self.open.set(self.open.get() - 1);
+            self.give_slot_back();
         }
     }
 
@@ -623,14 +807,24 @@ impl Pool {
     }
 
     fn next_waiter(&self) -> Option<Rc<Waiter>> {
-        self.waiters.borrow_mut().pop_front()
+        let waiter = self.waiters.borrow_mut().pop_front();
+        if waiter.is_some() {
+            self.waiters_changed();
+        }
+        waiter
     }
 
     /// A connection comes back idle and clean.
     fn checkin(&self, mut conn: Box<ServerConn>) {
-        if conn.generation < self.generation.get() || self.open.get() > self.max_size.get() || !self.keeps_host(&conn) {
+        if conn.generation < self.generation.get() || self.over_budget() || !self.keeps_host(&conn) {
             drop(conn);
             self.slot_freed();
+            return;
+        }
+        if self.owes_a_yield() {
+            drop(conn);
+            self.bump(|s| s.yielded += 1);
+            self.give_slot_back();
             return;
         }
         if let Some(waiter) = self.next_waiter() {
@@ -643,15 +837,16 @@ impl Pool {
 
     /// A connection was closed: its slot goes to the next waiter, if any.
     fn slot_freed(&self) {
-        // Over max_size (it was lowered by a reload): the slot goes away
-        // rather than to a waiter, or the pool would never shrink under load.
-        if self.open.get() > self.max_size.get() {
-            self.open.set(self.open.get() - 1);
+        // Over a limit (lowered by a reload): the slot goes away rather than
+        // to a waiter, or the pool would never shrink under load; so it
+        // does for another shard's pool that wants it.
+        if self.over_budget() || self.owes_a_yield() {
+            self.give_slot_back();
             return;
         }
         match self.next_waiter() {
             Some(waiter) => waiter.grant(Grant::Slot),
-            None => self.open.set(self.open.get() - 1),
+            None => self.give_slot_back(),
         }
     }
 }
@@ -675,6 +870,7 @@ struct WaitGuard<'a> {
 impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
         self.pool.waiters.borrow_mut().retain(|w| !Rc::ptr_eq(w, self.waiter));
+        self.pool.waiters_changed();
         match self.waiter.grant.borrow_mut().take() {
             Some(Grant::Conn(conn)) => self.pool.checkin(conn),
             Some(Grant::Slot) => self.pool.slot_freed(),

@@ -136,7 +136,12 @@ impl Shard {
         crate::rt::spin_before_park(Duration::from_micros(config.spin_before_park_us));
         for ((database, user), pool) in self.pools().iter() {
             match self.pool_settings(&config, database, user) {
-                Some((target, size)) => pool.reconfigure(target, size),
+                Some((target, size)) => {
+                    // The limits are set anew (the budgets are the same).
+                    self.budgets_for(&config, database, user);
+                    pool.set_keep(self.keep(size));
+                    pool.reconfigure(target, size);
+                }
                 None => pool.reconnect(),
             }
         }

@@ -34,7 +34,7 @@ use crate::auth::secret::ScramSecret;
 use crate::client;
 use crate::config::Config;
 use crate::net::Stream;
-use crate::pool::Pool;
+use crate::pool::{Budget, BudgetNews, BudgetOf, Pool};
 use crate::prepare::Registry;
 use crate::rt;
 use crate::rt::net::Socket;
@@ -118,6 +118,10 @@ pub struct Shared {
     /// many shards have a pool of it. Touched only when a shard makes its
     /// first pool of such a name or drops its last, never per query.
     fallback_databases: std::sync::Mutex<HashMap<String, usize>>,
+    /// The connection limits that hold over all shards (see
+    /// `pool::budget`), made when a shard makes its first pool under one.
+    /// Locked only then and at reloads, never per query.
+    budgets: std::sync::Mutex<HashMap<crate::pool::BudgetOf, Arc<crate::pool::Budget>>>,
 }
 
 impl Shared {
@@ -130,7 +134,17 @@ impl Shared {
             started: std::time::Instant::now(),
             nudges: Arc::default(),
             fallback_databases: Default::default(),
+            budgets: Default::default(),
         }
+    }
+
+    /// The budget of `what`, made if new, with `limit` (0: none) as of now.
+    fn budget(&self, what: crate::pool::BudgetOf, limit: usize) -> Arc<crate::pool::Budget> {
+        let limit = if limit == 0 { usize::MAX } else { limit };
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        let budget = budgets.entry(what.clone()).or_insert_with(|| Arc::new(crate::pool::Budget::new(what, limit)));
+        budget.set_limit(limit);
+        budget.clone()
     }
 
     /// A shard makes its first pool of `name`, served by the `*` entry:
@@ -607,6 +621,13 @@ impl Shard {
         // Statements are shared by the clients of one pool only: the same text
         // can mean something else in another database or to another user.
         let pool = Pool::new(target, size, Registry::new(self.id, REGISTRY_CAPACITY));
+        let me = self.me.clone();
+        let news = move |news: BudgetNews, budgets: &Rc<[Arc<Budget>]>| {
+            if let Some(shard) = me.upgrade() {
+                shard.budget_news(news, budgets);
+            }
+        };
+        pool.share_budgets(self.budgets_for(config, database, user), self.keep(size), Box::new(news));
         if fallback {
             self.fallback_pools.borrow_mut().insert(key.clone());
         }
@@ -618,6 +639,75 @@ impl Shard {
         }));
         self.pools.borrow_mut().insert(key, pool.clone());
         Ok(pool)
+    }
+
+    /// The budgets a pool of (database, user) opens connections under, its
+    /// own pool_size first, with the limits of `config` (see `pool::budget`).
+    fn budgets_for(&self, config: &Config, database: &str, user: &str) -> Vec<Arc<Budget>> {
+        let pool_size = config.database(database).map_or(0, |db| db.pool_size);
+        let pool = BudgetOf::Pool { database: database.to_owned(), user: user.to_owned() };
+        vec![
+            self.shared.budget(pool, pool_size),
+            self.shared.budget(BudgetOf::Database(database.to_owned()), config.max_db_connections(database)),
+            self.shared.budget(BudgetOf::User(user.to_owned()), config.max_user_connections(user)),
+        ]
+    }
+
+    /// The connections of a pool_size this shard keeps when another wants one.
+    fn keep(&self, pool_size: usize) -> usize {
+        crate::pool::budget::share(pool_size, self.shards, self.id)
+    }
+
+    /// What a pool of this shard has to tell the pools under `budgets`: on
+    /// this shard (from a task of its own, not inside the pool's call) and
+    /// on the others.
+    fn budget_news(&self, news: BudgetNews, budgets: &Rc<[Arc<Budget>]>) {
+        match news {
+            BudgetNews::Freed => {
+                let budgets: Vec<Arc<Budget>> = budgets.to_vec();
+                let me = self.me.clone();
+                let here = budgets.clone();
+                rt::spawn_local(async move {
+                    if let Some(shard) = me.upgrade() {
+                        shard.budget_freed(&here);
+                    }
+                })
+                .detach();
+                self.tell_other_shards(|| ShardMessage::BudgetFreed { budgets: budgets.clone() });
+            }
+            BudgetNews::Wanted { blocked } => {
+                let Some(budget) = budgets.get(blocked).cloned() else { return };
+                if blocked != 0 {
+                    // Other users' or databases' pools on this shard too.
+                    let (me, here) = (self.me.clone(), budget.clone());
+                    rt::spawn_local(async move {
+                        if let Some(shard) = me.upgrade() {
+                            shard.budget_wanted(&here);
+                        }
+                    })
+                    .detach();
+                }
+                self.tell_other_shards(|| ShardMessage::BudgetWanted { budget: budget.clone() });
+            }
+        }
+    }
+
+    /// Units of `budgets` came free: this shard's pools under any of them
+    /// with clients waiting open connections for them.
+    pub(super) fn budget_freed(&self, budgets: &[Arc<Budget>]) {
+        for pool in self.pools().values() {
+            if budgets.iter().any(|b| pool.is_under(b)) {
+                pool.budget_freed();
+            }
+        }
+    }
+
+    /// A pool under `budget` (the same pool on another shard, or another
+    /// user's or database's under a shared limit) wants a connection.
+    pub(super) fn budget_wanted(&self, budget: &Arc<Budget>) {
+        for pool in self.pools().values() {
+            pool.yield_to_others(budget);
+        }
     }
 
     fn has_pool_of(&self, database: &str) -> bool {
@@ -721,7 +811,7 @@ impl Shard {
         self.pool_settings(config, database, user).map(|(target, _)| target)
     }
 
-    /// The server and this shard's pool size for (database, user) under `config`.
+    /// The server and the pool size (over all shards) for (database, user) under `config`.
     fn pool_settings(&self, config: &Config, database: &str, user: &str) -> Option<(ServerTarget, usize)> {
         let db = config.database(database)?;
         let server_user = db.user.clone().unwrap_or_else(|| user.to_owned());
@@ -764,7 +854,7 @@ impl Shard {
             scram_max_iterations: config.server_scram_max_iterations,
             learn_output_settings: config.binary_negotiation,
         };
-        Some((target, Config::pool_size_per_shard(db.pool_size, self.shards, self.id)))
+        Some((target, db.pool_size))
     }
 
     /// Turns what plain threads change process-wide (the shutdown flag, a new
@@ -792,6 +882,7 @@ impl Shard {
             let now = std::time::Instant::now();
             for pool in self.pools().values() {
                 pool.expire_waiters(now);
+                pool.tick();
             }
             let tick = async {
                 rt::sleep(nudge::TICK).await;

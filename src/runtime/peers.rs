@@ -116,6 +116,18 @@ pub enum ShardMessage {
     CloseIdleTo {
         dbname: String,
     },
+    /// Units of these connection limits came free on another shard (see
+    /// `pool::budget`): this shard's pools under them with clients waiting
+    /// may open connections.
+    BudgetFreed {
+        budgets: Vec<Arc<crate::pool::Budget>>,
+    },
+    /// A client of the same pool on another shard waits and that pool holds
+    /// less than its share: this shard's pool gives a connection up if it
+    /// holds more than its own.
+    BudgetWanted {
+        budget: Arc<crate::pool::Budget>,
+    },
     /// A client connection another shard accepted, for this one to serve
     /// (see [`Peers::place_client`]); already counted as this shard's.
     Adopt {
@@ -251,6 +263,8 @@ pub(super) fn serve_peers(shard: &Rc<Shard>, inbox: flume::Receiver<ShardMessage
                 ShardMessage::Adopt { socket, peer } => shard.serve_client(socket, peer),
                 ShardMessage::SchemaChanged { database } => shard.schema_changed(&database, None),
                 ShardMessage::CloseIdleTo { dbname } => shard.close_idle_connections_to(&dbname, false),
+                ShardMessage::BudgetFreed { budgets } => shard.budget_freed(&budgets),
+                ShardMessage::BudgetWanted { budget } => shard.budget_wanted(&budget),
                 ShardMessage::Ask { from, request, question } => {
                     let shard = shard.clone();
                     crate::rt::spawn_local(async move {

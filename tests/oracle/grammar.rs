@@ -356,12 +356,18 @@ impl Gen {
         }
     }
 
-    /// A statement that sleeps until cancelled.
+    /// A statement that sleeps until cancelled, and nothing else: one that
+    /// could fail at once (a name that exists, a value no setting takes)
+    /// would end before a cancel direct, but may still wait for a server
+    /// connection in pglane, where a cancel ends it (57014), as it must.
     fn cancelled(&mut self) -> Stmt {
         let (name, value) = self.setting();
+        let value = value.trim_matches('\'');
         let sql = match self.rng.below(4) {
-            0 => format!("select set_config('{name}', '{}', false), pg_sleep(60)", value.trim_matches('\'')),
-            1 => "create temp table t3 as select 3 as v from pg_sleep(60)".to_owned(),
+            // Values written as SQL lists ('$user', public) are not plain.
+            0 if !value.contains('\'') => format!("select set_config('{name}', '{value}', false), pg_sleep(60)"),
+            // Cancelled, it is never made, so no client has one.
+            1 => "create temp table t_cancelled as select 3 as v from pg_sleep(60)".to_owned(),
             _ => "select pg_sleep(60)".to_owned(),
         };
         let via = Via::Cancelled { after_ms: self.rng.below(40) as u64, extended: self.rng.chance(40) };

@@ -337,10 +337,13 @@ fn unsupported_database_parameters_are_warned_once_each() {
 app = host=db client_encoding=UTF8 connect_query='SELECT 1' max_db_connections=5
 [pgbouncer]
 listen_addr = *
+max_db_connections = 7
+max_user_connections = 4
 ";
     let (c, warnings) = config(text);
     assert_eq!(c.databases["app"].host, ["db"]);
-    assert_eq!(warned(&warnings), [(2, "client_encoding"), (2, "connect_query"), (2, "max_db_connections")]);
+    assert_eq!(warned(&warnings), [(2, "client_encoding"), (2, "connect_query")]);
+    assert_eq!((c.max_db_connections("app"), c.max_db_connections("other"), c.max_user_connections("u")), (5, 7, 4));
     assert_eq!(
         warnings[0].to_string(),
         "/etc/pgbouncer/pgbouncer.ini:2: client_encoding: ignored for database app: pglane does not set startup \
@@ -384,14 +387,16 @@ fn the_fallback_database_is_served() {
 #[test]
 fn the_users_section() {
     let text = with_settings(
-        "auth_file = userlist.txt\n[users]\nalice = pool_mode=session max_user_connections=3\nbob = pool_mode=transaction",
+        "auth_file = userlist.txt\n[users]\nalice = pool_mode=session max_user_connections=3 reserve_pool_size=1\n\
+         bob = pool_mode=transaction",
     );
     let (c, warnings) = config_with(&text, &[(USERLIST, "\"alice\" \"pw\"\n")]);
     assert_eq!(c.users["alice"].password.as_deref(), Some("pw"));
     assert_eq!(c.users["alice"].pool_mode, Some(PoolMode::Session));
+    assert_eq!((c.max_user_connections("alice"), c.max_user_connections("bob")), (3, 0));
     assert_eq!(c.users["bob"].password, None);
     assert_eq!(c.users["bob"].pool_mode, Some(PoolMode::Transaction));
-    assert_eq!(warned(&warnings), [(7, "max_user_connections")]);
+    assert_eq!(warned(&warnings), [(7, "reserve_pool_size")]);
     assert!(warnings[0].message.starts_with("ignored for user alice"));
     let message = error(&with_settings("[users]\nalice = pool_mode"));
     assert_eq!(message, "/etc/pgbouncer/pgbouncer.ini:6: [users] alice: expected key=value at the start");

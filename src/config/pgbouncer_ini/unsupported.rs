@@ -16,7 +16,6 @@ const UNIX_GROUP: &str = "pglane does not change the unix socket's group; start 
 const NO_TLS: &str = "pglane uses rustls' default protocol versions, cipher suites and curves";
 const NOT_YET: &str = "not supported by pglane yet";
 const NET_TUNING: &str = "pglane's socket settings are not configurable";
-const POOL_LIMITS: &str = "pool_size per database and user is pglane's only limit on server connections";
 const CLIENT_LIMITS: &str = "max_client_conn is pglane's only limit on client connections";
 const STARTUP_PARAMETERS: &str = "pglane does not set startup parameters on server connections; the server's default applies";
 const RESOLVER: &str = "host names are resolved by the system resolver";
@@ -209,7 +208,6 @@ pub fn pgbouncer_setting(key: &str) -> Option<&'static str> {
         "unix_socket_group" => UNIX_GROUP,
         "min_pool_size" => "pglane opens server connections on demand only",
         "reserve_pool_size" | "reserve_pool_timeout" => "pglane has no reserve pool",
-        "max_db_connections" | "max_user_connections" => POOL_LIMITS,
         "max_db_client_connections" | "max_user_client_connections" => CLIENT_LIMITS,
         "scram_iterations" => "pglane derives SCRAM secrets for plaintext passwords with 4096 iterations",
         "auth_ident_file" => "pglane does not support ident maps",
@@ -243,7 +241,6 @@ pub fn database_parameter(key: &str) -> Option<&'static str> {
         "client_encoding" | "datestyle" | "timezone" | "application_name" => STARTUP_PARAMETERS,
         "min_pool_size" => "pglane opens server connections on demand only",
         "reserve_pool" | "reserve_pool_size" => "pglane has no reserve pool",
-        "max_db_connections" => POOL_LIMITS,
         "max_db_client_connections" => CLIENT_LIMITS,
         "query_wait_timeout" => "pglane has only the global query_wait_timeout",
         "connect_query" | "server_lifetime" => NOT_YET,
@@ -257,7 +254,6 @@ pub fn user_parameter(key: &str) -> Option<&'static str> {
     Some(match key {
         "pool_size" => "pglane sets pool_size per database only",
         "reserve_pool_size" => "pglane has no reserve pool",
-        "max_user_connections" => POOL_LIMITS,
         "max_user_client_connections" => CLIENT_LIMITS,
         "query_wait_timeout" => "pglane has only the global query_wait_timeout",
         "query_timeout" | "idle_transaction_timeout" | "transaction_timeout" | "client_idle_timeout" => NOT_YET,
@@ -275,7 +271,7 @@ mod tests {
         assert_eq!(pgbouncer_setting("server_tls_ciphers"), Some(NO_TLS));
         assert_eq!(pgbouncer_setting("server_check_delay"), Some(NOT_YET));
         assert_eq!(database_parameter("client_encoding"), Some(STARTUP_PARAMETERS));
-        assert_eq!(user_parameter("max_user_connections"), Some(POOL_LIMITS));
+        assert_eq!(user_parameter("reserve_pool_size"), Some("pglane has no reserve pool"));
     }
 
     #[test]
@@ -308,12 +304,21 @@ mod tests {
     #[test]
     fn every_parameter_with_a_reason_is_listed() {
         for key in DATABASE_PARAMETERS {
-            let mapped = ["auth_dbname", "auth_query", "auth_user", "dbname", "host", "load_balance_hosts", "password"];
+            let mapped = [
+                "auth_dbname",
+                "auth_query",
+                "auth_user",
+                "dbname",
+                "host",
+                "load_balance_hosts",
+                "password",
+                "max_db_connections",
+            ];
             let mapped = mapped.contains(key) || ["pool_mode", "pool_size", "port", "target_session_attrs", "user"].contains(key);
             assert!(mapped || database_parameter(key).is_some(), "{key}");
         }
         for key in USER_PARAMETERS {
-            assert!(*key == "pool_mode" || user_parameter(key).is_some(), "{key}");
+            assert!(["pool_mode", "max_user_connections"].contains(key) || user_parameter(key).is_some(), "{key}");
         }
     }
 }

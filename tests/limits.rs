@@ -1,0 +1,140 @@
+//! Limits on server connections are exact over all shards: pool_size,
+//! max_db_connections and max_user_connections count what PostgreSQL sees,
+//! whichever shard a client is on. Each test watches its own server
+//! database in pg_stat_activity while clients on both shards run short
+//! transactions through pglane, and checks that every client was served.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{connect, postgres, Pglane};
+
+/// Server connections to `dbname` (as `user`, if given) right now, read on a
+/// direct connection (not counted: it is to another database).
+async fn backends(monitor: &tokio_postgres::Client, dbname: &str, user: Option<&str>) -> usize {
+    let row = monitor
+        .query_one(
+            "select count(*) from pg_stat_activity where datname = $1 and ($2::text is null or usename = $2::text) \
+             and backend_type = 'client backend'",
+            &[&dbname, &user],
+        )
+        .await
+        .expect("count backends");
+    row.get::<_, i64>(0) as usize
+}
+
+/// The most server connections seen at once, polling every 2 ms until `done`.
+fn watch(dbname: &'static str, user: Option<&'static str>, done: Arc<AtomicBool>) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let monitor = connect(postgres().port, "postgres", "secret", "postgres").await;
+        let mut most = 0;
+        while !done.load(Ordering::SeqCst) {
+            most = most.max(backends(&monitor, dbname, user).await);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        most
+    })
+}
+
+/// `clients` clients of (user, database) each run `rounds` transactions
+/// that hold the server connection a moment; returns how many finished.
+async fn load(port: u16, logins: &[(&'static str, &'static str, &'static str)], clients: usize, rounds: usize) -> usize {
+    let finished = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let (user, password, db) = logins[i % logins.len()];
+        let finished = finished.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(port, user, password, db).await;
+            for _ in 0..rounds {
+                client.batch_execute("begin; select pg_sleep(0.003); commit").await.expect("a transaction");
+            }
+            finished.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client task");
+    }
+    finished.load(Ordering::SeqCst)
+}
+
+fn start(dbnames: &[&str], body: &str) -> Pglane {
+    for db in dbnames {
+        postgres().fresh_database(db, None);
+    }
+    Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\nquery_wait_timeout = 60\n{body}\n\
+             [users.postgres]\npassword = \"secret\"\n[users.scramuser]\npassword = \"scrampass\"\n"
+        ),
+        &["--cores", "2"],
+    )
+}
+
+fn database(name: &str, dbname: &str, extra: &str) -> String {
+    format!("[databases.{name}]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{dbname}\"\n{extra}\n", postgres().port)
+}
+
+/// pool_size = 1 on two shards opens one server connection, not one per
+/// shard: the shard whose client waits gets the other's connection when it
+/// comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pool_size_is_exact_over_shards_even_below_one_per_shard() {
+    let lane = start(&["limits_pool"], &database("app", "limits_pool", "pool_size = 1"));
+    let done = Arc::new(AtomicBool::new(false));
+    let most = watch("limits_pool", None, done.clone());
+    let finished = load(lane.port, &[("postgres", "secret", "app")], 6, 25).await;
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(finished, 6, "every client, on either shard, was served");
+    assert_eq!(most.await.unwrap(), 1, "one server connection, over both shards");
+}
+
+/// pool_size = 3 on two shards: at most 3, and clients on both shards served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_odd_pool_size_is_exact_over_shards() {
+    let lane = start(&["limits_odd"], &database("app", "limits_odd", "pool_size = 3"));
+    let done = Arc::new(AtomicBool::new(false));
+    let most = watch("limits_odd", None, done.clone());
+    let finished = load(lane.port, &[("postgres", "secret", "app")], 8, 25).await;
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(finished, 8);
+    let most = most.await.unwrap();
+    assert!((1..=3).contains(&most), "{most} server connections for pool_size 3");
+}
+
+/// The issue's case: pool_size 2, max_db_connections 3, two users with 3
+/// clients each. PgBouncer opens 3 server connections; so must pglane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_db_connections_caps_every_users_pools_together() {
+    let lane = start(&["limits_db"], &database("app", "limits_db", "pool_size = 2\nmax_db_connections = 3"));
+    let done = Arc::new(AtomicBool::new(false));
+    let most = watch("limits_db", None, done.clone());
+    let logins = [("postgres", "secret", "app"), ("scramuser", "scrampass", "app")];
+    let finished = load(lane.port, &logins, 6, 25).await;
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(finished, 6, "both users' clients were served");
+    let most = most.await.unwrap();
+    assert!((2..=3).contains(&most), "{most} server connections for max_db_connections 3");
+}
+
+/// max_user_connections caps a user's pools of every database together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_user_connections_caps_a_users_pools_of_every_database() {
+    let body = format!(
+        "max_user_connections = 3\n{}{}",
+        database("one", "limits_user", "pool_size = 2"),
+        database("two", "limits_user", "pool_size = 2")
+    );
+    let lane = start(&["limits_user"], &body);
+    let done = Arc::new(AtomicBool::new(false));
+    let most = watch("limits_user", Some("postgres"), done.clone());
+    let logins = [("postgres", "secret", "one"), ("postgres", "secret", "two")];
+    let finished = load(lane.port, &logins, 6, 25).await;
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(finished, 6);
+    let most = most.await.unwrap();
+    assert!((2..=3).contains(&most), "{most} server connections of postgres for max_user_connections 3");
+}
