@@ -168,8 +168,8 @@ async fn pause_holds_new_transactions_until_resume() {
     assert_eq!(answer, 42);
 }
 
-#[tokio::test]
-async fn kill_closes_the_databases_clients() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_closes_the_databases_clients_and_pauses_it_until_resume() {
     let lane = start(2, 2, "");
     let c = connect(lane.port, "postgres", "secret", "app").await;
     c.simple_query("select 1").await.unwrap();
@@ -177,9 +177,17 @@ async fn kill_closes_the_databases_clients() {
     let e = c.simple_query("select 1").await.unwrap_err();
     let closed = e.is_closed() || e.as_db_error().is_some_and(|d| d.code().code() == "57P01");
     assert!(closed, "{e:?}");
-    // New clients are welcome again.
+    // As with PgBouncer, the database stays paused: a new client's query
+    // waits until RESUME.
+    let databases = admin(lane.port, "postgres", "secret", "SHOW DATABASES").unwrap();
+    assert_eq!(column(&databases, "paused", |r| r[0] == "app"), vec!["1"]);
     let c = connect(lane.port, "postgres", "secret", "app").await;
-    c.simple_query("select 1").await.unwrap();
+    let query = tokio::spawn(async move { c.query_one("select 42", &[]).await.map(|r| r.get::<_, i32>(0)) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!query.is_finished(), "a query ran on a killed database before RESUME");
+    admin(lane.port, "postgres", "secret", "RESUME app").unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), query).await.expect("resumed").unwrap().unwrap();
+    assert_eq!(answer, 42);
 }
 
 /// KILL reaches a client whose query is still running, in both modes: the

@@ -103,6 +103,10 @@ impl Shard {
                 self.pause.wake_all();
             }
             Control::Kill(database) => {
+                // As PgBouncer: the database stays paused until RESUME, so
+                // that a runbook's KILL, change, RESUME lets no client in
+                // before it is done.
+                self.pause.databases.borrow_mut().insert(database.clone());
                 for (&pid, client) in self.clients().iter() {
                     if client.info.database == database && !client.info.admin {
                         client.killed.set(true);
