@@ -17,8 +17,15 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// server connections from per-core pools, per transaction or per session.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
-#[command(group(ArgGroup::new("source").required(true).multiple(true).args(["config", "pgbouncer_ini"])))]
+#[command(group(ArgGroup::new("source").required(true).multiple(true).args(["config", "pgbouncer_ini", "file"])))]
 struct Cli {
+    /// A config file, as PgBouncer's command line takes it (`pglane
+    /// /etc/pgbouncer/pgbouncer.ini`): a `.toml` file is pglane's config
+    /// (as --config), any other a pgbouncer.ini (as --pgbouncer-ini, and
+    /// --config may still lay TOML settings over it).
+    #[arg(value_name = "CONFIG_FILE", conflicts_with = "pgbouncer_ini")]
+    file: Option<PathBuf>,
+
     /// The TOML config file (see config/pglane.toml for a commented example).
     /// With --pgbouncer-ini as well, its settings are laid over the imported
     /// ones: tables merge key by key, other values replace.
@@ -49,13 +56,79 @@ struct Cli {
     /// Check the config and exit: 0 if it is valid (printing any warnings), 1 with the reason if not.
     #[arg(long)]
     check: bool,
+
+    /// PgBouncer's: log only warnings and errors (RUST_LOG wins).
+    #[arg(short, long, conflicts_with = "verbose")]
+    quiet: bool,
+
+    /// PgBouncer's: log more; once for debug, twice for trace (RUST_LOG wins).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    /// PgBouncer's -d, -R and -u, refused with the reason (pglane does not
+    /// daemonize, restart online or switch users: see docs/deploy.md).
+    #[arg(short = 'd', long = "daemon", hide = true)]
+    daemon: bool,
+    #[arg(short = 'R', long = "reboot", hide = true)]
+    reboot: bool,
+    #[arg(short = 'u', long = "user", value_name = "USERNAME", hide = true)]
+    user: Option<String>,
+}
+
+impl Cli {
+    /// The TOML file and the pgbouncer.ini, from the flags or the one
+    /// positional file.
+    fn files(&self) -> Result<(Option<PathBuf>, Option<PathBuf>), String> {
+        match &self.file {
+            Some(file) if file.extension().is_some_and(|e| e == "toml") => match self.config {
+                Some(_) => Err(format!("{} and --config are both TOML configs; give one", file.display())),
+                None => Ok((Some(file.clone()), None)),
+            },
+            Some(file) => Ok((self.config.clone(), Some(file.clone()))),
+            None => Ok((self.config.clone(), self.pgbouncer_ini.clone())),
+        }
+    }
+
+    /// Why a PgBouncer flag pglane does not take is refused, if one was given.
+    fn refused_flag(&self) -> Option<&'static str> {
+        if self.daemon {
+            Some("-d (daemonize): pglane runs in the foreground; run it under a service manager (deploy/pglane.service)")
+        } else if self.reboot {
+            Some("-R (online restart): start the new pglane with so_reuseport = true and stop the old one (docs/deploy.md)")
+        } else if self.user.is_some() {
+            Some("-u (switch user): start pglane as the user it should run as (User= in its systemd unit)")
+        } else {
+            None
+        }
+    }
+
+    /// The default log level the PgBouncer flags ask for.
+    fn log_level(&self) -> &'static str {
+        match (self.quiet, self.verbose) {
+            (true, _) => "warn",
+            (false, 0) => "info",
+            (false, 1) => "debug",
+            (false, _) => "trace",
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    init_logging(cli.log_format, cli.log_level());
+    if let Some(reason) = cli.refused_flag() {
+        eprintln!("pglane: {reason}");
+        return ExitCode::FAILURE;
+    }
+    let (toml, ini) = match cli.files() {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("pglane: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
 
-    let (mut config, warnings) = match pglane::config::load(cli.config.as_deref(), cli.pgbouncer_ini.as_deref()) {
+    let (mut config, warnings) = match pglane::config::load(toml.as_deref(), ini.as_deref()) {
         Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("pglane: {e}");
@@ -89,18 +162,12 @@ fn main() -> ExitCode {
         }
     };
     if cli.check {
-        let files: Vec<String> =
-            [&cli.pgbouncer_ini, &cli.config].into_iter().flatten().map(|file| file.display().to_string()).collect();
+        let files: Vec<String> = [&ini, &toml].into_iter().flatten().map(|file| file.display().to_string()).collect();
         println!("{}: ok", files.join(" + "));
         return ExitCode::SUCCESS;
     }
 
-    let source = ConfigSource {
-        toml: cli.config.clone(),
-        pgbouncer_ini: cli.pgbouncer_ini.clone(),
-        cores: cli.cores,
-        cpus: cli.cpus.clone(),
-    };
+    let source = ConfigSource { toml, pgbouncer_ini: ini, cores: cli.cores, cpus: cli.cpus.clone() };
     let shared = Arc::new(Shared::new(config, source));
     spawn_signal_thread(shared.clone());
     info!(shards = cpus.len(), ?cpus, "starting");
@@ -122,9 +189,9 @@ enum LogFormat {
     Json,
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, level: &str) {
     let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     match format {
         LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),

@@ -159,8 +159,8 @@ struct Alone {
 impl Alone {
     fn start(ini: &Path, log: PathBuf, port: u16) -> Alone {
         let log_file = fs::File::create(&log).expect("create log");
+        // PgBouncer's own command line: the ini as the one argument.
         let child = Command::new(common::pglane_bin())
-            .arg("--pgbouncer-ini")
             .arg(ini)
             .args(["--cores", "1"])
             .env("RUST_LOG", "info")
@@ -227,6 +227,22 @@ fn check_validates_an_ini_and_prints_its_warnings() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains(&format!("warning: {}:13: server_check_delay: ignored", ini.display())), "{stderr}");
     assert!(stderr.contains(&format!("warning: {}:14: logfile: ignored", ini.display())), "{stderr}");
+
+    // PgBouncer's command line: the ini alone, as its argument.
+    let out = Command::new(common::pglane_bin()).arg("--check").arg(&ini).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), format!("{}: ok\n", ini.display()));
+    // PgBouncer's -d, -R and -u are refused with the reason.
+    for flag in ["-d", "-R", "-u"] {
+        let mut command = Command::new(common::pglane_bin());
+        command.arg(flag);
+        if flag == "-u" {
+            command.arg("nobody");
+        }
+        let out = command.arg(&ini).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{flag}: {out:?}");
+        assert!(text(&out.stderr).starts_with(&format!("pglane: {flag} (")), "{flag}: {}", text(&out.stderr));
+    }
 
     // With a TOML file too: both named, the TOML wins.
     let toml = dir.write("extra.toml", "listen = \"127.0.0.1:7777\"\n");
