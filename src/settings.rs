@@ -381,30 +381,30 @@ impl Settings {
             return None;
         }
         let kept = |name: &String| keep_unknown && server.values.get(name) == Some(&Value::Unknown);
-        let mut sql = String::new();
         // statement_timeout last: PostgreSQL times each statement of a
         // query with the value in force as it starts, so the SETs before it
         // run under the connection's value, never under a shorter one of
         // the client's (see `Exchange::align_settings`).
-        for timeout_now in [false, true] {
-            let this_round = |name: &String| (name == "statement_timeout") == timeout_now && !kept(name);
-            for (name, value) in self.values.iter().filter(|(n, _)| this_round(n)) {
-                if server.values.get(name) != Some(value) {
-                    match value {
-                        Value::Reported(v) => sql.push_str(&format!("SET \"{name}\" = {};", quote(v))),
-                        Value::Sql(v) => sql.push_str(&format!("SET \"{name}\" = {v};")),
-                        Value::Plain(v) => {
-                            sql.push_str(&format!("SELECT pg_catalog.set_config({}, {}, false);", quote(name), quote(v)))
-                        }
-                        // Only a server's value is ever unknown.
-                        Value::Unknown => sql.push_str(&format!("RESET \"{name}\";")),
+        let (mut sql, mut timeout) = (String::new(), String::new());
+        for (name, value) in &self.values {
+            if server.values.get(name) != Some(value) && !kept(name) {
+                let out = if name == "statement_timeout" { &mut timeout } else { &mut sql };
+                match value {
+                    Value::Reported(v) => out.push_str(&format!("SET \"{name}\" = {};", quote(v))),
+                    Value::Sql(v) => out.push_str(&format!("SET \"{name}\" = {v};")),
+                    Value::Plain(v) => {
+                        out.push_str(&format!("SELECT pg_catalog.set_config({}, {}, false);", quote(name), quote(v)))
                     }
+                    // Only a server's value is ever unknown.
+                    Value::Unknown => out.push_str(&format!("RESET \"{name}\";")),
                 }
             }
-            for name in server.values.keys().filter(|n| !self.values.contains_key(*n) && this_round(n)) {
-                sql.push_str(&format!("RESET \"{name}\";"));
-            }
         }
+        for name in server.values.keys().filter(|n| !self.values.contains_key(*n) && !kept(n)) {
+            let out = if name == "statement_timeout" { &mut timeout } else { &mut sql };
+            out.push_str(&format!("RESET \"{name}\";"));
+        }
+        sql.push_str(&timeout);
         (!sql.is_empty()).then_some(sql)
     }
 }
