@@ -12,6 +12,7 @@
 //!   on an io_uring of its own, timers, sockets, a blocking thread; knows nothing
 //!   of PostgreSQL.
 //! - [`memory`]: large buffers a shard let go of, given back to the system.
+//! - [`process_files`]: the pidfile and the logfile pglane keeps as a process.
 //! - [`net`]: the socket a session sees, TCP or unix, plain or TLS (rustls).
 //! - [`protocol`]: the wire protocol as small pure encode/decode functions, and
 //!   the frame scanner; no sockets, no state.
@@ -45,6 +46,7 @@ pub mod memory;
 pub mod net;
 pub mod pool;
 pub mod prepare;
+pub mod process_files;
 pub mod protocol;
 pub mod rt;
 pub mod runtime;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{ArgGroup, Parser};
+use pglane::process_files;
 use pglane::runtime::{self, ConfigSource, Shared};
 use tracing::{error, info, warn};
 
@@ -115,7 +116,6 @@ impl Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, cli.log_level());
     if let Some(reason) = cli.refused_flag() {
         eprintln!("pglane: {reason}");
         return ExitCode::FAILURE;
@@ -135,6 +135,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(path) = config.logfile.as_deref().filter(|_| !cli.check) {
+        if let Err(e) = process_files::open_logfile(path) {
+            eprintln!("pglane: cannot open logfile {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    init_logging(cli.log_format, cli.log_level());
     for warning in &warnings {
         if cli.check {
             eprintln!("pglane: warning: {warning}");
@@ -168,10 +175,16 @@ fn main() -> ExitCode {
     }
 
     let source = ConfigSource { toml, pgbouncer_ini: ini, cores: cli.cores, cpus: cli.cpus.clone() };
+    if let Some(path) = config.pidfile.as_deref() {
+        if let Err(e) = process_files::take_pidfile(path, config.so_reuseport) {
+            error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let shared = Arc::new(Shared::new(config, source));
     spawn_signal_thread(shared.clone());
     info!(shards = cpus.len(), ?cpus, "starting");
-    match runtime::run(shared, &cpus) {
+    let ended = match runtime::run(shared, &cpus) {
         Ok(()) => {
             info!("stopped");
             ExitCode::SUCCESS
@@ -180,7 +193,9 @@ fn main() -> ExitCode {
             error!("{e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    process_files::remove_pidfile();
+    ended
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -192,9 +207,12 @@ enum LogFormat {
 fn init_logging(format: LogFormat, level: &str) {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(process_files::LogSink);
     match format {
-        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        // No colours when a logfile gets the lines too.
+        LogFormat::Text => {
+            builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()) && !process_files::has_logfile()).init()
+        }
         LogFormat::Json => builder.json().with_current_span(false).init(),
     }
 }
@@ -214,6 +232,9 @@ fn spawn_signal_thread(shared: Arc<Shared>) {
     std::thread::spawn(move || {
         for signal in signals.forever() {
             if signal == SIGHUP {
+                if let Err(e) = process_files::reopen_logfile() {
+                    error!("SIGHUP: cannot open the logfile again; lines go on to the file it had: {e}");
+                }
                 match shared.reload() {
                     Ok(warnings) => {
                         warnings.iter().for_each(|w| warn!("{w}"));

@@ -202,6 +202,43 @@ async fn the_ini_alone_is_enough() {
     assert!(lane.log().contains("server_check_delay: ignored"), "{}", lane.log());
 }
 
+/// PgBouncer's logfile and pidfile: the pidfile names the running pglane
+/// and stops a second one, the logfile gets the log and is opened again
+/// on SIGHUP (logrotate), and the pidfile goes at exit.
+#[tokio::test]
+async fn logfile_and_pidfile_as_pgbouncer_keeps_them() {
+    let dir = Dir::new("files");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let port = free_port();
+    let ini = dir.write("pgbouncer.ini", &ini_text("md5", port, "logfile = pglane.log\npidfile = pglane.pid"));
+    let (logfile, pidfile) = (dir.0.join("pglane.log"), dir.0.join("pglane.pid"));
+    let mut lane = Alone::start(&ini, dir.0.join("stderr.log"), port);
+    let pid = lane.child.id();
+    assert_eq!(fs::read_to_string(&pidfile).unwrap(), format!("{pid}\n"));
+    assert_eq!(current_user(port, "postgres", "secret", "app").await, "postgres");
+    let logged = fs::read_to_string(&logfile).unwrap();
+    assert!(logged.contains("starting") && logged.contains("server_check_delay: ignored"), "{logged}");
+
+    // A second pglane with the same pidfile does not start.
+    let second = Command::new(common::pglane_bin()).arg(&ini).output().unwrap();
+    assert_eq!(second.status.code(), Some(1), "{second:?}");
+    assert!(text(&second.stderr).contains(&format!("names process {pid}, which is running")), "{second:?}");
+
+    // logrotate: the file is moved, SIGHUP, and lines go to a new one.
+    fs::rename(&logfile, dir.0.join("pglane.log.1")).unwrap();
+    unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fs::read_to_string(&logfile).unwrap_or_default().contains("config reloaded") {
+        assert!(Instant::now() < deadline, "no new logfile after SIGHUP: {}", lane.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let status = lane.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(!pidfile.exists(), "the pidfile outlived pglane");
+}
+
 fn check(args: &[&Path]) -> Output {
     let mut command = Command::new(common::pglane_bin());
     command.arg("--check");
@@ -219,14 +256,14 @@ fn text(bytes: &[u8]) -> String {
 fn check_validates_an_ini_and_prints_its_warnings() {
     let dir = Dir::new("check");
     dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{}\"\n", rolpassword("md5user")));
-    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, "logfile = /var/log/pgbouncer.log"));
+    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, "syslog = 1"));
     let flag = Path::new("--pgbouncer-ini");
     let out = check(&[flag, &ini]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(text(&out.stdout), format!("{}: ok\n", ini.display()));
     let stderr = text(&out.stderr);
     assert!(stderr.contains(&format!("warning: {}:13: server_check_delay: ignored", ini.display())), "{stderr}");
-    assert!(stderr.contains(&format!("warning: {}:14: logfile: ignored", ini.display())), "{stderr}");
+    assert!(stderr.contains(&format!("warning: {}:14: syslog: ignored", ini.display())), "{stderr}");
 
     // PgBouncer's command line: the ini alone, as its argument.
     let out = Command::new(common::pglane_bin()).arg("--check").arg(&ini).output().unwrap();
@@ -270,5 +307,5 @@ fn the_shipped_example_checks() {
     let example = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/pgbouncer.ini"));
     let out = check(&[Path::new("--pgbouncer-ini"), example]);
     assert!(out.status.success(), "{out:?}");
-    assert!(text(&out.stderr).contains("pgbouncer.ini:") && text(&out.stderr).contains("logfile: ignored"), "{out:?}");
+    assert!(text(&out.stderr).contains("pgbouncer.ini:") && text(&out.stderr).contains("client_encoding: ignored"), "{out:?}");
 }

@@ -123,6 +123,11 @@ pub struct Config {
     /// Permissions of that socket file.
     #[serde(default = "defaults::unix_socket_mode")]
     pub unix_socket_mode: u32,
+    /// A file that gets every log line stderr gets, appended; opened again
+    /// on SIGHUP (log rotation). Fixed until restart.
+    pub logfile: Option<PathBuf>,
+    /// A file holding pglane's process id while it runs. Fixed until restart.
+    pub pidfile: Option<PathBuf>,
     /// Address of the Prometheus/OpenMetrics endpoint (`GET /metrics`); off if absent.
     pub metrics_listen: Option<String>,
     /// Number of shards (one per core); the command line's `--cores` wins.

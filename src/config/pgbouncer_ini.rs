@@ -24,6 +24,7 @@
 //! | `auth_user`, `auth_query`, `auth_dbname` | the same, globally and per `[databases]` entry |
 //! | `admin_users`, `stats_users` | the same lists |
 //! | `max_client_conn`, `server_reset_query`, `server_reset_query_always` | the same |
+//! | `logfile`, `pidfile` (relative to the ini file) | the same |
 //! | `max_db_connections`, `max_user_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::pool::budget`) |
 //! | `query_wait_timeout`, `server_connect_timeout`, `client_login_timeout` | the same, at most a year; 0 (no limit) → a year |
 //! | `max_packet_size` | `max_message_size` |
@@ -447,6 +448,11 @@ impl Translation<'_> {
         for key in ["auth_user", "auth_query", "auth_dbname"] {
             if let Some(line) = settings.remove(key) {
                 self.set(key, line.value);
+            }
+        }
+        for file in ["logfile", "pidfile"] {
+            if let Some(line) = settings.remove(file).filter(|line| !line.value.is_empty()) {
+                self.set(file, ini::resolve(&line.at.file, &line.value).to_string_lossy().into_owned());
             }
         }
         for limit in ["max_db_connections", "max_user_connections"] {

@@ -209,6 +209,9 @@ impl Shared {
         if config.unix_socket_path() != old.unix_socket_path() {
             return Err("unix_socket_dir cannot change without a restart".into());
         }
+        if config.logfile != old.logfile || config.pidfile != old.pidfile {
+            return Err("logfile and pidfile cannot change without a restart".into());
+        }
         if config.peer_id != old.peer_id {
             // The cancel keys of the clients connected now name the old one.
             return Err(format!("peer_id cannot change without a restart ({} → {})", old.peer_id, config.peer_id));

@@ -201,9 +201,8 @@ pub fn pgbouncer_setting(key: &str) -> Option<&'static str> {
         return None;
     }
     Some(match key {
-        "logfile" | "syslog" | "syslog_ident" | "syslog_facility" | "log_connections" | "log_disconnections"
+        "syslog" | "syslog_ident" | "syslog_facility" | "log_connections" | "log_disconnections"
         | "log_pooler_errors" | "log_stats" | "stats_period" | "verbose" => LOGGING,
-        "pidfile" => "pglane does not daemonize; run it under a service manager",
         "user" => "pglane does not switch users; start it as the user it should run as",
         "unix_socket_group" => UNIX_GROUP,
         "min_pool_size" => "pglane opens server connections on demand only",
@@ -267,7 +266,7 @@ mod tests {
 
     #[test]
     fn known_settings_have_specific_reasons() {
-        assert_eq!(pgbouncer_setting("logfile"), Some(LOGGING));
+        assert_eq!(pgbouncer_setting("syslog"), Some(LOGGING));
         assert_eq!(pgbouncer_setting("server_tls_ciphers"), Some(NO_TLS));
         assert_eq!(pgbouncer_setting("server_check_delay"), Some(NOT_YET));
         assert_eq!(database_parameter("client_encoding"), Some(STARTUP_PARAMETERS));
