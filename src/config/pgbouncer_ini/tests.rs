@@ -584,20 +584,17 @@ fn tls_settings_map_onto_pglanes_and_disable_pqexec_is_an_error() {
 #[test]
 fn every_ignored_setting_is_one_warning_naming_file_line_and_setting() {
     let text = with_settings(
-        "logfile = /var/log/pgbouncer.log
+        "syslog = 1
 server_lifetime = 3600
 scram_iterations = 100000
 min_pool_size = 1
 max_prepared_statements = 0",
     );
     let (_, warnings) = config(&text);
-    assert_eq!(
-        warned(&warnings),
-        [(5, "logfile"), (7, "scram_iterations"), (8, "min_pool_size"), (9, "max_prepared_statements")]
-    );
+    assert_eq!(warned(&warnings), [(5, "syslog"), (7, "scram_iterations"), (8, "min_pool_size"), (9, "max_prepared_statements")]);
     assert_eq!(
         warnings[0].to_string(),
-        "/etc/pgbouncer/pgbouncer.ini:5: logfile: ignored: pglane logs to stderr; set the level with RUST_LOG"
+        "/etc/pgbouncer/pgbouncer.ini:5: syslog: ignored: pglane logs to stderr; set the level with RUST_LOG"
     );
     assert!(warnings[1].message.contains("4096 iterations"));
     assert!(!warnings.iter().any(|w| w.to_string().contains("100000")), "values are not repeated");
@@ -663,9 +660,9 @@ fn includes_through_the_whole_pipeline() {
 
 #[test]
 fn warnings_come_in_file_order() {
-    let text = format!("{BASE}server_check_delay = 1\nlogfile = x\n[databases]\nb = host=db client_encoding=x\n");
+    let text = format!("{BASE}server_check_delay = 1\nsyslog = 1\n[databases]\nb = host=db client_encoding=x\n");
     let (_, warnings) = config(&text);
-    assert_eq!(warned(&warnings), [(5, "server_check_delay"), (6, "logfile"), (8, "client_encoding")]);
+    assert_eq!(warned(&warnings), [(5, "server_check_delay"), (6, "syslog"), (8, "client_encoding")]);
 }
 
 #[test]
@@ -729,7 +726,9 @@ fn the_shipped_example_imports_cleanly() {
     assert_eq!(c.users["batch"].password.as_deref(), Some(batch.as_str()));
     assert_eq!(c.users["legacy"].password.as_deref(), Some(md5_password_hash("legacy", "legacypass").as_str()));
     let names: Vec<&str> = warnings.iter().map(|w| w.setting.as_str()).collect();
-    assert_eq!(names, ["client_encoding", "logfile", "pidfile", "user legacy"]);
+    assert_eq!(names, ["client_encoding", "user legacy"]);
+    assert_eq!(c.logfile.as_deref(), Some(Path::new("/var/log/postgresql/pgbouncer.log")));
+    assert_eq!(c.pidfile.as_deref(), Some(Path::new("/var/run/postgresql/pgbouncer.pid")));
 }
 
 #[test]
