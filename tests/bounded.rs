@@ -138,6 +138,8 @@ fn flooding_clients_ended_by_kill_or_query_timeout_leak_no_server_connection() {
         Psql::tcp(lane.port, "trustuser", "", "pgbouncer").command("KILL app").run().expect("KILL");
     });
     assert_nothing_leaked(&lane, db, pool_size, "KILL", &wrote);
+    // KILL leaves the database paused, as PgBouncer's does.
+    Psql::tcp(lane.port, "trustuser", "", "pgbouncer").command("RESUME app").run().expect("RESUME");
     // query_timeout: each flood keeps its server busy until pglane gives up.
     let wrote = floods_then_leave(&lane, Duration::from_secs(7), || {});
     assert_nothing_leaked(&lane, db, pool_size, "query_timeout", &wrote);
@@ -441,12 +443,12 @@ async fn failed_logins_and_timeouts_are_logged_escaped_and_rate_limited_and_canc
     let failed = log_lines(&lane, "login failed");
     assert_eq!(failed.len(), 2, "one line per failed login:\n{}", failed.join("\n"));
     let wrong_line = failed.iter().find(|l| l.contains("password")).expect("the wrong password's line");
-    assert!(wrong_line.contains(" INFO "), "{wrong_line}");
+    assert!(wrong_line.contains(" WARN "), "{wrong_line}");
     assert!(wrong_line.contains("addr=127.0.0.1:"), "{wrong_line}");
     assert!(wrong_line.contains(r"user=mallory\n2026-12-01T00:00:00Z  INFO client logged in user=admin\x1b[2J"), "{wrong_line}");
     assert!(wrong_line.contains(r"database=app\x07"), "{wrong_line}");
     let timeout_line = failed.iter().find(|l| l.contains("client_login_timeout")).expect("the timeout's line");
-    assert!(timeout_line.contains(" INFO ") && timeout_line.contains("addr=127.0.0.1:"), "{timeout_line}");
+    assert!(timeout_line.contains(" WARN ") && timeout_line.contains("addr=127.0.0.1:"), "{timeout_line}");
     let log = lane.log();
     assert!(!log.contains('\u{1b}') && !log.contains('\0') && !log.contains('\u{7}'), "raw control bytes in the log");
     assert!(!log.lines().any(|l| l.starts_with("2026-12-01T00:00:00Z")), "a forged line");

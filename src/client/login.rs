@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use tracing::{debug, info};
+use tracing::{debug, warn};
 
 use super::{auth, auth_query, replication, send_error, SessionError};
 use crate::auth::secret::Secret;
@@ -52,7 +52,8 @@ pub(super) struct Claimed {
     database: String,
 }
 
-/// A failed login (`why`; `None`: client_login_timeout), at INFO with the
+/// A failed login (`why`; `None`: client_login_timeout), at WARN (as
+/// PgBouncer's "pooler error" lines are warnings) with the
 /// client's address and the user and database it asked for, for operators
 /// and fail2ban, at most as often as [`crate::logging::PerAddress`] lets
 /// one address; a client that hangs up during its login, at DEBUG.
@@ -73,7 +74,7 @@ pub(super) fn log_failed_login(shard: &Shard, peer: Option<std::net::SocketAddr>
         n => format!(" ({n} more from this address since the last one not logged)"),
     };
     let (user, database) = (Escaped(&claimed.user), Escaped(&claimed.database));
-    info!(%addr, %user, %database, "login failed: {}{also}", Escaped(&why));
+    warn!(%addr, %user, %database, "login failed: {}{also}", Escaped(&why));
 }
 
 /// Where a logged-in client goes.
