@@ -75,6 +75,9 @@ pub struct ClientEntry {
     pub queued: Cell<bool>,
     cancelled: Cell<bool>,
     cancel_waker: RefCell<Option<Waker>>,
+    /// Cancel requests waiting for the one in `cancelled` to be settled
+    /// (see [`ClientEntry::cancel_settled`]).
+    settle_wakers: RefCell<Vec<Waker>>,
     /// KILL: the session must end at its next chance.
     pub killed: Cell<bool>,
     /// Its request waits behind another client's on a server connection
@@ -98,6 +101,7 @@ impl ClientEntry {
             queued: Cell::new(false),
             cancelled: Cell::new(false),
             cancel_waker: RefCell::new(None),
+            settle_wakers: RefCell::new(Vec::new()),
             killed: Cell::new(false),
             following: Cell::new(false),
             cancel_held: Cell::new(false),
@@ -116,7 +120,7 @@ impl ClientEntry {
 
     /// Takes a cancel request for the queued request, if one came.
     pub fn take_cancel(&self) -> bool {
-        self.cancelled.take()
+        self.settled(self.cancelled.take())
     }
 
     /// The request is no longer queued: on the server, answered, or gone.
@@ -124,7 +128,35 @@ impl ClientEntry {
     pub fn unqueue(&self) -> bool {
         self.queued.set(false);
         self.cancel_waker.borrow_mut().take();
-        self.cancelled.take()
+        self.settled(self.cancelled.take())
+    }
+
+    fn settled(&self, taken: bool) -> bool {
+        if taken {
+            for waker in self.settle_wakers.borrow_mut().drain(..) {
+                waker.wake();
+            }
+        }
+        taken
+    }
+
+    /// Ready once the cancel request of `cancelled` is taken: answered by
+    /// the session, or sent on to the server (whose key, if so, the caller
+    /// then waits on) as the request was written. The client's cancel
+    /// connection closes only then, as PostgreSQL's closes once the signal
+    /// is sent: a client that sends its next query then cannot have it hit.
+    pub async fn cancel_settled(&self) {
+        std::future::poll_fn(|cx| {
+            if !self.cancelled.get() {
+                return Poll::Ready(());
+            }
+            let mut wakers = self.settle_wakers.borrow_mut();
+            if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                wakers.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
     }
 
     /// Ready once a cancel request came for the queued request (not taken).

@@ -1066,22 +1066,37 @@ impl Shard {
     /// cancel (and the connection it last held may serve another client by
     /// now), so the cancel is dropped, never kept for its next request.
     async fn cancel_local(&self, process_id: i32, secret_key: i32) {
-        let key: Option<Rc<CancelKey>> = {
+        let (key, queued): (Option<Rc<CancelKey>>, Option<Rc<ClientEntry>>) = {
             let clients = self.clients.borrow();
             let Some(client) = clients.get(&process_id).filter(|c| c.secret_key == secret_key) else { return };
             let key = client.server.borrow().clone();
+            let mut queued = None;
             if key.is_none() && client.following.get() {
                 // Sent when the connection is handed over (see `ClientEntry::following`).
                 client.cancel_held.set(true);
             } else if key.is_none() && client.queued.get() {
                 client.cancel_queued();
+                queued = Some(client.clone());
             }
-            key
+            (key, queued)
         };
+        let timeout = Config::secs(self.shared.config.load().server_connect_timeout);
+        if let Some(client) = queued {
+            // Answered by the session, or sent to the server as the request
+            // is written: the cancel connection closes once that is done.
+            let settled = async {
+                client.cancel_settled().await;
+                let sent = client.server.borrow().clone();
+                if let Some(key) = sent {
+                    key.cancels_done().await;
+                }
+            };
+            let _ = rt::with_timeout(timeout, settled).await;
+            return;
+        }
         let Some(key) = key else { return };
         // Until the server has it, the connection goes to no other client.
         let _under_way = key.cancel_under_way();
-        let timeout = Config::secs(self.shared.config.load().server_connect_timeout);
         if let Err(e) = crate::server::send_cancel(&key, timeout).await {
             warn!(shard = self.id, "cancel request to {} failed: {e}", key.address);
         }

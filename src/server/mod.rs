@@ -136,7 +136,7 @@ pub struct CancelKey {
     /// a cancel that arrives after the query it was sent for ended must find
     /// the backend idle, which ignores it, never running another's query.
     cancels: Cell<u32>,
-    cancels_done: RefCell<Option<std::task::Waker>>,
+    cancels_done: RefCell<Vec<std::task::Waker>>,
 }
 
 impl CancelKey {
@@ -148,7 +148,7 @@ impl CancelKey {
             connected_at: std::time::SystemTime::now(),
             tls,
             cancels: Cell::new(0),
-            cancels_done: RefCell::new(None),
+            cancels_done: RefCell::new(Vec::new()),
         }
     }
 
@@ -168,7 +168,10 @@ impl CancelKey {
         std::future::poll_fn(|cx| match self.cancels.get() {
             0 => std::task::Poll::Ready(()),
             _ => {
-                *self.cancels_done.borrow_mut() = Some(cx.waker().clone());
+                let mut wakers = self.cancels_done.borrow_mut();
+                if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    wakers.push(cx.waker().clone());
+                }
                 std::task::Poll::Pending
             }
         })
@@ -184,7 +187,7 @@ impl Drop for CancelUnderWay {
         let key = &self.0;
         key.cancels.set(key.cancels.get() - 1);
         if key.cancels.get() == 0 {
-            if let Some(waker) = key.cancels_done.borrow_mut().take() {
+            for waker in key.cancels_done.borrow_mut().drain(..) {
                 waker.wake();
             }
         }
