@@ -138,3 +138,33 @@ async fn max_user_connections_caps_a_users_pools_of_every_database() {
     let most = most.await.unwrap();
     assert!((2..=3).contains(&most), "{most} server connections of postgres for max_user_connections 3");
 }
+
+/// min_pool_size: once a client of the pool is connected, the pool opens
+/// connections until it has that many, over both shards, without waiting
+/// for load, and keeps them past server_idle_timeout; never more than
+/// pool_size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn min_pool_size_keeps_connections_open_while_a_client_is_connected() {
+    let body = format!(
+        "min_pool_size = 3\nserver_idle_timeout = 1\n{}{}",
+        database("app", "limits_min", "pool_size = 5"),
+        database("small", "limits_min_small", "pool_size = 2")
+    );
+    let lane = start(&["limits_min", "limits_min_small"], &body);
+    let monitor = connect(postgres().port, "postgres", "secret", "postgres").await;
+    assert_eq!(backends(&monitor, "limits_min", None).await, 0, "nothing opened before a client came");
+    let client = connect(lane.port, "postgres", "secret", "app").await;
+    client.batch_execute("select 1").await.unwrap();
+    let small = connect(lane.port, "postgres", "secret", "small").await;
+    small.batch_execute("select 1").await.unwrap();
+    // Past server_idle_timeout twice over, the pools still hold their minimum.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let (app, capped) = (backends(&monitor, "limits_min", None).await, backends(&monitor, "limits_min_small", None).await);
+        if (app, capped) == (3, 2) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{app} backends for min_pool_size 3, {capped} for pool_size 2");
+    }
+}

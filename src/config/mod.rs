@@ -143,6 +143,12 @@ pub struct Config {
     /// shards, unless the database sets its own; 0: no limit but pool_size.
     #[serde(default)]
     pub max_db_connections: usize,
+    /// Server connections each (database, user) pool keeps open, over all
+    /// shards, while a client of it is connected (or the database forces a
+    /// user), so that load coming back after a quiet spell finds them;
+    /// unless the database sets its own. Never more than pool_size.
+    #[serde(default)]
+    pub min_pool_size: usize,
     /// Server connections of one user (all its databases' pools), over all
     /// shards, unless `[users.NAME]` sets its own; 0: no limit but pool_size.
     #[serde(default)]
@@ -483,6 +489,9 @@ pub struct Database {
     /// Server connections to this database, all users together, over all
     /// shards (the global `max_db_connections` if unset; 0: no limit).
     pub max_db_connections: Option<usize>,
+    /// Server connections each pool of this database keeps open (the
+    /// global `min_pool_size` if unset).
+    pub min_pool_size: Option<usize>,
     /// Log in to the server as this user instead of the client's.
     pub user: Option<String>,
     /// Password for `user` (or the client's user) on the server.
@@ -870,6 +879,12 @@ impl Config {
     /// The `max_db_connections` of database entry `database` (0: none).
     pub fn max_db_connections(&self, database: &str) -> usize {
         self.database(database).and_then(|d| d.max_db_connections).unwrap_or(self.max_db_connections)
+    }
+
+    /// The `min_pool_size` of database entry `database`, at most its pool_size.
+    pub fn min_pool_size(&self, database: &str) -> usize {
+        let Some(db) = self.database(database) else { return 0 };
+        db.min_pool_size.unwrap_or(self.min_pool_size).min(db.pool_size)
     }
 
     /// The `max_user_connections` of `user` (0: none).

@@ -212,6 +212,8 @@ pub struct Pool {
     wanting: Cell<Option<usize>>,
     /// The budget the last failed attempt to open found spent.
     blocked_on: Cell<usize>,
+    /// A task opens connections for min_pool_size ([`Pool::keep_open`]).
+    warming: Cell<bool>,
     /// Tells the other pools under its budgets, on any shard (see [`BudgetNews`]).
     budget_news: RefCell<Option<Box<dyn Fn(BudgetNews, &Rc<[Arc<Budget>]>)>>>,
 }
@@ -278,6 +280,7 @@ impl Pool {
             keep: Cell::new(0),
             wanting: Cell::new(None),
             blocked_on: Cell::new(0),
+            warming: Cell::new(false),
             budget_news: RefCell::new(None),
         })
     }
@@ -736,10 +739,50 @@ impl Pool {
         }
     }
 
-    /// Closes idle connections that sat idle longer than `idle_timeout` or
-    /// live longer than `lifetime`; returns how many.
-    pub fn close_expired(&self, idle_timeout: Duration, lifetime: Duration) -> usize {
-        self.close_idle_where(|c| c.idle_since.elapsed() >= idle_timeout || c.created.elapsed() >= lifetime)
+    /// Connections of this (database, user) open on all shards (its
+    /// pool_size budget's count; this shard's alone if it has none).
+    pub fn open_over_shards(&self) -> usize {
+        self.budgets.borrow().first().map_or(self.open.get(), |own| own.open())
+    }
+
+    /// Closes idle connections that sat idle longer than `idle_timeout` (but
+    /// for the `keep_open` the pool keeps over all shards, min_pool_size)
+    /// or live longer than `lifetime`; returns how many.
+    pub fn close_expired(&self, idle_timeout: Duration, lifetime: Duration, keep_open: usize) -> usize {
+        let spare = std::cell::Cell::new(self.open_over_shards().saturating_sub(keep_open));
+        self.close_idle_where(|c| {
+            let idled_out = c.idle_since.elapsed() >= idle_timeout && spare.get() > 0;
+            let expired = c.created.elapsed() >= lifetime;
+            if idled_out || expired {
+                spare.set(spare.get().saturating_sub(1));
+            }
+            idled_out || expired
+        })
+    }
+
+    /// Opens connections, one at a time on a task of its own, until
+    /// `keep_open` are open over all shards (min_pool_size), while the
+    /// pool's limits allow; each goes to the idle list, or to a client that
+    /// waits. The shards whose clients use the pool fill it.
+    pub fn keep_open(self: &Rc<Self>, keep_open: usize) {
+        if self.warming.get() || self.open_over_shards() >= keep_open {
+            return;
+        }
+        self.warming.set(true);
+        let pool = self.clone();
+        crate::rt::spawn_local(async move {
+            while pool.open_over_shards() < keep_open && pool.take_slot().is_ok() {
+                match pool.open_in_slot(Duration::ZERO).await {
+                    Ok(lease) => lease.release(),
+                    Err(e) => {
+                        tracing::debug!("min_pool_size: could not open a server connection: {e}");
+                        break;
+                    }
+                }
+            }
+            pool.warming.set(false);
+        })
+        .detach();
     }
 
     /// Closes idle connections (for shutdown, reloads, and a DROP DATABASE

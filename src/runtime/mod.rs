@@ -914,7 +914,14 @@ impl Shard {
         let idle = Config::optional_secs(config.server_idle_timeout).unwrap_or(never);
         let lifetime = Config::optional_secs(config.server_lifetime).unwrap_or(never);
         for ((database, user), pool) in self.pools().iter() {
-            let n = pool.close_expired(idle, lifetime);
+            // min_pool_size, over all shards: kept by the shards where a
+            // client holds the pool (a session keeps an Rc of it), or any
+            // that has the pool of a database that forces a user.
+            let forced = config.database(database).is_some_and(|db| db.user.is_some());
+            let in_use = Rc::strong_count(pool) > 1 || forced;
+            let keep_open = if in_use { config.min_pool_size(database) } else { 0 };
+            let n = pool.close_expired(idle, lifetime, keep_open);
+            pool.keep_open(keep_open);
             if n > 0 {
                 let (database, user) = (crate::logging::Escaped(database), crate::logging::Escaped(user));
                 tracing::debug!(shard = self.id, %database, %user, closed = n, "closed expired idle server connections");

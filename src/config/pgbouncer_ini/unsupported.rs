@@ -205,7 +205,6 @@ pub fn pgbouncer_setting(key: &str) -> Option<&'static str> {
         | "log_pooler_errors" | "log_stats" | "stats_period" | "verbose" => LOGGING,
         "user" => "pglane does not switch users; start it as the user it should run as",
         "unix_socket_group" => UNIX_GROUP,
-        "min_pool_size" => "pglane opens server connections on demand only",
         "reserve_pool_size" | "reserve_pool_timeout" => "pglane has no reserve pool",
         "max_db_client_connections" | "max_user_client_connections" => CLIENT_LIMITS,
         "scram_iterations" => "pglane derives SCRAM secrets for plaintext passwords with 4096 iterations",
@@ -238,7 +237,6 @@ pub fn pgbouncer_setting(key: &str) -> Option<&'static str> {
 pub fn database_parameter(key: &str) -> Option<&'static str> {
     Some(match key {
         "client_encoding" | "datestyle" | "timezone" | "application_name" => STARTUP_PARAMETERS,
-        "min_pool_size" => "pglane opens server connections on demand only",
         "reserve_pool" | "reserve_pool_size" => "pglane has no reserve pool",
         "max_db_client_connections" => CLIENT_LIMITS,
         "query_wait_timeout" => "pglane has only the global query_wait_timeout",
@@ -312,6 +310,7 @@ mod tests {
                 "load_balance_hosts",
                 "password",
                 "max_db_connections",
+                "min_pool_size",
             ];
             let mapped = mapped.contains(key) || ["pool_mode", "pool_size", "port", "target_session_attrs", "user"].contains(key);
             assert!(mapped || database_parameter(key).is_some(), "{key}");
