@@ -756,3 +756,37 @@ fn garbage_never_panics() {
         let _ = import_with(&text, &[]).and_then(Import::into_config);
     }
 }
+
+/// Every setting the catalogue calls honoured is carried over, not warned
+/// about: set to a value PgBouncer takes, it imports without a warning.
+#[test]
+fn every_honoured_setting_imports_without_a_warning() {
+    let value = |key: &str| match key {
+        "admin_users" | "stats_users" | "auth_user" => "postgres",
+        "auth_dbname" => "app",
+        "auth_file" => "userlist.txt",
+        // Read under auth_type = hba only, as by PgBouncer.
+        "auth_hba_file" => "hba.conf\nauth_type = hba",
+        "auth_query" => "SELECT usename, passwd FROM pg_shadow WHERE usename=$1",
+        "auth_type" => "md5",
+        "client_tls_sslmode" | "server_tls_sslmode" => "disable",
+        "client_tls_ca_file" | "client_tls_cert_file" | "client_tls_key_file" => "/etc/ssl/none.pem",
+        "server_tls_ca_file" | "server_tls_cert_file" | "server_tls_key_file" => "/etc/ssl/none.pem",
+        "disable_pqexec" | "server_reset_query_always" | "so_reuseport" | "peer_id" => "0",
+        "listen_addr" => "127.0.0.1",
+        "listen_port" => "6432",
+        "logfile" => "/var/log/pgbouncer.log",
+        "pidfile" => "/run/pgbouncer.pid",
+        "pool_mode" => "transaction",
+        "server_reset_query" => "DISCARD ALL",
+        "unix_socket_dir" => "/tmp",
+        "unix_socket_mode" => "0777",
+        "max_prepared_statements" => "100",
+        _ => "30",
+    };
+    for key in unsupported::HONOURED {
+        let text = with_settings(&format!("{key} = {}", value(key)));
+        let imported = import_with(&text, &[(USERLIST, "\"postgres\" \"pw\"\n")]).unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert!(imported.warnings().iter().all(|w| w.setting != *key), "{key}: {:?}", imported.warnings());
+    }
+}

@@ -123,6 +123,56 @@ pub const PGBOUNCER_SETTINGS: &[&str] = &[
     "verbose",
 ];
 
+/// The `[pgbouncer]` settings the parent module carries over with
+/// PgBouncer's meaning (see its table); every other setting of
+/// [`PGBOUNCER_SETTINGS`] has a reason in [`pgbouncer_setting`].
+/// (`auth_type` and `disable_pqexec` refuse the values pglane cannot honour.)
+pub const HONOURED: &[&str] = &[
+    "admin_users",
+    "auth_dbname",
+    "auth_file",
+    "auth_hba_file",
+    "auth_query",
+    "auth_type",
+    "auth_user",
+    "client_idle_timeout",
+    "client_login_timeout",
+    "client_tls_ca_file",
+    "client_tls_cert_file",
+    "client_tls_key_file",
+    "client_tls_sslmode",
+    "default_pool_size",
+    "disable_pqexec",
+    "idle_transaction_timeout",
+    "listen_addr",
+    "listen_port",
+    "logfile",
+    "max_client_conn",
+    "max_db_connections",
+    "max_packet_size",
+    "max_prepared_statements",
+    "max_user_connections",
+    "min_pool_size",
+    "peer_id",
+    "pidfile",
+    "pool_mode",
+    "query_timeout",
+    "query_wait_timeout",
+    "server_connect_timeout",
+    "server_idle_timeout",
+    "server_lifetime",
+    "server_reset_query",
+    "server_reset_query_always",
+    "server_tls_ca_file",
+    "server_tls_cert_file",
+    "server_tls_key_file",
+    "server_tls_sslmode",
+    "so_reuseport",
+    "stats_users",
+    "unix_socket_dir",
+    "unix_socket_mode",
+];
+
 /// Every parameter of a PgBouncer `[databases]` connection string (pglane's
 /// `target_session_attrs` among them).
 pub const DATABASE_PARAMETERS: &[&str] = &[
@@ -195,11 +245,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// Why a `[pgbouncer]` setting is ignored; None for a name that is no
-/// PgBouncer setting.
+/// PgBouncer setting, or one pglane honours ([`HONOURED`]).
 pub fn pgbouncer_setting(key: &str) -> Option<&'static str> {
-    if !PGBOUNCER_SETTINGS.contains(&key) {
-        return None;
-    }
     Some(match key {
         "syslog" | "syslog_ident" | "syslog_facility" | "log_connections" | "log_disconnections"
         | "log_pooler_errors" | "log_stats" | "stats_period" | "verbose" => LOGGING,
@@ -228,7 +275,7 @@ pub fn pgbouncer_setting(key: &str) -> Option<&'static str> {
         | "server_check_delay" | "server_check_query" | "server_fast_close" | "server_login_retry"
         | "pool_idle_timeout" | "query_wait_notify" | "login_notify_message" | "cancel_wait_timeout"
         | "transaction_timeout" => NOT_YET,
-        _ => "pglane has no such setting",
+        _ => return None,
     })
 }
 
@@ -291,9 +338,21 @@ mod tests {
         assert_eq!(edit_distance("", "ab"), 2);
     }
 
+    /// Each PgBouncer setting is honoured or has the reason it is ignored,
+    /// never both, never neither; and each reason is for a PgBouncer setting.
+    #[test]
+    fn every_pgbouncer_setting_is_honoured_or_ignored_with_a_reason() {
+        for key in PGBOUNCER_SETTINGS {
+            assert_ne!(HONOURED.contains(key), pgbouncer_setting(key).is_some(), "{key}");
+        }
+        for key in HONOURED {
+            assert!(PGBOUNCER_SETTINGS.contains(key), "{key}");
+        }
+    }
+
     #[test]
     fn the_catalogues_are_sorted_and_without_repeats() {
-        for list in [PGBOUNCER_SETTINGS, DATABASE_PARAMETERS, USER_PARAMETERS] {
+        for list in [PGBOUNCER_SETTINGS, HONOURED, DATABASE_PARAMETERS, USER_PARAMETERS] {
             assert!(list.windows(2).all(|w| w[0] < w[1]), "{list:?}");
         }
     }
