@@ -85,6 +85,12 @@ async fn show_commands_have_pgbouncers_columns_and_real_figures() {
     assert_eq!(shards.len(), 1 + 2 + 1, "header, two shards, row count: {shards:?}");
     let config = admin(lane.port, "postgres", "secret", "SHOW CONFIG").unwrap();
     assert_eq!(column(&config, "value", |r| r[0] == "pool_mode"), vec!["transaction"]);
+    // What pgbouncer_exporter reads, as numbers; PgBouncer's spellings.
+    assert_eq!(column(&config, "value", |r| r[0] == "max_client_conn"), vec!["10000"]);
+    assert_eq!(column(&config, "value", |r| r[0] == "max_user_connections"), vec!["0"]);
+    assert_eq!(column(&config, "value", |r| r[0] == "auth_type"), vec!["scram-sha-256"]);
+    assert_eq!(config[0], "key|value|default|changeable");
+    assert_eq!(config.iter().filter(|row| row.starts_with("admin_users|")).count(), 1);
     for show in ["SHOW USERS", "SHOW PREPARED", "SHOW STATS_TOTALS", "SHOW HELP"] {
         admin(lane.port, "postgres", "secret", show).unwrap();
     }

@@ -430,9 +430,9 @@ const IGNORED_END: &str = "<!-- end of the generated table -->";
 
 /// The table of the PgBouncer settings pglane ignores, from the catalogue.
 fn ignored_settings_table() -> String {
-    use pglane::config::pgbouncer_ini::unsupported::{pgbouncer_setting, PGBOUNCER_SETTINGS};
+    use pglane::config::pgbouncer_ini::unsupported::{pgbouncer_setting, pgbouncer_setting_names};
     let mut table = String::from("| setting | why pglane ignores it (a warning at start names its file and line) |\n|---|---|\n");
-    for key in PGBOUNCER_SETTINGS {
+    for key in pgbouncer_setting_names() {
         if let Some(reason) = pgbouncer_setting(key) {
             table.push_str(&format!("| `{key}` | {reason} |\n"));
         }

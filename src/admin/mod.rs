@@ -9,6 +9,7 @@
 mod command;
 pub mod metrics;
 mod show;
+mod show_config;
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -157,7 +158,7 @@ async fn execute(shard: &Shard, command: AdminCommand) -> Result<Option<Table>, 
                 Show::Servers => show::servers_table(&snaps),
                 Show::Databases => show::databases_table(&snaps, &config),
                 Show::Users => show::users_table(&config),
-                Show::Config => show::config_table(&config),
+                Show::Config => show_config::config_table(&config),
                 Show::Version => show::version_table(),
                 Show::Lists => show::lists_table(&snaps, &config),
                 Show::Shards => show::shards_table(&snaps),

@@ -4,7 +4,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::config::{Config, PoolMode};
+use super::show_config::pool_mode_name;
+use crate::config::Config;
 use crate::pool::PoolStats;
 use crate::runtime::snapshot::ShardSnapshot;
 
@@ -21,11 +22,11 @@ pub struct Table {
 }
 
 impl Table {
-    fn new(columns: &[(&'static str, u32)]) -> Table {
+    pub(super) fn new(columns: &[(&'static str, u32)]) -> Table {
         Table { columns: columns.to_vec(), rows: Vec::new() }
     }
 
-    fn push(&mut self, row: Vec<Option<String>>) {
+    pub(super) fn push(&mut self, row: Vec<Option<String>>) {
         debug_assert_eq!(row.len(), self.columns.len());
         self.rows.push(row);
     }
@@ -33,13 +34,6 @@ impl Table {
 
 fn s(v: impl ToString) -> Option<String> {
     Some(v.to_string())
-}
-
-fn mode_name(mode: PoolMode) -> &'static str {
-    match mode {
-        PoolMode::Session => "session",
-        PoolMode::Transaction => "transaction",
-    }
 }
 
 /// `2026-11-29 23:01:02 UTC`, PgBouncer's timestamp format.
@@ -123,7 +117,7 @@ pub fn pools_table(snapshots: &[ShardSnapshot]) -> Table {
             s(login),
             s(p.max_wait.as_secs()),
             s(p.max_wait.subsec_micros()),
-            s(mode_name(p.mode)),
+            s(pool_mode_name(p.mode)),
         ]);
     }
     t
@@ -335,7 +329,7 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
             s(db.pool_size),
             s(0),
             s(0),
-            db.pool_mode.map(mode_name).map(str::to_owned),
+            db.pool_mode.map(pool_mode_name).map(str::to_owned),
             s(0),
             s(current),
             s(i32::from(paused)),
@@ -348,103 +342,7 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
 pub fn users_table(config: &Config) -> Table {
     let mut t = Table::new(&[("name", TEXT), ("pool_mode", TEXT)]);
     for (name, user) in &config.users {
-        t.push(vec![s(name), user.pool_mode.map(mode_name).map(str::to_owned)]);
-    }
-    t
-}
-
-/// SHOW CONFIG: the settings as pglane runs with them now.
-pub fn config_table(config: &Config) -> Table {
-    let mut t = Table::new(&[("key", TEXT), ("value", TEXT), ("default", TEXT), ("changeable", TEXT)]);
-    let defaults = crate::config::Config::parse("listen = \"127.0.0.1:6432\"\n[databases.d]\n").ok();
-    let rows: Vec<(&str, String, Option<String>, bool)> = vec![
-        ("listen", config.listen.clone(), None, false),
-        ("pool_mode", mode_name(config.pool_mode).into(), defaults.as_ref().map(|d| mode_name(d.pool_mode).into()), true),
-        ("auth_type", format!("{:?}", config.auth_type), None, true),
-        ("max_client_conn", config.max_client_conn.to_string(), defaults.as_ref().map(|d| d.max_client_conn.to_string()), true),
-        ("peer_id", config.peer_id.to_string(), Some("0".into()), false),
-        (
-            "query_wait_timeout",
-            config.query_wait_timeout.to_string(),
-            defaults.as_ref().map(|d| d.query_wait_timeout.to_string()),
-            true,
-        ),
-        (
-            "server_connect_timeout",
-            config.server_connect_timeout.to_string(),
-            defaults.as_ref().map(|d| d.server_connect_timeout.to_string()),
-            true,
-        ),
-        (
-            "client_login_timeout",
-            config.client_login_timeout.to_string(),
-            defaults.as_ref().map(|d| d.client_login_timeout.to_string()),
-            true,
-        ),
-        (
-            "shutdown_timeout",
-            config.shutdown_timeout.to_string(),
-            defaults.as_ref().map(|d| d.shutdown_timeout.to_string()),
-            true,
-        ),
-        (
-            "max_message_size",
-            config.max_message_size.to_string(),
-            defaults.as_ref().map(|d| d.max_message_size.to_string()),
-            true,
-        ),
-        (
-            "spin_before_park_us",
-            config.spin_before_park_us.to_string(),
-            defaults.as_ref().map(|d| d.spin_before_park_us.to_string()),
-            true,
-        ),
-        ("server_reset_query", config.server_reset_query.clone(), defaults.as_ref().map(|d| d.server_reset_query.clone()), true),
-        (
-            "max_prepared_statements",
-            config.max_prepared_statements.to_string(),
-            defaults.as_ref().map(|d| d.max_prepared_statements.to_string()),
-            true,
-        ),
-        (
-            "max_client_prepared_statements",
-            config.max_client_prepared_statements.to_string(),
-            defaults.as_ref().map(|d| d.max_client_prepared_statements.to_string()),
-            true,
-        ),
-        ("auto_prepare", config.auto_prepare.to_string(), defaults.as_ref().map(|d| d.auto_prepare.to_string()), true),
-        (
-            "auto_prepare_after",
-            config.auto_prepare_after.to_string(),
-            defaults.as_ref().map(|d| d.auto_prepare_after.to_string()),
-            true,
-        ),
-        (
-            "binary_negotiation",
-            config.binary_negotiation.to_string(),
-            defaults.as_ref().map(|d| d.binary_negotiation.to_string()),
-            true,
-        ),
-        (
-            "server_retry_timeout",
-            config.server_retry_timeout.to_string(),
-            defaults.as_ref().map(|d| d.server_retry_timeout.to_string()),
-            true,
-        ),
-        (
-            "host_check_interval",
-            config.host_check_interval.to_string(),
-            defaults.as_ref().map(|d| d.host_check_interval.to_string()),
-            true,
-        ),
-        ("so_reuseport", config.so_reuseport.to_string(), defaults.as_ref().map(|d| d.so_reuseport.to_string()), true),
-        ("admin_users", config.admin_users.join(","), Some(String::new()), true),
-        ("stats_users", config.stats_users.join(","), Some(String::new()), true),
-        ("cores", config.cores.map(|c| c.to_string()).unwrap_or_default(), Some(String::new()), false),
-        ("cpus", config.cpus.clone().unwrap_or_default(), Some(String::new()), false),
-    ];
-    for (key, value, default, changeable) in rows {
-        t.push(vec![s(key), s(value), default, s(if changeable { "yes" } else { "no" })]);
+        t.push(vec![s(name), user.pool_mode.map(pool_mode_name).map(str::to_owned)]);
     }
     t
 }
@@ -600,6 +498,7 @@ pub fn pass_throughs_table(snapshots: &[ShardSnapshot]) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::PoolMode;
     use crate::runtime::snapshot::PoolSnapshot;
 
     fn pool(db: &str, open: usize, stats: PoolStats) -> PoolSnapshot {

@@ -477,7 +477,7 @@ impl Translation<'_> {
         };
         for (key, line) in settings {
             let Some(reason) = unsupported::pgbouncer_setting(&key) else {
-                return Err(unknown(&line, "setting", &key, unsupported::PGBOUNCER_SETTINGS.iter().copied()));
+                return Err(unknown(&line, "setting", &key, unsupported::pgbouncer_setting_names()));
             };
             self.warn(&line.at, &key, &format!("ignored: {reason}"));
         }

@@ -20,108 +20,123 @@ const CLIENT_LIMITS: &str = "max_client_conn is pglane's only limit on client co
 const STARTUP_PARAMETERS: &str = "pglane does not set startup parameters on server connections; the server's default applies";
 const RESOLVER: &str = "host names are resolved by the system resolver";
 
-/// Every `[pgbouncer]` setting of PgBouncer 1.25, as its SHOW CONFIG lists them.
-pub const PGBOUNCER_SETTINGS: &[&str] = &[
-    "admin_users",
-    "application_name_add_host",
-    "auth_dbname",
-    "auth_file",
-    "auth_hba_file",
-    "auth_ident_file",
-    "auth_ldap_options",
-    "auth_query",
-    "auth_type",
-    "auth_user",
-    "autodb_idle_timeout",
-    "cancel_wait_timeout",
-    "client_idle_timeout",
-    "client_login_timeout",
-    "client_tls13_ciphers",
-    "client_tls_ca_file",
-    "client_tls_cert_file",
-    "client_tls_ciphers",
-    "client_tls_dheparams",
-    "client_tls_ecdhcurve",
-    "client_tls_key_file",
-    "client_tls_protocols",
-    "client_tls_sslmode",
-    "conffile",
-    "default_pool_size",
-    "disable_pqexec",
-    "dns_max_ttl",
-    "dns_nxdomain_ttl",
-    "dns_zone_check_period",
-    "idle_transaction_timeout",
-    "ignore_startup_parameters",
-    "job_name",
-    "listen_addr",
-    "listen_backlog",
-    "listen_port",
-    "log_connections",
-    "log_disconnections",
-    "log_pooler_errors",
-    "log_stats",
-    "logfile",
-    "max_client_conn",
-    "max_db_client_connections",
-    "max_db_connections",
-    "max_packet_size",
-    "max_prepared_statements",
-    "max_user_client_connections",
-    "max_user_connections",
-    "min_pool_size",
-    "peer_id",
-    "pidfile",
-    "pkt_buf",
-    "pool_mode",
-    "query_timeout",
-    "query_wait_notify",
-    "query_wait_timeout",
-    "reserve_pool_size",
-    "reserve_pool_timeout",
-    "resolv_conf",
-    "sbuf_loopcnt",
-    "scram_iterations",
-    "server_check_delay",
-    "server_check_query",
-    "server_connect_timeout",
-    "server_fast_close",
-    "server_idle_timeout",
-    "server_lifetime",
-    "server_login_retry",
-    "server_reset_query",
-    "server_reset_query_always",
-    "server_round_robin",
-    "server_tls13_ciphers",
-    "server_tls_ca_file",
-    "server_tls_cert_file",
-    "server_tls_ciphers",
-    "server_tls_key_file",
-    "server_tls_protocols",
-    "server_tls_sslmode",
-    "service_name",
-    "so_reuseport",
-    "stats_period",
-    "stats_users",
-    "suspend_timeout",
-    "syslog",
-    "syslog_facility",
-    "syslog_ident",
-    "tcp_defer_accept",
-    "tcp_keepalive",
-    "tcp_keepcnt",
-    "tcp_keepidle",
-    "tcp_keepintvl",
-    "tcp_socket_buffer",
-    "tcp_user_timeout",
-    "track_extra_parameters",
-    "transaction_timeout",
-    "unix_socket_dir",
-    "unix_socket_group",
-    "unix_socket_mode",
-    "user",
-    "verbose",
+/// Every `[pgbouncer]` setting of PgBouncer 1.25, in the order its SHOW CONFIG
+/// lists them, with its default and whether a reload may change it.
+pub const PGBOUNCER_SETTINGS: &[PgBouncerSetting] = &[
+    PgBouncerSetting { name: "admin_users", default: "", reloadable: true },
+    PgBouncerSetting { name: "application_name_add_host", default: "0", reloadable: true },
+    PgBouncerSetting { name: "auth_dbname", default: "", reloadable: true },
+    PgBouncerSetting { name: "auth_file", default: "", reloadable: true },
+    PgBouncerSetting { name: "auth_hba_file", default: "", reloadable: true },
+    PgBouncerSetting { name: "auth_ident_file", default: "", reloadable: true },
+    PgBouncerSetting { name: "auth_ldap_options", default: "", reloadable: true },
+    PgBouncerSetting { name: "auth_query", default: "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM pg_authid WHERE rolname=$1 AND rolcanlogin", reloadable: true },
+    PgBouncerSetting { name: "auth_type", default: "md5", reloadable: true },
+    PgBouncerSetting { name: "auth_user", default: "", reloadable: true },
+    PgBouncerSetting { name: "autodb_idle_timeout", default: "3600", reloadable: true },
+    PgBouncerSetting { name: "cancel_wait_timeout", default: "10", reloadable: true },
+    PgBouncerSetting { name: "client_idle_timeout", default: "0", reloadable: true },
+    PgBouncerSetting { name: "client_login_timeout", default: "60", reloadable: true },
+    PgBouncerSetting { name: "client_tls13_ciphers", default: "", reloadable: true },
+    PgBouncerSetting { name: "client_tls_ca_file", default: "", reloadable: true },
+    PgBouncerSetting { name: "client_tls_cert_file", default: "", reloadable: true },
+    PgBouncerSetting { name: "client_tls_ciphers", default: "default", reloadable: true },
+    PgBouncerSetting { name: "client_tls_dheparams", default: "auto", reloadable: true },
+    PgBouncerSetting { name: "client_tls_ecdhcurve", default: "auto", reloadable: true },
+    PgBouncerSetting { name: "client_tls_key_file", default: "", reloadable: true },
+    PgBouncerSetting { name: "client_tls_protocols", default: "secure", reloadable: true },
+    PgBouncerSetting { name: "client_tls_sslmode", default: "disable", reloadable: true },
+    PgBouncerSetting { name: "conffile", default: "", reloadable: true },
+    PgBouncerSetting { name: "default_pool_size", default: "20", reloadable: true },
+    PgBouncerSetting { name: "disable_pqexec", default: "0", reloadable: false },
+    PgBouncerSetting { name: "dns_max_ttl", default: "15", reloadable: true },
+    PgBouncerSetting { name: "dns_nxdomain_ttl", default: "15", reloadable: true },
+    PgBouncerSetting { name: "dns_zone_check_period", default: "0", reloadable: true },
+    PgBouncerSetting { name: "idle_transaction_timeout", default: "0", reloadable: true },
+    PgBouncerSetting { name: "ignore_startup_parameters", default: "", reloadable: true },
+    PgBouncerSetting { name: "job_name", default: "pgbouncer", reloadable: false },
+    PgBouncerSetting { name: "listen_addr", default: "", reloadable: false },
+    PgBouncerSetting { name: "listen_backlog", default: "128", reloadable: false },
+    PgBouncerSetting { name: "listen_port", default: "6432", reloadable: false },
+    PgBouncerSetting { name: "log_connections", default: "1", reloadable: true },
+    PgBouncerSetting { name: "log_disconnections", default: "1", reloadable: true },
+    PgBouncerSetting { name: "log_pooler_errors", default: "1", reloadable: true },
+    PgBouncerSetting { name: "log_stats", default: "1", reloadable: true },
+    PgBouncerSetting { name: "logfile", default: "", reloadable: true },
+    PgBouncerSetting { name: "max_client_conn", default: "100", reloadable: true },
+    PgBouncerSetting { name: "max_db_client_connections", default: "0", reloadable: true },
+    PgBouncerSetting { name: "max_db_connections", default: "0", reloadable: true },
+    PgBouncerSetting { name: "max_packet_size", default: "2147483647", reloadable: true },
+    PgBouncerSetting { name: "max_prepared_statements", default: "200", reloadable: true },
+    PgBouncerSetting { name: "max_user_client_connections", default: "0", reloadable: true },
+    PgBouncerSetting { name: "max_user_connections", default: "0", reloadable: true },
+    PgBouncerSetting { name: "min_pool_size", default: "0", reloadable: true },
+    PgBouncerSetting { name: "peer_id", default: "0", reloadable: true },
+    PgBouncerSetting { name: "pidfile", default: "", reloadable: false },
+    PgBouncerSetting { name: "pkt_buf", default: "4096", reloadable: false },
+    PgBouncerSetting { name: "pool_mode", default: "session", reloadable: true },
+    PgBouncerSetting { name: "query_timeout", default: "0", reloadable: true },
+    PgBouncerSetting { name: "query_wait_notify", default: "5", reloadable: true },
+    PgBouncerSetting { name: "query_wait_timeout", default: "120", reloadable: true },
+    PgBouncerSetting { name: "reserve_pool_size", default: "0", reloadable: true },
+    PgBouncerSetting { name: "reserve_pool_timeout", default: "5", reloadable: true },
+    PgBouncerSetting { name: "resolv_conf", default: "", reloadable: false },
+    PgBouncerSetting { name: "sbuf_loopcnt", default: "5", reloadable: true },
+    PgBouncerSetting { name: "scram_iterations", default: "4096", reloadable: true },
+    PgBouncerSetting { name: "server_check_delay", default: "30", reloadable: true },
+    PgBouncerSetting { name: "server_check_query", default: "", reloadable: true },
+    PgBouncerSetting { name: "server_connect_timeout", default: "15", reloadable: true },
+    PgBouncerSetting { name: "server_fast_close", default: "0", reloadable: true },
+    PgBouncerSetting { name: "server_idle_timeout", default: "600", reloadable: true },
+    PgBouncerSetting { name: "server_lifetime", default: "3600", reloadable: true },
+    PgBouncerSetting { name: "server_login_retry", default: "15", reloadable: true },
+    PgBouncerSetting { name: "server_reset_query", default: "DISCARD ALL", reloadable: true },
+    PgBouncerSetting { name: "server_reset_query_always", default: "0", reloadable: true },
+    PgBouncerSetting { name: "server_round_robin", default: "0", reloadable: true },
+    PgBouncerSetting { name: "server_tls13_ciphers", default: "", reloadable: true },
+    PgBouncerSetting { name: "server_tls_ca_file", default: "", reloadable: true },
+    PgBouncerSetting { name: "server_tls_cert_file", default: "", reloadable: true },
+    PgBouncerSetting { name: "server_tls_ciphers", default: "default", reloadable: true },
+    PgBouncerSetting { name: "server_tls_key_file", default: "", reloadable: true },
+    PgBouncerSetting { name: "server_tls_protocols", default: "secure", reloadable: true },
+    PgBouncerSetting { name: "server_tls_sslmode", default: "prefer", reloadable: true },
+    PgBouncerSetting { name: "service_name", default: "", reloadable: false },
+    PgBouncerSetting { name: "so_reuseport", default: "0", reloadable: false },
+    PgBouncerSetting { name: "stats_period", default: "60", reloadable: true },
+    PgBouncerSetting { name: "stats_users", default: "", reloadable: true },
+    PgBouncerSetting { name: "suspend_timeout", default: "10", reloadable: true },
+    PgBouncerSetting { name: "syslog", default: "0", reloadable: true },
+    PgBouncerSetting { name: "syslog_facility", default: "daemon", reloadable: true },
+    PgBouncerSetting { name: "syslog_ident", default: "pgbouncer", reloadable: true },
+    PgBouncerSetting { name: "tcp_defer_accept", default: "1", reloadable: true },
+    PgBouncerSetting { name: "tcp_keepalive", default: "1", reloadable: true },
+    PgBouncerSetting { name: "tcp_keepcnt", default: "0", reloadable: true },
+    PgBouncerSetting { name: "tcp_keepidle", default: "0", reloadable: true },
+    PgBouncerSetting { name: "tcp_keepintvl", default: "0", reloadable: true },
+    PgBouncerSetting { name: "tcp_socket_buffer", default: "0", reloadable: true },
+    PgBouncerSetting { name: "tcp_user_timeout", default: "0", reloadable: true },
+    PgBouncerSetting { name: "track_extra_parameters", default: "IntervalStyle", reloadable: false },
+    PgBouncerSetting { name: "transaction_timeout", default: "0", reloadable: true },
+    PgBouncerSetting { name: "unix_socket_dir", default: "/tmp", reloadable: false },
+    PgBouncerSetting { name: "unix_socket_group", default: "", reloadable: false },
+    PgBouncerSetting { name: "unix_socket_mode", default: "0777", reloadable: false },
+    PgBouncerSetting { name: "user", default: "", reloadable: false },
+    PgBouncerSetting { name: "verbose", default: "0", reloadable: true },
 ];
+
+/// One of PgBouncer's `[pgbouncer]` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgBouncerSetting {
+    pub name: &'static str,
+    /// Its default, as PgBouncer's SHOW CONFIG prints it ("" for none).
+    pub default: &'static str,
+    pub reloadable: bool,
+}
+
+/// The names of [`PGBOUNCER_SETTINGS`].
+pub fn pgbouncer_setting_names() -> impl Iterator<Item = &'static str> + Clone {
+    PGBOUNCER_SETTINGS.iter().map(|setting| setting.name)
+}
 
 /// The `[pgbouncer]` settings the parent module carries over with
 /// PgBouncer's meaning (see its table); every other setting of
@@ -327,7 +342,7 @@ mod tests {
 
     #[test]
     fn a_typo_finds_the_setting_it_misspells() {
-        let settings = PGBOUNCER_SETTINGS.iter().copied();
+        let settings = pgbouncer_setting_names();
         assert_eq!(nearest("defualt_pool_size", settings.clone()), Some("default_pool_size"));
         assert_eq!(nearest("listen_prot", settings.clone()), Some("listen_port"));
         assert_eq!(nearest("max_client_con", settings.clone()), Some("max_client_conn"));
@@ -342,17 +357,18 @@ mod tests {
     /// never both, never neither; and each reason is for a PgBouncer setting.
     #[test]
     fn every_pgbouncer_setting_is_honoured_or_ignored_with_a_reason() {
-        for key in PGBOUNCER_SETTINGS {
-            assert_ne!(HONOURED.contains(key), pgbouncer_setting(key).is_some(), "{key}");
+        for key in pgbouncer_setting_names() {
+            assert_ne!(HONOURED.contains(&key), pgbouncer_setting(key).is_some(), "{key}");
         }
         for key in HONOURED {
-            assert!(PGBOUNCER_SETTINGS.contains(key), "{key}");
+            assert!(pgbouncer_setting_names().any(|name| name == *key), "{key}");
         }
     }
 
     #[test]
     fn the_catalogues_are_sorted_and_without_repeats() {
-        for list in [PGBOUNCER_SETTINGS, HONOURED, DATABASE_PARAMETERS, USER_PARAMETERS] {
+        let names: Vec<&str> = pgbouncer_setting_names().collect();
+        for list in [&names[..], HONOURED, DATABASE_PARAMETERS, USER_PARAMETERS] {
             assert!(list.windows(2).all(|w| w[0] < w[1]), "{list:?}");
         }
     }
