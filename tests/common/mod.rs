@@ -694,11 +694,19 @@ impl Pgbouncer {
     /// Starts PgBouncer on `port` with `[databases]` lines `databases` and
     /// more `[pgbouncer]` settings `settings`.
     pub fn start_on(port: u16, databases: &str, settings: &str) -> Pgbouncer {
+        Pgbouncer::start_with_users(port, databases, settings, "\"postgres\" \"\"\n\"trustuser\" \"\"\n")
+    }
+
+    /// [`Pgbouncer::start_on`] with `users` as its auth_file; `settings`
+    /// come after the harness's own (`auth_type = trust` among them), so a
+    /// setting given there wins, as in PgBouncer.
+    pub fn start_with_users(port: u16, databases: &str, settings: &str, users: &str) -> Pgbouncer {
         let dir = make_temp_dir("pgbouncer");
         give_to_pg_user(&dir);
         let mut bouncer = Pgbouncer { port, dir, child: None };
         bouncer.write_config(databases, settings);
-        fs::write(bouncer.dir.join("users.txt"), "\"postgres\" \"\"\n\"trustuser\" \"\"\n").unwrap();
+        fs::write(bouncer.dir.join("users.txt"), users).unwrap();
+        give_to_pg_user(&bouncer.dir.join("users.txt"));
         let mut cmd = pg_user_command("pgbouncer", &bouncer.dir);
         cmd.arg(bouncer.dir.join("pgbouncer.ini")).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         bouncer.child = Some(cmd.spawn().expect("spawn pgbouncer"));
