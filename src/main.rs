@@ -182,6 +182,7 @@ fn main() -> ExitCode {
         }
     }
     let shared = Arc::new(Shared::new(config, source));
+    shared.remember_warnings(warnings.iter().map(|w| w.to_string()));
     spawn_signal_thread(shared.clone());
     info!(shards = cpus.len(), ?cpus, "starting");
     let ended = match runtime::run(shared, &cpus) {

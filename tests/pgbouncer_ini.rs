@@ -232,6 +232,9 @@ async fn logfile_and_pidfile_as_pgbouncer_keeps_them() {
         assert!(Instant::now() < deadline, "no new logfile after SIGHUP: {}", lane.log());
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The ini's warnings were logged at start, not again at the reload.
+    let reloaded = fs::read_to_string(&logfile).unwrap();
+    assert!(!reloaded.contains("server_check_delay: ignored"), "{reloaded}");
 
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let status = lane.child.wait().unwrap();

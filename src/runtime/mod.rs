@@ -122,6 +122,9 @@ pub struct Shared {
     /// `pool::budget`), made when a shard makes its first pool under one.
     /// Locked only then and at reloads, never per query.
     budgets: std::sync::Mutex<HashMap<crate::pool::BudgetOf, Arc<crate::pool::Budget>>>,
+    /// The warnings the config files gave when last read: a reload logs
+    /// only the ones that are new, not the same list every time.
+    warned: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Shared {
@@ -135,7 +138,14 @@ impl Shared {
             nudges: Arc::default(),
             fallback_databases: Default::default(),
             budgets: Default::default(),
+            warned: Default::default(),
         }
+    }
+
+    /// The config's warnings at start (logged by the caller), so that a
+    /// reload repeats none of them.
+    pub fn remember_warnings(&self, warnings: impl IntoIterator<Item = String>) {
+        *self.warned.lock().unwrap_or_else(|e| e.into_inner()) = warnings.into_iter().collect();
     }
 
     /// The budget of `what`, made if new, with `limit` (0: none) as of now.
@@ -185,7 +195,8 @@ impl Shared {
     }
 
     /// Reads the config files again; stores the new config if it is valid and
-    /// keeps the old one (returning why) if not.
+    /// keeps the old one (returning why) if not. Returns the warnings not
+    /// given before.
     pub fn reload(&self) -> Result<Vec<String>, String> {
         notify::reloading();
         let reloaded = self.load_again();
@@ -219,7 +230,11 @@ impl Shared {
         self.config.store(Arc::new(config));
         self.config_generation.fetch_add(1, Ordering::SeqCst);
         self.nudges.nudge_all();
-        Ok(warnings.iter().map(|w| w.to_string()).collect())
+        let now: std::collections::BTreeSet<String> = warnings.iter().map(|w| w.to_string()).collect();
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        let new = now.iter().filter(|w| !warned.contains(*w)).cloned().collect();
+        *warned = now;
+        Ok(new)
     }
 }
 
