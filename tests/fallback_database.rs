@@ -63,7 +63,7 @@ fn unlisted_databases_are_served_by_the_fallback_up_to_the_bound() {
     let pg = postgres();
     let lane = Pglane::start_with_args(
         &format!(
-            "pool_mode = \"transaction\"\nmax_fallback_databases = 2\nserver_idle_timeout = 1\n\
+            "pool_mode = \"transaction\"\nmax_fallback_databases = 2\nserver_idle_timeout = 1\nadmin_users = [\"{SUPERUSER}\"]\n\
              [databases.app]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"postgres\"\n\
              [databases.\"*\"]\nhost = \"127.0.0.1\"\nport = {port}\npool_size = 2\n\
              [users.{SUPERUSER}]\npassword = \"{SUPERUSER_PASSWORD}\"\n",
@@ -78,6 +78,14 @@ fn unlisted_databases_are_served_by_the_fallback_up_to_the_bound() {
         // A listed database does not count.
         let (_app, name) = current_database(lane.port, "app").await.expect("app");
         assert_eq!(name, "postgres");
+        // SHOW DATABASES lists the names the `*` entry serves, as PgBouncer
+        // lists the databases it made from its `*`.
+        let shown = common::Psql::tcp(lane.port, SUPERUSER, SUPERUSER_PASSWORD, "pgbouncer")
+            .command("SHOW DATABASES")
+            .run()
+            .expect("SHOW DATABASES");
+        let names: Vec<&str> = shown.lines().filter_map(|l| l.split('|').next()).collect();
+        assert_eq!(names, ["*", "app", "fb_one", "fb_two"], "{shown}");
         // A third name is one too many while the two are in use.
         let e = current_database(lane.port, "fb_three").await.expect_err("refused");
         assert_eq!(

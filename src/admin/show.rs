@@ -310,7 +310,16 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
         ("disabled", INT4),
     ]);
     let all = pools(snapshots);
-    for (name, db) in &config.databases {
+    // The names the `*` entry serves now are databases of their own, as
+    // PgBouncer lists the ones it made from its `*`.
+    let served: std::collections::BTreeSet<&String> =
+        all.iter().map(|p| &p.database).filter(|name| config.is_fallback(name)).collect();
+    let entries = config
+        .databases
+        .iter()
+        .map(|(name, db)| (name, db))
+        .chain(served.into_iter().filter_map(|name| config.database(name).map(|db| (name, db))));
+    for (name, db) in entries {
         let mine = all.iter().filter(|p| &p.database == name);
         let current: usize = mine.clone().map(|p| p.open).sum();
         let paused = mine.clone().any(|p| p.paused);
@@ -327,10 +336,10 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
             s(db.dbname.as_deref().unwrap_or(name)),
             db.user.clone(),
             s(db.pool_size),
-            s(0),
+            s(config.min_pool_size(name)),
             s(0),
             db.pool_mode.map(pool_mode_name).map(str::to_owned),
-            s(0),
+            s(config.max_db_connections(name)),
             s(current),
             s(i32::from(paused)),
             s(i32::from(disabled)),
