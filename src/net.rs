@@ -95,6 +95,16 @@ impl Stream {
         matches!(self, Stream::Tls(_))
     }
 
+    /// This end's TCP address (SHOW SERVERS' local_addr); None over a unix
+    /// socket.
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Stream::Plain(socket) => socket.local_addr().ok(),
+            Stream::Tls(tls) => tls.get_ref().0.local_addr(),
+            Stream::Detached => None,
+        }
+    }
+
     /// What SHOW CLIENTS / SHOW SERVERS put in their `tls` column, in
     /// PgBouncer's spirit ("TLSv1.3/TLS13_AES_256_GCM_SHA384"): the protocol
     /// version and cipher suite negotiated; `None` for a plaintext socket.

@@ -74,6 +74,16 @@ async fn show_commands_have_pgbouncers_columns_and_real_figures() {
     for pid in column(&servers, "remote_pid", |r| r[2] == "app") {
         assert!(backend_pids.contains(&pid), "SHOW SERVERS names backend {pid}, which PostgreSQL does not know");
     }
+    // pglane's end of each server connection, as PostgreSQL sees its client.
+    let backend_ports: Vec<String> = postgres()
+        .psql("select client_port from pg_stat_activity where backend_type = 'client backend' and client_port > 0")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert!(column(&servers, "local_addr", |r| r[2] == "app").iter().all(|a| a == "127.0.0.1"), "{servers:?}");
+    for port in column(&servers, "local_port", |r| r[2] == "app") {
+        assert!(backend_ports.contains(&port), "SHOW SERVERS' local_port {port} is no client_port PostgreSQL knows");
+    }
 
     let databases = admin(lane.port, "postgres", "secret", "SHOW DATABASES").unwrap();
     assert_eq!(column(&databases, "pool_size", |r| r[0] == "app"), vec!["4"]);

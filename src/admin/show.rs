@@ -269,8 +269,8 @@ pub fn servers_table(snapshots: &[ShardSnapshot]) -> Table {
             s(if v.active { "active" } else { "idle" }),
             s(addr),
             s(port),
-            None,
-            s(0),
+            v.local_addr.map(|a| a.ip().to_string()),
+            s(v.local_addr.map_or(0, |a| a.port())),
             s(format_time(v.connected_at)),
             s(format_time(v.connected_at)),
             s(0),
@@ -280,7 +280,7 @@ pub fn servers_table(snapshots: &[ShardSnapshot]) -> Table {
             v.client_pid.map(|p| format!("c{p:x}")),
             s(v.remote_pid),
             s(v.tls.as_deref().unwrap_or("")),
-            s(""),
+            s(v.application_name.as_deref().unwrap_or("")),
         ]);
     }
     t

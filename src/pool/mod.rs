@@ -127,8 +127,11 @@ impl PoolStats {
 pub struct IdleServer {
     pub remote_pid: i32,
     pub address: String,
+    pub local_addr: Option<std::net::SocketAddr>,
     pub connected_at: std::time::SystemTime,
     pub tls: Option<String>,
+    /// The application_name the server connection has (its last client's).
+    pub application_name: Option<String>,
 }
 
 /// How many of a pool's server connections are open, by the generation they
@@ -464,8 +467,10 @@ impl Pool {
             .map(|c| IdleServer {
                 remote_pid: c.cancel_key.process_id,
                 address: c.cancel_key.address.to_string(),
+                local_addr: c.cancel_key.local_addr,
                 connected_at: c.cancel_key.connected_at,
                 tls: c.cancel_key.tls.clone(),
+                application_name: c.session.borrow().settings.get("application_name").and_then(|v| v.plain()).map(str::to_owned),
             })
             .collect()
     }

@@ -146,6 +146,14 @@ impl Socket {
         socket2::SockRef::from(&*self.fd).set_nodelay(on)
     }
 
+    /// This end's address, for TCP sockets.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        socket2::SockRef::from(&*self.fd)
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "not an internet socket"))
+    }
+
     /// The peer's address, for TCP sockets.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         socket2::SockRef::from(&*self.fd)

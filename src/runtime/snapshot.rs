@@ -58,6 +58,9 @@ pub struct ServerSnapshot {
     /// The client holding it.
     pub client_pid: Option<i32>,
     pub tls: Option<String>,
+    pub local_addr: Option<std::net::SocketAddr>,
+    /// Its application_name: its client's, or its last client's when idle.
+    pub application_name: Option<String>,
 }
 
 impl Shard {
@@ -89,6 +92,8 @@ impl Shard {
                     connected_at: key.connected_at,
                     client_pid: Some(pid),
                     tls: key.tls.clone(),
+                    local_addr: key.local_addr,
+                    application_name: Some(c.info.application_name.clone()),
                 })
             })
             .collect();
@@ -96,8 +101,8 @@ impl Shard {
         for ((database, user), pool) in self.pools().iter() {
             let mine = |c: &&ClientSnapshot| &c.info.database == database && &c.info.user == user;
             let waiting: Vec<&ClientSnapshot> = clients.iter().filter(mine).filter(|c| c.state == ClientState::Waiting).collect();
-            servers.extend(pool.idle_servers().into_iter().map(|IdleServer { remote_pid, address, connected_at, tls }| {
-                ServerSnapshot {
+            servers.extend(pool.idle_servers().into_iter().map(
+                |IdleServer { remote_pid, address, local_addr, connected_at, tls, application_name }| ServerSnapshot {
                     database: database.clone(),
                     user: user.clone(),
                     active: false,
@@ -106,8 +111,10 @@ impl Shard {
                     connected_at,
                     client_pid: None,
                     tls,
-                }
-            }));
+                    local_addr,
+                    application_name,
+                },
+            ));
             pools.push(PoolSnapshot {
                 database: database.clone(),
                 user: user.clone(),

@@ -131,6 +131,8 @@ pub struct CancelKey {
     pub connected_at: std::time::SystemTime,
     /// Protocol and cipher when the connection is TLS (SHOW SERVERS' tls).
     pub tls: Option<String>,
+    /// pglane's end of a TCP connection (SHOW SERVERS' local_addr).
+    pub local_addr: Option<std::net::SocketAddr>,
     /// Cancel requests on their way to this backend. While there is one,
     /// the connection goes to no other client (see `pool::Lease::release`):
     /// a cancel that arrives after the query it was sent for ended must find
@@ -147,6 +149,7 @@ impl CancelKey {
             secret_key,
             connected_at: std::time::SystemTime::now(),
             tls,
+            local_addr: None,
             cancels: Cell::new(0),
             cancels_done: RefCell::new(Vec::new()),
         }
@@ -307,7 +310,10 @@ impl ServerConn {
             tls => open(target, address, tls.as_ref(), startup).await,
         };
         let mut conn = opened.map(|(stream, (process_id, secret_key, params))| ServerConn {
-            cancel_key: Rc::new(CancelKey::new(address.clone(), process_id, secret_key, stream.tls_description())),
+            cancel_key: Rc::new(CancelKey {
+                local_addr: stream.local_addr(),
+                ..CancelKey::new(address.clone(), process_id, secret_key, stream.tls_description())
+            }),
             stream,
             params,
             created: Instant::now(),
