@@ -5,7 +5,8 @@
 //! under the same load, and the admin console's columns, lists and config
 //! keys. The PgBouncer is the one the machine has (1.18 on Debian 12); what
 //! it shows, pglane must show too, in the same order (pglane's own columns
-//! may follow or sit between).
+//! may follow or sit between), and the columns pgbouncer_exporter makes
+//! metrics of read as numbers.
 
 mod common;
 
@@ -135,6 +136,46 @@ async fn console(port: u16, command: &str) -> (Vec<String>, Vec<Vec<Option<Strin
     (columns, rows)
 }
 
+/// The columns pgbouncer_exporter turns into metrics, by command: each must
+/// read as a number wherever PgBouncer has it.
+const EXPORTED: &[(&str, &[&str])] = &[
+    ("SHOW DATABASES", &["pool_size", "reserve_pool", "max_connections", "current_connections", "paused", "disabled"]),
+    (
+        "SHOW STATS_TOTALS",
+        &[
+            "query_count",
+            "query_time",
+            "bytes_received",
+            "requests",
+            "bytes_sent",
+            "wait_time",
+            "xact_count",
+            "xact_time",
+            "client_parse_count",
+            "server_parse_count",
+            "bind_count",
+        ],
+    ),
+    (
+        "SHOW POOLS",
+        &[
+            "cl_active",
+            "cl_active_cancel_req",
+            "cl_waiting",
+            "cl_waiting_cancel_req",
+            "sv_active",
+            "sv_active_cancel",
+            "sv_being_canceled",
+            "sv_idle",
+            "sv_used",
+            "sv_tested",
+            "sv_login",
+            "maxwait",
+        ],
+    ),
+    ("SHOW LISTS", &["items"]),
+];
+
 /// Whether `inner` appears in `outer` in the same order (not necessarily
 /// side by side); the first of `inner` missing from it otherwise.
 fn in_order<'a>(inner: &'a [String], outer: &[String]) -> Result<(), &'a str> {
@@ -207,6 +248,23 @@ async fn pglane_does_what_pgbouncer_does_from_the_same_ini() {
         }
         if let Err(missing) = in_order(bouncer_columns, &lane_columns) {
             panic!("{command}: PgBouncer's column {missing} is not in pglane's, in PgBouncer's order\nPgBouncer: {bouncer_columns:?}\npglane: {lane_columns:?}");
+        }
+        for name in EXPORTED.iter().filter(|(c, _)| c == command).flat_map(|(_, names)| names.iter()) {
+            if !bouncer_columns.iter().any(|c| c == name) {
+                continue;
+            }
+            let i = lane_columns.iter().position(|c| c == name).expect("checked above");
+            for row in &lane_rows {
+                let value = row[i].as_deref().unwrap_or("");
+                assert!(value.parse::<f64>().is_ok(), "{command}: {name} = {value:?} is no number for pgbouncer_exporter");
+            }
+        }
+        // What pgbouncer_exporter reads from SHOW CONFIG, as numbers.
+        if *command == "SHOW CONFIG" {
+            for key in ["max_client_conn", "max_user_connections"] {
+                let row = lane_rows.iter().find(|r| r[0].as_deref() == Some(key)).unwrap_or_else(|| panic!("no {key}"));
+                assert!(row[1].as_deref().unwrap_or("").parse::<f64>().is_ok(), "{key}: {row:?}");
+            }
         }
         if matches!(*command, "SHOW LISTS" | "SHOW CONFIG") {
             let first = |rows: &[Vec<Option<String>>]| rows.iter().filter_map(|r| r[0].clone()).collect::<Vec<String>>();
