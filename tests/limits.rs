@@ -168,3 +168,41 @@ async fn min_pool_size_keeps_connections_open_while_a_client_is_connected() {
         assert!(std::time::Instant::now() < deadline, "{app} backends for min_pool_size 3, {capped} for pool_size 2");
     }
 }
+
+/// reserve_pool_size: with pool_size 1 held by a client's open transaction,
+/// another client waits reserve_pool_timeout, then gets a second server
+/// connection from the reserve; not sooner, and not a third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reserve_serves_a_client_that_waited_reserve_pool_timeout() {
+    let body =
+        format!("reserve_pool_timeout = 0.5\n{}", database("app", "limits_reserve", "pool_size = 1\nreserve_pool_size = 1"));
+    let lane = start(&["limits_reserve"], &body);
+    let monitor = connect(postgres().port, "postgres", "secret", "postgres").await;
+    let holder = connect(lane.port, "postgres", "secret", "app").await;
+    holder.batch_execute("begin; select 1").await.unwrap();
+    let mut waited = Vec::new();
+    for _ in 0..2 {
+        // (A login may need a server connection too: timed together.)
+        let began = std::time::Instant::now();
+        let served = tokio::time::timeout(Duration::from_secs(5), async {
+            connect(lane.port, "postgres", "secret", "app").await.batch_execute("select 1").await
+        })
+        .await;
+        assert!(matches!(served, Ok(Ok(()))), "a waiting client is served from the reserve: {served:?}");
+        waited.push(began.elapsed());
+    }
+    assert!(waited[0] >= Duration::from_millis(450), "the reserve opened before reserve_pool_timeout: {:?}", waited[0]);
+    assert!(waited[1] < Duration::from_millis(400), "the reserve's connection serves the next client at once: {:?}", waited[1]);
+    assert_eq!(backends(&monitor, "limits_reserve", None).await, 2, "pool_size 1 + reserve 1");
+    // With the reserve's connection held too, a third client waits for one
+    // of the two: the reserve is spent.
+    let second_holder = connect(lane.port, "postgres", "secret", "app").await;
+    second_holder.batch_execute("begin; select 1").await.unwrap();
+    let served = tokio::time::timeout(Duration::from_millis(1500), async {
+        connect(lane.port, "postgres", "secret", "app").await.batch_execute("select 1").await
+    })
+    .await;
+    assert!(served.is_err(), "a third connection was opened past pool_size + reserve");
+    assert_eq!(backends(&monitor, "limits_reserve", None).await, 2);
+    holder.batch_execute("commit").await.unwrap();
+}

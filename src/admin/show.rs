@@ -337,7 +337,7 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
             db.user.clone(),
             s(db.pool_size),
             s(config.min_pool_size(name)),
-            s(0),
+            s(config.reserve_pool_size(name)),
             db.pool_mode.map(pool_mode_name).map(str::to_owned),
             s(config.max_db_connections(name)),
             s(current),

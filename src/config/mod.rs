@@ -149,6 +149,14 @@ pub struct Config {
     /// unless the database sets its own. Never more than pool_size.
     #[serde(default)]
     pub min_pool_size: usize,
+    /// Server connections a pool may open past pool_size (over all shards)
+    /// for a client that waited `reserve_pool_timeout`, unless the database
+    /// sets its own; 0: none. PgBouncer's reserve pool.
+    #[serde(default)]
+    pub reserve_pool_size: usize,
+    /// Seconds a client waits before the reserve opens for it.
+    #[serde(default = "defaults::reserve_pool_timeout")]
+    pub reserve_pool_timeout: f64,
     /// Server connections of one user (all its databases' pools), over all
     /// shards, unless `[users.NAME]` sets its own; 0: no limit but pool_size.
     #[serde(default)]
@@ -413,6 +421,9 @@ mod defaults {
     pub fn pool_size() -> usize {
         20
     }
+    pub fn reserve_pool_timeout() -> f64 {
+        5.0
+    }
     pub fn peer_port() -> u16 {
         6432
     }
@@ -492,6 +503,8 @@ pub struct Database {
     /// Server connections each pool of this database keeps open (the
     /// global `min_pool_size` if unset).
     pub min_pool_size: Option<usize>,
+    /// Its pools' reserve (the global `reserve_pool_size` if unset).
+    pub reserve_pool_size: Option<usize>,
     /// Log in to the server as this user instead of the client's.
     pub user: Option<String>,
     /// Password for `user` (or the client's user) on the server.
@@ -885,6 +898,11 @@ impl Config {
     pub fn min_pool_size(&self, database: &str) -> usize {
         let Some(db) = self.database(database) else { return 0 };
         db.min_pool_size.unwrap_or(self.min_pool_size).min(db.pool_size)
+    }
+
+    /// The `reserve_pool_size` of database entry `database`.
+    pub fn reserve_pool_size(&self, database: &str) -> usize {
+        self.database(database).and_then(|d| d.reserve_pool_size).unwrap_or(self.reserve_pool_size)
     }
 
     /// The `max_user_connections` of `user` (0: none).

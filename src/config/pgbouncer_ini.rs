@@ -27,6 +27,7 @@
 //! | `logfile`, `pidfile` (relative to the ini file) | the same |
 //! | `max_db_connections`, `max_user_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::pool::budget`) |
 //! | `min_pool_size` (global, per `[databases]` entry) | the same, over all shards |
+//! | `reserve_pool_size`, `reserve_pool_timeout` (and a database's `reserve_pool` / `reserve_pool_size`) | the same, over all shards |
 //! | `query_wait_timeout`, `server_connect_timeout`, `client_login_timeout` | the same, at most a year; 0 (no limit) → a year |
 //! | `max_packet_size` | `max_message_size` |
 //! | `max_prepared_statements` (0, "off", is warned and not carried over) | the same |
@@ -456,7 +457,10 @@ impl Translation<'_> {
                 self.set(file, ini::resolve(&line.at.file, &line.value).to_string_lossy().into_owned());
             }
         }
-        for limit in ["max_db_connections", "max_user_connections", "min_pool_size"] {
+        if let Some(line) = settings.remove("reserve_pool_timeout") {
+            self.set("reserve_pool_timeout", seconds(&line, "reserve_pool_timeout")?);
+        }
+        for limit in ["max_db_connections", "max_user_connections", "min_pool_size", "reserve_pool_size"] {
             if let Some(line) = settings.remove(limit) {
                 self.set(limit, count(&line, limit, 0)?);
             }
@@ -616,9 +620,11 @@ impl Translation<'_> {
                     let mode = self.pool_mode(&value, &line.at, &setting)?;
                     database.insert(key, mode.into());
                 }
-                "max_db_connections" | "min_pool_size" => {
+                "max_db_connections" | "min_pool_size" | "reserve_pool" | "reserve_pool_size" => {
                     let limit: i64 =
                         value.parse().ok().filter(|&n: &i64| n >= 0).ok_or_else(|| invalid(line, &setting, WHOLE_NUMBER))?;
+                    // reserve_pool is PgBouncer's older name for it.
+                    let key = if key == "reserve_pool" { "reserve_pool_size".to_owned() } else { key };
                     database.insert(key, limit.into());
                 }
                 _ => {

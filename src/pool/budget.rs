@@ -27,6 +27,9 @@ pub struct Budget {
     /// What the limit is of, for logs and the admin console.
     pub what: BudgetOf,
     limit: AtomicUsize,
+    /// More connections a pool budget allows for a client that has waited
+    /// reserve_pool_timeout ([`Budget::try_take_reserve`]).
+    reserve: AtomicUsize,
     open: AtomicUsize,
     /// Pools (on any shard) with a client waiting that this budget keeps
     /// from opening a connection.
@@ -46,7 +49,13 @@ pub enum BudgetOf {
 
 impl Budget {
     pub fn new(what: BudgetOf, limit: usize) -> Budget {
-        Budget { what, limit: AtomicUsize::new(limit), open: AtomicUsize::new(0), wanting: AtomicUsize::new(0) }
+        Budget {
+            what,
+            limit: AtomicUsize::new(limit),
+            reserve: AtomicUsize::new(0),
+            open: AtomicUsize::new(0),
+            wanting: AtomicUsize::new(0),
+        }
     }
 
     pub fn limit(&self) -> usize {
@@ -56,6 +65,11 @@ impl Budget {
     /// A reload changed the limit: connections over it close as they come back.
     pub fn set_limit(&self, limit: usize) {
         self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// reserve_pool_size: connections past the limit for clients that waited.
+    pub fn set_reserve(&self, reserve: usize) {
+        self.reserve.store(reserve, Ordering::Relaxed);
     }
 
     /// Connections open under it, over all shards.
@@ -68,15 +82,23 @@ impl Budget {
         self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| (open < self.limit()).then_some(open + 1)).is_ok()
     }
 
+    /// Takes a unit of the reserve, past the limit, for a client that
+    /// waited reserve_pool_timeout; false if the reserve is spent too.
+    pub fn try_take_reserve(&self) -> bool {
+        let most = self.limit().saturating_add(self.reserve.load(Ordering::Relaxed));
+        self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| (open < most).then_some(open + 1)).is_ok()
+    }
+
     /// A connection under it closed.
     pub fn give_back(&self) {
         let before = self.open.fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0, "a unit given back that was never taken");
     }
 
-    /// More connections are open than the limit allows now (it was lowered).
+    /// More connections are open than the limit and the reserve allow now
+    /// (a reload lowered them).
     pub fn is_over(&self) -> bool {
-        self.open() > self.limit()
+        self.open() > self.limit().saturating_add(self.reserve.load(Ordering::Relaxed))
     }
 
     /// A pool has a client waiting that this budget keeps out.
@@ -98,10 +120,12 @@ impl Budget {
 }
 
 /// Takes a unit of every budget in `budgets`, or of none: on the first that
-/// is spent, those taken are given back and its index is returned.
-pub fn take_all(budgets: &[std::sync::Arc<Budget>]) -> Result<(), usize> {
+/// is spent, those taken are given back and its index is returned. With
+/// `reserve`, the first (a pool's own) may give one of its reserve.
+pub fn take_all(budgets: &[std::sync::Arc<Budget>], reserve: bool) -> Result<(), usize> {
     for (i, budget) in budgets.iter().enumerate() {
-        if !budget.try_take() {
+        let taken = if reserve && i == 0 { budget.try_take_reserve() } else { budget.try_take() };
+        if !taken {
             budgets[..i].iter().for_each(|b| b.give_back());
             return Err(i);
         }
@@ -153,11 +177,24 @@ mod tests {
     fn all_or_none_of_a_pools_budgets_are_taken() {
         let (pool, database, user) = (budget(3), budget(1), budget(5));
         let all = [pool.clone(), database.clone(), user.clone()];
-        assert_eq!(take_all(&all), Ok(()));
-        assert_eq!(take_all(&all), Err(1), "the database's budget is spent");
+        assert_eq!(take_all(&all, false), Ok(()));
+        assert_eq!(take_all(&all, false), Err(1), "the database's budget is spent");
         assert_eq!((pool.open(), database.open(), user.open()), (1, 1, 1), "nothing kept of the failed take");
         give_back_all(&all);
         assert_eq!((pool.open(), database.open(), user.open()), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_reserve_gives_units_past_the_limit_only_when_asked() {
+        let b = budget(1);
+        b.set_reserve(2);
+        assert!(b.try_take());
+        assert!(!b.try_take(), "the limit holds for a client that has not waited");
+        assert!(b.try_take_reserve() && b.try_take_reserve());
+        assert!(!b.try_take_reserve(), "the reserve is spent too");
+        assert!(!b.is_over());
+        b.set_reserve(0);
+        assert!(b.is_over(), "a reload took the reserve away");
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub struct PoolStats {
     /// Connections closed for the same pool on another shard, whose
     /// clients waited (see `budget`).
     pub yielded: u64,
+    /// Connections opened from the reserve (reserve_pool_size) for clients
+    /// that waited reserve_pool_timeout.
+    pub reserve_used: u64,
 }
 
 impl PoolStats {
@@ -119,6 +122,7 @@ impl PoolStats {
         self.wait_time_us += o.wait_time_us;
         self.pipelined += o.pipelined;
         self.yielded += o.yielded;
+        self.reserve_used += o.reserve_used;
     }
 }
 
@@ -257,6 +261,8 @@ struct Waiter {
     waker: RefCell<Option<Waker>>,
     /// query_wait_timeout: when [`Pool::expire_waiters`] gives up on it.
     deadline: std::time::Instant,
+    /// When it began to wait (for reserve_pool_timeout).
+    since: std::time::Instant,
     timed_out: Cell<bool>,
 }
 
@@ -319,10 +325,15 @@ impl Pool {
     /// `open`; else the index of the budget that is spent (0, the pool's
     /// own, also when its local limit is reached).
     fn take_slot(&self) -> Result<(), usize> {
+        self.take_slot_with(false)
+    }
+
+    /// [`Pool::take_slot`], from the reserve if `reserve` (see `budget`).
+    fn take_slot_with(&self, reserve: bool) -> Result<(), usize> {
         if self.open.get() >= self.max_size.get() {
             return Err(0);
         }
-        budget::take_all(&self.budgets.borrow())?;
+        budget::take_all(&self.budgets.borrow(), reserve)?;
         self.open.set(self.open.get() + 1);
         Ok(())
     }
@@ -405,10 +416,22 @@ impl Pool {
         }
     }
 
-    /// The shard's tick: units given back are looked for, and a pool whose
-    /// clients still wait asks again (news may have found nothing idle).
-    pub fn tick(&self) {
+    /// The shard's tick: units given back are looked for, a client that
+    /// has waited `reserve_after` (reserve_pool_timeout) gets a connection
+    /// from the reserve, and a pool whose clients still wait asks again
+    /// (news may have found nothing idle).
+    pub fn tick(&self, now: std::time::Instant, reserve_after: Option<Duration>) {
         self.budget_freed();
+        if let Some(after) = reserve_after {
+            let waited_long = || self.waiters.borrow().front().is_some_and(|w| now.saturating_duration_since(w.since) >= after);
+            while waited_long() && self.take_slot_with(true).is_ok() {
+                self.bump(|s| s.reserve_used += 1);
+                match self.next_waiter() {
+                    Some(waiter) => waiter.grant(Grant::Slot),
+                    None => self.give_slot_back(),
+                }
+            }
+        }
         self.ask_for_a_connection();
     }
 
@@ -569,6 +592,7 @@ impl Pool {
             grant: RefCell::new(None),
             waker: RefCell::new(None),
             deadline: std::time::Instant::now() + wait,
+            since: std::time::Instant::now(),
             timed_out: Cell::new(false),
         });
         self.waiters.borrow_mut().push_back(waiter.clone());

@@ -144,7 +144,7 @@ impl Shard {
                     // The limits are set anew (the budgets are the same).
                     self.budgets_for(&config, database, user);
                     pool.set_keep(self.keep(size));
-                    pool.reconfigure(target, size);
+                    pool.reconfigure(target, size + config.reserve_pool_size(database));
                 }
                 None => pool.reconnect(),
             }

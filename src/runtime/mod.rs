@@ -638,7 +638,7 @@ impl Shard {
         }
         // Statements are shared by the clients of one pool only: the same text
         // can mean something else in another database or to another user.
-        let pool = Pool::new(target, size, Registry::new(self.id, REGISTRY_CAPACITY));
+        let pool = Pool::new(target, size + config.reserve_pool_size(database), Registry::new(self.id, REGISTRY_CAPACITY));
         let me = self.me.clone();
         let news = move |news: BudgetNews, budgets: &Rc<[Arc<Budget>]>| {
             if let Some(shard) = me.upgrade() {
@@ -664,8 +664,10 @@ impl Shard {
     fn budgets_for(&self, config: &Config, database: &str, user: &str) -> Vec<Arc<Budget>> {
         let pool_size = config.database(database).map_or(0, |db| db.pool_size);
         let pool = BudgetOf::Pool { database: database.to_owned(), user: user.to_owned() };
+        let own = self.shared.budget(pool, pool_size);
+        own.set_reserve(config.reserve_pool_size(database));
         vec![
-            self.shared.budget(pool, pool_size),
+            own,
             self.shared.budget(BudgetOf::Database(database.to_owned()), config.max_db_connections(database)),
             self.shared.budget(BudgetOf::User(user.to_owned()), config.max_user_connections(user)),
         ]
@@ -898,9 +900,11 @@ impl Shard {
             self.drop_unused_fallback_pools();
             crate::memory::give_back_if_let_go();
             let now = std::time::Instant::now();
-            for pool in self.pools().values() {
+            let config = self.shared.config.load();
+            for ((database, _), pool) in self.pools().iter() {
                 pool.expire_waiters(now);
-                pool.tick();
+                let reserve_after = (config.reserve_pool_size(database) > 0).then(|| Config::secs(config.reserve_pool_timeout));
+                pool.tick(now, reserve_after);
             }
             let tick = async {
                 rt::sleep(nudge::TICK).await;

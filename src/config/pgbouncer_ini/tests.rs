@@ -587,14 +587,11 @@ fn every_ignored_setting_is_one_warning_naming_file_line_and_setting() {
         "syslog = 1
 server_lifetime = 3600
 scram_iterations = 100000
-reserve_pool_size = 1
+tcp_keepalive = 1
 max_prepared_statements = 0",
     );
     let (_, warnings) = config(&text);
-    assert_eq!(
-        warned(&warnings),
-        [(5, "syslog"), (7, "scram_iterations"), (8, "reserve_pool_size"), (9, "max_prepared_statements")]
-    );
+    assert_eq!(warned(&warnings), [(5, "syslog"), (7, "scram_iterations"), (8, "tcp_keepalive"), (9, "max_prepared_statements")]);
     assert_eq!(
         warnings[0].to_string(),
         "/etc/pgbouncer/pgbouncer.ini:5: syslog: ignored: pglane logs to stderr; set the level with RUST_LOG"

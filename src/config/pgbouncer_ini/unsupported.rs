@@ -173,6 +173,8 @@ pub const HONOURED: &[&str] = &[
     "pool_mode",
     "query_timeout",
     "query_wait_timeout",
+    "reserve_pool_size",
+    "reserve_pool_timeout",
     "server_connect_timeout",
     "server_idle_timeout",
     "server_lifetime",
@@ -267,7 +269,6 @@ pub fn pgbouncer_setting(key: &str) -> Option<&'static str> {
         | "log_pooler_errors" | "log_stats" | "stats_period" | "verbose" => LOGGING,
         "user" => "pglane does not switch users; start it as the user it should run as",
         "unix_socket_group" => UNIX_GROUP,
-        "reserve_pool_size" | "reserve_pool_timeout" => "pglane has no reserve pool",
         "max_db_client_connections" | "max_user_client_connections" => CLIENT_LIMITS,
         "scram_iterations" => "pglane derives SCRAM secrets for plaintext passwords with 4096 iterations",
         "auth_ident_file" => "pglane does not support ident maps",
@@ -299,7 +300,6 @@ pub fn pgbouncer_setting(key: &str) -> Option<&'static str> {
 pub fn database_parameter(key: &str) -> Option<&'static str> {
     Some(match key {
         "client_encoding" | "datestyle" | "timezone" | "application_name" => STARTUP_PARAMETERS,
-        "reserve_pool" | "reserve_pool_size" => "pglane has no reserve pool",
         "max_db_client_connections" => CLIENT_LIMITS,
         "query_wait_timeout" => "pglane has only the global query_wait_timeout",
         "connect_query" | "server_lifetime" => NOT_YET,
@@ -386,6 +386,8 @@ mod tests {
                 "password",
                 "max_db_connections",
                 "min_pool_size",
+                "reserve_pool",
+                "reserve_pool_size",
             ];
             let mapped = mapped.contains(key) || ["pool_mode", "pool_size", "port", "target_session_attrs", "user"].contains(key);
             assert!(mapped || database_parameter(key).is_some(), "{key}");
