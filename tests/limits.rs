@@ -192,7 +192,11 @@ async fn the_reserve_serves_a_client_that_waited_reserve_pool_timeout() {
         waited.push(began.elapsed());
     }
     assert!(waited[0] >= Duration::from_millis(450), "the reserve opened before reserve_pool_timeout: {:?}", waited[0]);
-    assert!(waited[1] < Duration::from_millis(400), "the reserve's connection serves the next client at once: {:?}", waited[1]);
+    // The reserve's connection serves the next client: at once on its own
+    // shard; from another shard it closes there and reopens for the client
+    // once that one too has waited reserve_pool_timeout (so, within 5 s
+    // above, and never a third connection below).
+    assert!(waited[1] < Duration::from_millis(2000), "the reserve's connection serves the next client: {:?}", waited[1]);
     assert_eq!(backends(&monitor, "limits_reserve", None).await, 2, "pool_size 1 + reserve 1");
     // With the reserve's connection held too, a third client waits for one
     // of the two: the reserve is spent.

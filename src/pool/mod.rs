@@ -390,11 +390,13 @@ impl Pool {
     }
 
     /// Tells the pools under the budget a client of this one waits on: the
-    /// same pool on other shards, if this one holds less than its share;
+    /// same pool on other shards, if this one holds less than its share or
+    /// another holds a connection of the reserve (which may be idle there);
     /// the other pools under a max_db_connections or max_user_connections.
     fn ask_for_a_connection(&self) {
         let Some(blocked) = self.wanting.get() else { return };
-        if blocked != 0 || self.open.get() < self.keep.get().max(1) {
+        let reserve_in_use = || self.budgets.borrow().first().is_some_and(|own| own.open() > own.limit());
+        if blocked != 0 || self.open.get() < self.keep.get().max(1) || reserve_in_use() {
             self.tell(BudgetNews::Wanted { blocked });
         }
     }
