@@ -223,7 +223,16 @@ pub struct Pool {
     warming: Cell<bool>,
     /// Tells the other pools under its budgets, on any shard (see [`BudgetNews`]).
     budget_news: RefCell<Option<Box<dyn Fn(BudgetNews, &Rc<[Arc<Budget>]>)>>>,
+    /// Connections closing for another pool whose backends have not gone
+    /// yet ([`Pool::retire_for_another`]); counted in `open` until then.
+    retiring: Cell<usize>,
+    /// Itself, for the tasks that retire connections.
+    me: Weak<Pool>,
 }
+
+/// How long a connection given up for another pool may take to end before
+/// its units are given back regardless (a server that does not answer).
+const RETIRE_WAIT: Duration = Duration::from_secs(1);
 
 /// What a pool tells the other pools under its budgets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,7 +277,7 @@ struct Waiter {
 
 impl Pool {
     pub fn new(target: ServerTarget, max_size: usize, registry: crate::prepare::Registry) -> Rc<Pool> {
-        Rc::new(Pool {
+        Rc::new_cyclic(|me| Pool {
             hosts: hosts::HostBook::new(target.hosts.len()),
             checking: Cell::new(false),
             no_host_since: Cell::new(None),
@@ -291,6 +300,8 @@ impl Pool {
             blocked_on: Cell::new(0),
             warming: Cell::new(false),
             budget_news: RefCell::new(None),
+            retiring: Cell::new(0),
+            me: me.clone(),
         })
     }
 
@@ -364,7 +375,7 @@ impl Pool {
         let budgets = self.budgets.borrow();
         let Some(own) = budgets.first() else { return false };
         let wanting = self.wanting.get();
-        (self.open.get() > self.keep.get() && own.wanted_by_others(wanting == Some(0)))
+        (self.settled_open() > self.keep.get() && own.wanted_by_others(wanting == Some(0)))
             || (wanting.is_none() && budgets[1..].iter().any(|b| b.wanted_by_others(false)))
     }
 
@@ -445,13 +456,43 @@ impl Pool {
     pub fn yield_to_others(&self, budget: &Arc<Budget>) {
         let Some(i) = self.budgets.borrow().iter().position(|b| Arc::ptr_eq(b, budget)) else { return };
         let gives = match i {
-            0 => self.open.get() > self.keep.get() && budget.wanted_by_others(self.wanting.get() == Some(0)),
-            _ => budget.wanted_by_others(self.wanting.get() == Some(i)),
+            0 => self.settled_open() > self.keep.get() && budget.wanted_by_others(self.wanting.get() == Some(0)),
+            // One connection at a time: the next yields once that one's
+            // units are back, if they are still wanted.
+            _ => self.retiring.get() == 0 && budget.wanted_by_others(self.wanting.get() == Some(i)),
         };
-        if gives && self.idle.borrow_mut().pop().is_some() {
-            self.bump(|s| s.yielded += 1);
-            self.give_slot_back();
+        if !gives {
+            return;
         }
+        let conn = self.idle.borrow_mut().pop();
+        if let Some(conn) = conn {
+            self.retire_for_another(conn);
+        }
+    }
+
+    /// Connections open and not closing for another pool.
+    fn settled_open(&self) -> usize {
+        self.open.get() - self.retiring.get()
+    }
+
+    /// Closes `conn` so that its units go to another pool: they come back
+    /// once the server has ended its backend ([`ServerConn::terminate`]),
+    /// not before, or PostgreSQL would for a moment see the old backend and
+    /// the one the other pool opens: one over the limit they share.
+    fn retire_for_another(&self, conn: Box<ServerConn>) {
+        self.bump(|s| s.yielded += 1);
+        let Some(pool) = self.me.upgrade() else {
+            drop(conn);
+            self.give_slot_back();
+            return;
+        };
+        self.retiring.set(self.retiring.get() + 1);
+        crate::rt::spawn_local(async move {
+            conn.terminate(RETIRE_WAIT).await;
+            pool.retiring.set(pool.retiring.get() - 1);
+            pool.give_slot_back();
+        })
+        .detach();
     }
 
     /// Server connections still open that were opened before the last
@@ -896,9 +937,7 @@ impl Pool {
             return;
         }
         if self.owes_a_yield() {
-            drop(conn);
-            self.bump(|s| s.yielded += 1);
-            self.give_slot_back();
+            self.retire_for_another(conn);
             return;
         }
         if let Some(waiter) = self.next_waiter() {

@@ -526,6 +526,29 @@ impl ServerConn {
         }
     }
 
+    /// Ends the session and returns once its backend has gone, or after
+    /// `limit`: Terminate, then reads to the end. PostgreSQL closes the
+    /// socket last as its backend exits, after the backend has left
+    /// pg_stat_activity and given its connection slot back; so a connection
+    /// opened after this returns is never one over a limit to PostgreSQL.
+    pub async fn terminate(mut self: Box<Self>, limit: Duration) {
+        let goodbye = async {
+            let mut out = BytesMut::new();
+            frontend::terminate(&mut out);
+            if self.stream.write_all(&out).await.is_err() {
+                return;
+            }
+            let mut rest = [0u8; 256];
+            // Whatever the server still says (a notice) is for nobody.
+            while let Ok(n) = futures_lite::AsyncReadExt::read(&mut self.stream, &mut rest).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        };
+        crate::rt::with_timeout(limit, goodbye).await;
+    }
+
     /// A connection that has been idle may have been closed by the server
     /// (restart, pg_terminate_backend, idle timeout). Checked without blocking.
     pub fn is_healthy(&self) -> bool {
