@@ -445,3 +445,92 @@ async fn reload_under_load_changes_pool_sizes_without_failed_queries() {
     }
     eprintln!("reload under load: {total} transactions, 0 failed, backends at pool_size 6: {grown}");
 }
+
+/// SET key = value changes a setting at once, as a reload would, until the
+/// next RELOAD reads the files alone; what a reload refuses, SET refuses.
+#[tokio::test]
+async fn set_changes_a_setting_until_the_next_reload() {
+    let lane = start(2, 4, "max_client_conn = 100");
+    let value = |key: &str| {
+        let shown = admin(lane.port, "postgres", "secret", "SHOW CONFIG").unwrap();
+        column(&shown, "value", |r| r[0] == key).concat()
+    };
+    let out = Psql::tcp(lane.port, "postgres", "secret", "pgbouncer").command("SET max_client_conn = 3").output();
+    assert!(out.success, "{}", out.stderr);
+    assert_eq!(value("max_client_conn"), "3");
+    // With three clients connected, a fourth is turned away now.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(connect(lane.port, "postgres", "secret", "app").await);
+    }
+    let e = try_connect(lane.port, "postgres", "secret", "app").await.err().map(|e| format!("{e:?}")).unwrap_or_default();
+    assert!(e.contains("too many clients"), "SET max_client_conn = 3 did not hold: {e:?}");
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    for (set, why) in [
+        ("SET listen = '127.0.0.1:1'", "listen cannot change without a restart"),
+        ("SET no_such_setting = 1", "no_such_setting"),
+        ("SET spin_before_park_us = 20000", "spin_before_park_us must be at most 10000"),
+        ("SET max_client_conn = 'many'", "max_client_conn"),
+    ] {
+        let e = admin(lane.port, "postgres", "secret", set).unwrap_err();
+        assert!(e.contains(why), "{set}: {e}");
+    }
+    assert_eq!(value("max_client_conn"), "3", "a refused SET leaves the ones before it");
+    admin(lane.port, "postgres", "secret", "RELOAD").unwrap();
+    assert_eq!(value("max_client_conn"), "100", "RELOAD reads the files alone");
+    let e = admin(lane.port, "scramuser", "scrampass", "SET max_client_conn = 3").err().unwrap_or_default();
+    assert!(e.contains("admin access needed"), "stats_users may not SET: {e}");
+}
+
+/// The SHOWs PgBouncer has beyond the pools and stats, with its columns;
+/// SUSPEND and SHOW FDS (PgBouncer's online restart) refused with what
+/// pglane does instead; SHOW HELP a NOTICE, as PgBouncer's.
+#[tokio::test]
+async fn the_rest_of_pgbouncers_console() {
+    let lane = start(2, 4, "");
+    let c = connect(lane.port, "postgres", "secret", "app").await;
+    for _ in 0..10 {
+        c.simple_query("select 1").await.unwrap();
+    }
+    let header = |command: &str| admin(lane.port, "postgres", "secret", command).unwrap()[0].clone();
+    assert_eq!(
+        header("SHOW STATS_AVERAGES"),
+        "database|xact_count|query_count|bytes_received|bytes_sent|xact_time|query_time|wait_time"
+    );
+    assert_eq!(header("SHOW MEM"), "name|size|used|free|memtotal");
+    assert_eq!(header("SHOW PEERS"), "peer_id|host|port|pool_size");
+    assert_eq!(header("SHOW PEER_POOLS"), "peer_id|cl_active_cancel_req|cl_waiting_cancel_req|sv_active_cancel|sv_login");
+    assert_eq!(header("SHOW DNS_HOSTS"), "hostname|ttl|addrs");
+    assert_eq!(header("SHOW DNS_ZONES"), "zonename|serial|count");
+    let totals = admin(lane.port, "postgres", "secret", "SHOW TOTALS").unwrap();
+    let xacts: u64 = column(&totals, "value", |r| r[0] == "total_xact_count").concat().parse().unwrap();
+    assert!(xacts >= 10, "{totals:?}");
+    assert_eq!(totals.iter().filter(|l| l.contains('|')).count(), 1 + 14, "{totals:?}");
+    let sockets = admin(lane.port, "postgres", "secret", "SHOW SOCKETS").unwrap();
+    assert!(sockets[0].ends_with("|recv_pos|pkt_pos|pkt_remain|send_pos|send_remain|pkt_avail|send_avail"), "{}", sockets[0]);
+    assert!(column(&sockets, "type", |_| true).contains(&"C".to_owned()), "{sockets:?}");
+    let active = admin(lane.port, "postgres", "secret", "SHOW ACTIVE_SOCKETS").unwrap();
+    assert_eq!(active[0], sockets[0]);
+
+    let state =
+        |key: &str| column(&admin(lane.port, "postgres", "secret", "SHOW STATE").unwrap(), "value", |r| r[0] == key).concat();
+    assert_eq!((state("active"), state("paused"), state("suspended")), ("yes".into(), "no".into(), "no".into()));
+    admin(lane.port, "postgres", "secret", "PAUSE").unwrap();
+    assert_eq!((state("active"), state("paused")), ("no".into(), "yes".into()));
+    admin(lane.port, "postgres", "secret", "RESUME").unwrap();
+    assert_eq!(state("paused"), "no");
+
+    for refused in ["SUSPEND", "SHOW FDS"] {
+        let e = admin(lane.port, "postgres", "secret", refused).unwrap_err();
+        assert!(e.contains("online restart") && e.contains("SO_REUSEPORT"), "{refused}: {e}");
+    }
+    let help = Psql::tcp(lane.port, "postgres", "secret", "pgbouncer").command("SHOW HELP").output();
+    assert!(help.success && help.stdout.is_empty(), "{help:?}");
+    assert!(help.stderr.contains("NOTICE:  Console usage") && help.stderr.contains("SET key = arg"), "{}", help.stderr);
+    // Commands in one query run in turn; a `;` inside a SET's quotes is
+    // part of its value.
+    let both = admin(lane.port, "postgres", "secret", "SET server_reset_query = 'DISCARD ALL; SELECT 1'; SHOW CONFIG").unwrap();
+    assert_eq!(column(&both, "value", |r| r[0] == "server_reset_query"), vec!["DISCARD ALL; SELECT 1"]);
+}

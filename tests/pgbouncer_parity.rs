@@ -219,9 +219,17 @@ async fn pglane_does_what_pgbouncer_does_from_the_same_ini() {
         "SHOW LISTS",
         "SHOW VERSION",
         "SHOW CONFIG",
+        "SHOW STATS_AVERAGES",
+        "SHOW TOTALS",
+        "SHOW SOCKETS",
+        "SHOW ACTIVE_SOCKETS",
+        "SHOW MEM",
+        "SHOW DNS_HOSTS",
+        "SHOW DNS_ZONES",
     ] {
         bouncer_console.push((command, console(bouncer.port, command).await));
     }
+    let bouncer_set = set_and_show(bouncer.port).await;
     drop(bouncer);
     wait_for_no_backends().await;
 
@@ -266,13 +274,43 @@ async fn pglane_does_what_pgbouncer_does_from_the_same_ini() {
                 assert!(row[1].as_deref().unwrap_or("").parse::<f64>().is_ok(), "{key}: {row:?}");
             }
         }
-        if matches!(*command, "SHOW LISTS" | "SHOW CONFIG") {
+        if *command == "SHOW MEM" {
+            // pglane has no slab caches of buffers or variable lists: each
+            // cache it names is one of PgBouncer's, in its order.
+            let first = |rows: &[Vec<Option<String>>]| rows.iter().filter_map(|r| r[0].clone()).collect::<Vec<String>>();
+            if let Err(unknown) = in_order(&first(&lane_rows), &first(bouncer_rows)) {
+                panic!("SHOW MEM: pglane's row {unknown} is not one of PgBouncer's, in its order");
+            }
+        }
+        if matches!(*command, "SHOW LISTS" | "SHOW CONFIG" | "SHOW TOTALS") {
             let first = |rows: &[Vec<Option<String>>]| rows.iter().filter_map(|r| r[0].clone()).collect::<Vec<String>>();
             if let Err(missing) = in_order(&first(bouncer_rows), &first(&lane_rows)) {
                 panic!("{command}: PgBouncer's row {missing} is not in pglane's, in PgBouncer's order");
             }
         }
     }
+    assert_eq!(set_and_show(lane.port).await, bouncer_set, "SET by PgBouncer's names: pglane (left) and PgBouncer (right)");
     drop(lane);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The console's SET, by PgBouncer's names: what SHOW CONFIG and SHOW
+/// DATABASES say after each, and whether a SET of a key that does not
+/// exist fails.
+async fn set_and_show(port: u16) -> Vec<(String, Option<String>)> {
+    let c = connect(port, "postgres", "secret", "pgbouncer").await;
+    let mut seen = Vec::new();
+    for (set, key) in [("SET default_pool_size = 7", "default_pool_size"), ("SET query_wait_timeout = 45", "query_wait_timeout")]
+    {
+        c.simple_query(set).await.unwrap_or_else(|e| panic!("{set} on {port}: {e}"));
+        let (_, rows) = console(port, "SHOW CONFIG").await;
+        seen.push((key.to_owned(), rows.iter().find(|r| r[0].as_deref() == Some(key)).and_then(|r| r[1].clone())));
+    }
+    let (columns, rows) = console(port, "SHOW DATABASES").await;
+    let pool_size = columns.iter().position(|c| c == "pool_size").expect("pool_size column");
+    let sized = rows.iter().find(|r| r[0].as_deref() == Some("app")).and_then(|r| r[pool_size].clone());
+    seen.push(("app pool_size (its own)".into(), sized));
+    let refused = c.simple_query("SET no_such_setting = 1").await.is_err();
+    seen.push(("SET no_such_setting refused".into(), Some(refused.to_string())));
+    seen
 }

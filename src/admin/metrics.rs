@@ -322,6 +322,7 @@ mod tests {
             prepare: Default::default(),
             statements: 0,
             disabled: vec![],
+            paused_all: false,
         };
         shard.prepare.pass_through_reasons.count(PassThrough::QueueFull);
         shard.prepare.rewrite_ns = 5_500;

@@ -10,6 +10,7 @@ mod command;
 pub mod metrics;
 mod show;
 mod show_config;
+mod show_process;
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use bytes::BytesMut;
 use futures_lite::AsyncWriteExt;
 use tracing::info;
 
-pub use command::{parse, AdminCommand, Show};
+pub use command::{parse, split_commands, AdminCommand, Show};
 pub use show::Table;
 
 use crate::net::{read_message, Stream};
@@ -104,9 +105,19 @@ pub async fn serve(
     }
 }
 
+/// What a command answers besides its rows and errors.
+enum Outcome {
+    /// A result set, tagged SHOW.
+    Table(Table),
+    /// Done; tagged with the command's first word.
+    Done,
+    /// NOTICEs, then the tag.
+    Notices(Vec<ErrorFields>, String),
+}
+
 /// Runs each `;`-separated command of a Query, writing its results.
 async fn run(shard: &Shard, sql: &str, may_control: bool, out: &mut BytesMut) {
-    let commands: Vec<&str> = sql.split(';').filter(|c| !c.trim().is_empty()).collect();
+    let commands = split_commands(sql);
     if commands.is_empty() {
         backend::empty_query_response(out);
         return;
@@ -124,11 +135,17 @@ async fn run(shard: &Shard, sql: &str, may_control: bool, out: &mut BytesMut) {
             return;
         }
         match execute(shard, command).await {
-            Ok(Some(table)) => {
+            Ok(Outcome::Table(table)) => {
                 write_table(out, &table);
                 backend::command_complete(out, "SHOW");
             }
-            Ok(None) => backend::command_complete(out, &text.split_whitespace().next().unwrap_or("").to_ascii_uppercase()),
+            Ok(Outcome::Done) => {
+                backend::command_complete(out, &text.split_whitespace().next().unwrap_or("").to_ascii_uppercase())
+            }
+            Ok(Outcome::Notices(notices, tag)) => {
+                notices.iter().for_each(|n| backend::notice_response(out, n));
+                backend::command_complete(out, &tag);
+            }
             Err(message) => {
                 backend::error_response(out, &ErrorFields::error("08P01", message));
                 return;
@@ -137,35 +154,19 @@ async fn run(shard: &Shard, sql: &str, may_control: bool, out: &mut BytesMut) {
     }
 }
 
-async fn execute(shard: &Shard, command: AdminCommand) -> Result<Option<Table>, String> {
+/// Why SUSPEND and SHOW FDS are refused.
+const NO_ONLINE_RESTART: &str =
+    "SUSPEND and SHOW FDS belong to PgBouncer's online restart (-R); pglane restarts without dropping clients by starting the new process beside the old one (SO_REUSEPORT), see docs/deploy.md";
+
+async fn execute(shard: &Shard, command: AdminCommand) -> Result<Outcome, String> {
     let config = shard.shared.config.load_full();
     let control = |c: Control| async move {
         shard.ask_all(Question::Control(c), CONTROL_WAIT).await;
-        Ok(None)
+        Ok(Outcome::Done)
     };
     match command {
-        AdminCommand::Show(what) => {
-            let snaps = match what {
-                Show::Help | Show::Users | Show::Config | Show::Version => Vec::new(),
-                _ => snapshots(shard).await,
-            };
-            Ok(Some(match what {
-                Show::Help => help_table(),
-                Show::Pools => show::pools_table(&snaps),
-                Show::Stats => show::stats_table(&snaps, shard.shared.started.elapsed()),
-                Show::StatsTotals => show::stats_totals_table(&snaps),
-                Show::Clients => show::clients_table(&snaps, &config.listen),
-                Show::Servers => show::servers_table(&snaps),
-                Show::Databases => show::databases_table(&snaps, &config),
-                Show::Users => show::users_table(&config),
-                Show::Config => show_config::config_table(&config),
-                Show::Version => show::version_table(),
-                Show::Lists => show::lists_table(&snaps, &config),
-                Show::Shards => show::shards_table(&snaps),
-                Show::Prepared => show::prepared_table(&snaps),
-                Show::PassThroughs => show::pass_throughs_table(&snaps),
-            }))
-        }
+        AdminCommand::Show(what) => show(shard, what, &config).await,
+        AdminCommand::Suspend => Err(NO_ONLINE_RESTART.into()),
         AdminCommand::Pause(db) => {
             check_database(&config, db.as_deref())?;
             info!("admin: PAUSE {}", db.as_deref().unwrap_or("(all)"));
@@ -205,12 +206,63 @@ async fn execute(shard: &Shard, command: AdminCommand) -> Result<Option<Table>, 
             info!("admin: RELOAD");
             control(Control::Reload).await
         }
+        AdminCommand::Set { key, value } => {
+            let warnings = shard.shared.set(&key, &value)?;
+            info!("admin: SET {key} = {value}");
+            shard.ask_all(Question::Control(Control::Reload), CONTROL_WAIT).await;
+            let notices = warnings.into_iter().map(ErrorFields::notice).collect();
+            Ok(Outcome::Notices(notices, format!("SET {key}={value}")))
+        }
         AdminCommand::Shutdown => {
             info!("admin: SHUTDOWN");
             shard.shared.begin_shutdown();
-            Ok(None)
+            Ok(Outcome::Done)
         }
     }
+}
+
+/// One SHOW's answer.
+async fn show(shard: &Shard, what: Show, config: &crate::config::Config) -> Result<Outcome, String> {
+    let uptime = shard.shared.started.elapsed();
+    let snaps = match what {
+        Show::Help
+        | Show::Fds
+        | Show::Users
+        | Show::Config
+        | Show::Version
+        | Show::Peers
+        | Show::PeerPools
+        | Show::DnsHosts
+        | Show::DnsZones => Vec::new(),
+        _ => snapshots(shard).await,
+    };
+    Ok(Outcome::Table(match what {
+        Show::Help => return Ok(Outcome::Notices(vec![help_notice()], "SHOW".into())),
+        Show::Fds => return Err(NO_ONLINE_RESTART.into()),
+        Show::Pools => show::pools_table(&snaps),
+        Show::Stats => show::stats_table(&snaps, uptime),
+        Show::StatsAverages => show::stats_averages_table(&snaps, uptime),
+        Show::Totals => show::totals_table(&snaps, uptime),
+        Show::Sockets => show::sockets_table(&snaps, &config.listen, false),
+        Show::ActiveSockets => show::sockets_table(&snaps, &config.listen, true),
+        Show::Mem => show_process::mem_table(&snaps, config),
+        Show::State => show_process::state_table(&snaps),
+        Show::Peers => show_process::peers_table(config),
+        Show::PeerPools => show_process::peer_pools_table(config),
+        Show::DnsHosts => show_process::dns_hosts_table(),
+        Show::DnsZones => show_process::dns_zones_table(),
+        Show::StatsTotals => show::stats_totals_table(&snaps),
+        Show::Clients => show::clients_table(&snaps, &config.listen),
+        Show::Servers => show::servers_table(&snaps),
+        Show::Databases => show::databases_table(&snaps, config),
+        Show::Users => show::users_table(config),
+        Show::Config => show_config::config_table(config),
+        Show::Version => show::version_table(),
+        Show::Lists => show::lists_table(&snaps, config),
+        Show::Shards => show::shards_table(&snaps),
+        Show::Prepared => show::prepared_table(&snaps),
+        Show::PassThroughs => show::pass_throughs_table(&snaps),
+    }))
 }
 
 fn check_database(config: &crate::config::Config, db: Option<&str>) -> Result<(), String> {
@@ -220,25 +272,30 @@ fn check_database(config: &crate::config::Config, db: Option<&str>) -> Result<()
     }
 }
 
-fn help_table() -> Table {
-    let mut t = Table { columns: vec![("command", show::TEXT)], rows: Vec::new() };
-    for line in [
-        "SHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION|LISTS",
-        "SHOW STATS|STATS_TOTALS",
-        "SHOW SHARDS|PREPARED|PASS_THROUGHS (pglane)",
+/// SHOW HELP's answer: as PgBouncer's, a NOTICE "Console usage" whose
+/// DETAIL lists the commands, one per line; pglane's own last.
+fn help_notice() -> ErrorFields {
+    let lines = [
+        "SHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION",
+        "SHOW PEERS|PEER_POOLS",
+        "SHOW FDS|SOCKETS|ACTIVE_SOCKETS|LISTS|MEM|STATE",
+        "SHOW DNS_HOSTS|DNS_ZONES",
+        "SHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS",
+        "SET key = arg",
+        "RELOAD",
         "PAUSE [<db>]",
         "RESUME [<db>]",
-        "KILL <db>",
-        "RECONNECT [<db>]",
-        "WAIT_CLOSE [<db>]",
         "DISABLE <db>",
         "ENABLE <db>",
-        "RELOAD",
+        "RECONNECT [<db>]",
+        "KILL <db>",
+        "SUSPEND",
         "SHUTDOWN",
-    ] {
-        t.rows.push(vec![Some(line.to_owned())]);
-    }
-    t
+        "WAIT_CLOSE [<db>]",
+        "SHOW SHARDS|PREPARED|PASS_THROUGHS (pglane)",
+    ];
+    let detail = lines.iter().map(|l| format!("\t{l}")).collect::<Vec<_>>().join("\n");
+    ErrorFields::notice("Console usage").with_detail(detail)
 }
 
 /// RowDescription and DataRows for `table`, all columns in text format.

@@ -152,10 +152,8 @@ pub fn stats_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
         ("avg_query_time", NUMERIC),
         ("avg_wait_time", NUMERIC),
     ]);
-    let secs = uptime.as_secs().max(1);
     for (db, st) in stats_by_database(snapshots) {
-        let per = |v: u64, n: u64| v.checked_div(n).unwrap_or(0);
-        t.push(vec![
+        let mut row = vec![
             s(db),
             s(st.xact_count),
             s(st.query_count),
@@ -164,14 +162,79 @@ pub fn stats_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
             s(st.xact_time_us),
             s(st.query_time_us),
             s(st.wait_time_us),
-            s(st.xact_count / secs),
-            s(st.query_count / secs),
-            s(st.bytes_received / secs),
-            s(st.bytes_sent / secs),
-            s(per(st.xact_time_us, st.xact_count)),
-            s(per(st.query_time_us, st.query_count)),
-            s(per(st.wait_time_us, st.xact_count)),
-        ]);
+        ];
+        row.extend(averages(&st, uptime).into_iter().map(s));
+        t.push(row);
+    }
+    t
+}
+
+/// SHOW STATS's averages: transactions, queries and bytes received and
+/// sent per second of uptime, then µs per transaction, per query, and
+/// waited per transaction.
+fn averages(st: &PoolStats, uptime: Duration) -> [u64; 7] {
+    let secs = uptime.as_secs().max(1);
+    let per = |v: u64, n: u64| v.checked_div(n).unwrap_or(0);
+    [
+        st.xact_count / secs,
+        st.query_count / secs,
+        st.bytes_received / secs,
+        st.bytes_sent / secs,
+        per(st.xact_time_us, st.xact_count),
+        per(st.query_time_us, st.query_count),
+        per(st.wait_time_us, st.xact_count),
+    ]
+}
+
+/// SHOW STATS_AVERAGES: SHOW STATS's avg_* columns under PgBouncer's
+/// names for this command.
+pub fn stats_averages_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
+    let mut t = Table::new(&[
+        ("database", TEXT),
+        ("xact_count", NUMERIC),
+        ("query_count", NUMERIC),
+        ("bytes_received", NUMERIC),
+        ("bytes_sent", NUMERIC),
+        ("xact_time", NUMERIC),
+        ("query_time", NUMERIC),
+        ("wait_time", NUMERIC),
+    ]);
+    for (db, st) in stats_by_database(snapshots) {
+        let mut row = vec![s(db)];
+        row.extend(averages(&st, uptime).into_iter().map(s));
+        t.push(row);
+    }
+    t
+}
+
+/// SHOW TOTALS: every database together, as name/value rows. As in
+/// PgBouncer, client bytes are those received from clients and server
+/// bytes those received from servers.
+pub fn totals_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
+    let mut t = Table::new(&[("name", TEXT), ("value", INT8)]);
+    let mut all = PoolStats::default();
+    stats_by_database(snapshots).iter().for_each(|(_, st)| all.add(st));
+    let avg = averages(&PoolStats { bytes_sent: all.bytes_from_server, ..all }, uptime);
+    let totals = [
+        ("total_xact_count", all.xact_count),
+        ("total_query_count", all.query_count),
+        ("total_client_bytes", all.bytes_received),
+        ("total_server_bytes", all.bytes_from_server),
+        ("total_xact_time", all.xact_time_us),
+        ("total_query_time", all.query_time_us),
+        ("total_wait_time", all.wait_time_us),
+    ];
+    let names = [
+        "avg_xact_count",
+        "avg_query_count",
+        "avg_client_bytes",
+        "avg_server_bytes",
+        "avg_xact_time",
+        "avg_query_time",
+        "avg_wait_time",
+    ];
+    for (name, value) in totals.into_iter().chain(names.into_iter().zip(avg)) {
+        t.push(vec![s(name), s(value)]);
     }
     t
 }
@@ -286,6 +349,44 @@ pub fn servers_table(snapshots: &[ShardSnapshot]) -> Table {
     t
 }
 
+/// PgBouncer's buffer columns of SHOW SOCKETS. pglane's relay buffers are
+/// not positions in one socket buffer, so they are NULL.
+const BUFFER_COLUMNS: [(&str, u32); 7] = [
+    ("recv_pos", INT4),
+    ("pkt_pos", INT4),
+    ("pkt_remain", INT4),
+    ("send_pos", INT4),
+    ("send_remain", INT4),
+    ("pkt_avail", INT4),
+    ("send_avail", INT4),
+];
+
+/// SHOW SOCKETS (every client and server connection) or ACTIVE_SOCKETS
+/// (those with a request in flight: clients holding or waiting for a
+/// server connection, and the servers they hold), with SHOW CLIENTS'
+/// columns, states named as PgBouncer's lists (`cl_active`, `sv_idle`).
+pub fn sockets_table(snapshots: &[ShardSnapshot], listen: &str, active_only: bool) -> Table {
+    let mut columns = CONNECTION_COLUMNS.to_vec();
+    columns.extend(BUFFER_COLUMNS);
+    let mut t = Table::new(&columns);
+    let (clients, servers) = (clients_table(snapshots, listen), servers_table(snapshots));
+    let in_flight = |row: &[Option<String>]| match row[3].as_deref() {
+        Some("waiting") => true,
+        Some("active") => row[0].as_deref() == Some("S") || row[14].is_some(),
+        _ => false,
+    };
+    for mut row in clients.rows.into_iter().chain(servers.rows) {
+        if active_only && !in_flight(&row) {
+            continue;
+        }
+        let prefix = if row[0].as_deref() == Some("C") { "cl_" } else { "sv_" };
+        row[3] = row[3].take().map(|state| format!("{prefix}{state}"));
+        row.extend([None, None, None, None, None, None, None]);
+        t.push(row);
+    }
+    t
+}
+
 fn split_addr(addr: &str) -> (String, u16) {
     match addr.rsplit_once(':') {
         Some((host, port)) => (host.trim_matches(['[', ']']).to_owned(), port.parse().unwrap_or(0)),
@@ -314,11 +415,7 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
     // PgBouncer lists the ones it made from its `*`.
     let served: std::collections::BTreeSet<&String> =
         all.iter().map(|p| &p.database).filter(|name| config.is_fallback(name)).collect();
-    let entries = config
-        .databases
-        .iter()
-        .map(|(name, db)| (name, db))
-        .chain(served.into_iter().filter_map(|name| config.database(name).map(|db| (name, db))));
+    let entries = config.databases.iter().chain(served.into_iter().filter_map(|name| config.database(name).map(|db| (name, db))));
     for (name, db) in entries {
         let mine = all.iter().filter(|p| &p.database == name);
         let current: usize = mine.clone().map(|p| p.open).sum();
@@ -335,7 +432,7 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
             s(db.port[0]),
             s(db.dbname.as_deref().unwrap_or(name)),
             db.user.clone(),
-            s(db.pool_size),
+            s(config.pool_size(name)),
             s(config.min_pool_size(name)),
             s(config.reserve_pool_size(name)),
             db.pool_mode.map(pool_mode_name).map(str::to_owned),
@@ -535,6 +632,7 @@ mod tests {
             prepare: Default::default(),
             statements: 0,
             disabled: vec![],
+            paused_all: false,
         }
     }
 

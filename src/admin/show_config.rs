@@ -16,7 +16,7 @@ use super::show::{Table, TEXT};
 
 /// The value pglane runs with for PgBouncer setting `key`, as PgBouncer
 /// would print it; None for a setting pglane ignores.
-fn pgbouncer_value(config: &Config, defaults: &Config, key: &str) -> Option<String> {
+fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
     if !unsupported::HONOURED.contains(&key) {
         return None;
     }
@@ -40,9 +40,7 @@ fn pgbouncer_value(config: &Config, defaults: &Config, key: &str) -> Option<Stri
         "client_tls_cert_file" => path(&config.client_tls_cert_file),
         "client_tls_key_file" => path(&config.client_tls_key_file),
         "client_tls_sslmode" => config.client_tls_sslmode.to_string(),
-        // Each database's own pool_size is what applies; this is the one a
-        // database without its own would get.
-        "default_pool_size" => defaults.databases.get("d").map(|d| d.pool_size.to_string()).unwrap_or_default(),
+        "default_pool_size" => config.default_pool_size.to_string(),
         "disable_pqexec" => "0".into(),
         "idle_transaction_timeout" => seconds(config.idle_transaction_timeout),
         "listen_addr" => listen.map(|a| a.ip().to_string()).unwrap_or_else(|| config.listen.clone()),
@@ -135,7 +133,7 @@ pub fn config_table(config: &Config) -> Table {
     let defaults = pglane_defaults();
     // service_name exists on Windows only.
     for setting in PGBOUNCER_SETTINGS.iter().filter(|s| s.name != "service_name") {
-        let value = pgbouncer_value(config, &defaults, setting.name);
+        let value = pgbouncer_value(config, setting.name);
         // What pglane ignores, no reload changes either.
         let changeable = setting.reloadable && value.is_some();
         t.push(vec![Some(setting.name.to_owned()), value, Some(setting.default.to_owned()), yes_no(changeable)]);

@@ -139,6 +139,9 @@ pub struct Config {
     /// Client connections allowed at once, over all shards.
     #[serde(default = "defaults::max_client_conn")]
     pub max_client_conn: usize,
+    /// The `pool_size` of a database that sets none.
+    #[serde(default = "defaults::pool_size")]
+    pub default_pool_size: usize,
     /// Server connections to one database (all its users' pools), over all
     /// shards, unless the database sets its own; 0: no limit but pool_size.
     #[serde(default)]
@@ -494,9 +497,9 @@ pub struct Database {
     /// The database's name on the server; defaults to the name clients use.
     pub dbname: Option<String>,
     /// Server connections for this database and one user, **over all
-    /// shards** (see `crate::pool::budget`).
-    #[serde(default = "defaults::pool_size")]
-    pub pool_size: usize,
+    /// shards** (see `crate::pool::budget`); the global
+    /// `default_pool_size` if unset ([`Config::pool_size`]).
+    pub pool_size: Option<usize>,
     /// Server connections to this database, all users together, over all
     /// shards (the global `max_db_connections` if unset; 0: no limit).
     pub max_db_connections: Option<usize>,
@@ -578,7 +581,7 @@ impl Database {
     }
 
     fn validate(&self, name: &str) -> Result<(), ConfigError> {
-        if self.pool_size == 0 {
+        if self.pool_size == Some(0) {
             return Err(invalid(format!("databases.{name}.pool_size must be at least 1")));
         }
         if self.host.is_empty() || self.host.iter().any(String::is_empty) {
@@ -674,10 +677,50 @@ where
 /// Reads the config from a TOML file, a pgbouncer.ini, or both (the TOML
 /// laid over the ini), with what the import had to say. Errors name their file.
 pub fn load(toml: Option<&Path>, pgbouncer_ini: Option<&Path>) -> Result<(Config, Vec<pgbouncer_ini::Warning>), String> {
+    load_with_sets(toml, pgbouncer_ini, &[])
+}
+
+/// [`load`], with the admin console's `SET key = value`s laid over the
+/// files, later ones winning: `[pgbouncer]` settings by PgBouncer's names
+/// when a pgbouncer.ini is read, else top-level keys of the TOML config.
+pub fn load_with_sets(
+    toml: Option<&Path>,
+    pgbouncer_ini: Option<&Path>,
+    sets: &[(String, String)],
+) -> Result<(Config, Vec<pgbouncer_ini::Warning>), String> {
     match (pgbouncer_ini, toml) {
-        (Some(ini), toml) => pgbouncer_ini::load(ini, toml).map_err(|e| e.to_string()),
-        (None, Some(toml)) => Config::load(toml).map(|c| (c, Vec::new())).map_err(|e| format!("{}: {e}", toml.display())),
+        (Some(ini), toml) => pgbouncer_ini::load(ini, toml, sets).map_err(|e| e.to_string()),
+        (None, Some(path)) => {
+            let read = || -> Result<Config, ConfigError> {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+                if sets.is_empty() {
+                    return Config::parse(&text);
+                }
+                let mut document: toml::Table = toml::from_str(&text)?;
+                for (key, value) in sets {
+                    document.insert(key.clone(), toml_value_of(value));
+                }
+                let config: Config = toml::Value::Table(document).try_into()?;
+                config.validate()?;
+                Ok(config)
+            };
+            read().map(|c| (c, Vec::new())).map_err(|e| format!("{}: {e}", path.display()))
+        }
         (None, None) => Err("give --config FILE or --pgbouncer-ini FILE".into()),
+    }
+}
+
+/// A console SET's value as TOML: a number or boolean if it reads as one,
+/// else a string.
+fn toml_value_of(value: &str) -> toml::Value {
+    if let Ok(i) = value.parse::<i64>() {
+        toml::Value::Integer(i)
+    } else if let Ok(f) = value.parse::<f64>().map_err(|_| ()).and_then(|f| if f.is_finite() { Ok(f) } else { Err(()) }) {
+        toml::Value::Float(f)
+    } else if let Ok(b) = value.parse::<bool>() {
+        toml::Value::Boolean(b)
+    } else {
+        toml::Value::String(value.to_owned())
     }
 }
 
@@ -740,6 +783,9 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
         self.metrics_addr()?;
+        if self.default_pool_size == 0 {
+            return Err(invalid("default_pool_size must be at least 1"));
+        }
         if self.cores == Some(0) {
             return Err(invalid("cores must be at least 1"));
         }
@@ -894,10 +940,15 @@ impl Config {
         self.database(database).and_then(|d| d.max_db_connections).unwrap_or(self.max_db_connections)
     }
 
+    /// The `pool_size` of database entry `database` (0 if there is none).
+    pub fn pool_size(&self, database: &str) -> usize {
+        self.database(database).map_or(0, |db| db.pool_size.unwrap_or(self.default_pool_size))
+    }
+
     /// The `min_pool_size` of database entry `database`, at most its pool_size.
     pub fn min_pool_size(&self, database: &str) -> usize {
         let Some(db) = self.database(database) else { return 0 };
-        db.min_pool_size.unwrap_or(self.min_pool_size).min(db.pool_size)
+        db.min_pool_size.unwrap_or(self.min_pool_size).min(self.pool_size(database))
     }
 
     /// The `reserve_pool_size` of database entry `database`.
@@ -956,11 +1007,20 @@ password = "secret"
 "#;
 
     #[test]
+    fn a_console_sets_value_reads_as_a_number_or_boolean_if_it_is_one() {
+        assert_eq!(toml_value_of("7"), toml::Value::Integer(7));
+        assert_eq!(toml_value_of("2.5"), toml::Value::Float(2.5));
+        assert_eq!(toml_value_of("true"), toml::Value::Boolean(true));
+        assert_eq!(toml_value_of("DISCARD ALL"), toml::Value::String("DISCARD ALL".into()));
+        assert_eq!(toml_value_of("inf"), toml::Value::String("inf".into()), "not a finite number");
+    }
+
+    #[test]
     fn the_minimal_file_from_the_readme_parses() {
         let c = Config::parse(MINIMAL).unwrap();
         assert_eq!(c.pool_mode, PoolMode::Transaction);
         assert_eq!(c.auth_type, AuthType::ScramSha256);
-        assert_eq!(c.databases["app"].pool_size, 8);
+        assert_eq!(c.pool_size("app"), 8);
         assert_eq!(c.databases["app"].addresses(), vec![ServerAddress::Tcp { host: "127.0.0.1".into(), port: 5432 }]);
         assert_eq!(c.databases["app"].target_session_attrs, TargetSessionAttrs::Any);
         assert!(!c.databases["app"].has_host_choice());

@@ -31,7 +31,7 @@
 //! | `query_wait_timeout`, `server_connect_timeout`, `client_login_timeout` | the same, at most a year; 0 (no limit) → a year |
 //! | `max_packet_size` | `max_message_size` |
 //! | `max_prepared_statements` (0, "off", is warned and not carried over) | the same |
-//! | `default_pool_size` | each database's `pool_size` unless it sets its own |
+//! | `default_pool_size` | the same: each database's `pool_size` unless it sets its own |
 //! | `unix_socket_dir` (default `/tmp`; empty: none) | `unix_socket_dir`, and `host` of databases without `host=` |
 //! | `unix_socket_mode` | the same |
 //! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]`; `*` → `[databases."*"]` |
@@ -182,7 +182,7 @@ fn did_you_mean(suggestion: &Option<&'static str>) -> String {
 }
 
 /// The error for `key` that is no `what` of PgBouncer's, with the nearest of `known`.
-fn unknown<'a>(line: &Line, what: &'static str, key: &str, known: impl IntoIterator<Item = &'static str>) -> IniError {
+fn unknown(line: &Line, what: &'static str, key: &str, known: impl IntoIterator<Item = &'static str>) -> IniError {
     IniError::Unknown { at: line.at.clone(), what, key: key.to_owned(), suggestion: unsupported::nearest(key, known) }
 }
 
@@ -241,17 +241,32 @@ pub fn parse(path: &Path, text: &str, files: &dyn Fn(&Path) -> io::Result<String
     import(path, text, files)?.into_config()
 }
 
-/// Reads `ini` and its files from the file system and, if given, lays the
-/// TOML config `overlay` over it.
-pub fn load(ini: &Path, overlay: Option<&Path>) -> Result<(Config, Vec<Warning>), IniError> {
+/// Reads `ini` and its files from the file system, with `sets` (the admin
+/// console's SETs) as `[pgbouncer]` lines after its own, and, if given,
+/// lays the TOML config `overlay` over it.
+pub fn load(ini: &Path, overlay: Option<&Path>, sets: &[(String, String)]) -> Result<(Config, Vec<Warning>), IniError> {
     let read = |path: &Path| std::fs::read_to_string(path);
-    let text = read(ini).map_err(|source| IniError::Read { path: ini.to_owned(), source })?;
+    let mut text = read(ini).map_err(|source| IniError::Read { path: ini.to_owned(), source })?;
+    text.push_str(&console_sets(sets));
     let mut import = import(ini, &text, &read)?;
     if let Some(path) = overlay {
         let text = read(path).map_err(|source| IniError::Read { path: path.to_owned(), source })?;
         import.overlay(&text).map_err(|source| IniError::Overlay { path: path.to_owned(), source })?;
     }
     import.into_config()
+}
+
+/// The admin console's SETs as a `[pgbouncer]` section to append to the
+/// file's text (a later line for a key replaces an earlier one).
+fn console_sets(sets: &[(String, String)]) -> String {
+    if sets.is_empty() {
+        return String::new();
+    }
+    let mut section = String::from("\n[pgbouncer]\n");
+    for (key, value) in sets {
+        section.push_str(&format!("{key} = {value}\n"));
+    }
+    section
 }
 
 fn merge(base: &mut Table, top: Table) {
@@ -284,7 +299,6 @@ struct Sections {
 
 /// What the other sections and the auth_file need from `[pgbouncer]`.
 struct Globals {
-    default_pool_size: i64,
     unix_socket_dir: String,
     auth_type: Option<Line>,
     auth_file: Option<Line>,
@@ -403,6 +417,7 @@ impl Translation<'_> {
             Some(line) => count(&line, "default_pool_size", 1)?,
             None => DEFAULT_POOL_SIZE,
         };
+        self.set("default_pool_size", default_pool_size);
         for list in ["admin_users", "stats_users"] {
             if let Some(line) = settings.remove(list) {
                 let names: Vec<&str> = line.value.split(',').map(str::trim).filter(|name| !name.is_empty()).collect();
@@ -473,7 +488,6 @@ impl Translation<'_> {
         }
         self.tls_and_security(&mut settings)?;
         let globals = Globals {
-            default_pool_size,
             unix_socket_dir,
             auth_type: settings.remove("auth_type"),
             auth_file: settings.remove("auth_file"),
@@ -576,7 +590,7 @@ impl Translation<'_> {
         let mut hosts = None;
         let mut ports = vec![DEFAULT_SERVER_PORT];
         let mut load_balance_hosts = None;
-        let mut pool_size = globals.default_pool_size;
+        let mut pool_size = None;
         for (key, value) in pairs {
             let setting = format!("{key} of database {name}");
             match key.as_str() {
@@ -612,9 +626,9 @@ impl Translation<'_> {
                     database.insert(key, value.into());
                 }
                 "pool_size" => {
-                    pool_size = value.parse().ok().filter(|&size: &i64| size >= 1).ok_or_else(|| {
+                    pool_size = Some(value.parse().ok().filter(|&size: &i64| size >= 1).ok_or_else(|| {
                         invalid(line, &setting, &format!("expected a whole number of at least 1, not {value:?}"))
-                    })?;
+                    })?);
                 }
                 "pool_mode" => {
                     let mode = self.pool_mode(&value, &line.at, &setting)?;
@@ -656,7 +670,9 @@ impl Translation<'_> {
         }
         database.insert("host".into(), one_or_list(hosts));
         database.insert("port".into(), one_or_list(ports.into_iter().map(i64::from).collect()));
-        database.insert("pool_size".into(), pool_size.into());
+        if let Some(size) = pool_size {
+            database.insert("pool_size".into(), size.into());
+        }
         Ok(Some(database))
     }
 

@@ -214,6 +214,11 @@ impl ErrorFields {
         Self::new("ERROR", code, message)
     }
 
+    /// A NOTICE (SQLSTATE 00000), which informs and ends nothing.
+    pub fn notice(message: impl Into<String>) -> Self {
+        Self::new("NOTICE", "00000", message)
+    }
+
     /// A FATAL error, which ends the connection.
     pub fn fatal(code: &str, message: impl Into<String>) -> Self {
         Self::new("FATAL", code, message)

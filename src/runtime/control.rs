@@ -48,6 +48,11 @@ impl Shard {
     }
 
     /// The databases disabled on this shard.
+    /// Is every database paused (PAUSE without a name) on this shard?
+    pub fn is_paused_all(&self) -> bool {
+        self.pause.all.get()
+    }
+
     pub fn disabled_databases(&self) -> Vec<String> {
         self.pause.disabled.borrow().iter().cloned().collect()
     }

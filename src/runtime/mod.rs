@@ -125,6 +125,9 @@ pub struct Shared {
     /// The warnings the config files gave when last read: a reload logs
     /// only the ones that are new, not the same list every time.
     warned: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// The admin console's `SET key = value`s, in order, laid over the
+    /// files at each load until a RELOAD (see [`Shared::set`]).
+    console_sets: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 impl Shared {
@@ -139,6 +142,7 @@ impl Shared {
             fallback_databases: Default::default(),
             budgets: Default::default(),
             warned: Default::default(),
+            console_sets: Default::default(),
         }
     }
 
@@ -194,12 +198,18 @@ impl Shared {
         self.shutting_down.load(Ordering::SeqCst)
     }
 
-    /// Reads the config files again; stores the new config if it is valid and
-    /// keeps the old one (returning why) if not. Returns the warnings not
-    /// given before.
+    /// Reads the config files again, without the console's SETs; stores the
+    /// new config if it is valid and keeps the old one (returning why) if
+    /// not. Returns the warnings not given before.
     pub fn reload(&self) -> Result<Vec<String>, String> {
         notify::reloading();
-        let reloaded = self.load_again();
+        let mut sets = self.console_sets.lock().unwrap_or_else(|e| e.into_inner());
+        let before = std::mem::take(&mut *sets);
+        let reloaded = self.load_again(&sets);
+        if reloaded.is_err() {
+            *sets = before;
+        }
+        drop(sets);
         match &reloaded {
             Ok(_) => notify::ready("serving; config reloaded"),
             Err(e) => notify::ready(&format!("serving; config not reloaded, the old one stays: {e}")),
@@ -207,8 +217,25 @@ impl Shared {
         reloaded
     }
 
-    fn load_again(&self) -> Result<Vec<String>, String> {
-        let (mut config, warnings) = crate::config::load(self.source.toml.as_deref(), self.source.pgbouncer_ini.as_deref())?;
+    /// The admin console's `SET key = value`: the files read again with it
+    /// and the earlier SETs laid over them, applied as a reload is. Kept
+    /// until a RELOAD; refused, and forgotten, if the config it makes is
+    /// not valid or needs a restart. Returns the warnings not given before.
+    pub fn set(&self, key: &str, value: &str) -> Result<Vec<String>, String> {
+        let mut sets = self.console_sets.lock().unwrap_or_else(|e| e.into_inner());
+        let before = sets.clone();
+        sets.retain(|(k, _)| k != key);
+        sets.push((key.to_owned(), value.to_owned()));
+        let applied = self.load_again(&sets);
+        if applied.is_err() {
+            *sets = before;
+        }
+        applied
+    }
+
+    fn load_again(&self, sets: &[(String, String)]) -> Result<Vec<String>, String> {
+        let (mut config, warnings) =
+            crate::config::load_with_sets(self.source.toml.as_deref(), self.source.pgbouncer_ini.as_deref(), sets)?;
         let old = self.config.load();
         if self.source.cores.is_some() || self.source.cpus.is_some() {
             config.cores = self.source.cores;
@@ -662,7 +689,7 @@ impl Shard {
     /// The budgets a pool of (database, user) opens connections under, its
     /// own pool_size first, with the limits of `config` (see `pool::budget`).
     fn budgets_for(&self, config: &Config, database: &str, user: &str) -> Vec<Arc<Budget>> {
-        let pool_size = config.database(database).map_or(0, |db| db.pool_size);
+        let pool_size = config.pool_size(database);
         let pool = BudgetOf::Pool { database: database.to_owned(), user: user.to_owned() };
         let own = self.shared.budget(pool, pool_size);
         own.set_reserve(config.reserve_pool_size(database));
@@ -874,7 +901,7 @@ impl Shard {
             scram_max_iterations: config.server_scram_max_iterations,
             learn_output_settings: config.binary_negotiation,
         };
-        Some((target, db.pool_size))
+        Some((target, config.pool_size(database)))
     }
 
     /// Turns what plain threads change process-wide (the shutdown flag, a new

@@ -18,6 +18,8 @@ pub struct ShardSnapshot {
     pub statements: usize,
     /// Databases DISABLEd on this shard.
     pub disabled: Vec<String>,
+    /// PAUSE without a database name is in force on this shard.
+    pub paused_all: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -130,6 +132,15 @@ impl Shard {
             });
         }
         let (prepare, statements) = self.prepare_totals();
-        ShardSnapshot { shard: self.id, pools, clients, servers, prepare, statements, disabled: self.disabled_databases() }
+        ShardSnapshot {
+            shard: self.id,
+            pools,
+            clients,
+            servers,
+            prepare,
+            statements,
+            disabled: self.disabled_databases(),
+            paused_all: self.is_paused_all(),
+        }
     }
 }

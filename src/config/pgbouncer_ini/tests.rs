@@ -69,7 +69,7 @@ fn a_minimal_file_gets_pgbouncer_defaults() {
     let app = &c.databases["app"];
     assert_eq!(app.addresses(), vec![ServerAddress::Tcp { host: "127.0.0.1".into(), port: 5432 }]);
     assert_eq!(app.dbname.as_deref(), Some("postgres"));
-    assert_eq!(app.pool_size, 20);
+    assert_eq!(c.pool_size("app"), 20);
     assert_eq!((app.user.as_deref(), app.password.as_deref(), app.pool_mode), (None, None, None));
     // pglane's own defaults where PgBouncer's are not written out.
     assert_eq!(c.max_message_size, 64 << 20);
@@ -99,7 +99,7 @@ max_prepared_statements = 50",
     assert_eq!(c.listen, "127.0.0.1:7432");
     assert_eq!(c.pool_mode, PoolMode::Transaction);
     assert_eq!(c.max_client_conn, 5000);
-    assert_eq!(c.databases["app"].pool_size, 7);
+    assert_eq!(c.pool_size("app"), 7);
     assert_eq!(c.admin_users, ["alice", "bob", "carol"]);
     assert_eq!(c.stats_users, ["stats"]);
     assert_eq!((c.query_wait_timeout, c.server_connect_timeout, c.client_login_timeout), (30.5, 3.0, 9.0));
@@ -243,9 +243,9 @@ default_pool_size = 11
     assert_eq!(app.dbname.as_deref(), Some("appdb"));
     assert_eq!(app.user.as_deref(), Some("owner"));
     assert_eq!(app.password.as_deref(), Some("it's a secret"));
-    assert_eq!((app.pool_size, app.pool_mode), (3, Some(PoolMode::Session)));
+    assert_eq!((c.pool_size("app"), app.pool_mode), (3, Some(PoolMode::Session)));
     assert_eq!(c.databases["copy"].addresses(), vec![ServerAddress::Tcp { host: "10.0.0.5".into(), port: 5432 }]);
-    assert_eq!(c.databases["copy"].pool_size, 11);
+    assert_eq!(c.pool_size("copy"), 11);
 }
 
 #[test]
@@ -677,7 +677,7 @@ fn a_toml_overlay_wins_key_by_key() {
     let (c, _) = import.into_config().unwrap();
     assert_eq!(c.listen, "0.0.0.0:7000");
     assert_eq!(c.cores, Some(2));
-    assert_eq!(c.databases["app"].pool_size, 9);
+    assert_eq!(c.pool_size("app"), 9);
     assert_eq!(c.databases["app"].dbname.as_deref(), Some("x"), "the rest of the database stays");
     assert!(c.databases.contains_key("other"));
     assert_eq!(c.users["postgres"].password.as_deref(), Some("secret"));
@@ -719,7 +719,7 @@ fn the_shipped_example_imports_cleanly() {
     assert_eq!(c.databases["reports"].password.as_deref(), Some("rep's secret"));
     assert_eq!(c.databases["reports"].pool_mode, Some(PoolMode::Session));
     assert_eq!(c.databases["local"].addresses(), vec![ServerAddress::Unix("/var/run/postgresql/.s.PGSQL.5432".into())]);
-    assert_eq!(c.databases["legacy"].pool_size, 20);
+    assert_eq!(c.pool_size("legacy"), 20);
     assert_eq!(c.users["batch"].pool_mode, Some(PoolMode::Session));
     // The example's SCRAM secrets are real ones, for the passwords the file says.
     let batch = ScramSecret::from_password("batchpass", b"pglane-example-1", 4096).to_postgres_string();
@@ -786,4 +786,17 @@ fn every_honoured_setting_imports_without_a_warning() {
         let imported = import_with(&text, &[(USERLIST, "\"postgres\" \"pw\"\n")]).unwrap_or_else(|e| panic!("{key}: {e}"));
         assert!(imported.warnings().iter().all(|w| w.setting != *key), "{key}: {:?}", imported.warnings());
     }
+}
+
+#[test]
+fn console_sets_come_after_the_files_lines_and_win() {
+    let sets =
+        [("default_pool_size".to_owned(), "9".to_owned()), ("server_reset_query".to_owned(), "DISCARD ALL; SELECT 1".to_owned())];
+    let text = with_settings("default_pool_size = 7") + &console_sets(&sets);
+    let (c, _) = config(&text);
+    assert_eq!((c.default_pool_size, c.pool_size("app")), (9, 9));
+    assert_eq!(c.server_reset_query, "DISCARD ALL; SELECT 1");
+    assert_eq!(console_sets(&[]), "", "no SETs, the file as it is");
+    let bad = [("defualt_pool_size".to_owned(), "9".to_owned())];
+    assert!(error_with(&(with_settings("") + &console_sets(&bad)), &[]).contains("default_pool_size"), "did you mean");
 }
