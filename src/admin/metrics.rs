@@ -1,5 +1,7 @@
 //! The Prometheus / OpenMetrics text endpoint (`metrics_listen`): the same
-//! figures as the admin console, over plain HTTP.
+//! figures as the admin console, over plain HTTP, in pglane's own names
+//! (here) or pgbouncer_exporter's (`metrics_pgbouncer`), as
+//! `metrics_names` says.
 //!
 //! A tiny HTTP/1.1 responder written by hand: it answers `GET /metrics` (and
 //! nothing else) once per connection, which is all a scraper needs; a web
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 
+use crate::config::Config;
 use crate::net::Stream;
 use crate::rt::with_timeout;
 use crate::runtime::snapshot::ShardSnapshot;
@@ -38,7 +41,9 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream) {
     let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
     let response = match line.split(|&b| b == b' ').collect::<Vec<_>>().as_slice() {
         [b"GET", path, ..] if path.split(|&b| b == b'?').next() == Some(b"/metrics") => {
-            let body = render(&super::snapshots(shard).await, shard.client_count());
+            let snapshots = super::snapshots(shard).await;
+            let complete = snapshots.len() == shard.shards;
+            let body = exposition(&snapshots, shard.client_count(), &shard.shared.config.load(), complete);
             format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
         }
         _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned(),
@@ -47,7 +52,20 @@ pub async fn serve(shard: &Rc<Shard>, mut stream: Stream) {
     let _ = stream.close().await;
 }
 
-/// The exposition text for these snapshots.
+/// The exposition text for these snapshots, in the names `metrics_names`
+/// asks for. `complete`: every shard answered.
+pub fn exposition(snapshots: &[ShardSnapshot], clients: usize, config: &Config, complete: bool) -> String {
+    let mut text = String::new();
+    if config.metrics_names.serves_pglane_names() {
+        text.push_str(&render(snapshots, clients));
+    }
+    if config.metrics_names.serves_pgbouncer_names() {
+        text.push_str(&super::metrics_pgbouncer::render(snapshots, config, complete));
+    }
+    text
+}
+
+/// The exposition text for these snapshots, in pglane's names.
 pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>| {
@@ -296,7 +314,8 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     out
 }
 
-fn escape(v: &str) -> String {
+/// A label value as the text format wants it.
+pub(super) fn escape(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
@@ -334,6 +353,21 @@ mod tests {
         assert!(text
             .contains("pglane_auto_prepare_pass_throughs_by_reason_total{shard=\"2\",reason=\"lexer_multiple_statements\"} 0\n"));
         assert!(text.contains("pglane_auto_prepare_rewrite_timed_nanoseconds_total{shard=\"2\"} 5500\n"));
+    }
+
+    #[test]
+    fn metrics_names_picks_the_families() {
+        let config = |names: &str| {
+            Config::parse(&format!("listen = \"127.0.0.1:6432\"\nmetrics_names = \"{names}\"\n[databases.app]\n")).unwrap()
+        };
+        let families = |names: &str| {
+            let text = exposition(&[], 0, &config(names), true);
+            let has = |prefix: &str| text.lines().any(|l| l.starts_with(&format!("# TYPE {prefix}")));
+            (has("pglane_"), has("pgbouncer_"))
+        };
+        assert_eq!(families("pglane"), (true, false));
+        assert_eq!(families("pgbouncer"), (false, true));
+        assert_eq!(families("both"), (true, true));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 mod command;
 pub mod metrics;
+mod metrics_pgbouncer;
 mod show;
 mod show_config;
 mod show_process;

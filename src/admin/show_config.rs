@@ -121,6 +121,7 @@ fn own_rows(config: &Config, d: &Config) -> Vec<(&'static str, String, String, b
         ("binary_negotiation", config.binary_negotiation.to_string(), d.binary_negotiation.to_string(), true),
         ("server_retry_timeout", seconds(config.server_retry_timeout), seconds(d.server_retry_timeout), true),
         ("host_check_interval", seconds(config.host_check_interval), seconds(d.host_check_interval), true),
+        ("metrics_names", config.metrics_names.to_string(), d.metrics_names.to_string(), true),
         ("cores", config.cores.map(|c| c.to_string()).unwrap_or_default(), String::new(), false),
         ("cpus", config.cpus.clone().unwrap_or_default(), String::new(), false),
     ]

@@ -130,6 +130,10 @@ pub struct Config {
     pub pidfile: Option<PathBuf>,
     /// Address of the Prometheus/OpenMetrics endpoint (`GET /metrics`); off if absent.
     pub metrics_listen: Option<String>,
+    /// The metric names that endpoint serves: pglane's own, pgbouncer_exporter's
+    /// (so dashboards and alerts written for PgBouncer keep working), or both.
+    #[serde(default)]
+    pub metrics_names: MetricsNames,
     /// Number of shards (one per core); the command line's `--cores` wins.
     pub cores: Option<usize>,
     /// The CPUs to run shards on, one shard each, as a list like `2-5,7`
@@ -432,6 +436,40 @@ mod defaults {
     }
     pub fn max_fallback_databases() -> usize {
         100
+    }
+}
+
+/// `metrics_names`: whose metric names `/metrics` serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsNames {
+    /// pglane's own `pglane_*` families (see `admin::metrics`).
+    #[default]
+    Pglane,
+    /// Only pgbouncer_exporter's `pgbouncer_*` families, with its labels and
+    /// units (see `admin::metrics_pgbouncer`).
+    Pgbouncer,
+    /// Both sets, one after the other.
+    Both,
+}
+
+impl MetricsNames {
+    pub fn serves_pglane_names(self) -> bool {
+        self != MetricsNames::Pgbouncer
+    }
+
+    pub fn serves_pgbouncer_names(self) -> bool {
+        self != MetricsNames::Pglane
+    }
+}
+
+impl std::fmt::Display for MetricsNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MetricsNames::Pglane => "pglane",
+            MetricsNames::Pgbouncer => "pgbouncer",
+            MetricsNames::Both => "both",
+        })
     }
 }
 
@@ -1091,6 +1129,17 @@ password = "secret"
         assert!(bad("port = [5432, \"x\"]").contains("expected u16"), "{}", bad("port = [5432, \"x\"]"));
         assert!(bad("target_session_attrs = \"read_write\"").contains("read-write"));
         assert!(bad("load_balance_hosts = \"yes\"").contains("random"));
+    }
+
+    #[test]
+    fn metrics_names_takes_three_values_and_refuses_others() {
+        let with = |value: &str| Config::parse(&MINIMAL.replace("admin_users", &format!("metrics_names = {value}\nadmin_users")));
+        assert_eq!(Config::parse(MINIMAL).unwrap().metrics_names, MetricsNames::Pglane);
+        assert_eq!(with("\"pgbouncer\"").unwrap().metrics_names, MetricsNames::Pgbouncer);
+        assert_eq!(with("\"both\"").unwrap().metrics_names, MetricsNames::Both);
+        let refused = with("\"prometheus\"").unwrap_err().to_string();
+        assert!(refused.contains("metrics_names"), "{refused}");
+        assert!(refused.contains("unknown variant `prometheus`, expected one of `pglane`, `pgbouncer`, `both`"), "{refused}");
     }
 
     #[test]
