@@ -378,3 +378,44 @@ fn a_server_connection_failing_under_the_startup_settings_is_replaced_unseen() {
     }
     assert!(lane.log().contains("applying startup settings timed out"), "{}", lane.log());
 }
+
+/// application_name_add_host, PgBouncer's: the client's application_name
+/// with ` - host:port` after it is what the server runs under, what the
+/// client is told at login and what it reads back, on every server
+/// connection it gets; off, the name is the client's own.
+#[test]
+fn application_name_add_host_puts_the_clients_address_after_its_name() {
+    start("transaction"); // the database
+    let body = |add_host: bool| {
+        format!(
+            "application_name_add_host = {add_host}\npool_mode = \"transaction\"\nauth_type = \"trust\"\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{DB}\"\npool_size = 2\n[users.postgres]\npassword = \"secret\"\n",
+            postgres().port
+        )
+    };
+    let lane = Pglane::start_with_args(&body(true), &["--cores", "1"]);
+    let params = [("user", "postgres"), ("database", "app"), ("application_name", "reporting")];
+    let (mut client, login) = RawClient::start(lane.port, &params);
+    let expected = format!("reporting - {}", client.local_addr());
+    let reported: Vec<String> = login
+        .iter()
+        .filter(|m| m.tag == backend::PARAMETER_STATUS)
+        .map(|m| String::from_utf8_lossy(&m.body).replace('\0', "="))
+        .filter(|p| p.starts_with("application_name="))
+        .collect();
+    assert_eq!(reported, [format!("application_name={expected}=")], "what the client is told at login: {:?}", login.iter().map(|m| (m.tag as char, String::from_utf8_lossy(&m.body).into_owned())).collect::<Vec<_>>());
+    let reply = raw::query(&mut client, "select current_setting('application_name')");
+    assert_eq!(first_column(&reply), [expected.clone()]);
+    // Another client holds a server connection in a transaction meanwhile:
+    // whichever connection the first gets, it runs under the longer name.
+    let (mut other, _) = RawClient::start(lane.port, &[("user", "postgres"), ("database", "app"), ("application_name", "other")]);
+    raw::query(&mut other, "begin; select 1");
+    let reply = raw::query(&mut client, "select application_name from pg_stat_activity where pid = pg_backend_pid()");
+    assert_eq!(first_column(&reply), [expected]);
+    raw::query(&mut other, "commit");
+    drop(lane);
+
+    let lane = Pglane::start_with_args(&body(false), &["--cores", "1"]);
+    let (mut client, _) = RawClient::start(lane.port, &params);
+    let reply = raw::query(&mut client, "select current_setting('application_name')");
+    assert_eq!(first_column(&reply), ["reporting"]);
+}

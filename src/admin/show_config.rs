@@ -62,6 +62,7 @@ fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
         "server_lifetime" => seconds(config.server_lifetime),
         "server_reset_query" => config.server_reset_query.clone(),
         "server_reset_query_always" => flag(config.server_reset_query_always),
+        "application_name_add_host" => flag(config.application_name_add_host),
         "server_tls_ca_file" => path(&config.server_tls_ca_file),
         "server_tls_cert_file" => path(&config.server_tls_cert_file),
         "server_tls_key_file" => path(&config.server_tls_key_file),

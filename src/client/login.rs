@@ -143,6 +143,10 @@ pub(super) async fn login(
             StartupPacket::Startup(params) => break params,
         }
     };
+    let mut params = params;
+    if let Some(peer) = peer.filter(|_| config.application_name_add_host) {
+        params.add_host_to_application_name(peer);
+    }
     if let Some(negotiation) = params.negotiation() {
         // Before anything else, as PostgreSQL: the session goes on in 3.0.
         debug!(?peer, minor = params.minor_version, options = ?negotiation.unrecognized_options, "negotiating protocol 3.0");

@@ -247,6 +247,11 @@ pub struct Config {
     /// Also run the reset query in transaction mode.
     #[serde(default)]
     pub server_reset_query_always: bool,
+    /// Append ` - host:port` of a TCP client to the application_name its
+    /// startup packet gives (PgBouncer's setting): what the server and the
+    /// client then see.
+    #[serde(default)]
+    pub application_name_add_host: bool,
     /// Prepared statements each server connection keeps (least recently used
     /// closed first), as PgBouncer's setting of the same name.
     #[serde(default = "defaults::max_prepared_statements")]

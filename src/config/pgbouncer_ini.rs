@@ -23,7 +23,7 @@
 //! | `auth_type = hba`, `auth_hba_file` (relative to the ini file) | the same; see `crate::auth::hba` for the supported subset |
 //! | `auth_user`, `auth_query`, `auth_dbname` | the same, globally and per `[databases]` entry |
 //! | `admin_users`, `stats_users` | the same lists |
-//! | `max_client_conn`, `server_reset_query`, `server_reset_query_always` | the same |
+//! | `max_client_conn`, `server_reset_query`, `server_reset_query_always`, `application_name_add_host` | the same |
 //! | `logfile`, `pidfile` (relative to the ini file) | the same |
 //! | `max_db_connections`, `max_user_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::pool::budget`) |
 //! | `min_pool_size` (global, per `[databases]` entry) | the same, over all shards |
@@ -446,8 +446,10 @@ impl Translation<'_> {
         if let Some(line) = settings.remove("server_reset_query") {
             self.set("server_reset_query", line.value);
         }
-        if let Some(line) = settings.remove("server_reset_query_always") {
-            self.set("server_reset_query_always", boolean(&line, "server_reset_query_always")?);
+        for flag in ["server_reset_query_always", "application_name_add_host"] {
+            if let Some(line) = settings.remove(flag) {
+                self.set(flag, boolean(&line, flag)?);
+            }
         }
         if let Some(line) = settings.remove("max_packet_size") {
             self.set("max_message_size", count(&line, "max_packet_size", 0)?);

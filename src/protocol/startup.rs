@@ -73,6 +73,16 @@ impl StartupParams {
         self.params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
+    /// PgBouncer's application_name_add_host: ` - host:port` of `peer`
+    /// after the application_name given (or alone, if none was).
+    pub fn add_host_to_application_name(&mut self, peer: std::net::SocketAddr) {
+        let with_host = format!("{} - {}:{}", self.get("application_name").unwrap_or_default(), peer.ip(), peer.port());
+        match self.params.iter_mut().find(|(k, _)| k == "application_name") {
+            Some((_, value)) => *value = with_host,
+            None => self.params.push(("application_name".to_owned(), with_host)),
+        }
+    }
+
     /// The role the client logs in as (`user` is mandatory in a StartupMessage).
     pub fn user(&self) -> Option<&str> {
         self.get("user").filter(|u| !u.is_empty())
@@ -200,6 +210,21 @@ mod tests {
         v.extend_from_slice(&code.to_be_bytes());
         v.extend_from_slice(rest);
         v
+    }
+
+    #[test]
+    fn the_host_goes_after_the_application_name_or_alone() {
+        let peer: std::net::SocketAddr = "10.1.2.3:40000".parse().unwrap();
+        let mut named = StartupParams {
+            params: vec![("user".into(), "u".into()), ("application_name".into(), "psql".into())],
+            ..Default::default()
+        };
+        named.add_host_to_application_name(peer);
+        assert_eq!(named.get("application_name"), Some("psql - 10.1.2.3:40000"));
+        assert_eq!(named.params.len(), 2);
+        let mut unnamed = StartupParams { params: vec![("user".into(), "u".into())], ..Default::default() };
+        unnamed.add_host_to_application_name("[::1]:5".parse().unwrap());
+        assert_eq!(unnamed.get("application_name"), Some(" - ::1:5"));
     }
 
     #[test]

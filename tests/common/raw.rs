@@ -40,6 +40,11 @@ impl RawClient {
         (client, login)
     }
 
+    /// This end's address.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.stream.local_addr().expect("local address")
+    }
+
     /// Connects and sends nothing yet.
     pub fn connect(port: u16) -> RawClient {
         let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");

@@ -144,6 +144,7 @@ pub fn pgbouncer_setting_names() -> impl Iterator<Item = &'static str> + Clone {
 /// (`auth_type` and `disable_pqexec` refuse the values pglane cannot honour.)
 pub const HONOURED: &[&str] = &[
     "admin_users",
+    "application_name_add_host",
     "auth_dbname",
     "auth_file",
     "auth_hba_file",
@@ -287,7 +288,7 @@ pub fn pgbouncer_setting(key: &str) -> Option<&'static str> {
         "ignore_startup_parameters" | "track_extra_parameters" => {
             "pglane carries every startup parameter (and the -c switches of options) to each server connection a client gets: none needs ignoring or tracking"
         }
-        "server_round_robin" | "application_name_add_host"
+        "server_round_robin"
         | "server_check_delay" | "server_check_query" | "server_fast_close" | "server_login_retry"
         | "pool_idle_timeout" | "query_wait_notify" | "login_notify_message" | "cancel_wait_timeout"
         | "transaction_timeout" => NOT_YET,
