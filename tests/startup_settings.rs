@@ -402,7 +402,12 @@ fn application_name_add_host_puts_the_clients_address_after_its_name() {
         .map(|m| String::from_utf8_lossy(&m.body).replace('\0', "="))
         .filter(|p| p.starts_with("application_name="))
         .collect();
-    assert_eq!(reported, [format!("application_name={expected}=")], "what the client is told at login: {:?}", login.iter().map(|m| (m.tag as char, String::from_utf8_lossy(&m.body).into_owned())).collect::<Vec<_>>());
+    assert_eq!(
+        reported,
+        [format!("application_name={expected}=")],
+        "what the client is told at login: {:?}",
+        login.iter().map(|m| (m.tag as char, String::from_utf8_lossy(&m.body).into_owned())).collect::<Vec<_>>()
+    );
     let reply = raw::query(&mut client, "select current_setting('application_name')");
     assert_eq!(first_column(&reply), [expected.clone()]);
     // Another client holds a server connection in a transaction meanwhile:
