@@ -156,7 +156,7 @@ fn parse_set(text: &str) -> Option<Result<AdminCommand, String>> {
     let (key, rest) = (&rest[..key_end], rest[key_end..].trim_start());
     let rest = match rest.strip_prefix('=') {
         Some(r) => r,
-        None if rest.len() > 2 && rest[..2].eq_ignore_ascii_case("to") && rest[2..].starts_with(char::is_whitespace) => {
+        None if rest.get(..2).is_some_and(|w| w.eq_ignore_ascii_case("to")) && rest[2..].starts_with(char::is_whitespace) => {
             &rest[2..]
         }
         None => return Some(bad()),
@@ -219,6 +219,10 @@ mod tests {
         assert_eq!(parse("set query_timeout to 2.5"), set("query_timeout", "2.5"));
         assert_eq!(parse("set Server_Reset_Query = 'DISCARD ALL'"), set("server_reset_query", "DISCARD ALL"));
         assert_eq!(parse("set server_reset_query = 'it''s'"), set("server_reset_query", "it's"));
+        // Whatever bytes follow, an error, never a slice through a character.
+        for text in ["set x 日本", "set x é", "set 日本 = 1", "set x t", "set x to", "set"] {
+            assert!(matches!(parse(text), Err(e) if e.contains("invalid command")), "{text}");
+        }
         assert_eq!(parse("set stats_users = \"a,b\""), set("stats_users", "a,b"));
         assert_eq!(parse("set pool_mode = transaction"), set("pool_mode", "transaction"));
         for bad in ["set", "set x", "set x =", "set = 1", "set x = 'open", "set x = a b", "set x = 'a'b'", "set x == 1"] {
