@@ -186,19 +186,23 @@ fn averages(st: &PoolStats, uptime: Duration) -> [u64; 7] {
     ]
 }
 
+/// The columns SHOW STATS_AVERAGES and SHOW STATS_TOTALS share, as
+/// PgBouncer names them (one figure per database; totals or averages).
+const PER_DATABASE_STATS: &[(&str, u32)] = &[
+    ("database", TEXT),
+    ("xact_count", NUMERIC),
+    ("query_count", NUMERIC),
+    ("bytes_received", NUMERIC),
+    ("bytes_sent", NUMERIC),
+    ("xact_time", NUMERIC),
+    ("query_time", NUMERIC),
+    ("wait_time", NUMERIC),
+];
+
 /// SHOW STATS_AVERAGES: SHOW STATS's avg_* columns under PgBouncer's
 /// names for this command.
 pub fn stats_averages_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
-    let mut t = Table::new(&[
-        ("database", TEXT),
-        ("xact_count", NUMERIC),
-        ("query_count", NUMERIC),
-        ("bytes_received", NUMERIC),
-        ("bytes_sent", NUMERIC),
-        ("xact_time", NUMERIC),
-        ("query_time", NUMERIC),
-        ("wait_time", NUMERIC),
-    ]);
+    let mut t = Table::new(PER_DATABASE_STATS);
     for (db, st) in stats_by_database(snapshots) {
         let mut row = vec![s(db)];
         row.extend(averages(&st, uptime).into_iter().map(s));
@@ -240,18 +244,7 @@ pub fn totals_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
 }
 
 pub fn stats_totals_table(snapshots: &[ShardSnapshot]) -> Table {
-    let mut t = Table::new(&[
-        ("database", TEXT),
-        ("xact_count", NUMERIC),
-        ("query_count", NUMERIC),
-        ("bytes_received", NUMERIC),
-        ("bytes_sent", NUMERIC),
-        ("xact_time", NUMERIC),
-        ("query_time", NUMERIC),
-        ("wait_time", NUMERIC),
-        ("server_bytes_received", NUMERIC),
-        ("pipelined", NUMERIC),
-    ]);
+    let mut t = Table::new(&[PER_DATABASE_STATS, &[("server_bytes_received", NUMERIC), ("pipelined", NUMERIC)]].concat());
     for (db, st) in stats_by_database(snapshots) {
         t.push(vec![
             s(db),

@@ -204,10 +204,9 @@ impl Shared {
     pub fn reload(&self) -> Result<Vec<String>, String> {
         notify::reloading();
         let mut sets = self.console_sets.lock().unwrap_or_else(|e| e.into_inner());
-        let before = std::mem::take(&mut *sets);
-        let reloaded = self.load_again(&sets);
-        if reloaded.is_err() {
-            *sets = before;
+        let reloaded = self.load_again(&[]);
+        if reloaded.is_ok() {
+            sets.clear();
         }
         drop(sets);
         match &reloaded {
