@@ -758,7 +758,7 @@ pub fn load_with_sets(
 fn toml_value_of(value: &str) -> toml::Value {
     if let Ok(i) = value.parse::<i64>() {
         toml::Value::Integer(i)
-    } else if let Ok(f) = value.parse::<f64>().map_err(|_| ()).and_then(|f| if f.is_finite() { Ok(f) } else { Err(()) }) {
+    } else if let Some(f) = value.parse::<f64>().ok().filter(|f| f.is_finite()) {
         toml::Value::Float(f)
     } else if let Ok(b) = value.parse::<bool>() {
         toml::Value::Boolean(b)
