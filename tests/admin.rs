@@ -53,7 +53,15 @@ async fn show_commands_have_pgbouncers_columns_and_real_figures() {
     assert_eq!(column(&pools, "cl_active", |r| r[0] == "app"), vec!["1"]);
 
     let stats = admin(lane.port, "postgres", "secret", "SHOW STATS").unwrap();
-    assert!(stats[0].starts_with("database|total_xact_count|total_query_count|total_received|total_sent"));
+    assert!(
+        stats[0].starts_with(
+            "database|total_server_assignment_count|total_xact_count|total_query_count|total_received|total_sent|\
+             total_xact_time|total_query_time|total_wait_time|total_client_parse_count|total_server_parse_count|total_bind_count|\
+             avg_server_assignment_count|avg_xact_count"
+        ),
+        "PgBouncer 1.25's columns: {}",
+        stats[0]
+    );
     let xacts: u64 = column(&stats, "total_xact_count", |r| r[0] == "app")[0].parse().unwrap();
     let queries: u64 = column(&stats, "total_query_count", |r| r[0] == "app")[0].parse().unwrap();
     assert!(xacts >= 20 && queries >= 20, "{stats:?}");
@@ -497,7 +505,8 @@ async fn the_rest_of_pgbouncers_console() {
     let header = |command: &str| admin(lane.port, "postgres", "secret", command).unwrap()[0].clone();
     assert_eq!(
         header("SHOW STATS_AVERAGES"),
-        "database|xact_count|query_count|bytes_received|bytes_sent|xact_time|query_time|wait_time"
+        "database|server_assignment_count|xact_count|query_count|bytes_received|bytes_sent|xact_time|query_time|wait_time|\
+         avg_client_parse_count|avg_server_parse_count|avg_bind_count"
     );
     assert_eq!(header("SHOW MEM"), "name|size|used|free|memtotal");
     assert_eq!(header("SHOW PEERS"), "peer_id|host|port|pool_size");
@@ -507,7 +516,8 @@ async fn the_rest_of_pgbouncers_console() {
     let totals = admin(lane.port, "postgres", "secret", "SHOW TOTALS").unwrap();
     let xacts: u64 = column(&totals, "value", |r| r[0] == "total_xact_count").concat().parse().unwrap();
     assert!(xacts >= 10, "{totals:?}");
-    assert_eq!(totals.iter().filter(|l| l.contains('|')).count(), 1 + 14, "{totals:?}");
+    assert_eq!(totals.iter().filter(|l| l.contains('|')).count(), 1 + 22, "{totals:?}");
+    assert!(totals.iter().any(|l| l.starts_with("total_ps_bind_count|")), "{totals:?}");
     let sockets = admin(lane.port, "postgres", "secret", "SHOW SOCKETS").unwrap();
     assert!(sockets[0].ends_with("|recv_pos|pkt_pos|pkt_remain|send_pos|send_remain|pkt_avail|send_avail"), "{}", sockets[0]);
     assert!(column(&sockets, "type", |_| true).contains(&"C".to_owned()), "{sockets:?}");

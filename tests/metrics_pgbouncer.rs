@@ -20,7 +20,7 @@ const NO_LABELS: &[&str] = &[];
 
 /// pgbouncer_exporter's families with their label names, less
 /// `pgbouncer_stats_totals_queries_total` (the exporter never emits it: no
-/// PgBouncer since 1.8 has its column) and [`NOT_IN_PGLANES_CONSOLE`].
+/// PgBouncer since 1.8 has its column).
 const EXPECTED: &[(&str, &[&str])] = &[
     ("pgbouncer_databases_pool_size", DATABASES_LABELS),
     ("pgbouncer_databases_reserve_pool", DATABASES_LABELS),
@@ -35,6 +35,10 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("pgbouncer_stats_totals_client_wait_seconds_total", STATS_LABELS),
     ("pgbouncer_stats_totals_sql_transactions_pooled_total", STATS_LABELS),
     ("pgbouncer_stats_totals_server_in_transaction_seconds_total", STATS_LABELS),
+    ("pgbouncer_stats_totals_client_parses_total", STATS_LABELS),
+    ("pgbouncer_stats_totals_server_parses_total", STATS_LABELS),
+    ("pgbouncer_stats_totals_binds_total", STATS_LABELS),
+    ("pgbouncer_stats_totals_server_assignments_total", STATS_LABELS),
     ("pgbouncer_pools_client_active_connections", POOLS_LABELS),
     ("pgbouncer_pools_client_active_cancel_connections", POOLS_LABELS),
     ("pgbouncer_pools_client_waiting_connections", POOLS_LABELS),
@@ -63,16 +67,6 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("pgbouncer_cached_dns_zones", NO_LABELS),
     ("pgbouncer_in_flight_dns_queries", NO_LABELS),
     ("pgbouncer_client_connections", &["application_name", "database", "state", "user"]),
-];
-
-/// The exporter's families from SHOW STATS_TOTALS columns of PgBouncer
-/// 1.21+ that pglane's console does not have: absent, as the exporter
-/// leaves them out before a PgBouncer without those columns.
-const NOT_IN_PGLANES_CONSOLE: &[&str] = &[
-    "pgbouncer_stats_totals_client_parses_total",
-    "pgbouncer_stats_totals_server_parses_total",
-    "pgbouncer_stats_totals_binds_total",
-    "pgbouncer_stats_totals_server_assignments_total",
 ];
 
 fn config(metrics_port: u16, names: Option<&str>) -> String {
@@ -177,10 +171,14 @@ fn stats_totals_of_app(port: u16) -> BTreeMap<String, String> {
     console(port, "SHOW STATS_TOTALS").into_iter().find(|r| r["database"] == "app").expect("a row for app")
 }
 
+/// `n` transactions of two statements, `n` single queries, and `n`
+/// executions of one named prepared statement (tokio-postgres' `s0`...).
 async fn run_transactions(c: &tokio_postgres::Client, n: usize) {
+    let named = c.prepare("select $1::int + 1").await.unwrap();
     for i in 0..n {
         c.batch_execute(&format!("begin; select {i}; select pg_sleep(0.001); commit")).await.unwrap();
         c.simple_query("select 1").await.unwrap();
+        c.query_one(&named, &[&(i as i32)]).await.unwrap();
     }
 }
 
@@ -205,9 +203,7 @@ async fn pgbouncer_names_are_the_exporters_with_the_consoles_figures() {
     let expected: BTreeSet<&str> = EXPECTED.iter().map(|(n, _)| *n).collect();
     let unexpected: Vec<&String> = declared.iter().filter(|n| !expected.contains(n.as_str())).collect();
     assert!(unexpected.is_empty(), "families pgbouncer_exporter does not have: {unexpected:?}");
-    for name in NOT_IN_PGLANES_CONSOLE.iter().chain(&["pgbouncer_stats_totals_queries_total"]) {
-        assert!(!body.contains(name), "{name} is served");
-    }
+    assert!(!body.contains("pgbouncer_stats_totals_queries_total"), "a family no PgBouncer since 1.8 gives");
     assert!(!body.contains("pglane_"), "pglane's names with metrics_names = \"pgbouncer\"");
     assert_eq!(value(&all, "pgbouncer_up", &[]), 1.0);
     assert_eq!(value(&all, "pgbouncer_version_info", &[("version", &format!("pglane {}", env!("CARGO_PKG_VERSION")))]), 1.0);
@@ -237,11 +233,22 @@ async fn pgbouncer_names_are_the_exporters_with_the_consoles_figures() {
             assert_eq!(value(&now, name, &[("database", "app")]), micros(column) * 1e-6, "{name} vs {column} {}", before[column]);
         }
         assert!(micros("xact_time") > 0.0 && micros("query_time") > 0.0, "{before:?}");
+        // One named statement parsed by the client (and Described: its
+        // Parse reached a server once at least), bound 5 times; a server
+        // connection assigned for each transaction at least.
+        assert_eq!(micros("client_parse_count"), 1.0, "{before:?}");
+        assert!(micros("server_parse_count") >= 1.0, "{before:?}");
+        assert_eq!(micros("bind_count"), 5.0, "{before:?}");
+        assert!(micros("server_assignment_count") >= micros("xact_count"), "{before:?}");
         for (column, name) in [
             ("xact_count", "pgbouncer_stats_totals_sql_transactions_pooled_total"),
             ("query_count", "pgbouncer_stats_totals_queries_pooled_total"),
             ("bytes_received", "pgbouncer_stats_totals_received_bytes_total"),
             ("bytes_sent", "pgbouncer_stats_totals_sent_bytes_total"),
+            ("client_parse_count", "pgbouncer_stats_totals_client_parses_total"),
+            ("server_parse_count", "pgbouncer_stats_totals_server_parses_total"),
+            ("bind_count", "pgbouncer_stats_totals_binds_total"),
+            ("server_assignment_count", "pgbouncer_stats_totals_server_assignments_total"),
         ] {
             assert_eq!(value(&now, name, &[("database", "app")]), micros(column), "{name} vs {column}");
         }
@@ -258,6 +265,9 @@ async fn pgbouncer_names_are_the_exporters_with_the_consoles_figures() {
         "pgbouncer_stats_totals_sent_bytes_total",
         "pgbouncer_stats_totals_server_in_transaction_seconds_total",
         "pgbouncer_stats_totals_queries_duration_seconds_total",
+        "pgbouncer_stats_totals_client_parses_total",
+        "pgbouncer_stats_totals_binds_total",
+        "pgbouncer_stats_totals_server_assignments_total",
     ];
     let first = samples(&scrape(metrics_port));
     run_transactions(&c, 5).await;

@@ -621,8 +621,8 @@ mod tests {
         assert_eq!(format_value(f64::INFINITY), "+Inf");
     }
 
-    /// From pglane's real console tables: every family the exporter has
-    /// that pglane's console has the column for.
+    /// From pglane's real console tables: every family the exporter makes of
+    /// SHOW DATABASES, STATS_TOTALS and POOLS.
     #[test]
     fn the_consoles_tables_give_every_family_they_have_columns_for() {
         let config = Config::parse("listen = \"127.0.0.1:6432\"\n[databases.app]\npool_size = 3\n").unwrap();
@@ -637,15 +637,7 @@ mod tests {
             .map(|m| &m.name)
             .filter(|name| !families.contains(name))
             .collect();
-        assert_eq!(
-            missing,
-            [
-                &"pgbouncer_stats_totals_client_parses_total",
-                &"pgbouncer_stats_totals_server_parses_total",
-                &"pgbouncer_stats_totals_binds_total",
-                &"pgbouncer_stats_totals_server_assignments_total",
-            ]
-        );
+        assert!(missing.is_empty(), "families the console has no column for: {missing:?}");
         assert!(text.contains(
             "pgbouncer_databases_pool_size{database=\"app\",force_user=\"\",host=\"127.0.0.1\",name=\"app\",pool_mode=\"\",port=\"5432\"} 3\n"
         ));

@@ -132,134 +132,150 @@ fn stats_by_database(snapshots: &[ShardSnapshot]) -> Vec<(String, PoolStats)> {
     by_db.into_iter().collect()
 }
 
-/// SHOW STATS. The averages are over pglane's uptime (PgBouncer uses its
-/// last stats_period); the *_time averages are per transaction or query.
-pub fn stats_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
-    let mut t = Table::new(&[
-        ("database", TEXT),
-        ("total_xact_count", NUMERIC),
-        ("total_query_count", NUMERIC),
-        ("total_received", NUMERIC),
-        ("total_sent", NUMERIC),
-        ("total_xact_time", NUMERIC),
-        ("total_query_time", NUMERIC),
-        ("total_wait_time", NUMERIC),
-        ("avg_xact_count", NUMERIC),
-        ("avg_query_count", NUMERIC),
-        ("avg_recv", NUMERIC),
-        ("avg_sent", NUMERIC),
-        ("avg_xact_time", NUMERIC),
-        ("avg_query_time", NUMERIC),
-        ("avg_wait_time", NUMERIC),
-    ]);
-    for (db, st) in stats_by_database(snapshots) {
-        let mut row = vec![
-            s(db),
-            s(st.xact_count),
-            s(st.query_count),
-            s(st.bytes_received),
-            s(st.bytes_sent),
-            s(st.xact_time_us),
-            s(st.query_time_us),
-            s(st.wait_time_us),
-        ];
-        row.extend(averages(&st, uptime).into_iter().map(s));
-        t.push(row);
-    }
-    t
+/// The figures SHOW STATS, STATS_TOTALS, STATS_AVERAGES and TOTALS give
+/// for a database, in PgBouncer's (1.23 to 1.25) order, each with its name in
+/// SHOW STATS_TOTALS. pglane's server_assignment_count is its checkouts.
+const PER_DATABASE_FIGURES: [&str; 11] = [
+    "server_assignment_count",
+    "xact_count",
+    "query_count",
+    "bytes_received",
+    "bytes_sent",
+    "xact_time",
+    "query_time",
+    "wait_time",
+    "client_parse_count",
+    "server_parse_count",
+    "bind_count",
+];
+
+/// A database's [`PER_DATABASE_FIGURES`] as totals.
+fn totals(st: &PoolStats) -> [u64; 11] {
+    [
+        st.checkouts,
+        st.xact_count,
+        st.query_count,
+        st.bytes_received,
+        st.bytes_sent,
+        st.xact_time_us,
+        st.query_time_us,
+        st.wait_time_us,
+        st.statements.client_parses,
+        st.statements.server_parses,
+        st.statements.binds,
+    ]
 }
 
-/// SHOW STATS's averages: transactions, queries and bytes received and
-/// sent per second of uptime, then µs per transaction, per query, and
-/// waited per transaction.
-fn averages(st: &PoolStats, uptime: Duration) -> [u64; 7] {
+/// A database's [`PER_DATABASE_FIGURES`] as averages, over pglane's uptime
+/// (PgBouncer uses its last stats_period): counts and bytes per second,
+/// µs per transaction and per query, and µs waited per server assignment.
+fn averages(st: &PoolStats, uptime: Duration) -> [u64; 11] {
     let secs = uptime.as_secs().max(1);
     let per = |v: u64, n: u64| v.checked_div(n).unwrap_or(0);
     [
+        st.checkouts / secs,
         st.xact_count / secs,
         st.query_count / secs,
         st.bytes_received / secs,
         st.bytes_sent / secs,
         per(st.xact_time_us, st.xact_count),
         per(st.query_time_us, st.query_count),
-        per(st.wait_time_us, st.xact_count),
+        per(st.wait_time_us, st.checkouts),
+        st.statements.client_parses / secs,
+        st.statements.server_parses / secs,
+        st.statements.binds / secs,
     ]
 }
 
-/// The columns SHOW STATS_AVERAGES and SHOW STATS_TOTALS share, as
-/// PgBouncer names them (one figure per database; totals or averages).
-const PER_DATABASE_STATS: &[(&str, u32)] = &[
-    ("database", TEXT),
-    ("xact_count", NUMERIC),
-    ("query_count", NUMERIC),
-    ("bytes_received", NUMERIC),
-    ("bytes_sent", NUMERIC),
-    ("xact_time", NUMERIC),
-    ("query_time", NUMERIC),
-    ("wait_time", NUMERIC),
-];
-
-/// SHOW STATS_AVERAGES: SHOW STATS's avg_* columns under PgBouncer's
-/// names for this command.
-pub fn stats_averages_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
-    let mut t = Table::new(PER_DATABASE_STATS);
+/// SHOW STATS: per database, every figure's total then its average, named as
+/// PgBouncer names them here.
+pub fn stats_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
+    const NAMES: [&str; 22] = [
+        "total_server_assignment_count",
+        "total_xact_count",
+        "total_query_count",
+        "total_received",
+        "total_sent",
+        "total_xact_time",
+        "total_query_time",
+        "total_wait_time",
+        "total_client_parse_count",
+        "total_server_parse_count",
+        "total_bind_count",
+        "avg_server_assignment_count",
+        "avg_xact_count",
+        "avg_query_count",
+        "avg_recv",
+        "avg_sent",
+        "avg_xact_time",
+        "avg_query_time",
+        "avg_wait_time",
+        "avg_client_parse_count",
+        "avg_server_parse_count",
+        "avg_bind_count",
+    ];
+    let mut t = Table::new(&figure_columns(&NAMES));
     for (db, st) in stats_by_database(snapshots) {
-        let mut row = vec![s(db)];
-        row.extend(averages(&st, uptime).into_iter().map(s));
-        t.push(row);
+        t.push(figure_row(db, totals(&st).into_iter().chain(averages(&st, uptime))));
     }
     t
 }
 
-/// SHOW TOTALS: every database together, as name/value rows. As in
-/// PgBouncer, client bytes are those received from clients and server
-/// bytes those received from servers.
+/// SHOW STATS_AVERAGES: SHOW STATS's averages under SHOW STATS_TOTALS'
+/// names, but for PgBouncer's `avg_` on the statement counts.
+pub fn stats_averages_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
+    let mut names = PER_DATABASE_FIGURES;
+    names[8..].copy_from_slice(&["avg_client_parse_count", "avg_server_parse_count", "avg_bind_count"]);
+    let mut t = Table::new(&figure_columns(&names));
+    for (db, st) in stats_by_database(snapshots) {
+        t.push(figure_row(db, averages(&st, uptime).into_iter()));
+    }
+    t
+}
+
+/// SHOW STATS_TOTALS: the totals, then pglane's own columns.
+pub fn stats_totals_table(snapshots: &[ShardSnapshot]) -> Table {
+    let mut columns = figure_columns(&PER_DATABASE_FIGURES);
+    columns.extend([("server_bytes_received", NUMERIC), ("pipelined", NUMERIC)]);
+    let mut t = Table::new(&columns);
+    for (db, st) in stats_by_database(snapshots) {
+        t.push(figure_row(db, totals(&st).into_iter().chain([st.bytes_from_server, st.pipelined])));
+    }
+    t
+}
+
+/// SHOW TOTALS: every database together, as name/value rows, named as
+/// PgBouncer names its counters. As in PgBouncer, client bytes are those
+/// received from clients and server bytes those received from servers.
 pub fn totals_table(snapshots: &[ShardSnapshot], uptime: Duration) -> Table {
     let mut t = Table::new(&[("name", TEXT), ("value", INT8)]);
     let mut all = PoolStats::default();
     stats_by_database(snapshots).iter().for_each(|(_, st)| all.add(st));
-    let avg = averages(&PoolStats { bytes_sent: all.bytes_from_server, ..all }, uptime);
-    let totals = [
-        ("total_xact_count", all.xact_count),
-        ("total_query_count", all.query_count),
-        ("total_client_bytes", all.bytes_received),
-        ("total_server_bytes", all.bytes_from_server),
-        ("total_xact_time", all.xact_time_us),
-        ("total_query_time", all.query_time_us),
-        ("total_wait_time", all.wait_time_us),
-    ];
-    let names = [
-        "avg_xact_count",
-        "avg_query_count",
-        "avg_client_bytes",
-        "avg_server_bytes",
-        "avg_xact_time",
-        "avg_query_time",
-        "avg_wait_time",
-    ];
-    for (name, value) in totals.into_iter().chain(names.into_iter().zip(avg)) {
+    let all = PoolStats { bytes_sent: all.bytes_from_server, ..all };
+    let names = PER_DATABASE_FIGURES.map(|name| match name {
+        "bytes_received" => "client_bytes",
+        "bytes_sent" => "server_bytes",
+        "client_parse_count" => "ps_client_parse_count",
+        "server_parse_count" => "ps_server_parse_count",
+        "bind_count" => "ps_bind_count",
+        _ => name,
+    });
+    let rows = names.iter().map(|n| format!("total_{n}")).zip(totals(&all));
+    let averages = names.iter().map(|n| format!("avg_{n}")).zip(averages(&all, uptime));
+    for (name, value) in rows.chain(averages) {
         t.push(vec![s(name), s(value)]);
     }
     t
 }
 
-pub fn stats_totals_table(snapshots: &[ShardSnapshot]) -> Table {
-    let mut t = Table::new(&[PER_DATABASE_STATS, &[("server_bytes_received", NUMERIC), ("pipelined", NUMERIC)]].concat());
-    for (db, st) in stats_by_database(snapshots) {
-        t.push(vec![
-            s(db),
-            s(st.xact_count),
-            s(st.query_count),
-            s(st.bytes_received),
-            s(st.bytes_sent),
-            s(st.xact_time_us),
-            s(st.query_time_us),
-            s(st.wait_time_us),
-            s(st.bytes_from_server),
-            s(st.pipelined),
-        ]);
-    }
-    t
+/// A database column, then one NUMERIC column per name.
+fn figure_columns(names: &[&'static str]) -> Vec<(&'static str, u32)> {
+    std::iter::once(("database", TEXT)).chain(names.iter().map(|&n| (n, NUMERIC))).collect()
+}
+
+/// A database's row of figures.
+fn figure_row(db: String, figures: impl Iterator<Item = u64>) -> Vec<Option<String>> {
+    std::iter::once(s(db)).chain(figures.map(s)).collect()
 }
 
 const CONNECTION_COLUMNS: [(&str, u32); 18] = [
@@ -639,14 +655,14 @@ mod tests {
         assert_eq!(t.rows[0][2].as_deref(), Some("2"), "cl_active summed");
         assert_eq!(t.rows[0][9].as_deref(), Some("5"), "sv_idle summed");
         let t = stats_totals_table(&snaps);
-        assert_eq!(t.rows[0][1].as_deref(), Some("10"));
-        assert_eq!(t.rows[0][2].as_deref(), Some("14"));
+        assert_eq!(t.rows[0][2].as_deref(), Some("10"));
+        assert_eq!(t.rows[0][3].as_deref(), Some("14"));
     }
 
     #[test]
     fn column_layouts_match_pgbouncer() {
         assert_eq!(pools_table(&[]).columns.len(), 16);
-        assert_eq!(stats_table(&[], Duration::from_secs(1)).columns.len(), 15);
+        assert_eq!(stats_table(&[], Duration::from_secs(1)).columns.len(), 23);
         assert_eq!(clients_table(&[], "127.0.0.1:6432").columns.len(), 18);
         assert_eq!(servers_table(&[]).columns[17], ("application_name", TEXT));
     }

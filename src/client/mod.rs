@@ -1014,9 +1014,11 @@ impl Session {
         *self.entry.server.borrow_mut() = None;
         self.entry.set_state(ClientState::Idle);
         let held = crate::rt::now().saturating_duration_since(self.lease_started);
+        let statements = self.exchange.take_statement_counts();
         self.pool.count(|s| {
             s.xact_count += 1;
             s.xact_time_us += held.as_micros() as u64;
+            s.statements.add(&statements);
         });
     }
 

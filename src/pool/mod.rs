@@ -101,6 +101,10 @@ pub struct PoolStats {
     /// Connections opened from the reserve (reserve_pool_size) for clients
     /// that waited reserve_pool_timeout.
     pub reserve_used: u64,
+    /// Named statements: clients' Parses, pglane's Parses on servers, and
+    /// clients' Binds (PgBouncer's client_parse_count, server_parse_count
+    /// and bind_count; see `client::exchange::StatementCounts`).
+    pub statements: crate::client::exchange::StatementCounts,
 }
 
 impl PoolStats {
@@ -123,6 +127,7 @@ impl PoolStats {
         self.pipelined += o.pipelined;
         self.yielded += o.yielded;
         self.reserve_used += o.reserve_used;
+        self.statements.add(&o.statements);
     }
 }
 

@@ -53,6 +53,7 @@ use crate::settings::{Change, Settings};
 use queue::DueQueue;
 use rewrite::{AutoPolicy, AutoPrepare};
 use session::{changes_schema, Contexts};
+pub use statements::StatementCounts;
 use statements::{is_stale_plan, stale_result_error, ClientName, Unnamed};
 
 /// The statement and settings state the exchange reads and changes.
@@ -333,6 +334,9 @@ pub struct Exchange {
     for_server: BytesMut,
     /// Binary format negotiation of this client's portals.
     negotiator: Negotiator,
+    /// Named statements parsed and bound since the pool last took them
+    /// ([`Exchange::take_statement_counts`]).
+    counts: StatementCounts,
     /// A negotiated DataRow could not be transcoded: the relay must end.
     failure: Option<NegotiateError>,
     /// A followed change left the server connection's settings unlike the
@@ -436,6 +440,12 @@ impl Exchange {
         InFlight { due, rewriting: if idle { self.rewriting.take() } else { None } }
     }
 
+    /// The named statements counted since the last call, for the pool's
+    /// figures.
+    pub fn take_statement_counts(&mut self) -> StatementCounts {
+        std::mem::take(&mut self.counts)
+    }
+
     /// Auto-prepare's working state, made if none was lent.
     fn rewriting(&mut self) -> &mut AutoPrepare {
         self.rewriting.get_or_insert_with(Default::default)
@@ -482,6 +492,7 @@ impl Exchange {
             quiet: _,
             for_server,
             negotiator,
+            counts: _,
             failure,
             realign,
             resetting,

@@ -52,6 +52,31 @@ use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
 use crate::settings::{Change, TextTraits};
 
+/// A client's named statements, counted per pool as PgBouncer counts its
+/// prepared statements (the admin console's client_parse_count,
+/// server_parse_count and bind_count). Kept in the exchange and added to the
+/// pool's figures when the transaction ends, so counting costs an increment,
+/// not a pool's cell, per message.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatementCounts {
+    /// Parses of a named statement by the client.
+    pub client_parses: u64,
+    /// Parses pglane sent a server for a statement it shares (a client's
+    /// named statement, or an unnamed one auto-prepare maps), on the
+    /// connection that lacked it.
+    pub server_parses: u64,
+    /// Binds of a named statement by the client.
+    pub binds: u64,
+}
+
+impl StatementCounts {
+    pub fn add(&mut self, other: &StatementCounts) {
+        self.client_parses += other.client_parses;
+        self.server_parses += other.server_parses;
+        self.binds += other.binds;
+    }
+}
+
 /// What the client's unnamed statement is.
 #[derive(Debug, Clone, Default)]
 pub(super) enum Unnamed {
@@ -237,6 +262,7 @@ impl Exchange {
         let context = self.context_for(facts.traits, st);
         self.watch_parse_text(rest, known, facts, st, to_server);
         st.registry.count(|s| s.client_parses += 1);
+        self.counts.client_parses += 1;
         if st.client.get(name).is_some() {
             self.raise(ErrorFields::error("42P05", format!("prepared statement \"{name}\" already exists")));
             return false;
@@ -342,6 +368,7 @@ impl Exchange {
         self.make_room(&statement, st, to_server);
         names::put_parse(to_server, &statement.server_name, &statement.key);
         st.registry.count(|s| s.server_parses += 1);
+        self.counts.server_parses += 1;
         let expected = statement.described.borrow().clone();
         let parsed = Parsed::Statement { statement: statement.clone(), name: Some(name.clone()), previous };
         self.due.push_back(Due::Server { request: Request::Parse { parsed, plain: false }, forward: true });
@@ -391,7 +418,10 @@ impl Exchange {
                 _ => None,
             },
             Ok((_, name, _)) => match st.client.get(name).cloned() {
-                Some(s) => Some((s, ClientName::Named((*name).to_owned()))),
+                Some(s) => {
+                    self.counts.binds += 1;
+                    Some((s, ClientName::Named((*name).to_owned())))
+                }
                 None => return self.refuse_unknown_statement(name),
             },
             Err(_) => None,
@@ -608,6 +638,7 @@ impl Exchange {
         self.make_room(s, st, to_server);
         names::put_parse(to_server, &s.server_name, &prepare_body(s));
         st.registry.count(|c| c.server_parses += 1);
+        self.counts.server_parses += 1;
         let parsed = Parsed::Statement { statement: s.clone(), name: None, previous: None };
         self.due.push_back(Due::Server { request: Request::Parse { parsed, plain: false }, forward: false });
         let Some(expected) = s.described.borrow().clone() else { return false };
