@@ -202,6 +202,28 @@ async fn the_ini_alone_is_enough() {
     assert!(lane.log().contains("server_check_delay: ignored"), "{}", lane.log());
 }
 
+/// Every address of `listen_addr` is listened on, as by PgBouncer.
+#[tokio::test]
+async fn every_listen_addr_is_listened_on() {
+    let dir = Dir::new("addresses");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let port = free_port();
+    let ini = ini_text("md5", port, "").replace("listen_addr = 127.0.0.1\n", "listen_addr = 127.0.0.1, 127.0.0.2\n");
+    let ini = dir.write("pgbouncer.ini", &ini);
+    let _lane = Alone::start(&ini, dir.0.join("pglane.log"), port);
+    for host in ["127.0.0.1", "127.0.0.2"] {
+        let (client, connection) = tokio_postgres::connect(
+            &format!("host={host} port={port} user=postgres password=secret dbname=app"),
+            tokio_postgres::NoTls,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("connect to {host}:{port}: {e}"));
+        tokio::spawn(connection);
+        let row = client.query_one("SELECT 1", &[]).await.expect("query");
+        assert_eq!(row.get::<_, i32>(0), 1, "through {host}");
+    }
+}
+
 /// PgBouncer's logfile and pidfile: the pidfile names the running pglane
 /// and stops a second one, the logfile gets the log and is opened again
 /// on SIGHUP (logrotate), and the pidfile goes at exit.

@@ -293,7 +293,7 @@ impl ConsoleTables {
             lists: show::lists_table(snapshots, config),
             config: show_config::config_table(config),
             version: show::version_table(),
-            clients: show::clients_table(snapshots, &config.listen),
+            clients: show::clients_table(snapshots, config.listen.first()),
         }
     }
 }

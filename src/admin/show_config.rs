@@ -22,7 +22,9 @@ fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
     }
     let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
     let flag = |b: bool| if b { "1" } else { "0" }.to_owned();
-    let listen = config.listen.parse::<std::net::SocketAddr>().ok();
+    let listen = config.listen_addr().ok();
+    let ips =
+        || config.listen.addresses().iter().map(|a| a.parse::<std::net::SocketAddr>().map_or(a.clone(), |a| a.ip().to_string()));
     Some(match key {
         "admin_users" => config.admin_users.join(","),
         "stats_users" => config.stats_users.join(","),
@@ -43,7 +45,7 @@ fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
         "default_pool_size" => config.default_pool_size.to_string(),
         "disable_pqexec" => "0".into(),
         "idle_transaction_timeout" => seconds(config.idle_transaction_timeout),
-        "listen_addr" => listen.map(|a| a.ip().to_string()).unwrap_or_else(|| config.listen.clone()),
+        "listen_addr" => ips().collect::<Vec<_>>().join(","),
         "listen_port" => listen.map(|a| a.port().to_string()).unwrap_or_default(),
         "logfile" => path(&config.logfile),
         "max_client_conn" => config.max_client_conn.to_string(),
@@ -107,7 +109,7 @@ fn pglane_defaults() -> Config {
 /// pglane's own settings, after PgBouncer's: (key, value, default, changeable).
 fn own_rows(config: &Config, d: &Config) -> Vec<(&'static str, String, String, bool)> {
     vec![
-        ("listen", config.listen.clone(), String::new(), false),
+        ("listen", config.listen.to_string(), String::new(), false),
         ("shutdown_timeout", seconds(config.shutdown_timeout), seconds(d.shutdown_timeout), true),
         ("max_message_size", config.max_message_size.to_string(), d.max_message_size.to_string(), true),
         ("spin_before_park_us", config.spin_before_park_us.to_string(), d.spin_before_park_us.to_string(), true),

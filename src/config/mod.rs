@@ -83,11 +83,54 @@ pub enum AuthType {
     Hba,
 }
 
+/// `listen`: the addresses pglane accepts clients on, written as one
+/// string (`"127.0.0.1:6432"`) or a list of them. The first is the one a
+/// single address stands for (the unix socket's port, SHOW CLIENTS'
+/// local_addr), as PgBouncer's first `listen_addr`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(from = "OneOrMany")]
+pub struct Listen(Vec<String>);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl From<OneOrMany> for Listen {
+    fn from(value: OneOrMany) -> Listen {
+        match value {
+            OneOrMany::One(address) => Listen(vec![address]),
+            OneOrMany::Many(addresses) => Listen(addresses),
+        }
+    }
+}
+
+impl Listen {
+    /// Every address, the first first.
+    pub fn addresses(&self) -> &[String] {
+        &self.0
+    }
+
+    /// The first address ("" for an empty list, which validation refuses).
+    pub fn first(&self) -> &str {
+        self.0.first().map_or("", String::as_str)
+    }
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join(", "))
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Address clients connect to; every shard listens on it (SO_REUSEPORT).
-    pub listen: String,
+    /// Addresses clients connect to (one, or a list); every shard listens on
+    /// each (SO_REUSEPORT).
+    pub listen: Listen,
     #[serde(default)]
     pub pool_mode: PoolMode,
     #[serde(default)]
@@ -966,8 +1009,22 @@ impl Config {
         Some(Path::new(dir).join(format!(".s.PGSQL.{port}")))
     }
 
+    /// The first `listen` address, every one checked.
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.listen.parse().map_err(|_| invalid(format!("listen = {:?} is not an address like \"127.0.0.1:6432\"", self.listen)))
+        if self.listen.addresses().is_empty() {
+            return Err(invalid("listen is an empty list: give at least one address like \"127.0.0.1:6432\""));
+        }
+        let mut parsed = Vec::new();
+        for address in self.listen.addresses() {
+            let addr: SocketAddr = address
+                .parse()
+                .map_err(|_| invalid(format!("listen = {address:?} is not an address like \"127.0.0.1:6432\"")))?;
+            if parsed.contains(&addr) {
+                return Err(invalid(format!("listen has {address} twice")));
+            }
+            parsed.push(addr);
+        }
+        Ok(parsed[0])
     }
 
     pub fn pool_mode_for(&self, database: &str, user: &str) -> PoolMode {
@@ -1134,6 +1191,21 @@ password = "secret"
         assert!(bad("port = [5432, \"x\"]").contains("expected u16"), "{}", bad("port = [5432, \"x\"]"));
         assert!(bad("target_session_attrs = \"read_write\"").contains("read-write"));
         assert!(bad("load_balance_hosts = \"yes\"").contains("random"));
+    }
+
+    #[test]
+    fn listen_is_one_address_or_a_list() {
+        let with = |value: &str| Config::parse(&MINIMAL.replace("listen = \"127.0.0.1:6432\"", &format!("listen = {value}")));
+        assert_eq!(Config::parse(MINIMAL).unwrap().listen.addresses(), ["127.0.0.1:6432"]);
+        let both = with(r#"["127.0.0.1:6432", "[::1]:6432"]"#).unwrap();
+        assert_eq!(both.listen.addresses(), ["127.0.0.1:6432", "[::1]:6432"]);
+        assert_eq!(both.listen.to_string(), "127.0.0.1:6432, [::1]:6432");
+        assert_eq!(both.unix_socket_path(), None);
+        assert_eq!(both.listen_addr().unwrap().to_string(), "127.0.0.1:6432", "the first");
+        let bad = |value: &str| with(value).unwrap_err().to_string();
+        assert!(bad("[]").contains("listen is an empty list"), "{}", bad("[]"));
+        assert!(bad(r#"["127.0.0.1:6432", "x"]"#).contains(r#"listen = "x""#));
+        assert!(bad(r#"["127.0.0.1:6432", "127.0.0.1:6432"]"#).contains("twice"));
     }
 
     #[test]

@@ -504,28 +504,27 @@ impl Translation<'_> {
         Ok(globals)
     }
 
-    /// `listen`, from `listen_addr` (a comma-separated list) and the port.
-    fn listen(&mut self, line: &Line, port: u16) -> Result<Option<String>, IniError> {
-        let mut addresses = line.value.split(',').map(str::trim).filter(|address| !address.is_empty());
-        let Some(first) = addresses.next() else {
-            return Ok(None);
-        };
-        let others: Vec<&str> = addresses.collect();
-        if !others.is_empty() {
-            let message = format!("pglane listens on one address: {first} is used, {} ignored", others.join(", "));
-            self.warn(&line.at, "listen_addr", &message);
+    /// `listen`, from `listen_addr` (a comma-separated list) and the port:
+    /// every address, each once.
+    fn listen(&mut self, line: &Line, port: u16) -> Result<Option<Vec<String>>, IniError> {
+        let mut listen = Vec::new();
+        for address in line.value.split(',').map(str::trim).filter(|address| !address.is_empty()) {
+            let ip: IpAddr = match address {
+                "*" => Ipv4Addr::UNSPECIFIED.into(),
+                "localhost" => Ipv4Addr::LOCALHOST.into(),
+                address => address.parse().map_err(|_| IniError::Unsupported {
+                    at: line.at.clone(),
+                    setting: "listen_addr".into(),
+                    value: address.into(),
+                    reason: "pglane listens on IP addresses; write the address, or * for all IPv4 addresses".into(),
+                })?,
+            };
+            let address = SocketAddr::new(ip, port).to_string();
+            if !listen.contains(&address) {
+                listen.push(address);
+            }
         }
-        let ip: IpAddr = match first {
-            "*" => Ipv4Addr::UNSPECIFIED.into(),
-            "localhost" => Ipv4Addr::LOCALHOST.into(),
-            address => address.parse().map_err(|_| IniError::Unsupported {
-                at: line.at.clone(),
-                setting: "listen_addr".into(),
-                value: address.into(),
-                reason: "pglane listens on IP addresses; write the address, or * for all IPv4 addresses".into(),
-            })?,
-        };
-        Ok(Some(SocketAddr::new(ip, port).to_string()))
+        Ok((!listen.is_empty()).then_some(listen))
     }
 
     /// `session` or `transaction`; PgBouncer's `statement` becomes `transaction`.

@@ -350,7 +350,9 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
     let key_plan = keys::KeyPlan::new(shared.config.load().peer_id, cpus.len());
     let unix_socket = {
         let config = shared.config.load();
-        ensure_port_free(&config.listen, config.so_reuseport)?;
+        for address in config.listen.addresses() {
+            ensure_port_free(address, config.so_reuseport)?;
+        }
         if let Some(metrics) = &config.metrics_listen {
             ensure_port_free(metrics, config.so_reuseport)?;
         }
@@ -374,10 +376,10 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         let ready = ready_tx.clone();
         let handle = rt::start_pinned(&format!("pglane-{id}"), Some(cpu), move || async move {
             let _guard = PanicGuard { shared: shared.clone(), shard: id };
-            let addr = shared.config.load().listen.clone();
-            let listener = match bind_listener(&addr) {
+            let addresses = shared.config.load().listen.addresses().to_vec();
+            let listeners = match addresses.iter().map(|a| bind_listener(a).map_err(|e| (a, e))).collect::<Result<Vec<_>, _>>() {
                 Ok(l) => l,
-                Err(e) => {
+                Err((addr, e)) => {
                     let _ = ready.send(Err(format!("cannot listen on {addr}: {e}")));
                     return;
                 }
@@ -427,7 +429,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 rt::spawn_local(shard.clone().accept_until_stopped(Listener::Tcp(metrics), admit_scraper)).detach();
             }
             let _ = ready.send(Ok(()));
-            shard.run(listener, unix, nudged).await;
+            shard.run(listeners, unix, nudged).await;
         })
         .map_err(|e| format!("cannot start shard {id} on cpu {cpu}: {e}"))?;
         handles.push(handle);
@@ -506,16 +508,20 @@ impl Drop for PanicGuard {
 impl Shard {
     async fn run(
         self: Rc<Self>,
-        listener: rt::net::Listener,
+        listeners: Vec<rt::net::Listener>,
         unix: Option<rt::net::Listener>,
         nudged: std::os::unix::net::UnixStream,
     ) {
         rt::spin_before_park(Duration::from_micros(self.shared.config.load().spin_before_park_us));
         let watcher = rt::spawn_local(self.clone().housekeeping(nudged));
-        let unix = unix.map(|l| rt::spawn_local(self.clone().accept_until_stopped(Listener::Unix(l), Shard::admit)));
-        self.clone().accept_until_stopped(Listener::Tcp(listener), Shard::admit).await;
-        if let Some(unix) = unix {
-            unix.await;
+        let accepting: Vec<_> = listeners
+            .into_iter()
+            .map(Listener::Tcp)
+            .chain(unix.map(Listener::Unix))
+            .map(|l| rt::spawn_local(self.clone().accept_until_stopped(l, Shard::admit)))
+            .collect();
+        for listener in accepting {
+            listener.await;
         }
         info!(shard = self.id, "no longer accepting connections");
         // Only now are the sessions told: every client accepted so far has
