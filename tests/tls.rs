@@ -514,3 +514,62 @@ fn tls_client(port: u16) -> rustls::StreamOwned<rustls::ClientConnection, TcpStr
     let conn = rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
     rustls::StreamOwned::new(conn, s)
 }
+
+// ---------------------------------------------------------------------------
+// pgload, the bundled load tool, as a TLS client
+// ---------------------------------------------------------------------------
+
+/// pgload with `args` through pglane on `port`: 2 connections, 3
+/// transactions of `SELECT 1` each, HOME in a directory without
+/// ~/.postgresql/root.crt. Its exit code and its stdout and stderr.
+fn pgload(port: u16, args: &[&str]) -> (Option<i32>, String) {
+    let dir = certs().ca.parent().unwrap().join("pgload");
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("select.sql");
+    std::fs::write(&script, "SELECT 1;\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_pgload"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-c", "2", "-t", "3", "-f"])
+        .arg(&script)
+        .args(args)
+        .arg("app")
+        .env("PGPASSWORD", "secret")
+        .env("HOME", &dir)
+        .env_remove("PGSSLMODE")
+        .env_remove("PGSSLROOTCERT")
+        .output()
+        .expect("run pgload");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code(), text)
+}
+
+/// pgload's --sslmode means what libpq's sslmode means: prefer (the
+/// default) takes TLS where offered, require insists, verify-full checks
+/// the certificate against --sslrootcert, allow falls back to TLS when a
+/// plaintext login is refused.
+#[test]
+fn pgload_speaks_tls_as_libpq() {
+    let lane = pglane(&client_tls("require"), "127.0.0.1", postgres().port);
+    let ca = certs().ca.to_str().unwrap().to_owned();
+    for args in [&[][..], &["--sslmode", "require"], &["--sslmode", "allow"], &["--sslmode", "verify-full", "--sslrootcert", &ca]]
+    {
+        let (code, text) = pgload(lane.port, args);
+        assert_eq!(code, Some(0), "{args:?}: {text}");
+        assert!(text.contains("tls: 2 of 2 connections") && text.contains("transactions: 6 ok, 0 failed"), "{args:?}: {text}");
+    }
+    let (code, text) = pgload(lane.port, &["--sslmode", "disable"]);
+    assert_eq!(code, Some(1), "pglane requires TLS: {text}");
+    let (code, text) = pgload(lane.port, &["--sslmode", "verify-full"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("needs a root certificate file (sslrootcert)"), "{text}");
+    let other_ca = certs().other_ca.to_str().unwrap().to_owned();
+    let (code, text) = pgload(lane.port, &["--sslmode", "verify-ca", "--sslrootcert", &other_ca]);
+    assert_eq!(code, Some(1), "a certificate another CA signed: {text}");
+
+    let plain = pglane("", "127.0.0.1", postgres().port);
+    let (code, text) = pgload(plain.port, &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("tls: 0 of 2 connections"), "prefer goes on without TLS where none is offered: {text}");
+    let (code, text) = pgload(plain.port, &["--sslmode", "require"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("server does not support SSL, but SSL was required"), "{text}");
+}

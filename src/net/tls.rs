@@ -150,6 +150,23 @@ pub fn server_tls(config: &Config, address: &ServerAddress) -> Option<ServerTls>
     Some(ServerTls { mode: config.server_tls_sslmode, config: tls_config, name })
 }
 
+/// TLS as a libpq client asks a server for it under `sslmode` (pgload's
+/// side, not pglane's): `None` for `disable`; `root_cert` is the CA file
+/// verify-ca and verify-full check the server's certificate against (and
+/// require), `host` the name verify-full checks it for.
+pub fn libpq_client(mode: SslMode, root_cert: Option<&Path>, host: &str) -> Result<Option<ServerTls>, String> {
+    if mode == SslMode::Disable {
+        return Ok(None);
+    }
+    let roots = match root_cert {
+        Some(path) => Some(read_roots("sslrootcert", path)?),
+        None if mode.verifies() => return Err(format!("sslmode = {mode} needs a root certificate file (sslrootcert)")),
+        None => None,
+    };
+    let name = ServerName::try_from(host.to_owned()).map_err(|_| format!("{host:?} is not a name TLS can check"))?;
+    Ok(Some(ServerTls { mode, config: Arc::new(client_config(mode, roots, None)?), name }))
+}
+
 fn trusting_nothing() -> Arc<ClientConfig> {
     let roots = Arc::new(RootCertStore::empty());
     Arc::new(

@@ -14,6 +14,9 @@ use std::time::Duration;
 use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use pglane::auth::{md5_password_hash, md5_salted_response, ScramClient, SCRAM_SHA_256};
+use pglane::config::SslMode;
+use pglane::net::tls::{self, ServerTls, TlsError};
+use pglane::net::Stream;
 use pglane::protocol::backend::{self, Authentication, ErrorFields};
 use pglane::protocol::frame::{parse_header, HEADER_LEN};
 use pglane::protocol::{frontend, startup, ProtocolError};
@@ -64,6 +67,10 @@ pub struct ConnectParams {
     pub database: String,
     pub password: Option<String>,
     pub connect_timeout: Duration,
+    /// TLS as libpq's sslmode and sslrootcert say (never on a unix socket,
+    /// as libpq).
+    pub sslmode: SslMode,
+    pub sslrootcert: Option<PathBuf>,
 }
 
 #[derive(Debug, Error)]
@@ -72,6 +79,8 @@ pub enum ConnError {
     Connect { endpoint: Endpoint, source: io::Error },
     #[error("timed out connecting to {0}")]
     ConnectTimeout(Endpoint),
+    #[error("TLS with {endpoint}: {reason}")]
+    Tls { endpoint: Endpoint, reason: String },
     #[error("server refused the login: {0}")]
     Refused(ErrorFields),
     #[error("authentication failed: {0}")]
@@ -86,11 +95,19 @@ pub enum ConnError {
     Unexpected { tag: u8, during: &'static str },
 }
 
+/// libpq's words for a server that will not do TLS.
+fn tls_reason(e: TlsError) -> String {
+    match e {
+        TlsError::NotOffered(mode) => format!("server does not support SSL, but SSL was required (sslmode = {mode})"),
+        other => other.to_string(),
+    }
+}
+
 impl ConnError {
     /// A short, stable name for counting errors by kind in a report.
     pub fn kind(&self) -> &'static str {
         match self {
-            ConnError::Connect { .. } | ConnError::ConnectTimeout(_) => "connect",
+            ConnError::Connect { .. } | ConnError::ConnectTimeout(_) | ConnError::Tls { .. } => "connect",
             ConnError::Refused(_) | ConnError::Auth(_) => "login",
             ConnError::Closed | ConnError::Io(_) => "connection lost",
             ConnError::Protocol(_) | ConnError::Unexpected { .. } => "protocol",
@@ -100,7 +117,7 @@ impl ConnError {
 
 /// A logged-in connection with its buffers.
 pub struct Connection {
-    socket: Socket,
+    socket: Stream,
     /// Received bytes; `rbuf[rstart..rend]` is not yet consumed.
     rbuf: Vec<u8>,
     rstart: usize,
@@ -112,28 +129,52 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects, logs in (trust, cleartext, md5 or SCRAM-SHA-256) and waits
-    /// for the first ReadyForQuery.
+    /// Connects, asks for TLS as `sslmode` says, logs in (trust, cleartext,
+    /// md5 or SCRAM-SHA-256) and waits for the first ReadyForQuery. As libpq,
+    /// `allow` tries without TLS first and again with it if the login is
+    /// refused.
     pub async fn open(params: &ConnectParams) -> Result<Connection, ConnError> {
         let timeout = params.connect_timeout;
         let open = async {
-            let mut conn = Connection::connect(&params.endpoint).await?;
-            conn.login(params).await?;
-            Ok(conn)
+            let tls = match &params.endpoint {
+                Endpoint::Tcp { host, .. } => tls::libpq_client(params.sslmode, params.sslrootcert.as_deref(), host)
+                    .map_err(|reason| ConnError::Tls { endpoint: params.endpoint.clone(), reason })?,
+                Endpoint::Unix(_) => None,
+            };
+            let first_without_tls = params.sslmode == SslMode::Allow;
+            let mut conn = Connection::connect(&params.endpoint, tls.as_ref().filter(|_| !first_without_tls)).await?;
+            match conn.login(params).await {
+                Err(ConnError::Refused(_)) if first_without_tls && tls.is_some() => {
+                    let mut conn = Connection::connect(&params.endpoint, tls.as_ref()).await?;
+                    conn.login(params).await?;
+                    Ok(conn)
+                }
+                done => done.map(|()| conn),
+            }
         };
         pglane::rt::with_timeout(timeout, open).await.unwrap_or_else(|| Err(ConnError::ConnectTimeout(params.endpoint.clone())))
     }
 
-    async fn connect(endpoint: &Endpoint) -> Result<Connection, ConnError> {
+    /// Whether the connection is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.socket.is_tls()
+    }
+
+    async fn connect(endpoint: &Endpoint, tls: Option<&ServerTls>) -> Result<Connection, ConnError> {
         let failed = |source: io::Error| ConnError::Connect { endpoint: endpoint.clone(), source };
-        let socket = match endpoint {
+        let mut socket = match endpoint {
             Endpoint::Tcp { host, port } => {
                 let socket = Socket::connect_tcp((host.as_str(), *port)).await.map_err(failed)?;
                 socket.set_nodelay(true).map_err(failed)?;
-                socket
+                Stream::Plain(socket)
             }
-            Endpoint::Unix(path) => Socket::connect_unix(path).map_err(failed)?,
+            Endpoint::Unix(path) => Stream::Plain(Socket::connect_unix(path).map_err(failed)?),
         };
+        if let Some(tls) = tls {
+            tls::negotiate(&mut socket, tls)
+                .await
+                .map_err(|e| ConnError::Tls { endpoint: endpoint.clone(), reason: tls_reason(e) })?;
+        }
         Ok(Connection {
             socket,
             rbuf: vec![0; READ_CHUNK],

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser, ValueEnum};
+use pglane::config::SslMode;
 use thiserror::Error;
 
 use crate::conn::{ConnectParams, Endpoint};
@@ -26,7 +27,9 @@ Examples:
 
 Connection defaults follow libpq: -h from PGHOST (else /var/run/postgresql),
 -p from PGPORT (else 5432), -U from PGUSER (else the OS user), the database from
-PGDATABASE (else the user name). The password comes only from PGPASSWORD.
+PGDATABASE (else the user name), --sslmode from PGSSLMODE (else prefer: TLS if
+the server offers it; never on a unix socket), --sslrootcert from PGSSLROOTCERT.
+The password comes only from PGPASSWORD.
 
 Exit status: 0 all transactions succeeded, 1 pgload could not run (bad options,
 no connection, setup failed), 2 the run finished but some transactions failed.";
@@ -55,6 +58,16 @@ pub struct Options {
     /// Seconds to wait for each connection to open and log in
     #[arg(long, value_name = "SECS", default_value_t = 10.0, help_heading = "Connection")]
     pub connect_timeout: f64,
+
+    /// TLS as libpq's sslmode: disable, allow, prefer, require, verify-ca or
+    /// verify-full [default: PGSSLMODE, else prefer]
+    #[arg(long, value_name = "MODE", value_parser = parse_sslmode, help_heading = "Connection")]
+    pub sslmode: Option<SslMode>,
+
+    /// CA certificate file that verify-ca and verify-full check the server's
+    /// certificate against [default: PGSSLROOTCERT, else ~/.postgresql/root.crt if it exists]
+    #[arg(long, value_name = "FILE", help_heading = "Connection")]
+    pub sslrootcert: Option<PathBuf>,
 
     /// Database to connect to
     #[arg(value_name = "DBNAME")]
@@ -203,6 +216,8 @@ pub enum OptionsError {
     ReadFile { path: PathBuf, source: std::io::Error },
     #[error("{path}: {source}")]
     Script { path: String, source: ScriptError },
+    #[error("PGSSLMODE: {0}")]
+    SslMode(String),
 }
 
 impl Options {
@@ -258,6 +273,16 @@ impl Options {
         let port = self.port.or_else(|| env("PGPORT").and_then(|p| p.parse().ok())).unwrap_or(5432);
         let user = self.user.or_else(|| env("PGUSER")).or_else(|| env("USER")).unwrap_or_else(|| "postgres".to_owned());
         let database = self.dbname.or_else(|| env("PGDATABASE")).unwrap_or_else(|| user.clone());
+        let sslmode = match self.sslmode {
+            Some(mode) => mode,
+            None => {
+                env("PGSSLMODE").map(|m| parse_sslmode(&m)).transpose().map_err(OptionsError::SslMode)?.unwrap_or(SslMode::Prefer)
+            }
+        };
+        let sslrootcert = self.sslrootcert.or_else(|| env("PGSSLROOTCERT").map(PathBuf::from)).or_else(|| {
+            let default = PathBuf::from(env("HOME")?).join(".postgresql/root.crt");
+            default.exists().then_some(default)
+        });
 
         let cores = self.cores.unwrap_or(online_cpus.len().max(1)).min(self.connections);
         let online = if online_cpus.is_empty() { &[0][..] } else { online_cpus };
@@ -271,6 +296,8 @@ impl Options {
                 database,
                 password: env("PGPASSWORD"),
                 connect_timeout: Duration::from_secs_f64(self.connect_timeout),
+                sslmode,
+                sslrootcert,
             },
             setup: !self.no_setup && matches!(workload, Workload::Builtin(_)),
             setup_only: self.initialize,
@@ -292,6 +319,19 @@ impl Options {
             json: self.json,
         })
     }
+}
+
+/// libpq's sslmode names.
+fn parse_sslmode(s: &str) -> Result<SslMode, String> {
+    Ok(match s {
+        "disable" => SslMode::Disable,
+        "allow" => SslMode::Allow,
+        "prefer" => SslMode::Prefer,
+        "require" => SslMode::Require,
+        "verify-ca" => SslMode::VerifyCa,
+        "verify-full" => SslMode::VerifyFull,
+        other => return Err(format!("invalid sslmode {other:?}: disable, allow, prefer, require, verify-ca or verify-full")),
+    })
 }
 
 /// `10`, `10s`, `1.5s`, `500ms`, `2m`: a bare number is seconds, as in pgbench -T.
@@ -316,6 +356,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn plan(args: &[&str]) -> Result<Plan, String> {
         plan_env(args, &[])
@@ -353,6 +394,21 @@ mod tests {
         assert_eq!((p.connect.user.as_str(), p.connect.database.as_str()), ("carol", "shop"));
         assert_eq!(p.connect.endpoint, Endpoint::Unix("/var/run/postgresql/.s.PGSQL.5432".into()));
         assert_eq!(p.connect.password, None);
+    }
+
+    #[test]
+    fn sslmode_as_libpq() {
+        let p = plan(&[]).unwrap();
+        assert_eq!((p.connect.sslmode, p.connect.sslrootcert), (SslMode::Prefer, None), "libpq's default");
+        let p = plan_env(&[], &[("PGSSLMODE", "verify-full"), ("PGSSLROOTCERT", "/etc/ca.pem")]).unwrap();
+        assert_eq!((p.connect.sslmode, p.connect.sslrootcert.as_deref()), (SslMode::VerifyFull, Some(Path::new("/etc/ca.pem"))));
+        let p = plan_env(&["--sslmode", "disable", "--sslrootcert", "ca.pem"], &[("PGSSLMODE", "require")]).unwrap();
+        assert_eq!((p.connect.sslmode, p.connect.sslrootcert.as_deref()), (SslMode::Disable, Some(Path::new("ca.pem"))));
+        for mode in ["allow", "prefer", "require", "verify-ca"] {
+            assert_eq!(plan(&["--sslmode", mode]).unwrap().connect.sslmode.to_string(), mode);
+        }
+        assert!(plan(&["--sslmode", "on"]).unwrap_err().contains("invalid sslmode \"on\""));
+        assert!(plan_env(&[], &[("PGSSLMODE", "yes")]).unwrap_err().contains("PGSSLMODE: invalid sslmode"));
     }
 
     #[test]

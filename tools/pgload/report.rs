@@ -39,6 +39,8 @@ pub struct Report {
     pub protocol: Protocol,
     pub result_format: ResultFormat,
     pub connections: usize,
+    /// Connections that negotiated TLS (--sslmode).
+    pub tls_connections: u64,
     pub cores: usize,
     /// Target rate of an open-loop run (transactions per second), else null.
     pub rate: Option<f64>,
@@ -72,6 +74,7 @@ impl Report {
             protocol: plan.protocol,
             result_format: plan.result_format,
             connections: plan.connections,
+            tls_connections: stats.tls_connections,
             cores: plan.cpus.len(),
             rate: plan.rate,
             duration_s: secs,
@@ -115,6 +118,7 @@ impl Report {
         );
         let _ = writeln!(s, "server: {} database {} user {}", self.server, self.database, self.user);
         let _ = writeln!(s, "load: {} connections on {} cores, {run}, {pace}", self.connections, self.cores);
+        let _ = writeln!(s, "tls: {} of {} connections", self.tls_connections, self.connections);
         let _ = writeln!(s, "duration: {:.3} s", self.duration_s);
         let _ = writeln!(s, "transactions: {} ok, {} failed", self.transactions, self.failed);
         let _ = writeln!(s, "tps: {:.1}", self.tps);

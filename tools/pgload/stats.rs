@@ -25,6 +25,8 @@ pub struct Stats {
     pub errors: BTreeMap<String, u64>,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// Connections that negotiated TLS.
+    pub tls_connections: u64,
     /// When the first transaction began and the last one ended.
     pub first_start: Option<Instant>,
     pub last_end: Option<Instant>,
@@ -41,6 +43,7 @@ impl Default for Stats {
             errors: BTreeMap::new(),
             bytes_sent: 0,
             bytes_received: 0,
+            tls_connections: 0,
             first_start: None,
             last_end: None,
         }
@@ -75,6 +78,7 @@ impl Stats {
         }
         self.bytes_sent += other.bytes_sent;
         self.bytes_received += other.bytes_received;
+        self.tls_connections += other.tls_connections;
         self.first_start = earliest(self.first_start, other.first_start);
         self.last_end = latest(self.last_end, other.last_end);
     }

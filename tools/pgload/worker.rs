@@ -77,9 +77,13 @@ async fn run_core(plan: Arc<Plan>, core: usize, start: Arc<Start>, scale: u32, t
         .collect();
     let mut sessions = Vec::new();
     let mut connect_errors = Vec::new();
+    let mut tls_connections = 0;
     for task in opening {
         match task.await {
-            (id, Ok(conn)) => sessions.push((id, Session::new(conn, plan.protocol, plan.result_format, &plan.script))),
+            (id, Ok(conn)) => {
+                tls_connections += u64::from(conn.is_tls());
+                sessions.push((id, Session::new(conn, plan.protocol, plan.result_format, &plan.script)));
+            }
             (_, Err(e)) => connect_errors.push(e),
         }
     }
@@ -97,7 +101,7 @@ async fn run_core(plan: Arc<Plan>, core: usize, start: Arc<Start>, scale: u32, t
     }
 
     let began = Instant::now();
-    let stats = Rc::new(RefCell::new(Stats::default()));
+    let stats = Rc::new(RefCell::new(Stats { tls_connections, ..Stats::default() }));
     let interval = Rc::new(RefCell::new(Stats::default()));
     let ticker = match (plan.progress, ticks) {
         (Some(every), Some(tx)) => Some(pglane::rt::spawn_local(tick(began, every, interval.clone(), tx))),
