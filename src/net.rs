@@ -95,6 +95,17 @@ impl Stream {
         matches!(self, Stream::Tls(_))
     }
 
+    /// Says no more will be written (the TCP or unix socket's write side
+    /// shut, under TLS too), so the peer reads the end of the stream while
+    /// this side can still read what it says before it closes.
+    pub fn shut_writing(&self) -> io::Result<()> {
+        // SAFETY: shutdown on the socket this stream owns, open while it lives.
+        match unsafe { libc::shutdown(self.as_raw_fd(), libc::SHUT_WR) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
     /// This end's TCP address (SHOW SERVERS' local_addr); None over a unix
     /// socket.
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {

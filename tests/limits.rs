@@ -210,3 +210,34 @@ async fn the_reserve_serves_a_client_that_waited_reserve_pool_timeout() {
     assert_eq!(backends(&monitor, "limits_reserve", None).await, 2);
     holder.batch_execute("commit").await.unwrap();
 }
+
+/// A connection that closes (RECONNECT replaces it when it comes back)
+/// frees its slot for a waiting client only once its backend has gone:
+/// PostgreSQL never sees pool_size + 1 backends, not even for the moment an
+/// old backend takes to exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_closing_connection_frees_its_slot_only_once_its_backend_has_gone() {
+    let lane =
+        start(&["limits_close"], &format!("admin_users = [\"postgres\"]\n{}", database("app", "limits_close", "pool_size = 2")));
+    let done = Arc::new(AtomicBool::new(false));
+    let most = watch("limits_close", None, done.clone());
+    let reconnecting = {
+        let done = done.clone();
+        let admin = connect(lane.port, "postgres", "secret", "pgbouncer").await;
+        tokio::spawn(async move {
+            let mut reconnects = 0;
+            while !done.load(Ordering::SeqCst) {
+                admin.simple_query("RECONNECT app").await.expect("RECONNECT");
+                reconnects += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            reconnects
+        })
+    };
+    let finished = load(lane.port, &[("postgres", "secret", "app")], 6, 60).await;
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(finished, 6);
+    assert!(reconnecting.await.unwrap() > 20, "connections were replaced all along");
+    let most = most.await.unwrap();
+    assert!((1..=2).contains(&most), "{most} server connections for pool_size 2");
+}

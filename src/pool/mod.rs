@@ -36,7 +36,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::prepare::Statement;
-use crate::server::{ConnectionOutput, ServerConn, ServerError, ServerSession, ServerTarget};
+use crate::server::{ConnectionOutput, Goodbye, ServerConn, ServerError, ServerSession, ServerTarget};
 pub use budget::{Budget, BudgetOf};
 
 /// Values of reported settings a pool remembers the server's spelling of.
@@ -228,16 +228,16 @@ pub struct Pool {
     warming: Cell<bool>,
     /// Tells the other pools under its budgets, on any shard (see [`BudgetNews`]).
     budget_news: RefCell<Option<Box<dyn Fn(BudgetNews, &Rc<[Arc<Budget>]>)>>>,
-    /// Connections closing for another pool whose backends have not gone
-    /// yet ([`Pool::retire_for_another`]); counted in `open` until then.
-    retiring: Cell<usize>,
-    /// Itself, for the tasks that retire connections.
+    /// Connections closing whose backends have not gone yet
+    /// ([`Pool::close`]); counted in `open` until then.
+    closing: Cell<usize>,
+    /// Itself, for the tasks that close connections.
     me: Weak<Pool>,
 }
 
-/// How long a connection given up for another pool may take to end before
-/// its units are given back regardless (a server that does not answer).
-const RETIRE_WAIT: Duration = Duration::from_secs(1);
+/// How long a closing connection may take to end before its units are
+/// given back regardless (a server that does not answer).
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// What a pool tells the other pools under its budgets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,7 +305,7 @@ impl Pool {
             blocked_on: Cell::new(0),
             warming: Cell::new(false),
             budget_news: RefCell::new(None),
-            retiring: Cell::new(0),
+            closing: Cell::new(0),
             me: me.clone(),
         })
     }
@@ -464,7 +464,7 @@ impl Pool {
             0 => self.settled_open() > self.keep.get() && budget.wanted_by_others(self.wanting.get() == Some(0)),
             // One connection at a time: the next yields once that one's
             // units are back, if they are still wanted.
-            _ => self.retiring.get() == 0 && budget.wanted_by_others(self.wanting.get() == Some(i)),
+            _ => self.closing.get() == 0 && budget.wanted_by_others(self.wanting.get() == Some(i)),
         };
         if !gives {
             return;
@@ -475,27 +475,35 @@ impl Pool {
         }
     }
 
-    /// Connections open and not closing for another pool.
+    /// Connections open and not closing.
     fn settled_open(&self) -> usize {
-        self.open.get() - self.retiring.get()
+        self.open.get() - self.closing.get()
     }
 
-    /// Closes `conn` so that its units go to another pool: they come back
-    /// once the server has ended its backend ([`ServerConn::terminate`]),
-    /// not before, or PostgreSQL would for a moment see the old backend and
-    /// the one the other pool opens: one over the limit they share.
+    /// Closes `conn` so that its units go to another pool ([`Pool::close`]).
     fn retire_for_another(&self, conn: Box<ServerConn>) {
         self.bump(|s| s.yielded += 1);
+        self.close(conn, Goodbye::Terminate, Pool::give_slot_back);
+    }
+
+    /// Closes `conn`, then frees its slot with `free` (to a waiter,
+    /// [`Pool::slot_freed`], or to the budgets, [`Pool::give_slot_back`])
+    /// once the server has ended its backend ([`ServerConn::end`]), not
+    /// before: or PostgreSQL would for a moment see the old backend and the
+    /// one opened in its slot, one over the limit they share. It costs a
+    /// waiter the server's goodbye (well under a millisecond on a LAN),
+    /// only when a connection closes.
+    fn close(&self, conn: Box<ServerConn>, goodbye: Goodbye, free: fn(&Pool)) {
         let Some(pool) = self.me.upgrade() else {
             drop(conn);
-            self.give_slot_back();
+            free(self);
             return;
         };
-        self.retiring.set(self.retiring.get() + 1);
+        self.closing.set(self.closing.get() + 1);
         crate::rt::spawn_local(async move {
-            conn.terminate(RETIRE_WAIT).await;
-            pool.retiring.set(pool.retiring.get() - 1);
-            pool.give_slot_back();
+            conn.end(goodbye, CLOSE_WAIT).await;
+            pool.closing.set(pool.closing.get() - 1);
+            free(&pool);
         })
         .detach();
     }
@@ -882,8 +890,8 @@ impl Pool {
             closed
         };
         let n = closed.len();
-        for _ in closed {
-            self.slot_freed();
+        for conn in closed {
+            self.close(conn, Goodbye::Terminate, Pool::slot_freed);
         }
         n
     }
@@ -937,8 +945,7 @@ impl Pool {
     /// A connection comes back idle and clean.
     fn checkin(&self, mut conn: Box<ServerConn>) {
         if conn.generation < self.generation.get() || self.over_budget() || !self.keeps_host(&conn) {
-            drop(conn);
-            self.slot_freed();
+            self.close(conn, Goodbye::Terminate, Pool::slot_freed);
             return;
         }
         if self.owes_a_yield() {
@@ -1044,10 +1051,10 @@ impl std::ops::DerefMut for Lease {
 
 impl Drop for Lease {
     /// Dropped without `release`: the connection's state is unknown, so it is
-    /// closed and its slot freed.
+    /// closed (hung up on) and its slot freed once its backend has gone.
     fn drop(&mut self) {
-        if self.conn.take().is_some() {
-            self.pool.slot_freed();
+        if let Some(conn) = self.conn.take() {
+            self.pool.close(conn, Goodbye::HangUp, Pool::slot_freed);
         }
     }
 }

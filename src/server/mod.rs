@@ -527,26 +527,36 @@ impl ServerConn {
     }
 
     /// Ends the session and returns once its backend has gone, or after
-    /// `limit`: Terminate, then reads to the end. PostgreSQL closes the
+    /// `limit`: says `goodbye`, then reads to the end. PostgreSQL closes the
     /// socket last as its backend exits, after the backend has left
     /// pg_stat_activity and given its connection slot back; so a connection
     /// opened after this returns is never one over a limit to PostgreSQL.
-    pub async fn terminate(mut self: Box<Self>, limit: Duration) {
-        let goodbye = async {
-            let mut out = BytesMut::new();
-            frontend::terminate(&mut out);
-            if self.stream.write_all(&out).await.is_err() {
-                return;
+    pub async fn end(mut self: Box<Self>, goodbye: Goodbye, limit: Duration) {
+        let ended = async {
+            match goodbye {
+                Goodbye::Terminate => {
+                    let mut out = BytesMut::new();
+                    frontend::terminate(&mut out);
+                    if self.stream.write_all(&out).await.is_err() {
+                        return;
+                    }
+                }
+                Goodbye::HangUp => {
+                    if self.stream.shut_writing().is_err() {
+                        return;
+                    }
+                }
             }
             let mut rest = [0u8; 256];
-            // Whatever the server still says (a notice) is for nobody.
+            // Whatever the server still says (a notice, the end of an
+            // abandoned query's answer) is for nobody.
             while let Ok(n) = futures_lite::AsyncReadExt::read(&mut self.stream, &mut rest).await {
                 if n == 0 {
                     break;
                 }
             }
         };
-        crate::rt::with_timeout(limit, goodbye).await;
+        crate::rt::with_timeout(limit, ended).await;
     }
 
     /// A connection that has been idle may have been closed by the server
@@ -554,6 +564,17 @@ impl ServerConn {
     pub fn is_healthy(&self) -> bool {
         self.stream.is_quiet_and_open()
     }
+}
+
+/// How pglane ends a server session ([`ServerConn::end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Goodbye {
+    /// The conversation is at rest: Terminate, as a client leaving.
+    Terminate,
+    /// The conversation was left halfway (a message may be half sent):
+    /// the write side is shut, and the backend ends at the next read, as
+    /// when a client's connection drops.
+    HangUp,
 }
 
 /// Sends a CancelRequest for what `key`'s backend runs, and returns once
