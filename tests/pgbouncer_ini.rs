@@ -41,6 +41,10 @@ fn rolpassword(role: &str) -> String {
     postgres().psql(&format!("SELECT rolpassword FROM pg_authid WHERE rolname = '{role}'"))
 }
 
+/// The warning pglane logs for line 13 of [`ini_text`]'s file, which it
+/// reads differently from PgBouncer (PgBouncer listens on both addresses).
+const READ_DIFFERENTLY: &str = "13: listen_addr: pglane listens on one address";
+
 /// A pgbouncer.ini in front of the test PostgreSQL; `extra` goes into [pgbouncer].
 fn ini_text(auth_type: &str, listen_port: u16, extra: &str) -> String {
     format!(
@@ -56,7 +60,7 @@ listen_port = {listen_port}
 auth_type = {auth_type}
 auth_file = userlist.txt
 pool_mode = transaction
-server_check_delay = 3600
+listen_addr = 127.0.0.1, 127.0.0.2
 {extra}
 ",
         port = postgres().port
@@ -89,8 +93,8 @@ async fn plaintext_and_md5_users_log_in_through_an_imported_ini() {
     assert_eq!(current_user(lane.port, "scramuser", "scrampass", "scram_app").await, "scramuser");
     let wrong = try_connect(lane.port, "scramuser", "nope", "scram_app").await.expect_err("a wrong password fails");
     assert_eq!(wrong.as_db_error().map(|e| e.code().code()), Some("28P01"), "{wrong}");
-    // What the ini has that pglane ignores is in the log, with file and line.
-    lane.wait_for_log(&format!("{}:13: server_check_delay: ignored", ini.display()), Duration::from_secs(5));
+    // What pglane reads differently is in the log, with file and line.
+    lane.wait_for_log(&format!("{}:{READ_DIFFERENTLY}", ini.display()), Duration::from_secs(5));
 }
 
 #[tokio::test]
@@ -150,6 +154,42 @@ async fn hba_rules_and_auth_query_carry_over_from_an_ini() {
     assert!(uncovered.as_db_error().is_some_and(|e| e.message().starts_with("no pg_hba.conf entry")), "{uncovered:?}");
 }
 
+/// The value SHOW CONFIG gives for `key`.
+async fn show_config(client: &tokio_postgres::Client, key: &str) -> Option<String> {
+    let rows = client.simple_query("SHOW CONFIG").await.expect("SHOW CONFIG");
+    rows.iter().find_map(|message| match message {
+        tokio_postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some(key) => row.get(1).map(str::to_owned),
+        _ => None,
+    })
+}
+
+/// PgBouncer's TCP settings are set on pglane's sockets (the options
+/// themselves are `net`'s unit test): pglane starts with them, serves, and
+/// SHOW CONFIG says what it runs with.
+#[tokio::test]
+async fn tcp_settings_from_an_ini_are_honoured() {
+    let dir = Dir::new("tcp");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let extra = "admin_users = postgres\ntcp_keepalive = 1\ntcp_keepidle = 30\ntcp_keepintvl = 5\ntcp_keepcnt = 3\n\
+                 tcp_user_timeout = 20000\ntcp_socket_buffer = 262144\nlisten_backlog = 64\ntcp_defer_accept = 1\n";
+    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, extra));
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    assert_eq!(current_user(lane.port, "postgres", "secret", "app").await, "postgres");
+    let console = connect(lane.port, "postgres", "secret", "pgbouncer").await;
+    for (key, value) in [
+        ("tcp_keepalive", "1"),
+        ("tcp_keepidle", "30"),
+        ("tcp_keepintvl", "5"),
+        ("tcp_keepcnt", "3"),
+        ("tcp_user_timeout", "20000"),
+        ("tcp_socket_buffer", "262144"),
+        ("listen_backlog", "64"),
+        ("tcp_defer_accept", "1"),
+    ] {
+        assert_eq!(show_config(&console, key).await.as_deref(), Some(value), "{key}");
+    }
+}
+
 /// A pglane child run with nothing but `--pgbouncer-ini`, killed when dropped.
 struct Alone {
     child: Child,
@@ -199,7 +239,7 @@ async fn the_ini_alone_is_enough() {
     let ini = dir.write("pgbouncer.ini", &ini_text("md5", port, ""));
     let lane = Alone::start(&ini, dir.0.join("pglane.log"), port);
     assert_eq!(current_user(port, "postgres", "secret", "app").await, "postgres");
-    assert!(lane.log().contains("server_check_delay: ignored"), "{}", lane.log());
+    assert!(lane.log().contains(READ_DIFFERENTLY), "{}", lane.log());
 }
 
 /// PgBouncer's logfile and pidfile: the pidfile names the running pglane
@@ -217,7 +257,7 @@ async fn logfile_and_pidfile_as_pgbouncer_keeps_them() {
     assert_eq!(fs::read_to_string(&pidfile).unwrap(), format!("{pid}\n"));
     assert_eq!(current_user(port, "postgres", "secret", "app").await, "postgres");
     let logged = fs::read_to_string(&logfile).unwrap();
-    assert!(logged.contains("starting") && logged.contains("server_check_delay: ignored"), "{logged}");
+    assert!(logged.contains("starting") && logged.contains(READ_DIFFERENTLY), "{logged}");
 
     // A second pglane with the same pidfile does not start.
     let second = Command::new(common::pglane_bin()).arg(&ini).output().unwrap();
@@ -234,7 +274,7 @@ async fn logfile_and_pidfile_as_pgbouncer_keeps_them() {
     }
     // The ini's warnings were logged at start, not again at the reload.
     let reloaded = fs::read_to_string(&logfile).unwrap();
-    assert!(!reloaded.contains("server_check_delay: ignored"), "{reloaded}");
+    assert!(!reloaded.contains(READ_DIFFERENTLY), "{reloaded}");
 
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let status = lane.child.wait().unwrap();
@@ -259,14 +299,15 @@ fn text(bytes: &[u8]) -> String {
 fn check_validates_an_ini_and_prints_its_warnings() {
     let dir = Dir::new("check");
     dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{}\"\n", rolpassword("md5user")));
-    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, "syslog = 1"));
+    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, "syslog = 0\npkt_buf = 8192"));
     let flag = Path::new("--pgbouncer-ini");
     let out = check(&[flag, &ini]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(text(&out.stdout), format!("{}: ok\n", ini.display()));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains(&format!("warning: {}:13: server_check_delay: ignored", ini.display())), "{stderr}");
-    assert!(stderr.contains(&format!("warning: {}:14: syslog: ignored", ini.display())), "{stderr}");
+    assert!(stderr.contains(&format!("warning: {}:{READ_DIFFERENTLY}", ini.display())), "{stderr}");
+    // What pglane already does is accepted without a word.
+    assert!(!stderr.contains("syslog") && !stderr.contains("pkt_buf"), "{stderr}");
 
     // PgBouncer's command line: the ini alone, as its argument.
     let out = Command::new(common::pglane_bin()).arg("--check").arg(&ini).output().unwrap();
@@ -295,6 +336,11 @@ fn check_validates_an_ini_and_prints_its_warnings() {
     let out = check(&[flag, &bad]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(text(&out.stderr).contains(&format!("{}:10: auth_type = cert is not supported", bad.display())), "{out:?}");
+    // A setting pglane cannot honour: refused, not ignored.
+    let syslog = dir.write("syslog.ini", &ini_text("md5", 6432, "syslog = 1"));
+    let out = check(&[flag, &syslog]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains(&format!("{}:14: syslog = 1 is not supported: ", syslog.display())), "{out:?}");
     dir.write("userlist.txt", "\"postgres\" \"secret\"\nmd5user md5pass\n");
     let out = check(&[flag, &ini]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -310,5 +356,5 @@ fn the_shipped_example_checks() {
     let example = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/pgbouncer.ini"));
     let out = check(&[Path::new("--pgbouncer-ini"), example]);
     assert!(out.status.success(), "{out:?}");
-    assert!(text(&out.stderr).contains("pgbouncer.ini:") && text(&out.stderr).contains("client_encoding: ignored"), "{out:?}");
+    assert!(text(&out.stderr).contains("userlist.txt:") && text(&out.stderr).contains("user legacy: md5 secret"), "{out:?}");
 }

@@ -186,6 +186,37 @@ pub struct Config {
     /// the port; any other process holding it is still refused.
     #[serde(default)]
     pub so_reuseport: bool,
+    /// Connections the kernel queues on each shard's listening socket until
+    /// pglane accepts them (listen(2)'s backlog). Fixed until restart.
+    #[serde(default = "defaults::listen_backlog")]
+    pub listen_backlog: u32,
+    /// TCP_DEFER_ACCEPT on the listening sockets: a client connection is
+    /// accepted once it has sent its first packet. Fixed until restart.
+    #[serde(default)]
+    pub tcp_defer_accept: bool,
+    /// TCP keepalive (SO_KEEPALIVE) on client and server connections, so
+    /// that a peer that vanished without a word is noticed.
+    #[serde(default = "defaults::on")]
+    pub tcp_keepalive: bool,
+    /// Seconds a connection is idle before the first keepalive probe; 0: the
+    /// system's (net.ipv4.tcp_keepalive_time).
+    #[serde(default)]
+    pub tcp_keepidle: u32,
+    /// Seconds between keepalive probes; 0: the system's.
+    #[serde(default)]
+    pub tcp_keepintvl: u32,
+    /// Keepalive probes unanswered before the connection is dropped; 0: the
+    /// system's.
+    #[serde(default)]
+    pub tcp_keepcnt: u32,
+    /// Milliseconds data sent on a connection may stay unacknowledged before
+    /// the connection is dropped (TCP_USER_TIMEOUT); 0: the system's.
+    #[serde(default)]
+    pub tcp_user_timeout: u32,
+    /// Bytes of kernel send and receive buffer of each TCP connection
+    /// (SO_SNDBUF, SO_RCVBUF); 0: the system's.
+    #[serde(default)]
+    pub tcp_socket_buffer: u32,
     /// Seconds a client that needs a new server connection keeps waiting
     /// while no host of its database can serve it (refused, down, shutting
     /// down, or not what target_session_attrs asks for: a failover in
@@ -372,6 +403,9 @@ mod defaults {
     }
     pub fn unix_socket_mode() -> u32 {
         0o777
+    }
+    pub fn listen_backlog() -> u32 {
+        1024
     }
     pub fn max_client_conn() -> usize {
         10_000
@@ -823,6 +857,18 @@ impl Config {
         Ok(config)
     }
 
+    /// The options each client and server TCP connection gets.
+    pub fn tcp_tuning(&self) -> crate::net::TcpTuning {
+        crate::net::TcpTuning {
+            keepalive: self.tcp_keepalive,
+            keepidle: self.tcp_keepidle,
+            keepintvl: self.tcp_keepintvl,
+            keepcnt: self.tcp_keepcnt,
+            user_timeout_ms: self.tcp_user_timeout,
+            socket_buffer: self.tcp_socket_buffer,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
         self.metrics_addr()?;
@@ -855,6 +901,20 @@ impl Config {
         }
         if self.relay_buffer_size < 8 * 1024 {
             return Err(invalid("relay_buffer_size must be at least 8192 bytes"));
+        }
+        // Linux's own bounds (MAX_TCP_KEEPIDLE, MAX_TCP_KEEPINTVL,
+        // MAX_TCP_KEEPCNT): past them every connection would fail to open.
+        for (name, value, max) in [
+            ("tcp_keepidle", self.tcp_keepidle, 32767),
+            ("tcp_keepintvl", self.tcp_keepintvl, 32767),
+            ("tcp_keepcnt", self.tcp_keepcnt, 127),
+            ("tcp_user_timeout", self.tcp_user_timeout, i32::MAX as u32),
+            ("tcp_socket_buffer", self.tcp_socket_buffer, i32::MAX as u32),
+            ("listen_backlog", self.listen_backlog, i32::MAX as u32),
+        ] {
+            if value > max {
+                return Err(invalid(format!("{name} must be at most {max}")));
+            }
         }
         if self.spin_before_park_us > MAX_SPIN_BEFORE_PARK_US {
             return Err(invalid(format!("spin_before_park_us must be at most {MAX_SPIN_BEFORE_PARK_US} (10 ms)")));

@@ -5,13 +5,14 @@
 //! into an ordinary [`Config`] that has passed [`Config::validate`]: nothing
 //! downstream knows where a config came from. It is pure — files are read
 //! through a loader the caller passes, except in [`load`], the file-system
-//! entry point — and it returns what it could not carry over as [`Warning`]s
-//! rather than logging them. It never starts anything and never prints a
+//! entry point — and it returns what it reads differently from PgBouncer as
+//! [`Warning`]s rather than logging them. It never starts anything and never prints a
 //! secret.
 //!
 //! One format per submodule: [`ini`] (sections, comments, `%include`),
 //! [`connstr`] (the `[databases]` and `[users]` strings), [`userlist`] (the
-//! auth_file), and [`unsupported`] (why an ignored setting is ignored).
+//! auth_file), and [`unsupported`] (what pglane does with the settings it
+//! does not carry over: accept or refuse).
 //!
 //! # What carries over
 //!
@@ -37,16 +38,22 @@
 //! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]`; `*` → `[databases."*"]` |
 //! | `[databases]` `host=a,b port=5432,5433` (libpq's lists), `target_session_attrs`, `load_balance_hosts` | the same, as TOML lists |
 //! | `so_reuseport` | the same (rolling restarts; see `crate::runtime::listeners`) |
+//! | `listen_backlog`, `tcp_defer_accept`, `tcp_keepalive`, `tcp_keepidle`, `tcp_keepintvl`, `tcp_keepcnt`, `tcp_user_timeout`, `tcp_socket_buffer` | the same, on the same sockets (`crate::net::TcpTuning`) |
 //! | `server_tls_sslmode` (PgBouncer's default `prefer` when unset) and the other `client_tls_*` / `server_tls_*` modes and files | the same |
 //! | `[users]` `pool_mode` | `[users.NAME] pool_mode` |
 //! | `peer_id`, `[peers]` `host port` | `peer_id`, `[peers.ID] host port` (a `pool_size` is warned: pglane opens a connection per forwarded cancel) |
 //!
-//! Every other setting, parameter or section becomes one [`Warning`] naming
-//! the file, line and setting. Settings that would make pglane less safe than
-//! the PgBouncer it replaces if ignored are errors instead: `auth_type` =
+//! Every other PgBouncer setting and parameter is either accepted, because
+//! pglane already behaves as it asks (or it means nothing to pglane), or
+//! refused at start, at any value pglane cannot honour, with an error naming
+//! the file, line, setting and value, the reason and what to do instead:
+//! [`unsupported`] says which. None is ignored. What is read differently
+//! (a second `listen_addr`, `statement` pooling, an unknown `[section]`)
+//! becomes one [`Warning`] naming the file, line and setting. `auth_type` =
 //! `cert`, `pam`, `ldap`, `any` (anything but trust, md5, scram-sha-256, hba
-//! and plain) and `disable_pqexec = 1`. The `client_tls_*` / `server_tls_*`
-//! modes and certificate files map onto pglane's settings of the same names.
+//! and plain) and `disable_pqexec = 1` are errors too. The `client_tls_*` /
+//! `server_tls_*` modes and certificate files map onto pglane's settings of
+//! the same names.
 //!
 //! # Decisions
 //!
@@ -91,6 +98,7 @@ use thiserror::Error;
 use toml::{Table, Value};
 
 use self::ini::{Item, MAX_INCLUDE_DEPTH};
+use self::unsupported::Treatment;
 use super::{Config, ConfigError};
 use crate::auth::secret::Secret;
 
@@ -379,8 +387,8 @@ impl Translation<'_> {
         Ok(())
     }
 
-    /// Maps the `[pgbouncer]` settings pglane has, refuses the dangerous ones,
-    /// warns about the rest.
+    /// Maps the `[pgbouncer]` settings pglane has; accepts or refuses the rest
+    /// as the catalogue says.
     fn pgbouncer(&mut self, mut settings: BTreeMap<String, Line>) -> Result<Globals, IniError> {
         let port = match settings.remove("listen_port") {
             Some(line) => parse_port(&line.value).ok_or_else(|| invalid(&line, "listen_port", PORT_EXPECTED))?,
@@ -482,8 +490,19 @@ impl Translation<'_> {
                 self.set(limit, count(&line, limit, 0)?);
             }
         }
-        if let Some(line) = settings.remove("so_reuseport") {
-            self.set("so_reuseport", boolean(&line, "so_reuseport")?);
+        for flag in ["so_reuseport", "tcp_keepalive", "tcp_defer_accept"] {
+            if let Some(line) = settings.remove(flag) {
+                self.set(flag, boolean(&line, flag)?);
+            }
+        }
+        // 0 is the system's value in both.
+        for number in ["tcp_keepidle", "tcp_keepintvl", "tcp_keepcnt", "tcp_user_timeout", "tcp_socket_buffer"] {
+            if let Some(line) = settings.remove(number) {
+                self.set(number, count(&line, number, 0)?);
+            }
+        }
+        if let Some(line) = settings.remove("listen_backlog") {
+            self.set("listen_backlog", count(&line, "listen_backlog", 1)?);
         }
         if let Some(line) = settings.remove("peer_id") {
             self.set("peer_id", count(&line, "peer_id", 0)?);
@@ -496,10 +515,14 @@ impl Translation<'_> {
             auth_hba_file: settings.remove("auth_hba_file"),
         };
         for (key, line) in settings {
-            let Some(reason) = unsupported::pgbouncer_setting(&key) else {
+            let Some(treatment) = unsupported::pgbouncer_setting(&key) else {
                 return Err(unknown(&line, "setting", &key, unsupported::pgbouncer_setting_names()));
             };
-            self.warn(&line.at, &key, &format!("ignored: {reason}"));
+            if let Treatment::AcceptedAt { reason, .. } = treatment {
+                if !treatment.accepts(&line.value) {
+                    return Err(unsupported_value(&line, &key, reason));
+                }
+            }
         }
         Ok(globals)
     }
@@ -652,7 +675,7 @@ impl Translation<'_> {
                             unsupported::DATABASE_PARAMETERS.iter().copied(),
                         ));
                     };
-                    self.warn(&line.at, &key, &format!("ignored for database {name}: {reason}"));
+                    return Err(unsupported_parameter(line, &setting, &value, reason));
                 }
             }
         }
@@ -726,7 +749,7 @@ impl Translation<'_> {
                 let Some(reason) = unsupported::user_parameter(&key) else {
                     return Err(unknown(line, "user parameter", &key, unsupported::USER_PARAMETERS.iter().copied()));
                 };
-                self.warn(&line.at, &key, &format!("ignored for user {name}: {reason}"));
+                return Err(unsupported_parameter(line, &format!("{key} of user {name}"), &value, reason));
             }
         }
         Ok(user)
@@ -819,6 +842,11 @@ fn unsupported_value(line: &Line, setting: &str, reason: &str) -> IniError {
         value: line.value.clone(),
         reason: reason.to_owned(),
     }
+}
+
+/// For a parameter of a `[databases]` or `[users]` entry (never a password).
+fn unsupported_parameter(line: &Line, setting: &str, value: &str, reason: &str) -> IniError {
+    IniError::Unsupported { at: line.at.clone(), setting: setting.to_owned(), value: value.to_owned(), reason: reason.to_owned() }
 }
 
 /// The client authentication a pgbouncer.ini asks for, among those pglane can give.

@@ -374,8 +374,11 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         let ready = ready_tx.clone();
         let handle = rt::start_pinned(&format!("pglane-{id}"), Some(cpu), move || async move {
             let _guard = PanicGuard { shared: shared.clone(), shard: id };
-            let addr = shared.config.load().listen.clone();
-            let listener = match bind_listener(&addr) {
+            let (addr, backlog, defer_accept) = {
+                let config = shared.config.load();
+                (config.listen.clone(), config.listen_backlog, config.tcp_defer_accept)
+            };
+            let listener = match bind_listener(&addr, backlog, defer_accept) {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = ready.send(Err(format!("cannot listen on {addr}: {e}")));
@@ -389,14 +392,20 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     return;
                 }
             };
-            let metrics =
-                match shared.config.load().metrics_listen.clone().map(|a| bind_listener(&a).map_err(|e| (a, e))).transpose() {
-                    Ok(m) => m,
-                    Err((a, e)) => {
-                        let _ = ready.send(Err(format!("cannot listen for metrics on {a}: {e}")));
-                        return;
-                    }
-                };
+            let metrics = match shared
+                .config
+                .load()
+                .metrics_listen
+                .clone()
+                .map(|a| bind_listener(&a, backlog, false).map_err(|e| (a, e)))
+                .transpose()
+            {
+                Ok(m) => m,
+                Err((a, e)) => {
+                    let _ = ready.send(Err(format!("cannot listen for metrics on {a}: {e}")));
+                    return;
+                }
+            };
             let shard = Rc::new_cyclic(|me| Shard {
                 id,
                 me: me.clone(),
@@ -565,7 +574,8 @@ impl Shard {
     }
 
     async fn accept_one(self: &Rc<Self>, listener: &Listener, admit: fn(&Rc<Shard>, OwnedFd, Option<std::net::SocketAddr>)) {
-        match listener.accept().await {
+        let tuning = self.shared.config.load().tcp_tuning();
+        match listener.accept(&tuning).await {
             Ok((socket, peer)) => admit(self, socket, peer),
             Err(e) => {
                 warn!(shard = self.id, listener = listener.name(), "accept failed: {e}");
@@ -896,6 +906,7 @@ impl Shard {
             secret,
             scram_keys,
             connect_timeout: Config::secs(config.server_connect_timeout),
+            tcp: config.tcp_tuning(),
             max_prepared_statements: config.max_prepared_statements,
             scram_max_iterations: config.server_scram_max_iterations,
             learn_output_settings: config.binary_negotiation,
