@@ -190,6 +190,43 @@ async fn tcp_settings_from_an_ini_are_honoured() {
     }
 }
 
+/// log_connections and log_disconnections off: no line for a client that
+/// comes and goes; log_pooler_errors on: a refused login still has its line.
+#[tokio::test]
+async fn log_connections_off_leaves_logins_out_of_the_log() {
+    /// Waits for `needle` in the log, letting the runtime close the
+    /// clients dropped meanwhile (their connection tasks run on it).
+    async fn logged(lane: &Pglane, needle: &str) -> String {
+        for _ in 0..100 {
+            let log = lane.log();
+            if log.contains(needle) {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no {needle:?} in the log: {}", lane.log());
+    }
+    let dir = Dir::new("logs");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, "log_connections = 0\nlog_disconnections = 0"));
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    assert_eq!(current_user(lane.port, "postgres", "secret", "app").await, "postgres");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(try_connect(lane.port, "postgres", "wrong", "app").await.is_err());
+    // The refusal comes after the first client's logout: once it is in the
+    // log, a line for that client would be too.
+    let log = logged(&lane, "login failed").await;
+    assert!(!log.contains("client logged in") && !log.contains("client closed the connection"), "{log}");
+    drop(lane);
+
+    // On (PgBouncer's default): both lines.
+    let ini = dir.write("on.ini", &ini_text("md5", 6432, ""));
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    assert_eq!(current_user(lane.port, "postgres", "secret", "app").await, "postgres");
+    logged(&lane, "client logged in").await;
+    logged(&lane, "client closed the connection").await;
+}
+
 /// A pglane child run with nothing but `--pgbouncer-ini`, killed when dropped.
 struct Alone {
     child: Child,

@@ -69,6 +69,10 @@ fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
         "server_tls_key_file" => path(&config.server_tls_key_file),
         "server_tls_sslmode" => config.server_tls_sslmode.to_string(),
         "so_reuseport" => flag(config.so_reuseport),
+        "log_connections" => flag(config.log_connections),
+        "log_disconnections" => flag(config.log_disconnections),
+        "log_pooler_errors" => flag(config.log_pooler_errors),
+        "verbose" => config.verbose.to_string(),
         "listen_backlog" => config.listen_backlog.to_string(),
         "tcp_defer_accept" => flag(config.tcp_defer_accept),
         "tcp_keepalive" => flag(config.tcp_keepalive),
@@ -138,7 +142,7 @@ fn own_rows(config: &Config, d: &Config) -> Vec<(&'static str, String, String, b
 }
 
 /// PgBouncer settings a reload changes in PgBouncer but not in pglane.
-const FIXED_UNTIL_RESTART: &[&str] = &["logfile", "tcp_defer_accept"];
+const FIXED_UNTIL_RESTART: &[&str] = &["logfile", "tcp_defer_accept", "verbose"];
 
 /// SHOW CONFIG.
 pub fn config_table(config: &Config) -> Table {

@@ -119,11 +119,11 @@ async fn admit_or_serve(
             Some(Ok(Some(ok))) => Ok(ok),
             Some(Ok(None)) => return None, // SSL refused and closed, or a cancel request served
             Some(Err(e)) => {
-                log_failed_login(shard, peer, &claimed, Some(&e));
+                log_failed_login(shard, &config, peer, &claimed, Some(&e));
                 Err(e)
             }
             None => {
-                log_failed_login(shard, peer, &claimed, None);
+                log_failed_login(shard, &config, peer, &claimed, None);
                 Err(SessionError::Refused(ErrorFields::fatal("08P01", "client_login_timeout: login took too long")))
             }
         };
@@ -157,11 +157,17 @@ async fn admit_or_serve(
         return None;
     };
     let (user, database) = (Escaped(&entry.info.user), Escaped(&entry.info.database));
-    info!(?peer, %user, %database, process_id, "client logged in");
+    // log_connections, as PgBouncer's: a line per login.
+    let log_connections = config.log_connections;
+    if log_connections {
+        info!(?peer, %user, %database, process_id, "client logged in");
+    }
     let pool = match target {
         Target::Pool(pool) => pool,
         Target::Admin { may_control } => {
-            info!(?peer, %user, "admin console login");
+            if log_connections {
+                info!(?peer, %user, "admin console login");
+            }
             Box::pin(crate::admin::serve(shard, &mut stream, pending, process_id, entry.secret_key, may_control)).await;
             shard.unregister_client(process_id);
             return None;
@@ -597,10 +603,15 @@ impl Session {
         let peer = self.entry.info.peer;
         let age = self.entry.connected_at.elapsed().unwrap_or_default();
         let (user, database) = (Escaped(&self.entry.info.user), Escaped(&self.entry.info.database));
+        // log_disconnections, as PgBouncer's: a line per client that leaves, with why.
+        let log = self.config.log_disconnections;
         match ended {
-            Ok(()) => info!(?peer, %user, %database, ?age, "client closed the connection"),
+            Ok(()) if log => info!(?peer, %user, %database, ?age, "client closed the connection"),
+            Ok(()) => {}
             Err(e) => {
-                info!(?peer, %user, %database, ?age, "client session ended: {}", Escaped(&e.to_string()));
+                if log {
+                    info!(?peer, %user, %database, ?age, "client session ended: {}", Escaped(&e.to_string()));
+                }
                 if let Some(fields) = e.client_message() {
                     if self.buffers.from_server.at_boundary() && self.buffers.to_client.is_empty() {
                         send_error(&mut self.client, &fields).await;

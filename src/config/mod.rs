@@ -128,6 +128,22 @@ pub struct Config {
     pub logfile: Option<PathBuf>,
     /// A file holding pglane's process id while it runs. Fixed until restart.
     pub pidfile: Option<PathBuf>,
+    /// A log line for each client login (PgBouncer's log_connections).
+    #[serde(default = "defaults::on")]
+    pub log_connections: bool,
+    /// A log line for each client that leaves, saying why
+    /// (PgBouncer's log_disconnections).
+    #[serde(default = "defaults::on")]
+    pub log_disconnections: bool,
+    /// A log line for each client refused at login, saying why (PgBouncer's
+    /// log_pooler_errors).
+    #[serde(default = "defaults::on")]
+    pub log_pooler_errors: bool,
+    /// More in the log: 1 adds debug lines, 2 trace lines (PgBouncer's
+    /// verbose); RUST_LOG and the command line's -q and -v win. Fixed until
+    /// restart.
+    #[serde(default)]
+    pub verbose: u8,
     /// Address of the Prometheus/OpenMetrics endpoint (`GET /metrics`); off if absent.
     pub metrics_listen: Option<String>,
     /// The metric names that endpoint serves: pglane's own, pgbouncer_exporter's
@@ -915,6 +931,9 @@ impl Config {
             if value > max {
                 return Err(invalid(format!("{name} must be at most {max}")));
             }
+        }
+        if self.verbose > 2 {
+            return Err(invalid("verbose must be 0, 1 (debug) or 2 (trace)"));
         }
         if self.spin_before_park_us > MAX_SPIN_BEFORE_PARK_US {
             return Err(invalid(format!("spin_before_park_us must be at most {MAX_SPIN_BEFORE_PARK_US} (10 ms)")));

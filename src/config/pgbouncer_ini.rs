@@ -26,6 +26,8 @@
 //! | `admin_users`, `stats_users` | the same lists |
 //! | `max_client_conn`, `server_reset_query`, `server_reset_query_always`, `application_name_add_host` | the same |
 //! | `logfile`, `pidfile` (relative to the ini file) | the same |
+//! | `log_connections`, `log_disconnections`, `log_pooler_errors` | the same: the client login, logout and refusal lines |
+//! | `verbose` (above 2: 2) | the same: 1 adds debug lines, 2 trace lines |
 //! | `max_db_connections`, `max_user_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::pool::budget`) |
 //! | `min_pool_size` (global, per `[databases]` entry) | the same, over all shards |
 //! | `reserve_pool_size`, `reserve_pool_timeout` (and a database's `reserve_pool` / `reserve_pool_size`) | the same, over all shards |
@@ -454,7 +456,13 @@ impl Translation<'_> {
         if let Some(line) = settings.remove("server_reset_query") {
             self.set("server_reset_query", line.value);
         }
-        for flag in ["server_reset_query_always", "application_name_add_host"] {
+        for flag in [
+            "server_reset_query_always",
+            "application_name_add_host",
+            "log_connections",
+            "log_disconnections",
+            "log_pooler_errors",
+        ] {
             if let Some(line) = settings.remove(flag) {
                 self.set(flag, boolean(&line, flag)?);
             }
@@ -500,6 +508,10 @@ impl Translation<'_> {
             if let Some(line) = settings.remove(number) {
                 self.set(number, count(&line, number, 0)?);
             }
+        }
+        if let Some(line) = settings.remove("verbose") {
+            // PgBouncer has more levels of noise than pglane: the most is trace.
+            self.set("verbose", count(&line, "verbose", 0)?.min(2));
         }
         if let Some(line) = settings.remove("listen_backlog") {
             self.set("listen_backlog", count(&line, "listen_backlog", 1)?);

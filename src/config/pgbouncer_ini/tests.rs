@@ -867,3 +867,13 @@ fn tcp_settings_carry_over_to_the_same_socket_options() {
     assert!(error(&with_settings("tcp_keepidle = 40000")).contains("tcp_keepidle must be at most 32767"));
     assert!(error(&with_settings("tcp_keepcnt = -1")).contains("tcp_keepcnt: expected a whole number"));
 }
+
+#[test]
+fn log_settings_carry_over() {
+    let (c, warnings) = config(&with_settings("log_connections = 0\nlog_disconnections = 0\nlog_pooler_errors = 0\nverbose = 5"));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!((c.log_connections, c.log_disconnections, c.log_pooler_errors, c.verbose), (false, false, false, 2));
+    // Unset: PgBouncer's defaults, which are pglane's.
+    let (c, _) = config(&with_settings(""));
+    assert_eq!((c.log_connections, c.log_disconnections, c.log_pooler_errors, c.verbose), (true, true, true, 0));
+}

@@ -156,6 +156,9 @@ pub const HONOURED: &[&str] = &[
     "listen_addr",
     "listen_backlog",
     "listen_port",
+    "log_connections",
+    "log_disconnections",
+    "log_pooler_errors",
     "logfile",
     "max_client_conn",
     "max_db_connections",
@@ -190,6 +193,7 @@ pub const HONOURED: &[&str] = &[
     "tcp_user_timeout",
     "unix_socket_dir",
     "unix_socket_mode",
+    "verbose",
 ];
 
 /// Every parameter of a PgBouncer `[databases]` connection string (pglane's
@@ -383,12 +387,8 @@ pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
             reason: "not supported by pglane yet; use PostgreSQL's own transaction_timeout (PostgreSQL 17), or \
                      idle_transaction_timeout",
         },
-        "log_connections"
-        | "log_disconnections"
-        | "log_pooler_errors"
-        | "log_stats"
+        "log_stats"
         | "stats_period"
-        | "verbose"
         | "scram_iterations"
         | "max_db_client_connections"
         | "max_user_client_connections"
