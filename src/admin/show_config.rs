@@ -73,6 +73,7 @@ fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
         "log_disconnections" => flag(config.log_disconnections),
         "log_pooler_errors" => flag(config.log_pooler_errors),
         "verbose" => config.verbose.to_string(),
+        "scram_iterations" => config.scram_iterations.to_string(),
         "listen_backlog" => config.listen_backlog.to_string(),
         "tcp_defer_accept" => flag(config.tcp_defer_accept),
         "tcp_keepalive" => flag(config.tcp_keepalive),

@@ -206,7 +206,7 @@ pub(super) async fn login(
         }
         (None, _) => (None, false),
     };
-    let verified = auth::authenticate(shard, stream, pending, method, user, secret.as_ref()).await?;
+    let verified = auth::authenticate(shard, stream, pending, method, user, secret.as_ref(), config.scram_iterations).await?;
     // A SCRAM verifier (in the config or userlist, as from auth_query)
     // cannot answer the server's SCRAM: the keys the client's proof
     // revealed can, as PgBouncer uses them.

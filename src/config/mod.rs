@@ -366,6 +366,12 @@ pub struct Config {
     /// once per server role, not per connection.)
     #[serde(default = "defaults::server_scram_max_iterations")]
     pub server_scram_max_iterations: u32,
+    /// The SCRAM-SHA-256 iteration count of the verifiers pglane derives from
+    /// plaintext passwords to check clients with (and shows for users that
+    /// cannot log in, so that the two look alike), as PgBouncer's
+    /// scram_iterations. Derived once per password and shard.
+    #[serde(default = "defaults::scram_iterations")]
+    pub scram_iterations: u32,
     /// The TLS settings above, read and checked by `validate` (once per
     /// config load, never per connection); see `crate::net::tls`.
     #[serde(skip)]
@@ -464,6 +470,9 @@ mod defaults {
     }
     pub fn auth_query() -> String {
         "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into()
+    }
+    pub fn scram_iterations() -> u32 {
+        crate::auth::secret::DEFAULT_SCRAM_ITERATIONS
     }
     pub fn server_scram_max_iterations() -> u32 {
         crate::auth::scram::DEFAULT_MAX_ITERATIONS
@@ -908,6 +917,9 @@ impl Config {
         }
         if self.max_prepared_statements == 0 || self.max_client_prepared_statements == 0 {
             return Err(invalid("max_prepared_statements and max_client_prepared_statements must be at least 1"));
+        }
+        if self.scram_iterations == 0 || self.scram_iterations > i32::MAX as u32 {
+            return Err(invalid(format!("scram_iterations must be 1 to {}, as PostgreSQL's", i32::MAX)));
         }
         if self.server_scram_max_iterations == 0 {
             return Err(invalid("server_scram_max_iterations must be at least 1"));

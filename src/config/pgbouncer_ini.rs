@@ -28,6 +28,7 @@
 //! | `logfile`, `pidfile` (relative to the ini file) | the same |
 //! | `log_connections`, `log_disconnections`, `log_pooler_errors` | the same: the client login, logout and refusal lines |
 //! | `verbose` (above 2: 2) | the same: 1 adds debug lines, 2 trace lines |
+//! | `scram_iterations` | the same, for the SCRAM verifiers pglane derives from plaintext passwords |
 //! | `max_db_connections`, `max_user_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::pool::budget`) |
 //! | `min_pool_size` (global, per `[databases]` entry) | the same, over all shards |
 //! | `reserve_pool_size`, `reserve_pool_timeout` (and a database's `reserve_pool` / `reserve_pool_size`) | the same, over all shards |
@@ -508,6 +509,9 @@ impl Translation<'_> {
             if let Some(line) = settings.remove(number) {
                 self.set(number, count(&line, number, 0)?);
             }
+        }
+        if let Some(line) = settings.remove("scram_iterations") {
+            self.set("scram_iterations", count(&line, "scram_iterations", 1)?);
         }
         if let Some(line) = settings.remove("verbose") {
             // PgBouncer has more levels of noise than pglane: the most is trace.

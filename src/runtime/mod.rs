@@ -289,9 +289,10 @@ pub struct Shard {
     pause: control::PauseState,
     /// The config generation this shard last applied.
     applied_generation: Cell<u64>,
-    /// SCRAM secrets derived from plaintext passwords in the config, so the
-    /// 4096-round key derivation runs once per password, not once per login.
-    scram_secrets: RefCell<HashMap<(String, String), ScramSecret>>,
+    /// SCRAM secrets derived from plaintext passwords in the config, by
+    /// (user, password, scram_iterations), so the key derivation runs once
+    /// per password, not once per login.
+    scram_secrets: RefCell<HashMap<(String, String, u32), ScramSecret>>,
     /// Server-side relay buffers of clients that hold no server connection
     /// right now, ready for the next checkout.
     spare_buffers: RefCell<Vec<client::ServerSide>>,
@@ -1052,12 +1053,12 @@ impl Shard {
     }
 
     /// The SCRAM secret pglane checks a plaintext-password user's logins with
-    /// (salted like a mock one, see `auth::mock`).
-    pub fn scram_secret(&self, user: &str, password: &str) -> ScramSecret {
+    /// (salted like a mock one, see `auth::mock`), derived with `iterations`.
+    pub fn scram_secret(&self, user: &str, password: &str, iterations: u32) -> ScramSecret {
         self.scram_secrets
             .borrow_mut()
-            .entry((user.to_owned(), password.to_owned()))
-            .or_insert_with(|| crate::auth::mock::scram_secret_for_password(user, password))
+            .entry((user.to_owned(), password.to_owned(), iterations))
+            .or_insert_with(|| crate::auth::mock::scram_secret_for_password(user, password, iterations))
             .clone()
     }
 

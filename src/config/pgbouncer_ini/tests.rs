@@ -877,3 +877,12 @@ fn log_settings_carry_over() {
     let (c, _) = config(&with_settings(""));
     assert_eq!((c.log_connections, c.log_disconnections, c.log_pooler_errors, c.verbose), (true, true, true, 0));
 }
+
+#[test]
+fn scram_iterations_carries_over() {
+    let (c, _) = config(&with_settings("scram_iterations = 10000"));
+    assert_eq!(c.scram_iterations, 10_000);
+    let (c, _) = config(&with_settings(""));
+    assert_eq!(c.scram_iterations, 4096, "PgBouncer's default, and PostgreSQL's");
+    assert!(error(&with_settings("scram_iterations = 0")).contains("scram_iterations: expected a whole number of at least 1"));
+}

@@ -173,6 +173,7 @@ pub const HONOURED: &[&str] = &[
     "query_wait_timeout",
     "reserve_pool_size",
     "reserve_pool_timeout",
+    "scram_iterations",
     "server_connect_timeout",
     "server_idle_timeout",
     "server_lifetime",
@@ -387,12 +388,9 @@ pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
             reason: "not supported by pglane yet; use PostgreSQL's own transaction_timeout (PostgreSQL 17), or \
                      idle_transaction_timeout",
         },
-        "log_stats"
-        | "stats_period"
-        | "scram_iterations"
-        | "max_db_client_connections"
-        | "max_user_client_connections"
-        | "query_wait_notify" => Accepted(NOT_YET),
+        "log_stats" | "stats_period" | "max_db_client_connections" | "max_user_client_connections" | "query_wait_notify" => {
+            Accepted(NOT_YET)
+        }
         _ => return None,
     })
 }
