@@ -50,7 +50,9 @@
 //! pglane already behaves as it asks (or it means nothing to pglane), or
 //! refused at start, at any value pglane cannot honour, with an error naming
 //! the file, line, setting and value, the reason and what to do instead:
-//! [`unsupported`] says which. None is ignored. What is read differently
+//! [`unsupported`] says which. The few whose PgBouncer default pglane does
+//! not do yet (refusing them would refuse every file) are warned where set.
+//! What is read differently
 //! (a second `listen_addr`, `statement` pooling, an unknown `[section]`)
 //! becomes one [`Warning`] naming the file, line and setting. `auth_type` =
 //! `cert`, `pam`, `ldap`, `any` (anything but trust, md5, scram-sha-256, hba
@@ -534,10 +536,13 @@ impl Translation<'_> {
             let Some(treatment) = unsupported::pgbouncer_setting(&key) else {
                 return Err(unknown(&line, "setting", &key, unsupported::pgbouncer_setting_names()));
             };
-            if let Treatment::AcceptedAt { reason, .. } = treatment {
-                if !treatment.accepts(&line.value) {
+            match treatment {
+                Treatment::Accepted(_) => {}
+                Treatment::AcceptedAt { reason, .. } if !treatment.accepts(&line.value) => {
                     return Err(unsupported_value(&line, &key, reason));
                 }
+                Treatment::AcceptedAt { .. } => {}
+                Treatment::NotHonoured(reason) => self.warn(&line.at, &key, &format!("not honoured: {reason}")),
             }
         }
         Ok(globals)

@@ -886,3 +886,13 @@ fn scram_iterations_carries_over() {
     assert_eq!(c.scram_iterations, 4096, "PgBouncer's default, and PostgreSQL's");
     assert!(error(&with_settings("scram_iterations = 0")).contains("scram_iterations: expected a whole number of at least 1"));
 }
+
+/// What pglane does not do yet, though PgBouncer does it by default, is
+/// not refused (that would refuse every file) but warned where it is set.
+#[test]
+fn a_setting_pglane_does_not_honour_yet_is_warned() {
+    let (_, warnings) = config(&with_settings("log_stats = 1\nquery_wait_notify = 5"));
+    assert_eq!(warned(&warnings), [(5, "log_stats"), (6, "query_wait_notify")]);
+    assert!(warnings[1].message.starts_with("not honoured: pglane sends no notice"), "{warnings:?}");
+    assert!(error(&with_settings("max_user_client_connections = 5")).contains("max_user_client_connections = 5 is not supported"));
+}

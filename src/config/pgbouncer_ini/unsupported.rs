@@ -8,8 +8,8 @@
 //! because pglane already behaves so (or the setting means nothing to it),
 //! or accepted only at the values pglane behaves as and refused at start
 //! otherwise, with the reason and what to do instead. Likewise for the
-//! parameters of `[databases]` and `[users]` entries. No setting is ignored
-//! with a warning. The migration guide's table of settings is generated
+//! parameters of `[databases]` and `[users]` entries. Only the few whose
+//! PgBouncer default pglane does not do yet are [`Treatment::NotHonoured`]. The migration guide's table of settings is generated
 //! from this catalogue (tests/docs.rs). It decides nothing else: when pglane
 //! learns a setting, move it from here to the parent's mapping.
 
@@ -280,6 +280,11 @@ pub enum Treatment {
     /// value stops pglane at start with the reason, which says what to do
     /// instead.
     AcceptedAt { values: &'static [&'static str], reason: &'static str },
+    /// Not honoured yet, at any value, PgBouncer's default included: a
+    /// setting pglane should learn, since refusing PgBouncer's default
+    /// would refuse every file. A file that sets it gets a warning with the
+    /// reason; the migration guide's table says so.
+    NotHonoured(&'static str),
 }
 
 impl Treatment {
@@ -291,7 +296,7 @@ impl Treatment {
             text.parse::<i64>().map(|n| n.to_string()).unwrap_or(text)
         };
         match self {
-            Treatment::Accepted(_) => true,
+            Treatment::Accepted(_) | Treatment::NotHonoured(_) => true,
             Treatment::AcceptedAt { values, .. } => values.iter().any(|accepted| normal(accepted) == normal(value)),
         }
     }
@@ -306,13 +311,12 @@ const TLS_CURVES: &str = "pglane offers rustls' key exchange groups (X25519, P-2
 const TLS_DHE: &str = "pglane offers no finite-field DHE (rustls has none; ECDHE is used); remove the setting";
 const CLIENT_STARTUP: &str = "pglane carries every startup parameter a client sends (and the -c switches of options) \
                               to each server connection it gets: none needs ignoring or tracking";
-const NOT_YET: &str = "not supported by pglane yet";
 
 /// What pglane does with a `[pgbouncer]` setting of PgBouncer's that it
 /// does not honour itself; None for a name that is no PgBouncer setting, or
 /// one pglane honours ([`HONOURED`]).
 pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
-    use Treatment::{Accepted, AcceptedAt};
+    use Treatment::{Accepted, AcceptedAt, NotHonoured};
     Some(match key {
         "auth_ident_file" => AcceptedAt {
             values: &[""],
@@ -388,9 +392,19 @@ pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
             reason: "not supported by pglane yet; use PostgreSQL's own transaction_timeout (PostgreSQL 17), or \
                      idle_transaction_timeout",
         },
-        "log_stats" | "stats_period" | "max_db_client_connections" | "max_user_client_connections" | "query_wait_notify" => {
-            Accepted(NOT_YET)
-        }
+        "max_db_client_connections" | "max_user_client_connections" => AcceptedAt {
+            values: &["0"],
+            reason: "not supported by pglane yet: max_client_conn is its only limit on client connections; write 0, \
+                     or limit the server connections (max_db_connections, max_user_connections)",
+        },
+        "log_stats" | "stats_period" => NotHonoured(
+            "pglane writes no periodic stats line (so none every stats_period); SHOW STATS, SHOW STATS_AVERAGES \
+             and /metrics give the figures",
+        ),
+        "query_wait_notify" => NotHonoured(
+            "pglane sends no notice to a client waiting for a server connection; SHOW POOLS' cl_waiting and \
+             maxwait show the wait",
+        ),
         _ => return None,
     })
 }
