@@ -227,6 +227,50 @@ async fn log_connections_off_leaves_logins_out_of_the_log() {
     logged(&lane, "client closed the connection").await;
 }
 
+/// max_user_client_connections and a database's max_db_client_connections:
+/// over all shards, the client past the limit gets PgBouncer's error, and
+/// one that leaves makes room.
+#[tokio::test]
+async fn client_limits_per_user_and_database_refuse_the_next_client() {
+    let dir = Dir::new("client-limits");
+    dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{}\"\n", rolpassword("md5user")));
+    let text = ini_text("md5", 6432, "max_user_client_connections = 2").replace(
+        "scram_app = host",
+        &format!(
+            "limited = host=127.0.0.1 port={} dbname=postgres max_db_client_connections=1\nscram_app = host",
+            postgres().port
+        ),
+    );
+    let ini = dir.write("pgbouncer.ini", &text);
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "2"]);
+    let refused = |e: tokio_postgres::Error, limit: &str| {
+        let e = e.as_db_error().cloned().unwrap_or_else(|| panic!("an ErrorResponse: {e}"));
+        assert_eq!((e.code().code(), e.message()), ("08P01", format!("client connections exceeded ({limit})").as_str()));
+    };
+    let first = connect(lane.port, "postgres", "secret", "app").await;
+    let second = connect(lane.port, "postgres", "secret", "app").await;
+    refused(try_connect(lane.port, "postgres", "secret", "app").await.expect_err("a third"), "max_user_client_connections");
+    // Another user is not counted against postgres's limit.
+    let other = connect(lane.port, "md5user", "md5pass", "app").await;
+    first.simple_query("SELECT 1").await.unwrap();
+    drop(first);
+    // Its connection task runs on this runtime: give it time to say goodbye.
+    let mut third = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if let Ok(client) = try_connect(lane.port, "postgres", "secret", "app").await {
+            third = Some(client);
+            break;
+        }
+    }
+    third.expect("room after a client left").simple_query("SELECT 1").await.unwrap();
+    second.simple_query("SELECT 1").await.unwrap();
+    // The database's own limit: one client, whoever it is.
+    let _limited = connect(lane.port, "md5user", "md5pass", "limited").await;
+    drop(other);
+    refused(try_connect(lane.port, "md5user", "md5pass", "limited").await.expect_err("a second"), "max_db_client_connections");
+}
+
 /// A pglane child run with nothing but `--pgbouncer-ini`, killed when dropped.
 struct Alone {
     child: Child,

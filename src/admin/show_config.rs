@@ -52,6 +52,8 @@ fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
         "max_packet_size" => config.max_message_size.to_string(),
         "max_prepared_statements" => config.max_prepared_statements.to_string(),
         "max_user_connections" => config.max_user_connections.to_string(),
+        "max_db_client_connections" => config.max_db_client_connections.to_string(),
+        "max_user_client_connections" => config.max_user_client_connections.to_string(),
         "min_pool_size" => config.min_pool_size.to_string(),
         "peer_id" => config.peer_id.to_string(),
         "pidfile" => path(&config.pidfile),

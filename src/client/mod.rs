@@ -179,6 +179,20 @@ async fn admit_or_serve(
             return None;
         }
     };
+    let counted = match shard.shared.count_client(&config, &entry.info.database, &entry.info.user) {
+        Ok(counted) => counted,
+        Err(limit) => {
+            // PgBouncer's words and code.
+            let message = format!("client connections exceeded ({limit})");
+            if config.log_pooler_errors {
+                warn!(?peer, %user, %database, "client refused: {message}");
+            }
+            let refusal = ErrorFields::fatal("08P01", message);
+            Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
+            shard.unregister_client(process_id);
+            return None;
+        }
+    };
     let mode = config.pool_mode_for(&entry.info.database, &entry.info.user);
     let auto_prepare = config.auto_prepare_policy();
     let exchange = match mode {
@@ -207,6 +221,7 @@ async fn admit_or_serve(
         offer: None,
         skip_ready: 0,
         serial: NEXT_SESSION_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        _counted: counted,
     };
     session.buffers.from_client.preload(&pending);
     Some((session, params))
@@ -341,6 +356,9 @@ struct Session {
     /// This session's number, never another's in this process (process ids
     /// are reused): what a server connection remembers of its last client.
     serial: u64,
+    /// This client, counted against its database's and user's client limits
+    /// while the session lasts.
+    _counted: crate::runtime::CountedClient,
 }
 
 /// Sends a cancel request for what `key`'s backend runs, on its own task,

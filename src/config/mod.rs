@@ -184,6 +184,16 @@ pub struct Config {
     /// shards, unless `[users.NAME]` sets its own; 0: no limit but pool_size.
     #[serde(default)]
     pub max_user_connections: usize,
+    /// Client connections to one database, over all shards, unless the
+    /// database sets its own; 0: no limit but max_client_conn (PgBouncer's
+    /// max_db_client_connections).
+    #[serde(default)]
+    pub max_db_client_connections: usize,
+    /// Client connections of one user, over all shards, unless `[users.NAME]`
+    /// sets its own; 0: no limit but max_client_conn (PgBouncer's
+    /// max_user_client_connections).
+    #[serde(default)]
+    pub max_user_client_connections: usize,
     /// Seconds a client waits for a server connection before it gets an error.
     #[serde(default = "defaults::query_wait_timeout")]
     pub query_wait_timeout: f64,
@@ -605,6 +615,9 @@ pub struct Database {
     /// Server connections to this database, all users together, over all
     /// shards (the global `max_db_connections` if unset; 0: no limit).
     pub max_db_connections: Option<usize>,
+    /// Client connections to this database, over all shards (the global
+    /// `max_db_client_connections` if unset; 0: no limit).
+    pub max_db_client_connections: Option<usize>,
     /// Server connections each pool of this database keeps open (the
     /// global `min_pool_size` if unset).
     pub min_pool_size: Option<usize>,
@@ -643,6 +656,9 @@ pub struct User {
     /// Server connections of this user, all databases together, over all
     /// shards (the global `max_user_connections` if unset; 0: no limit).
     pub max_user_connections: Option<usize>,
+    /// Client connections of this user, over all shards (the global
+    /// `max_user_client_connections` if unset; 0: no limit).
+    pub max_user_client_connections: Option<usize>,
 }
 
 /// Where a server lives.
@@ -1093,6 +1109,16 @@ impl Config {
     /// The `max_user_connections` of `user` (0: none).
     pub fn max_user_connections(&self, user: &str) -> usize {
         self.users.get(user).and_then(|u| u.max_user_connections).unwrap_or(self.max_user_connections)
+    }
+
+    /// Client connections allowed to database `database` at once (0: no limit).
+    pub fn max_db_client_connections(&self, database: &str) -> usize {
+        self.database(database).and_then(|d| d.max_db_client_connections).unwrap_or(self.max_db_client_connections)
+    }
+
+    /// Client connections allowed to user `user` at once (0: no limit).
+    pub fn max_user_client_connections(&self, user: &str) -> usize {
+        self.users.get(user).and_then(|u| u.max_user_client_connections).unwrap_or(self.max_user_client_connections)
     }
 
     /// The entry that serves clients of database `name`: its own, else the

@@ -30,6 +30,7 @@
 //! | `verbose` (above 2: 2) | the same: 1 adds debug lines, 2 trace lines |
 //! | `scram_iterations` | the same, for the SCRAM verifiers pglane derives from plaintext passwords |
 //! | `max_db_connections`, `max_user_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::pool::budget`) |
+//! | `max_db_client_connections`, `max_user_client_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::runtime::Shared::count_client`) |
 //! | `min_pool_size` (global, per `[databases]` entry) | the same, over all shards |
 //! | `reserve_pool_size`, `reserve_pool_timeout` (and a database's `reserve_pool` / `reserve_pool_size`) | the same, over all shards |
 //! | `query_wait_timeout`, `server_connect_timeout`, `client_login_timeout` | the same, at most a year; 0 (no limit) → a year |
@@ -496,7 +497,14 @@ impl Translation<'_> {
         if let Some(line) = settings.remove("reserve_pool_timeout") {
             self.set("reserve_pool_timeout", seconds(&line, "reserve_pool_timeout")?);
         }
-        for limit in ["max_db_connections", "max_user_connections", "min_pool_size", "reserve_pool_size"] {
+        for limit in [
+            "max_db_connections",
+            "max_user_connections",
+            "max_db_client_connections",
+            "max_user_client_connections",
+            "min_pool_size",
+            "reserve_pool_size",
+        ] {
             if let Some(line) = settings.remove(limit) {
                 self.set(limit, count(&line, limit, 0)?);
             }
@@ -680,7 +688,7 @@ impl Translation<'_> {
                     let mode = self.pool_mode(&value, &line.at, &setting)?;
                     database.insert(key, mode.into());
                 }
-                "max_db_connections" | "min_pool_size" | "reserve_pool" | "reserve_pool_size" => {
+                "max_db_connections" | "max_db_client_connections" | "min_pool_size" | "reserve_pool" | "reserve_pool_size" => {
                     let limit: i64 =
                         value.parse().ok().filter(|&n: &i64| n >= 0).ok_or_else(|| invalid(line, &setting, WHOLE_NUMBER))?;
                     // reserve_pool is PgBouncer's older name for it.
@@ -761,8 +769,8 @@ impl Translation<'_> {
             if key == "pool_mode" {
                 let mode = self.pool_mode(&value, &line.at, &format!("pool_mode of user {name}"))?;
                 user.insert(key, mode.into());
-            } else if key == "max_user_connections" {
-                let setting = format!("max_user_connections of user {name}");
+            } else if key == "max_user_connections" || key == "max_user_client_connections" {
+                let setting = format!("{key} of user {name}");
                 let limit: i64 =
                     value.parse().ok().filter(|&n: &i64| n >= 0).ok_or_else(|| invalid(line, &setting, WHOLE_NUMBER))?;
                 user.insert(key, limit.into());

@@ -122,12 +122,47 @@ pub struct Shared {
     /// `pool::budget`), made when a shard makes its first pool under one.
     /// Locked only then and at reloads, never per query.
     budgets: std::sync::Mutex<HashMap<crate::pool::BudgetOf, Arc<crate::pool::Budget>>>,
+    /// Client connections of each database and of each user, over all
+    /// shards, for max_db_client_connections and max_user_client_connections
+    /// (see [`Shared::count_client`]). Locked at a login and a logout, never
+    /// per query.
+    client_counts: std::sync::Mutex<ClientCounts>,
     /// The warnings the config files gave when last read: a reload logs
     /// only the ones that are new, not the same list every time.
     warned: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// The admin console's `SET key = value`s, in order, laid over the
     /// files at each load until a RELOAD (see [`Shared::set`]).
     console_sets: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+/// Client connections by database and by user (see [`Shared::count_client`]).
+#[derive(Default)]
+struct ClientCounts {
+    databases: HashMap<String, usize>,
+    users: HashMap<String, usize>,
+}
+
+/// A client counted against max_db_client_connections and
+/// max_user_client_connections until this drops.
+pub struct CountedClient {
+    shared: Arc<Shared>,
+    database: String,
+    user: String,
+}
+
+impl Drop for CountedClient {
+    fn drop(&mut self) {
+        let mut counts = self.shared.client_counts.lock().unwrap_or_else(|e| e.into_inner());
+        let ClientCounts { databases, users } = &mut *counts;
+        for (map, name) in [(databases, &self.database), (users, &self.user)] {
+            if let Some(count) = map.get_mut(name) {
+                *count -= 1;
+                if *count == 0 {
+                    map.remove(name);
+                }
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -141,6 +176,7 @@ impl Shared {
             nudges: Arc::default(),
             fallback_databases: Default::default(),
             budgets: Default::default(),
+            client_counts: Default::default(),
             warned: Default::default(),
             console_sets: Default::default(),
         }
@@ -159,6 +195,24 @@ impl Shared {
         let budget = budgets.entry(what.clone()).or_insert_with(|| Arc::new(crate::pool::Budget::new(what, limit)));
         budget.set_limit(limit);
         budget.clone()
+    }
+
+    /// Counts a client of `database` and `user` until the returned guard
+    /// drops, unless that would make more than their limits
+    /// (max_db_client_connections, max_user_client_connections; 0: none):
+    /// then nothing is counted, and the error names the limit.
+    pub fn count_client(self: &Arc<Self>, config: &Config, database: &str, user: &str) -> Result<CountedClient, &'static str> {
+        let mut counts = self.client_counts.lock().unwrap_or_else(|e| e.into_inner());
+        let full = |count: Option<&usize>, max: usize| max > 0 && count.copied().unwrap_or(0) >= max;
+        if full(counts.databases.get(database), config.max_db_client_connections(database)) {
+            return Err("max_db_client_connections");
+        }
+        if full(counts.users.get(user), config.max_user_client_connections(user)) {
+            return Err("max_user_client_connections");
+        }
+        *counts.databases.entry(database.to_owned()).or_default() += 1;
+        *counts.users.entry(user.to_owned()).or_default() += 1;
+        Ok(CountedClient { shared: self.clone(), database: database.to_owned(), user: user.to_owned() })
     }
 
     /// A shard makes its first pool of `name`, served by the `*` entry:

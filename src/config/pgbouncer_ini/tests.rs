@@ -894,5 +894,23 @@ fn a_setting_pglane_does_not_honour_yet_is_warned() {
     let (_, warnings) = config(&with_settings("log_stats = 1\nquery_wait_notify = 5"));
     assert_eq!(warned(&warnings), [(5, "log_stats"), (6, "query_wait_notify")]);
     assert!(warnings[1].message.starts_with("not honoured: pglane sends no notice"), "{warnings:?}");
-    assert!(error(&with_settings("max_user_client_connections = 5")).contains("max_user_client_connections = 5 is not supported"));
+}
+
+#[test]
+fn client_limits_carry_over_globally_per_database_and_per_user() {
+    let text = "[databases]
+app = host=db max_db_client_connections=3
+other = host=db
+[users]
+alice = max_user_client_connections=2
+[pgbouncer]
+listen_addr = *
+max_db_client_connections = 7
+max_user_client_connections = 4
+";
+    let (c, warnings) = config(text);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!((c.max_db_client_connections("app"), c.max_db_client_connections("other")), (3, 7));
+    assert_eq!((c.max_user_client_connections("alice"), c.max_user_client_connections("bob")), (2, 4));
+    assert!(error(&text.replace("=2", "=-1")).contains("max_user_client_connections of user alice: expected a whole number"));
 }

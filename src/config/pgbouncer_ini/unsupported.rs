@@ -161,9 +161,11 @@ pub const HONOURED: &[&str] = &[
     "log_pooler_errors",
     "logfile",
     "max_client_conn",
+    "max_db_client_connections",
     "max_db_connections",
     "max_packet_size",
     "max_prepared_statements",
+    "max_user_client_connections",
     "max_user_connections",
     "min_pool_size",
     "peer_id",
@@ -392,11 +394,6 @@ pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
             reason: "not supported by pglane yet; use PostgreSQL's own transaction_timeout (PostgreSQL 17), or \
                      idle_transaction_timeout",
         },
-        "max_db_client_connections" | "max_user_client_connections" => AcceptedAt {
-            values: &["0"],
-            reason: "not supported by pglane yet: max_client_conn is its only limit on client connections; write 0, \
-                     or limit the server connections (max_db_connections, max_user_connections)",
-        },
         "log_stats" | "stats_period" => NotHonoured(
             "pglane writes no periodic stats line (so none every stats_period); SHOW STATS, SHOW STATS_AVERAGES \
              and /metrics give the figures",
@@ -418,7 +415,6 @@ pub fn database_parameter(key: &str) -> Option<&'static str> {
             "pglane sets no startup parameters on server connections (the client's own, else the server's defaults \
              apply); set the default on the database (ALTER DATABASE ... SET) or the role instead"
         }
-        "max_db_client_connections" => "not supported by pglane yet; max_client_conn limits all clients",
         "query_wait_timeout" => "pglane has only the global query_wait_timeout; set that instead",
         "connect_query" => "pglane runs no query on a new server connection; use ALTER DATABASE ... SET or ALTER ROLE ... SET",
         "server_lifetime" => "pglane has only the global server_lifetime; set that instead",
@@ -433,7 +429,6 @@ pub fn user_parameter(key: &str) -> Option<&'static str> {
     Some(match key {
         "pool_size" => "pglane sets pool_size per database only; set it in [databases]",
         "reserve_pool_size" => "pglane sets reserve_pool_size globally or per database only; set it there",
-        "max_user_client_connections" => "not supported by pglane yet; max_client_conn limits all clients",
         "query_wait_timeout" | "query_timeout" | "idle_transaction_timeout" | "client_idle_timeout" => {
             "pglane has only the global setting; set that instead"
         }
@@ -450,6 +445,7 @@ pub const HONOURED_DATABASE_PARAMETERS: &[&str] = &[
     "dbname",
     "host",
     "load_balance_hosts",
+    "max_db_client_connections",
     "max_db_connections",
     "min_pool_size",
     "password",
@@ -463,7 +459,7 @@ pub const HONOURED_DATABASE_PARAMETERS: &[&str] = &[
 ];
 
 /// The `[users]` parameters the parent module carries over.
-pub const HONOURED_USER_PARAMETERS: &[&str] = &["max_user_connections", "pool_mode"];
+pub const HONOURED_USER_PARAMETERS: &[&str] = &["max_user_client_connections", "max_user_connections", "pool_mode"];
 
 #[cfg(test)]
 mod tests {
