@@ -271,6 +271,43 @@ async fn client_limits_per_user_and_database_refuse_the_next_client() {
     refused(try_connect(lane.port, "md5user", "md5pass", "limited").await.expect_err("a second"), "max_db_client_connections");
 }
 
+/// query_wait_notify: a client waiting that long for a server connection
+/// gets PgBouncer's NOTICE, and its query then runs as usual.
+#[tokio::test]
+async fn a_client_waiting_for_a_server_connection_is_told_so() {
+    use futures_util::StreamExt;
+    let dir = Dir::new("wait-notify");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let text = ini_text("md5", 6432, "query_wait_notify = 1").replace(
+        "scram_app = host",
+        &format!("tiny = host=127.0.0.1 port={} dbname=postgres pool_size=1\nscram_app = host", postgres().port),
+    );
+    let ini = dir.write("pgbouncer.ini", &text);
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    let holder = connect(lane.port, "postgres", "secret", "tiny").await;
+    holder.simple_query("BEGIN").await.unwrap();
+
+    let mut config = tokio_postgres::Config::new();
+    config.host("127.0.0.1").port(lane.port).user("postgres").password("secret").dbname("tiny");
+    let (waiter, mut connection) = config.connect(tokio_postgres::NoTls).await.expect("connect");
+    let (notices, mut noticed) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notice(notice) = message {
+                let _ = notices.send(format!("{} {} {}", notice.severity(), notice.code().code(), notice.message()));
+            }
+        }
+    });
+    let query = tokio::spawn(async move { waiter.simple_query("SELECT 1").await.map(|_| ()) });
+    let notice = tokio::time::timeout(Duration::from_secs(5), noticed.recv()).await.expect("a notice within 5 s");
+    assert_eq!(notice.as_deref(), Some("NOTICE 00000 No server connection available in postgres backend, client being queued"));
+    assert!(!query.is_finished(), "still waiting");
+    holder.simple_query("COMMIT").await.unwrap();
+    query.await.unwrap().expect("the query runs once the connection is free");
+    assert!(noticed.try_recv().is_err(), "told once");
+}
+
 /// A pglane child run with nothing but `--pgbouncer-ini`, killed when dropped.
 struct Alone {
     child: Child,

@@ -60,6 +60,7 @@ fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
         "pool_mode" => pool_mode_name(config.pool_mode).to_owned(),
         "query_timeout" => seconds(config.query_timeout),
         "query_wait_timeout" => seconds(config.query_wait_timeout),
+        "query_wait_notify" => seconds(config.query_wait_notify),
         "server_connect_timeout" => seconds(config.server_connect_timeout),
         "server_idle_timeout" => seconds(config.server_idle_timeout),
         "server_lifetime" => seconds(config.server_lifetime),

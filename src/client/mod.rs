@@ -890,7 +890,27 @@ impl Session {
             }
             left = wait.saturating_sub(crate::rt::now().saturating_duration_since(started));
         }
-        let Some(got) = until_cancelled(&self.entry, self.pool.checkout_or_follow(left, may_follow)).await else {
+        let mut checkout = std::pin::pin!(until_cancelled(&self.entry, self.pool.checkout_or_follow(left, may_follow)));
+        // query_wait_notify: a client still waiting after it is told so
+        // once, as PgBouncer tells it. The timer is set only for a checkout
+        // that did not end at its first poll, which most do.
+        let checked_out = match Config::optional_secs(self.config.query_wait_notify).filter(|notify| *notify < left) {
+            Some(notify) => match futures_lite::future::poll_once(checkout.as_mut()).await {
+                Some(done) => done,
+                None => match with_timeout(notify, checkout.as_mut()).await {
+                    Some(done) => done,
+                    None => {
+                        let mut notice = BytesMut::new();
+                        let text = "No server connection available in postgres backend, client being queued";
+                        backend::notice_response(&mut notice, &ErrorFields::notice(text));
+                        self.client.write_all(&notice).await?;
+                        checkout.await
+                    }
+                },
+            },
+            None => checkout.await,
+        };
+        let Some(got) = checked_out else {
             self.entry.set_state(ClientState::Idle);
             return Ok(None);
         };

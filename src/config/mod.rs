@@ -197,6 +197,11 @@ pub struct Config {
     /// Seconds a client waits for a server connection before it gets an error.
     #[serde(default = "defaults::query_wait_timeout")]
     pub query_wait_timeout: f64,
+    /// Seconds a client waits for a server connection before it gets a
+    /// NOTICE saying it is queued (PgBouncer's query_wait_notify, whose
+    /// default is 5); 0: never, as a direct connection would not.
+    #[serde(default)]
+    pub query_wait_notify: f64,
     /// Seconds allowed to open and log in a server connection.
     #[serde(default = "defaults::server_connect_timeout")]
     pub server_connect_timeout: f64,
@@ -985,6 +990,7 @@ impl Config {
             ("query_timeout", self.query_timeout),
             ("server_retry_timeout", self.server_retry_timeout),
             ("host_check_interval", self.host_check_interval),
+            ("query_wait_notify", self.query_wait_notify),
         ] {
             if !(seconds.is_finite() && (0.0..=MAX_TIMEOUT_SECS).contains(&seconds)) {
                 return Err(invalid(format!("{name} must be 0 (off) or a number of seconds up to a year, not {seconds}")));

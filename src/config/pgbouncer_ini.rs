@@ -29,6 +29,7 @@
 //! | `log_connections`, `log_disconnections`, `log_pooler_errors` | the same: the client login, logout and refusal lines |
 //! | `verbose` (above 2: 2) | the same: 1 adds debug lines, 2 trace lines |
 //! | `scram_iterations` | the same, for the SCRAM verifiers pglane derives from plaintext passwords |
+//! | `query_wait_notify` (PgBouncer's default 5 when unset) | the same: PgBouncer's NOTICE to a client waiting that long for a server connection |
 //! | `max_db_connections`, `max_user_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::pool::budget`) |
 //! | `max_db_client_connections`, `max_user_client_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::runtime::Shared::count_client`) |
 //! | `min_pool_size` (global, per `[databases]` entry) | the same, over all shards |
@@ -115,6 +116,7 @@ const DEFAULT_MAX_CLIENT_CONN: i64 = 100;
 const DEFAULT_POOL_SIZE: i64 = 20;
 const DEFAULT_UNIX_SOCKET_DIR: &str = "/tmp";
 const DEFAULT_SERVER_PORT: u16 = 5432;
+const DEFAULT_QUERY_WAIT_NOTIFY: f64 = 5.0;
 /// What a PgBouncer timeout of 0 ("no limit") becomes: pglane's timeouts are
 /// always on, and the longest it accepts is a year.
 pub const UNLIMITED_SECONDS: f64 = super::MAX_TIMEOUT_SECS;
@@ -494,6 +496,12 @@ impl Translation<'_> {
                 self.set(file, ini::resolve(&line.at.file, &line.value).to_string_lossy().into_owned());
             }
         }
+        // PgBouncer tells a waiting client by default; pglane, by default, not.
+        let query_wait_notify = match settings.remove("query_wait_notify") {
+            Some(line) => count(&line, "query_wait_notify", 0)? as f64,
+            None => DEFAULT_QUERY_WAIT_NOTIFY,
+        };
+        self.set("query_wait_notify", query_wait_notify);
         if let Some(line) = settings.remove("reserve_pool_timeout") {
             self.set("reserve_pool_timeout", seconds(&line, "reserve_pool_timeout")?);
         }

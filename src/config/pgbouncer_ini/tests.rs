@@ -891,9 +891,9 @@ fn scram_iterations_carries_over() {
 /// not refused (that would refuse every file) but warned where it is set.
 #[test]
 fn a_setting_pglane_does_not_honour_yet_is_warned() {
-    let (_, warnings) = config(&with_settings("log_stats = 1\nquery_wait_notify = 5"));
-    assert_eq!(warned(&warnings), [(5, "log_stats"), (6, "query_wait_notify")]);
-    assert!(warnings[1].message.starts_with("not honoured: pglane sends no notice"), "{warnings:?}");
+    let (_, warnings) = config(&with_settings("log_stats = 1\nstats_period = 60"));
+    assert_eq!(warned(&warnings), [(5, "log_stats"), (6, "stats_period")]);
+    assert!(warnings[0].message.starts_with("not honoured: pglane writes no periodic stats line"), "{warnings:?}");
 }
 
 #[test]
@@ -913,4 +913,14 @@ max_user_client_connections = 4
     assert_eq!((c.max_db_client_connections("app"), c.max_db_client_connections("other")), (3, 7));
     assert_eq!((c.max_user_client_connections("alice"), c.max_user_client_connections("bob")), (2, 4));
     assert!(error(&text.replace("=2", "=-1")).contains("max_user_client_connections of user alice: expected a whole number"));
+}
+
+#[test]
+fn query_wait_notify_carries_over_with_pgbouncers_default() {
+    let (c, _) = config(&with_settings("query_wait_notify = 2"));
+    assert_eq!(c.query_wait_notify, 2.0);
+    let (c, _) = config(&with_settings("query_wait_notify = 0"));
+    assert_eq!(c.query_wait_notify, 0.0);
+    let (c, _) = config(&with_settings(""));
+    assert_eq!(c.query_wait_notify, 5.0, "PgBouncer's default, though pglane's own is 0");
 }

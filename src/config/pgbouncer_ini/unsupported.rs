@@ -172,6 +172,7 @@ pub const HONOURED: &[&str] = &[
     "pidfile",
     "pool_mode",
     "query_timeout",
+    "query_wait_notify",
     "query_wait_timeout",
     "reserve_pool_size",
     "reserve_pool_timeout",
@@ -397,10 +398,6 @@ pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
         "log_stats" | "stats_period" => NotHonoured(
             "pglane writes no periodic stats line (so none every stats_period); SHOW STATS, SHOW STATS_AVERAGES \
              and /metrics give the figures",
-        ),
-        "query_wait_notify" => NotHonoured(
-            "pglane sends no notice to a client waiting for a server connection; SHOW POOLS' cl_waiting and \
-             maxwait show the wait",
         ),
         _ => return None,
     })
