@@ -308,6 +308,29 @@ async fn a_client_waiting_for_a_server_connection_is_told_so() {
     assert!(noticed.try_recv().is_err(), "told once");
 }
 
+/// A database's timezone= is each client's TimeZone unless the client sets
+/// its own, as PgBouncer sets it on the server connection.
+#[tokio::test]
+async fn a_databases_timezone_is_its_clients_default() {
+    let dir = Dir::new("timezone");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let text = ini_text("md5", 6432, "").replace(
+        "scram_app = host",
+        &format!("zoned = host=127.0.0.1 port={} dbname=postgres timezone=Asia/Tokyo\nscram_app = host", postgres().port),
+    );
+    let ini = dir.write("pgbouncer.ini", &text);
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    let show = |client: tokio_postgres::Client| async move {
+        client.query_one("SHOW TimeZone", &[]).await.expect("SHOW").get::<_, String>(0)
+    };
+    assert_eq!(show(connect(lane.port, "postgres", "secret", "zoned").await).await, "Asia/Tokyo");
+    let own = common::try_connect_with_options(lane.port, "postgres", "secret", "zoned", Some("-c TimeZone=Europe/Paris"))
+        .await
+        .expect("connect");
+    assert_eq!(show(own).await, "Europe/Paris", "the client's own wins");
+    assert_ne!(show(connect(lane.port, "postgres", "secret", "app").await).await, "Asia/Tokyo", "other databases");
+}
+
 /// A pglane child run with nothing but `--pgbouncer-ini`, killed when dropped.
 struct Alone {
     child: Child,

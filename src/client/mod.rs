@@ -110,7 +110,7 @@ async fn admit_or_serve(
     // What the client sent beyond what the login read (a pipelined first
     // query, node-postgres' Terminate): the session's first messages.
     let mut pending = BytesMut::new();
-    let (params, target) = {
+    let (mut params, target) = {
         // Who the client said it was, as far as it got: for the log line
         // of a login that fails.
         let mut claimed = Claimed::default();
@@ -179,6 +179,9 @@ async fn admit_or_serve(
             return None;
         }
     };
+    if let Some(db) = config.database(&entry.info.database) {
+        add_default_settings(&mut params, &db.default_settings);
+    }
     let counted = match shard.shared.count_client(&config, &entry.info.database, &entry.info.user) {
         Ok(counted) => counted,
         Err(limit) => {
@@ -225,6 +228,22 @@ async fn admit_or_serve(
     };
     session.buffers.from_client.preload(&pending);
     Some((session, params))
+}
+
+/// The database's `default_settings` that the client's startup packet
+/// (parameters, or `-c` switches of its options) does not set, added to it
+/// as if the client had sent them.
+fn add_default_settings(params: &mut StartupParams, defaults: &std::collections::BTreeMap<String, String>) {
+    if defaults.is_empty() {
+        return;
+    }
+    let given: Vec<String> =
+        settings::from_startup(params).map(|given| given.into_iter().map(|(name, _)| name).collect()).unwrap_or_default();
+    for (name, value) in defaults {
+        if !given.contains(&settings::canonical_name(name)) {
+            params.params.push((name.clone(), value.clone()));
+        }
+    }
 }
 
 /// Serves a replication client (see `replication`): its own server

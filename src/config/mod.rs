@@ -628,6 +628,12 @@ pub struct Database {
     pub min_pool_size: Option<usize>,
     /// Its pools' reserve (the global `reserve_pool_size` if unset).
     pub reserve_pool_size: Option<usize>,
+    /// Settings each client of this database gets unless its startup packet
+    /// sets them itself (`{ client_encoding = "UTF8", TimeZone = "UTC" }`),
+    /// carried to its server connections as its own: PgBouncer's
+    /// client_encoding, datestyle, timezone and application_name.
+    #[serde(default)]
+    pub default_settings: BTreeMap<String, String>,
     /// Log in to the server as this user instead of the client's.
     pub user: Option<String>,
     /// Password for `user` (or the client's user) on the server.
@@ -704,6 +710,14 @@ impl Database {
     }
 
     fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        // The startup packet's fields that are not settings.
+        if let Some(key) = self
+            .default_settings
+            .keys()
+            .find(|key| ["user", "database", "options", "replication"].contains(&key.as_str()) || key.starts_with("_pq_."))
+        {
+            return Err(invalid(format!("databases.{name}.default_settings: {key} is not a setting")));
+        }
         if self.pool_size == Some(0) {
             return Err(invalid(format!("databases.{name}.pool_size must be at least 1")));
         }

@@ -41,6 +41,7 @@
 //! | `unix_socket_dir` (default `/tmp`; empty: none) | `unix_socket_dir`, and `host` of databases without `host=` |
 //! | `unix_socket_mode` | the same |
 //! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]`; `*` → `[databases."*"]` |
+//! | `[databases]` `client_encoding datestyle timezone application_name` | `[databases.NAME] default_settings`: each client's, unless its startup packet sets them |
 //! | `[databases]` `host=a,b port=5432,5433` (libpq's lists), `target_session_attrs`, `load_balance_hosts` | the same, as TOML lists |
 //! | `so_reuseport` | the same (rolling restarts; see `crate::runtime::listeners`) |
 //! | `listen_backlog`, `tcp_defer_accept`, `tcp_keepalive`, `tcp_keepidle`, `tcp_keepintvl`, `tcp_keepcnt`, `tcp_user_timeout`, `tcp_socket_buffer` | the same, on the same sockets (`crate::net::TcpTuning`) |
@@ -653,6 +654,7 @@ impl Translation<'_> {
         let mut ports = vec![DEFAULT_SERVER_PORT];
         let mut load_balance_hosts = None;
         let mut pool_size = None;
+        let mut default_settings = Table::new();
         for (key, value) in pairs {
             let setting = format!("{key} of database {name}");
             match key.as_str() {
@@ -696,6 +698,16 @@ impl Translation<'_> {
                     let mode = self.pool_mode(&value, &line.at, &setting)?;
                     database.insert(key, mode.into());
                 }
+                // Set on server connections by PgBouncer, where the client
+                // has not set them: each client's own, unless it sets them.
+                "client_encoding" | "datestyle" | "timezone" | "application_name" => {
+                    let name = match key.as_str() {
+                        "datestyle" => "DateStyle",
+                        "timezone" => "TimeZone",
+                        other => other,
+                    };
+                    default_settings.insert(name.to_owned(), value.into());
+                }
                 "max_db_connections" | "max_db_client_connections" | "min_pool_size" | "reserve_pool" | "reserve_pool_size" => {
                     let limit: i64 =
                         value.parse().ok().filter(|&n: &i64| n >= 0).ok_or_else(|| invalid(line, &setting, WHOLE_NUMBER))?;
@@ -734,6 +746,9 @@ impl Translation<'_> {
         database.insert("port".into(), one_or_list(ports.into_iter().map(i64::from).collect()));
         if let Some(size) = pool_size {
             database.insert("pool_size".into(), size.into());
+        }
+        if !default_settings.is_empty() {
+            database.insert("default_settings".into(), Value::Table(default_settings));
         }
         Ok(Some(database))
     }

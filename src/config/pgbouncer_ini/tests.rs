@@ -924,3 +924,17 @@ fn query_wait_notify_carries_over_with_pgbouncers_default() {
     let (c, _) = config(&with_settings(""));
     assert_eq!(c.query_wait_notify, 5.0, "PgBouncer's default, though pglane's own is 0");
 }
+
+#[test]
+fn startup_parameters_of_a_database_become_its_default_settings() {
+    let (c, warnings) = config(
+        "[databases]\napp = host=db client_encoding=LATIN1 datestyle='ISO, DMY' timezone=UTC application_name=batch\n\
+         [pgbouncer]\nlisten_addr = *\n",
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let defaults: Vec<(&str, &str)> = c.databases["app"].default_settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        defaults,
+        [("DateStyle", "ISO, DMY"), ("TimeZone", "UTC"), ("application_name", "batch"), ("client_encoding", "LATIN1")]
+    );
+}

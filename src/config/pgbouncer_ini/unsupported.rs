@@ -408,10 +408,6 @@ pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
 /// honours ([`HONOURED_DATABASE_PARAMETERS`]).
 pub fn database_parameter(key: &str) -> Option<&'static str> {
     Some(match key {
-        "client_encoding" | "datestyle" | "timezone" | "application_name" => {
-            "pglane sets no startup parameters on server connections (the client's own, else the server's defaults \
-             apply); set the default on the database (ALTER DATABASE ... SET) or the role instead"
-        }
         "query_wait_timeout" => "pglane has only the global query_wait_timeout; set that instead",
         "connect_query" => "pglane runs no query on a new server connection; use ALTER DATABASE ... SET or ALTER ROLE ... SET",
         "server_lifetime" => "pglane has only the global server_lifetime; set that instead",
@@ -436,9 +432,12 @@ pub fn user_parameter(key: &str) -> Option<&'static str> {
 
 /// The `[databases]` connection parameters the parent module carries over.
 pub const HONOURED_DATABASE_PARAMETERS: &[&str] = &[
+    "application_name",
     "auth_dbname",
     "auth_query",
     "auth_user",
+    "client_encoding",
+    "datestyle",
     "dbname",
     "host",
     "load_balance_hosts",
@@ -452,6 +451,7 @@ pub const HONOURED_DATABASE_PARAMETERS: &[&str] = &[
     "reserve_pool",
     "reserve_pool_size",
     "target_session_attrs",
+    "timezone",
     "user",
 ];
 
