@@ -443,7 +443,6 @@ fn settings_tables() -> String {
             None if HONOURED.contains(&setting.name) => "**honoured**, as the table above says".to_owned(),
             None => unreachable!("{} is neither honoured nor in the catalogue", setting.name),
             Some(Treatment::Accepted(reason)) => format!("accepted, any value: {reason}"),
-            Some(Treatment::NotHonoured(reason)) => format!("**not honoured** yet (a warning at start if set): {reason}"),
             Some(Treatment::AcceptedAt { values, reason }) => {
                 let values: Vec<String> = values.iter().map(|v| value(v)).collect();
                 format!("accepted at {}; **refused** at any other value: {reason}", values.join(", "))

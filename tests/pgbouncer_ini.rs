@@ -191,7 +191,8 @@ async fn tcp_settings_from_an_ini_are_honoured() {
 }
 
 /// log_connections and log_disconnections off: no line for a client that
-/// comes and goes; log_pooler_errors on: a refused login still has its line.
+/// comes and goes; log_pooler_errors on: a refused login still has its line;
+/// log_stats on, a stats line every stats_period.
 #[tokio::test]
 async fn log_connections_off_leaves_logins_out_of_the_log() {
     /// Waits for `needle` in the log, letting the runtime close the
@@ -208,7 +209,10 @@ async fn log_connections_off_leaves_logins_out_of_the_log() {
     }
     let dir = Dir::new("logs");
     dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
-    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, "log_connections = 0\nlog_disconnections = 0"));
+    let ini = dir.write(
+        "pgbouncer.ini",
+        &ini_text("md5", 6432, "log_connections = 0\nlog_disconnections = 0\nlog_stats = 0\nstats_period = 1"),
+    );
     let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
     assert_eq!(current_user(lane.port, "postgres", "secret", "app").await, "postgres");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -217,14 +221,19 @@ async fn log_connections_off_leaves_logins_out_of_the_log() {
     // log, a line for that client would be too.
     let log = logged(&lane, "login failed").await;
     assert!(!log.contains("client logged in") && !log.contains("client closed the connection"), "{log}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(!lane.log().contains("stats: "), "log_stats = 0: {}", lane.log());
     drop(lane);
 
     // On (PgBouncer's default): both lines.
-    let ini = dir.write("on.ini", &ini_text("md5", 6432, ""));
+    let ini = dir.write("on.ini", &ini_text("md5", 6432, "stats_period = 1"));
     let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
     assert_eq!(current_user(lane.port, "postgres", "secret", "app").await, "postgres");
     logged(&lane, "client logged in").await;
     logged(&lane, "client closed the connection").await;
+    // log_stats, every stats_period (1 s here): PgBouncer's line.
+    let log = logged(&lane, " xacts/s, ").await;
+    assert!(log.contains(" queries/s, in ") && log.contains(" us, wait "), "{log}");
 }
 
 /// max_user_client_connections and a database's max_db_client_connections:

@@ -76,6 +76,8 @@ fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
         "log_disconnections" => flag(config.log_disconnections),
         "log_pooler_errors" => flag(config.log_pooler_errors),
         "verbose" => config.verbose.to_string(),
+        "log_stats" => flag(config.log_stats),
+        "stats_period" => config.stats_period.to_string(),
         "scram_iterations" => config.scram_iterations.to_string(),
         "listen_backlog" => config.listen_backlog.to_string(),
         "tcp_defer_accept" => flag(config.tcp_defer_accept),

@@ -144,6 +144,12 @@ pub struct Config {
     /// restart.
     #[serde(default)]
     pub verbose: u8,
+    /// Every `stats_period` seconds, a log line of what all clients did in
+    /// it (PgBouncer's log_stats and its line).
+    #[serde(default = "defaults::on")]
+    pub log_stats: bool,
+    #[serde(default = "defaults::stats_period")]
+    pub stats_period: u32,
     /// Address of the Prometheus/OpenMetrics endpoint (`GET /metrics`); off if absent.
     pub metrics_listen: Option<String>,
     /// The metric names that endpoint serves: pglane's own, pgbouncer_exporter's
@@ -440,6 +446,9 @@ mod defaults {
     }
     pub fn unix_socket_mode() -> u32 {
         0o777
+    }
+    pub fn stats_period() -> u32 {
+        60
     }
     pub fn listen_backlog() -> u32 {
         1024
@@ -978,6 +987,9 @@ impl Config {
             if value > max {
                 return Err(invalid(format!("{name} must be at most {max}")));
             }
+        }
+        if self.stats_period == 0 || self.stats_period > MAX_TIMEOUT_SECS as u32 {
+            return Err(invalid("stats_period must be 1 second to a year"));
         }
         if self.verbose > 2 {
             return Err(invalid("verbose must be 0, 1 (debug) or 2 (trace)"));

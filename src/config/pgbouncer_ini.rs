@@ -27,6 +27,7 @@
 //! | `max_client_conn`, `server_reset_query`, `server_reset_query_always`, `application_name_add_host` | the same |
 //! | `logfile`, `pidfile` (relative to the ini file) | the same |
 //! | `log_connections`, `log_disconnections`, `log_pooler_errors` | the same: the client login, logout and refusal lines |
+//! | `log_stats`, `stats_period` | the same: PgBouncer's stats line, over all shards |
 //! | `verbose` (above 2: 2) | the same: 1 adds debug lines, 2 trace lines |
 //! | `scram_iterations` | the same, for the SCRAM verifiers pglane derives from plaintext passwords |
 //! | `query_wait_notify` (PgBouncer's default 5 when unset) | the same: PgBouncer's NOTICE to a client waiting that long for a server connection |
@@ -53,9 +54,7 @@
 //! pglane already behaves as it asks (or it means nothing to pglane), or
 //! refused at start, at any value pglane cannot honour, with an error naming
 //! the file, line, setting and value, the reason and what to do instead:
-//! [`unsupported`] says which. The few whose PgBouncer default pglane does
-//! not do yet (refusing them would refuse every file) are warned where set.
-//! What is read differently
+//! [`unsupported`] says which. None is ignored. What is read differently
 //! (a second `listen_addr`, `statement` pooling, an unknown `[section]`)
 //! becomes one [`Warning`] naming the file, line and setting. `auth_type` =
 //! `cert`, `pam`, `ldap`, `any` (anything but trust, md5, scram-sha-256, hba
@@ -469,6 +468,7 @@ impl Translation<'_> {
             "log_connections",
             "log_disconnections",
             "log_pooler_errors",
+            "log_stats",
         ] {
             if let Some(line) = settings.remove(flag) {
                 self.set(flag, boolean(&line, flag)?);
@@ -529,6 +529,9 @@ impl Translation<'_> {
                 self.set(number, count(&line, number, 0)?);
             }
         }
+        if let Some(line) = settings.remove("stats_period") {
+            self.set("stats_period", count(&line, "stats_period", 1)?);
+        }
         if let Some(line) = settings.remove("scram_iterations") {
             self.set("scram_iterations", count(&line, "scram_iterations", 1)?);
         }
@@ -559,7 +562,6 @@ impl Translation<'_> {
                     return Err(unsupported_value(&line, &key, reason));
                 }
                 Treatment::AcceptedAt { .. } => {}
-                Treatment::NotHonoured(reason) => self.warn(&line.at, &key, &format!("not honoured: {reason}")),
             }
         }
         Ok(globals)

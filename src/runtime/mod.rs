@@ -490,6 +490,10 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
             if let Some(metrics) = metrics {
                 rt::spawn_local(shard.clone().accept_until_stopped(Listener::Tcp(metrics), admit_scraper)).detach();
             }
+            // One shard writes the log_stats lines, for all of them.
+            if id == 0 {
+                rt::spawn_local(shard.clone().log_stats()).detach();
+            }
             let _ = ready.send(Ok(()));
             shard.run(listener, unix, nudged).await;
         })
@@ -973,6 +977,21 @@ impl Shard {
     /// config) and the passing of time into this shard's own actions, each
     /// time it is nudged (see [`nudge`]): at once after a signal, and every
     /// [`nudge::TICK`] otherwise. Stops the shard's listeners when it is time.
+    /// Every stats_period, while log_stats is on, PgBouncer's stats line:
+    /// what all shards did in the period.
+    async fn log_stats(self: Rc<Self>) {
+        let mut before = crate::pool::PoolStats::default();
+        loop {
+            let period = Duration::from_secs(self.shared.config.load().stats_period.into());
+            rt::sleep(period).await;
+            let now = crate::admin::total_stats(&crate::admin::snapshots(&self).await);
+            if self.shared.config.load().log_stats {
+                info!("{}", crate::admin::stats_line(&now, &before, period));
+            }
+            before = now;
+        }
+    }
+
     async fn housekeeping(self: Rc<Self>, nudged: std::os::unix::net::UnixStream) {
         use futures_lite::AsyncReadExt;
         let mut nudged = match Socket::from_fd(nudged.into()) {

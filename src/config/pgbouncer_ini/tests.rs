@@ -887,15 +887,6 @@ fn scram_iterations_carries_over() {
     assert!(error(&with_settings("scram_iterations = 0")).contains("scram_iterations: expected a whole number of at least 1"));
 }
 
-/// What pglane does not do yet, though PgBouncer does it by default, is
-/// not refused (that would refuse every file) but warned where it is set.
-#[test]
-fn a_setting_pglane_does_not_honour_yet_is_warned() {
-    let (_, warnings) = config(&with_settings("log_stats = 1\nstats_period = 60"));
-    assert_eq!(warned(&warnings), [(5, "log_stats"), (6, "stats_period")]);
-    assert!(warnings[0].message.starts_with("not honoured: pglane writes no periodic stats line"), "{warnings:?}");
-}
-
 #[test]
 fn client_limits_carry_over_globally_per_database_and_per_user() {
     let text = "[databases]

@@ -8,8 +8,7 @@
 //! because pglane already behaves so (or the setting means nothing to it),
 //! or accepted only at the values pglane behaves as and refused at start
 //! otherwise, with the reason and what to do instead. Likewise for the
-//! parameters of `[databases]` and `[users]` entries. Only the few whose
-//! PgBouncer default pglane does not do yet are [`Treatment::NotHonoured`]. The migration guide's table of settings is generated
+//! parameters of `[databases]` and `[users]` entries. No setting is ignored. The migration guide's table of settings is generated
 //! from this catalogue (tests/docs.rs). It decides nothing else: when pglane
 //! learns a setting, move it from here to the parent's mapping.
 
@@ -159,6 +158,7 @@ pub const HONOURED: &[&str] = &[
     "log_connections",
     "log_disconnections",
     "log_pooler_errors",
+    "log_stats",
     "logfile",
     "max_client_conn",
     "max_db_client_connections",
@@ -187,6 +187,7 @@ pub const HONOURED: &[&str] = &[
     "server_tls_key_file",
     "server_tls_sslmode",
     "so_reuseport",
+    "stats_period",
     "stats_users",
     "tcp_defer_accept",
     "tcp_keepalive",
@@ -283,11 +284,6 @@ pub enum Treatment {
     /// value stops pglane at start with the reason, which says what to do
     /// instead.
     AcceptedAt { values: &'static [&'static str], reason: &'static str },
-    /// Not honoured yet, at any value, PgBouncer's default included: a
-    /// setting pglane should learn, since refusing PgBouncer's default
-    /// would refuse every file. A file that sets it gets a warning with the
-    /// reason; the migration guide's table says so.
-    NotHonoured(&'static str),
 }
 
 impl Treatment {
@@ -299,7 +295,7 @@ impl Treatment {
             text.parse::<i64>().map(|n| n.to_string()).unwrap_or(text)
         };
         match self {
-            Treatment::Accepted(_) | Treatment::NotHonoured(_) => true,
+            Treatment::Accepted(_) => true,
             Treatment::AcceptedAt { values, .. } => values.iter().any(|accepted| normal(accepted) == normal(value)),
         }
     }
@@ -319,7 +315,7 @@ const CLIENT_STARTUP: &str = "pglane carries every startup parameter a client se
 /// does not honour itself; None for a name that is no PgBouncer setting, or
 /// one pglane honours ([`HONOURED`]).
 pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
-    use Treatment::{Accepted, AcceptedAt, NotHonoured};
+    use Treatment::{Accepted, AcceptedAt};
     Some(match key {
         "auth_ident_file" => AcceptedAt {
             values: &[""],
@@ -395,10 +391,6 @@ pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
             reason: "not supported by pglane yet; use PostgreSQL's own transaction_timeout (PostgreSQL 17), or \
                      idle_transaction_timeout",
         },
-        "log_stats" | "stats_period" => NotHonoured(
-            "pglane writes no periodic stats line (so none every stats_period); SHOW STATS, SHOW STATS_AVERAGES \
-             and /metrics give the figures",
-        ),
         _ => return None,
     })
 }
