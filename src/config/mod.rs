@@ -140,8 +140,8 @@ pub struct Config {
     #[serde(default = "defaults::on")]
     pub log_pooler_errors: bool,
     /// More in the log: 1 adds debug lines, 2 trace lines (PgBouncer's
-    /// verbose); RUST_LOG and the command line's -q and -v win. Fixed until
-    /// restart.
+    /// verbose); RUST_LOG and the command line's -q win, and of -v and this
+    /// the higher counts. Fixed until restart.
     #[serde(default)]
     pub verbose: u8,
     /// Every `stats_period` seconds, a log line of what all clients did in
