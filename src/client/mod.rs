@@ -919,10 +919,14 @@ impl Session {
                 None => match with_timeout(notify, checkout.as_mut()).await {
                     Some(done) => done,
                     None => {
-                        let mut notice = BytesMut::new();
-                        let text = "No server connection available in postgres backend, client being queued";
-                        backend::notice_response(&mut notice, &ErrorFields::notice(text));
-                        self.client.write_all(&notice).await?;
+                        // Only between whole messages to the client: with
+                        // replies still on their way to it, the notice is left out.
+                        if self.buffers.to_client.is_empty() {
+                            let mut notice = BytesMut::new();
+                            let text = "No server connection available in postgres backend, client being queued";
+                            backend::notice_response(&mut notice, &ErrorFields::notice(text));
+                            self.client.write_all(&notice).await?;
+                        }
                         checkout.await
                     }
                 },
