@@ -545,6 +545,11 @@ impl Translation<'_> {
         if let Some(line) = settings.remove("peer_id") {
             self.set("peer_id", count(&line, "peer_id", 0)?);
         }
+        // PgBouncer switches to `user`, which only root can do; a process
+        // that already runs as that user has nothing to switch.
+        if settings.get("user").is_some_and(|line| running_as().as_deref() == Some(line.value.as_str())) {
+            settings.remove("user");
+        }
         self.tls_and_security(&mut settings)?;
         let globals = Globals {
             unix_socket_dir,
@@ -896,6 +901,25 @@ fn unsupported_value(line: &Line, setting: &str, reason: &str) -> IniError {
         value: line.value.clone(),
         reason: reason.to_owned(),
     }
+}
+
+/// The name of the user this process runs as (its effective uid's).
+fn running_as() -> Option<String> {
+    // SAFETY: passwd is a C struct of pointers and integers, for which all
+    // zeroes is a valid value.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut text = vec![0 as libc::c_char; 4096];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes the entry and its strings into `entry` and
+    // `text`, both ours and of the sizes given, and sets `found` to
+    // `&entry` or null; the name is read only while `text` lives.
+    let failed = unsafe { libc::getpwuid_r(libc::geteuid(), &mut entry, text.as_mut_ptr(), text.len(), &mut found) };
+    if failed != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated string inside `text`, as getpwuid_r wrote it.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    Some(name.to_string_lossy().into_owned())
 }
 
 /// For a parameter of a `[databases]` or `[users]` entry (never a password).

@@ -602,7 +602,7 @@ fn a_setting_pglane_cannot_honour_is_refused_naming_file_line_and_value() {
          syslog; run it under systemd, whose journal takes stderr, or set logfile"
     );
     for refused in [
-        "user = postgres",
+        "user = nobody-pglane-runs-as",
         "unix_socket_group = pgbouncer",
         "auth_ident_file = ident.map",
         "server_tls_protocols = tlsv1.1,tlsv1.2",
@@ -928,4 +928,15 @@ fn startup_parameters_of_a_database_become_its_default_settings() {
         defaults,
         [("DateStyle", "ISO, DMY"), ("TimeZone", "UTC"), ("application_name", "batch"), ("client_encoding", "LATIN1")]
     );
+}
+
+/// PgBouncer switches to `user`; already running as that user, there is
+/// nothing to switch, for PgBouncer or pglane.
+#[test]
+fn user_is_accepted_when_it_is_the_user_pglane_runs_as() {
+    let me = super::running_as().expect("this process's user name");
+    let (_, warnings) = config(&with_settings(&format!("user = {me}")));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let message = error(&with_settings("user = somebody-else-entirely"));
+    assert!(message.contains("user = somebody-else-entirely is not supported: pglane does not switch users ("), "{message}");
 }

@@ -359,7 +359,8 @@ pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
         "syslog_ident" | "syslog_facility" => Accepted("only used with syslog = 1, which pglane refuses"),
         "user" => AcceptedAt {
             values: &[""],
-            reason: "pglane does not switch users; start it as the user it should run as (User= in its systemd unit)",
+            reason: "pglane does not switch users (the user it already runs as is accepted); start it as the user \
+                     it should run as (User= in its systemd unit)",
         },
         "unix_socket_group" => AcceptedAt {
             values: &[""],
