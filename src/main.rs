@@ -103,9 +103,10 @@ impl Cli {
         }
     }
 
-    /// The default log level the PgBouncer flags ask for.
-    fn log_level(&self) -> &'static str {
-        match (self.quiet, self.verbose) {
+    /// The default log level the PgBouncer flags ask for, or else the
+    /// config's `verbose` (PgBouncer's setting).
+    fn log_level(&self, config_verbose: u8) -> &'static str {
+        match (self.quiet, self.verbose.max(config_verbose)) {
             (true, _) => "warn",
             (false, 0) => "info",
             (false, 1) => "debug",
@@ -141,7 +142,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    init_logging(cli.log_format, cli.log_level());
+    init_logging(cli.log_format, cli.log_level(config.verbose));
     for warning in &warnings {
         if cli.check {
             eprintln!("pglane: warning: {warning}");

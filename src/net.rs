@@ -21,6 +21,78 @@ use futures_lite::{AsyncRead, AsyncWrite};
 
 use crate::config::ServerAddress;
 
+/// The options pglane sets on every TCP connection it accepts from a client
+/// or opens to a server, as PgBouncer does (its settings of the same names):
+/// TCP_NODELAY always; SO_KEEPALIVE, and the keepalive timings that are not
+/// 0 (0: the system's); TCP_USER_TIMEOUT and the socket buffer sizes if not 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpTuning {
+    pub keepalive: bool,
+    /// Seconds idle before the first probe (TCP_KEEPIDLE).
+    pub keepidle: u32,
+    /// Seconds between probes (TCP_KEEPINTVL).
+    pub keepintvl: u32,
+    /// Probes unanswered before the connection is dropped (TCP_KEEPCNT).
+    pub keepcnt: u32,
+    /// Milliseconds sent data may stay unacknowledged (TCP_USER_TIMEOUT).
+    pub user_timeout_ms: u32,
+    /// SO_SNDBUF and SO_RCVBUF, in bytes.
+    pub socket_buffer: u32,
+}
+
+impl TcpTuning {
+    /// Sets the options on a connected TCP socket.
+    pub fn apply(&self, socket: &socket2::SockRef<'_>) -> io::Result<()> {
+        socket.set_nodelay(true)?;
+        if self.keepalive {
+            let mut keepalive = socket2::TcpKeepalive::new();
+            if self.keepidle > 0 {
+                keepalive = keepalive.with_time(Duration::from_secs(self.keepidle.into()));
+            }
+            if self.keepintvl > 0 {
+                keepalive = keepalive.with_interval(Duration::from_secs(self.keepintvl.into()));
+            }
+            if self.keepcnt > 0 {
+                keepalive = keepalive.with_retries(self.keepcnt);
+            }
+            socket.set_tcp_keepalive(&keepalive)?;
+        } else {
+            socket.set_keepalive(false)?;
+        }
+        if self.user_timeout_ms > 0 {
+            socket.set_tcp_user_timeout(Some(Duration::from_millis(self.user_timeout_ms.into())))?;
+        }
+        if self.socket_buffer > 0 {
+            socket.set_send_buffer_size(self.socket_buffer as usize)?;
+            socket.set_recv_buffer_size(self.socket_buffer as usize)?;
+        }
+        Ok(())
+    }
+}
+
+/// TCP_DEFER_ACCEPT on a listening socket (PgBouncer's tcp_defer_accept):
+/// a connection is handed to accept only once the client has sent something,
+/// as every PostgreSQL client speaks first.
+pub fn set_defer_accept(listener: &socket2::Socket, on: bool) -> io::Result<()> {
+    // PgBouncer's value: the kernel takes it as seconds to wait for data.
+    let seconds: libc::c_int = on.into();
+    // SAFETY: setsockopt reads an int of the given size from a valid
+    // pointer, on a descriptor `listener` keeps open.
+    let done = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&seconds as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if done < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub enum Stream {
     /// A TCP or unix-domain socket, as it is.
     Plain(Socket),
@@ -33,13 +105,13 @@ pub enum Stream {
 }
 
 impl Stream {
-    /// Connects to a server, TCP_NODELAY set, within `timeout`.
-    pub async fn connect(addr: &ServerAddress, timeout: Duration) -> io::Result<Stream> {
+    /// Connects to a server within `timeout`; a TCP connection gets `tuning`.
+    pub async fn connect(addr: &ServerAddress, timeout: Duration, tuning: &TcpTuning) -> io::Result<Stream> {
         let connect = async {
             match addr {
                 ServerAddress::Tcp { host, port } => {
                     let socket = Socket::connect_tcp((host.as_str(), *port)).await?;
-                    socket.set_nodelay(true)?;
+                    tuning.apply(&socket2::SockRef::from(&socket))?;
                     Ok(Stream::Plain(socket))
                 }
                 // A local unix-socket connect completes (or fails) at once.
@@ -231,5 +303,45 @@ pub async fn read_message(
             return Err(ReadError::Closed);
         }
         buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The options as the kernel then reports them on a real connection.
+    #[test]
+    fn tcp_tuning_sets_what_pgbouncers_settings_ask_for() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let socket = socket2::SockRef::from(&client);
+        let tuning = TcpTuning {
+            keepalive: true,
+            keepidle: 61,
+            keepintvl: 7,
+            keepcnt: 4,
+            user_timeout_ms: 12_000,
+            socket_buffer: 131_072,
+        };
+        tuning.apply(&socket).unwrap();
+        assert!(socket.nodelay().unwrap() && socket.keepalive().unwrap());
+        assert_eq!(socket.keepalive_time().unwrap(), Duration::from_secs(61));
+        assert_eq!(socket.keepalive_interval().unwrap(), Duration::from_secs(7));
+        assert_eq!(socket.keepalive_retries().unwrap(), 4);
+        assert_eq!(socket.tcp_user_timeout().unwrap(), Some(Duration::from_millis(12_000)));
+        // Linux doubles what it is asked for, for its bookkeeping.
+        assert!(socket.send_buffer_size().unwrap() >= 131_072 && socket.recv_buffer_size().unwrap() >= 131_072);
+        // 0 leaves the system's value; keepalive off turns it off.
+        let system_idle = socket2::SockRef::from(&std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap())
+            .keepalive_time()
+            .unwrap();
+        TcpTuning { keepalive: true, ..TcpTuning::default() }.apply(&socket).unwrap();
+        assert_eq!(socket.keepalive_time().unwrap(), Duration::from_secs(61), "0 changes nothing");
+        TcpTuning::default().apply(&socket).unwrap();
+        assert!(!socket.keepalive().unwrap());
+        assert!(system_idle > Duration::ZERO);
+        let deferred = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        set_defer_accept(&deferred, true).unwrap();
     }
 }

@@ -41,6 +41,10 @@ fn rolpassword(role: &str) -> String {
     postgres().psql(&format!("SELECT rolpassword FROM pg_authid WHERE rolname = '{role}'"))
 }
 
+/// The warning pglane logs for line 13 of [`ini_text`]'s file, which it
+/// reads differently from PgBouncer (PgBouncer pools per statement).
+const READ_DIFFERENTLY: &str = "13: pool_mode: statement pooling is not supported";
+
 /// A pgbouncer.ini in front of the test PostgreSQL; `extra` goes into [pgbouncer].
 fn ini_text(auth_type: &str, listen_port: u16, extra: &str) -> String {
     format!(
@@ -56,7 +60,7 @@ listen_port = {listen_port}
 auth_type = {auth_type}
 auth_file = userlist.txt
 pool_mode = transaction
-server_check_delay = 3600
+pool_mode = statement
 {extra}
 ",
         port = postgres().port
@@ -89,8 +93,8 @@ async fn plaintext_and_md5_users_log_in_through_an_imported_ini() {
     assert_eq!(current_user(lane.port, "scramuser", "scrampass", "scram_app").await, "scramuser");
     let wrong = try_connect(lane.port, "scramuser", "nope", "scram_app").await.expect_err("a wrong password fails");
     assert_eq!(wrong.as_db_error().map(|e| e.code().code()), Some("28P01"), "{wrong}");
-    // What the ini has that pglane ignores is in the log, with file and line.
-    lane.wait_for_log(&format!("{}:13: server_check_delay: ignored", ini.display()), Duration::from_secs(5));
+    // What pglane reads differently is in the log, with file and line.
+    lane.wait_for_log(&format!("{}:{READ_DIFFERENTLY}", ini.display()), Duration::from_secs(5));
 }
 
 #[tokio::test]
@@ -150,6 +154,192 @@ async fn hba_rules_and_auth_query_carry_over_from_an_ini() {
     assert!(uncovered.as_db_error().is_some_and(|e| e.message().starts_with("no pg_hba.conf entry")), "{uncovered:?}");
 }
 
+/// The value SHOW CONFIG gives for `key`.
+async fn show_config(client: &tokio_postgres::Client, key: &str) -> Option<String> {
+    let rows = client.simple_query("SHOW CONFIG").await.expect("SHOW CONFIG");
+    rows.iter().find_map(|message| match message {
+        tokio_postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some(key) => row.get(1).map(str::to_owned),
+        _ => None,
+    })
+}
+
+/// PgBouncer's TCP settings are set on pglane's sockets (the options
+/// themselves are `net`'s unit test): pglane starts with them, serves, and
+/// SHOW CONFIG says what it runs with.
+#[tokio::test]
+async fn tcp_settings_from_an_ini_are_honoured() {
+    let dir = Dir::new("tcp");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let extra = "admin_users = postgres\ntcp_keepalive = 1\ntcp_keepidle = 30\ntcp_keepintvl = 5\ntcp_keepcnt = 3\n\
+                 tcp_user_timeout = 20000\ntcp_socket_buffer = 262144\nlisten_backlog = 64\ntcp_defer_accept = 1\n";
+    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, extra));
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    assert_eq!(current_user(lane.port, "postgres", "secret", "app").await, "postgres");
+    let console = connect(lane.port, "postgres", "secret", "pgbouncer").await;
+    for (key, value) in [
+        ("tcp_keepalive", "1"),
+        ("tcp_keepidle", "30"),
+        ("tcp_keepintvl", "5"),
+        ("tcp_keepcnt", "3"),
+        ("tcp_user_timeout", "20000"),
+        ("tcp_socket_buffer", "262144"),
+        ("listen_backlog", "64"),
+        ("tcp_defer_accept", "1"),
+    ] {
+        assert_eq!(show_config(&console, key).await.as_deref(), Some(value), "{key}");
+    }
+}
+
+/// log_connections and log_disconnections off: no line for a client that
+/// comes and goes; log_pooler_errors on: a refused login still has its line;
+/// log_stats on, a stats line every stats_period.
+#[tokio::test]
+async fn log_connections_off_leaves_logins_out_of_the_log() {
+    /// Waits for `needle` in the log, letting the runtime close the
+    /// clients dropped meanwhile (their connection tasks run on it).
+    async fn logged(lane: &Pglane, needle: &str) -> String {
+        for _ in 0..100 {
+            let log = lane.log();
+            if log.contains(needle) {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no {needle:?} in the log: {}", lane.log());
+    }
+    let dir = Dir::new("logs");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let ini = dir.write(
+        "pgbouncer.ini",
+        &ini_text("md5", 6432, "log_connections = 0\nlog_disconnections = 0\nlog_stats = 0\nstats_period = 1"),
+    );
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    assert_eq!(current_user(lane.port, "postgres", "secret", "app").await, "postgres");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(try_connect(lane.port, "postgres", "wrong", "app").await.is_err());
+    // The refusal comes after the first client's logout: once it is in the
+    // log, a line for that client would be too.
+    let log = logged(&lane, "login failed").await;
+    assert!(!log.contains("client logged in") && !log.contains("client closed the connection"), "{log}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(!lane.log().contains("stats: "), "log_stats = 0: {}", lane.log());
+    drop(lane);
+
+    // On (PgBouncer's default): both lines.
+    let ini = dir.write("on.ini", &ini_text("md5", 6432, "stats_period = 1"));
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    assert_eq!(current_user(lane.port, "postgres", "secret", "app").await, "postgres");
+    logged(&lane, "client logged in").await;
+    logged(&lane, "client closed the connection").await;
+    // log_stats, every stats_period (1 s here): PgBouncer's line.
+    let log = logged(&lane, " xacts/s, ").await;
+    assert!(log.contains(" queries/s, in ") && log.contains(" us, wait "), "{log}");
+}
+
+/// max_user_client_connections and a database's max_db_client_connections:
+/// over all shards, the client past the limit gets PgBouncer's error, and
+/// one that leaves makes room.
+#[tokio::test]
+async fn client_limits_per_user_and_database_refuse_the_next_client() {
+    let dir = Dir::new("client-limits");
+    dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{}\"\n", rolpassword("md5user")));
+    let text = ini_text("md5", 6432, "max_user_client_connections = 2").replace(
+        "scram_app = host",
+        &format!(
+            "limited = host=127.0.0.1 port={} dbname=postgres max_db_client_connections=1\nscram_app = host",
+            postgres().port
+        ),
+    );
+    let ini = dir.write("pgbouncer.ini", &text);
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "2"]);
+    let refused = |e: tokio_postgres::Error, limit: &str| {
+        let e = e.as_db_error().cloned().unwrap_or_else(|| panic!("an ErrorResponse: {e}"));
+        assert_eq!((e.code().code(), e.message()), ("08P01", format!("client connections exceeded ({limit})").as_str()));
+    };
+    let first = connect(lane.port, "postgres", "secret", "app").await;
+    let second = connect(lane.port, "postgres", "secret", "app").await;
+    refused(try_connect(lane.port, "postgres", "secret", "app").await.expect_err("a third"), "max_user_client_connections");
+    // Another user is not counted against postgres's limit.
+    let other = connect(lane.port, "md5user", "md5pass", "app").await;
+    first.simple_query("SELECT 1").await.unwrap();
+    drop(first);
+    // Its connection task runs on this runtime: give it time to say goodbye.
+    let mut third = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if let Ok(client) = try_connect(lane.port, "postgres", "secret", "app").await {
+            third = Some(client);
+            break;
+        }
+    }
+    third.expect("room after a client left").simple_query("SELECT 1").await.unwrap();
+    second.simple_query("SELECT 1").await.unwrap();
+    // The database's own limit: one client, whoever it is.
+    let _limited = connect(lane.port, "md5user", "md5pass", "limited").await;
+    drop(other);
+    refused(try_connect(lane.port, "md5user", "md5pass", "limited").await.expect_err("a second"), "max_db_client_connections");
+}
+
+/// query_wait_notify: a client waiting that long for a server connection
+/// gets PgBouncer's NOTICE, and its query then runs as usual.
+#[tokio::test]
+async fn a_client_waiting_for_a_server_connection_is_told_so() {
+    use futures_util::StreamExt;
+    let dir = Dir::new("wait-notify");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let text = ini_text("md5", 6432, "query_wait_notify = 1").replace(
+        "scram_app = host",
+        &format!("tiny = host=127.0.0.1 port={} dbname=postgres pool_size=1\nscram_app = host", postgres().port),
+    );
+    let ini = dir.write("pgbouncer.ini", &text);
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    let holder = connect(lane.port, "postgres", "secret", "tiny").await;
+    holder.simple_query("BEGIN").await.unwrap();
+
+    let mut config = tokio_postgres::Config::new();
+    config.host("127.0.0.1").port(lane.port).user("postgres").password("secret").dbname("tiny");
+    let (waiter, mut connection) = config.connect(tokio_postgres::NoTls).await.expect("connect");
+    let (notices, mut noticed) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notice(notice) = message {
+                let _ = notices.send(format!("{} {} {}", notice.severity(), notice.code().code(), notice.message()));
+            }
+        }
+    });
+    let query = tokio::spawn(async move { waiter.simple_query("SELECT 1").await.map(|_| ()) });
+    let notice = tokio::time::timeout(Duration::from_secs(5), noticed.recv()).await.expect("a notice within 5 s");
+    assert_eq!(notice.as_deref(), Some("NOTICE 00000 No server connection available in postgres backend, client being queued"));
+    assert!(!query.is_finished(), "still waiting");
+    holder.simple_query("COMMIT").await.unwrap();
+    query.await.unwrap().expect("the query runs once the connection is free");
+    assert!(noticed.try_recv().is_err(), "told once");
+}
+
+/// A database's timezone= is each client's TimeZone unless the client sets
+/// its own, as PgBouncer sets it on the server connection.
+#[tokio::test]
+async fn a_databases_timezone_is_its_clients_default() {
+    let dir = Dir::new("timezone");
+    dir.write("userlist.txt", "\"postgres\" \"secret\"\n");
+    let text = ini_text("md5", 6432, "").replace(
+        "scram_app = host",
+        &format!("zoned = host=127.0.0.1 port={} dbname=postgres timezone=Asia/Tokyo\nscram_app = host", postgres().port),
+    );
+    let ini = dir.write("pgbouncer.ini", &text);
+    let lane = Pglane::start_with_args("", &["--pgbouncer-ini", ini.to_str().unwrap(), "--cores", "1"]);
+    let show = |client: tokio_postgres::Client| async move {
+        client.query_one("SHOW TimeZone", &[]).await.expect("SHOW").get::<_, String>(0)
+    };
+    assert_eq!(show(connect(lane.port, "postgres", "secret", "zoned").await).await, "Asia/Tokyo");
+    let own = common::try_connect_with_options(lane.port, "postgres", "secret", "zoned", Some("-c TimeZone=Europe/Paris"))
+        .await
+        .expect("connect");
+    assert_eq!(show(own).await, "Europe/Paris", "the client's own wins");
+    assert_ne!(show(connect(lane.port, "postgres", "secret", "app").await).await, "Asia/Tokyo", "other databases");
+}
+
 /// A pglane child run with nothing but `--pgbouncer-ini`, killed when dropped.
 struct Alone {
     child: Child,
@@ -199,7 +389,7 @@ async fn the_ini_alone_is_enough() {
     let ini = dir.write("pgbouncer.ini", &ini_text("md5", port, ""));
     let lane = Alone::start(&ini, dir.0.join("pglane.log"), port);
     assert_eq!(current_user(port, "postgres", "secret", "app").await, "postgres");
-    assert!(lane.log().contains("server_check_delay: ignored"), "{}", lane.log());
+    assert!(lane.log().contains(READ_DIFFERENTLY), "{}", lane.log());
 }
 
 /// Every address of `listen_addr` is listened on, as by PgBouncer.
@@ -239,7 +429,7 @@ async fn logfile_and_pidfile_as_pgbouncer_keeps_them() {
     assert_eq!(fs::read_to_string(&pidfile).unwrap(), format!("{pid}\n"));
     assert_eq!(current_user(port, "postgres", "secret", "app").await, "postgres");
     let logged = fs::read_to_string(&logfile).unwrap();
-    assert!(logged.contains("starting") && logged.contains("server_check_delay: ignored"), "{logged}");
+    assert!(logged.contains("starting") && logged.contains(READ_DIFFERENTLY), "{logged}");
 
     // A second pglane with the same pidfile does not start.
     let second = Command::new(common::pglane_bin()).arg(&ini).output().unwrap();
@@ -256,7 +446,7 @@ async fn logfile_and_pidfile_as_pgbouncer_keeps_them() {
     }
     // The ini's warnings were logged at start, not again at the reload.
     let reloaded = fs::read_to_string(&logfile).unwrap();
-    assert!(!reloaded.contains("server_check_delay: ignored"), "{reloaded}");
+    assert!(!reloaded.contains(READ_DIFFERENTLY), "{reloaded}");
 
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let status = lane.child.wait().unwrap();
@@ -281,14 +471,15 @@ fn text(bytes: &[u8]) -> String {
 fn check_validates_an_ini_and_prints_its_warnings() {
     let dir = Dir::new("check");
     dir.write("userlist.txt", &format!("\"postgres\" \"secret\"\n\"md5user\" \"{}\"\n", rolpassword("md5user")));
-    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, "syslog = 1"));
+    let ini = dir.write("pgbouncer.ini", &ini_text("md5", 6432, "syslog = 0\npkt_buf = 8192"));
     let flag = Path::new("--pgbouncer-ini");
     let out = check(&[flag, &ini]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(text(&out.stdout), format!("{}: ok\n", ini.display()));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains(&format!("warning: {}:13: server_check_delay: ignored", ini.display())), "{stderr}");
-    assert!(stderr.contains(&format!("warning: {}:14: syslog: ignored", ini.display())), "{stderr}");
+    assert!(stderr.contains(&format!("warning: {}:{READ_DIFFERENTLY}", ini.display())), "{stderr}");
+    // What pglane already does is accepted without a word.
+    assert!(!stderr.contains("syslog") && !stderr.contains("pkt_buf"), "{stderr}");
 
     // PgBouncer's command line: the ini alone, as its argument.
     let out = Command::new(common::pglane_bin()).arg("--check").arg(&ini).output().unwrap();
@@ -317,6 +508,11 @@ fn check_validates_an_ini_and_prints_its_warnings() {
     let out = check(&[flag, &bad]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(text(&out.stderr).contains(&format!("{}:10: auth_type = cert is not supported", bad.display())), "{out:?}");
+    // A setting pglane cannot honour: refused, not ignored.
+    let syslog = dir.write("syslog.ini", &ini_text("md5", 6432, "syslog = 1"));
+    let out = check(&[flag, &syslog]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains(&format!("{}:14: syslog = 1 is not supported: ", syslog.display())), "{out:?}");
     dir.write("userlist.txt", "\"postgres\" \"secret\"\nmd5user md5pass\n");
     let out = check(&[flag, &ini]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -332,5 +528,5 @@ fn the_shipped_example_checks() {
     let example = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/pgbouncer.ini"));
     let out = check(&[Path::new("--pgbouncer-ini"), example]);
     assert!(out.status.success(), "{out:?}");
-    assert!(text(&out.stderr).contains("pgbouncer.ini:") && text(&out.stderr).contains("client_encoding: ignored"), "{out:?}");
+    assert!(text(&out.stderr).contains("userlist.txt:") && text(&out.stderr).contains("user legacy: md5 secret"), "{out:?}");
 }

@@ -52,6 +52,35 @@ pub async fn snapshots(shard: &Shard) -> Vec<ShardSnapshot> {
         .collect()
 }
 
+/// Every pool's counters added up, over the shards of `snapshots`.
+pub fn total_stats(snapshots: &[ShardSnapshot]) -> crate::pool::PoolStats {
+    let mut all = crate::pool::PoolStats::default();
+    snapshots.iter().flat_map(|s| &s.pools).for_each(|p| all.add(&p.stats));
+    all
+}
+
+/// PgBouncer's log_stats line for the `period` from `before` to `now` (the
+/// counts PgBouncer has and pglane does not, parses, binds and logins, are
+/// left out): rates per second, and times per transaction or query.
+pub fn stats_line(now: &crate::pool::PoolStats, before: &crate::pool::PoolStats, period: Duration) -> String {
+    // A pool dropped meanwhile takes its counts along: never below zero.
+    let change = |now: u64, before: u64| now.saturating_sub(before);
+    let secs = period.as_secs().max(1);
+    let xacts = change(now.xact_count, before.xact_count);
+    let queries = change(now.query_count, before.query_count);
+    let per = |time: u64, count: u64| time.checked_div(count).unwrap_or(0);
+    format!(
+        "stats: {} xacts/s, {} queries/s, in {} B/s, out {} B/s, xact {} us, query {} us, wait {} us",
+        xacts / secs,
+        queries / secs,
+        change(now.bytes_received, before.bytes_received) / secs,
+        change(now.bytes_from_server, before.bytes_from_server) / secs,
+        per(change(now.xact_time_us, before.xact_time_us), xacts),
+        per(change(now.query_time_us, before.query_time_us), queries),
+        per(change(now.wait_time_us, before.wait_time_us), xacts),
+    )
+}
+
 /// Serves a logged-in admin session until it ends. `may_control`: the user
 /// is in admin_users (not only stats_users).
 /// `pending`: what the client sent after its login messages.
@@ -322,5 +351,35 @@ pub fn write_table(out: &mut BytesMut, table: &Table) {
     for row in &table.rows {
         let values: Vec<Option<&[u8]>> = row.iter().map(|v| v.as_deref().map(str::as_bytes)).collect();
         backend::data_row(out, &values);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stats_line_is_pgbouncers_rates_and_times_for_the_period() {
+        use crate::pool::PoolStats;
+        let before = PoolStats { xact_count: 100, query_count: 200, wait_time_us: 50, ..PoolStats::default() };
+        let now = PoolStats {
+            xact_count: 700,
+            query_count: 1400,
+            bytes_received: 60_000,
+            bytes_from_server: 120_000,
+            xact_time_us: 6_000,
+            query_time_us: 3_600,
+            wait_time_us: 650,
+            ..PoolStats::default()
+        };
+        assert_eq!(
+            stats_line(&now, &before, Duration::from_secs(60)),
+            "stats: 10 xacts/s, 20 queries/s, in 1000 B/s, out 2000 B/s, xact 10 us, query 3 us, wait 1 us"
+        );
+        // A pool gone meanwhile took its counts: nothing negative.
+        assert_eq!(
+            stats_line(&before, &now, Duration::from_secs(60)),
+            "stats: 0 xacts/s, 0 queries/s, in 0 B/s, out 0 B/s, xact 0 us, query 0 us, wait 0 us"
+        );
     }
 }

@@ -2,8 +2,9 @@
 //! order, with the value pglane runs with in PgBouncer's spelling
 //! (`scram-sha-256`, `transaction`, seconds, `0`/`1`), PgBouncer's default,
 //! and whether a reload may change it; then pglane's own settings. A setting
-//! pglane ignores (see the importer's catalogue) has no value (NULL): pglane
-//! does not do what it would configure. Scripts and pgbouncer_exporter
+//! pglane does not honour itself (accepted because pglane already behaves
+//! so, or only at PgBouncer's default: see the importer's catalogue) has no
+//! value (NULL): pglane has no such knob. Scripts and pgbouncer_exporter
 //! (which reads `max_client_conn` and `max_user_connections`) read the same
 //! rows as from PgBouncer.
 //!
@@ -15,7 +16,7 @@ use crate::config::{AuthType, Config, PoolMode};
 use super::show::{Table, TEXT};
 
 /// The value pglane runs with for PgBouncer setting `key`, as PgBouncer
-/// would print it; None for a setting pglane ignores.
+/// would print it; None for a setting pglane does not honour itself.
 fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
     if !unsupported::HONOURED.contains(&key) {
         return None;
@@ -53,12 +54,15 @@ fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
         "max_packet_size" => config.max_message_size.to_string(),
         "max_prepared_statements" => config.max_prepared_statements.to_string(),
         "max_user_connections" => config.max_user_connections.to_string(),
+        "max_db_client_connections" => config.max_db_client_connections.to_string(),
+        "max_user_client_connections" => config.max_user_client_connections.to_string(),
         "min_pool_size" => config.min_pool_size.to_string(),
         "peer_id" => config.peer_id.to_string(),
         "pidfile" => path(&config.pidfile),
         "pool_mode" => pool_mode_name(config.pool_mode).to_owned(),
         "query_timeout" => seconds(config.query_timeout),
         "query_wait_timeout" => seconds(config.query_wait_timeout),
+        "query_wait_notify" => seconds(config.query_wait_notify),
         "server_connect_timeout" => seconds(config.server_connect_timeout),
         "server_idle_timeout" => seconds(config.server_idle_timeout),
         "server_lifetime" => seconds(config.server_lifetime),
@@ -70,6 +74,21 @@ fn pgbouncer_value(config: &Config, key: &str) -> Option<String> {
         "server_tls_key_file" => path(&config.server_tls_key_file),
         "server_tls_sslmode" => config.server_tls_sslmode.to_string(),
         "so_reuseport" => flag(config.so_reuseport),
+        "log_connections" => flag(config.log_connections),
+        "log_disconnections" => flag(config.log_disconnections),
+        "log_pooler_errors" => flag(config.log_pooler_errors),
+        "verbose" => config.verbose.to_string(),
+        "log_stats" => flag(config.log_stats),
+        "stats_period" => config.stats_period.to_string(),
+        "scram_iterations" => config.scram_iterations.to_string(),
+        "listen_backlog" => config.listen_backlog.to_string(),
+        "tcp_defer_accept" => flag(config.tcp_defer_accept),
+        "tcp_keepalive" => flag(config.tcp_keepalive),
+        "tcp_keepidle" => config.tcp_keepidle.to_string(),
+        "tcp_keepintvl" => config.tcp_keepintvl.to_string(),
+        "tcp_keepcnt" => config.tcp_keepcnt.to_string(),
+        "tcp_user_timeout" => config.tcp_user_timeout.to_string(),
+        "tcp_socket_buffer" => config.tcp_socket_buffer.to_string(),
         "unix_socket_dir" => config.unix_socket_dir.clone().unwrap_or_default(),
         "unix_socket_mode" => format!("0{:o}", config.unix_socket_mode),
         _ => return None,
@@ -130,6 +149,9 @@ fn own_rows(config: &Config, d: &Config) -> Vec<(&'static str, String, String, b
     ]
 }
 
+/// PgBouncer settings a reload changes in PgBouncer but not in pglane.
+const FIXED_UNTIL_RESTART: &[&str] = &["logfile", "tcp_defer_accept", "verbose"];
+
 /// SHOW CONFIG.
 pub fn config_table(config: &Config) -> Table {
     let mut t = Table::new(&[("key", TEXT), ("value", TEXT), ("default", TEXT), ("changeable", TEXT)]);
@@ -138,8 +160,9 @@ pub fn config_table(config: &Config) -> Table {
     // service_name exists on Windows only.
     for setting in PGBOUNCER_SETTINGS.iter().filter(|s| s.name != "service_name") {
         let value = pgbouncer_value(config, setting.name);
-        // What pglane ignores, no reload changes either.
-        let changeable = setting.reloadable && value.is_some();
+        // What pglane has no knob for, no reload changes either; nor what it
+        // sets up once at start where PgBouncer can change it later.
+        let changeable = setting.reloadable && value.is_some() && !FIXED_UNTIL_RESTART.contains(&setting.name);
         t.push(vec![Some(setting.name.to_owned()), value, Some(setting.default.to_owned()), yes_no(changeable)]);
     }
     for (key, value, default, changeable) in own_rows(config, &defaults) {
@@ -179,7 +202,8 @@ mod tests {
         assert_eq!(value(&t, "server_connect_timeout").as_deref(), Some("15"));
         assert_eq!(value(&t, "server_reset_query_always").as_deref(), Some("1"));
         assert_eq!(value(&t, "unix_socket_mode").as_deref(), Some("0777"));
-        assert_eq!(value(&t, "tcp_keepalive"), None, "ignored by pglane: no value");
+        assert_eq!(value(&t, "tcp_keepalive").as_deref(), Some("1"), "pglane's default, as PgBouncer's");
+        assert_eq!(value(&t, "pkt_buf"), None, "not pglane's to set: no value");
         assert_eq!(value(&t, "auto_prepare").as_deref(), Some("true"));
         let default = |key: &str| t.rows.iter().find(|r| r[0].as_deref() == Some(key)).unwrap()[2].clone();
         assert_eq!(default("max_client_conn").as_deref(), Some("100"), "PgBouncer's default");

@@ -108,6 +108,7 @@ fn exchange_for(
     method: Method,
     user: &str,
     secret: Option<&Secret>,
+    iterations: u32,
     plain_verifier: impl FnOnce(&str) -> ScramSecret,
 ) -> Exchange {
     match (method, secret) {
@@ -122,15 +123,17 @@ fn exchange_for(
         }
         (Method::ScramSha256, Some(Secret::Md5(_))) => {
             warn!(%user, "user has an md5 secret, which cannot check a SCRAM-SHA-256 login; the login will fail");
-            Exchange::Scram { verifier: mock::scram_secret(user), genuine: false }
+            Exchange::Scram { verifier: mock::scram_secret(user, iterations), genuine: false }
         }
-        (Method::ScramSha256, None) => Exchange::Scram { verifier: mock::scram_secret(user), genuine: false },
+        (Method::ScramSha256, None) => Exchange::Scram { verifier: mock::scram_secret(user, iterations), genuine: false },
     }
 }
 
 /// Authenticates `user` by `method` against `secret` (None: the user cannot
 /// log in, which the client learns only after its password) and sends
 /// AuthenticationOk, or fails with the ErrorResponse PostgreSQL would send.
+/// SCRAM verifiers pglane makes (from a plaintext password, or a mock one)
+/// have `scram_iterations`.
 pub async fn authenticate(
     shard: &Shard,
     stream: &mut Stream,
@@ -138,8 +141,10 @@ pub async fn authenticate(
     method: Method,
     user: &str,
     secret: Option<&Secret>,
+    scram_iterations: u32,
 ) -> Result<Verified, SessionError> {
-    let exchange = exchange_for(method, user, secret, |password| shard.scram_secret(user, password));
+    let exchange =
+        exchange_for(method, user, secret, scram_iterations, |password| shard.scram_secret(user, password, scram_iterations));
     let verified = match exchange {
         Exchange::Accept => Verified::default(),
         Exchange::Cleartext(secret) => {
@@ -288,16 +293,17 @@ mod tests {
             (Method::ScramSha256, None, "scram mock"),
         ];
         for (method, secret, want) in cases {
-            assert_eq!(kind(&exchange_for(method, "alice", secret, verifier)), want, "{method:?} {secret:?}");
+            assert_eq!(kind(&exchange_for(method, "alice", secret, 4096, verifier)), want, "{method:?} {secret:?}");
         }
     }
 
     #[test]
     fn an_unknown_user_is_shown_the_salt_a_plaintext_user_would_be() {
-        let Exchange::Scram { verifier: mock, .. } = exchange_for(Method::ScramSha256, "alice", None, |_| unreachable!()) else {
+        let Exchange::Scram { verifier: mock, .. } = exchange_for(Method::ScramSha256, "alice", None, 10, |_| unreachable!())
+        else {
             panic!("scram expected")
         };
-        let real = mock::scram_secret_for_password("alice", "pw");
+        let real = mock::scram_secret_for_password("alice", "pw", 10);
         assert_eq!((mock.salt, mock.iterations), (real.salt, real.iterations));
     }
 }

@@ -52,14 +52,26 @@ pub(super) struct Claimed {
     database: String,
 }
 
-/// A failed login (`why`; `None`: client_login_timeout), at WARN (as
+/// A failed login (`why`; `None`: client_login_timeout), unless
+/// log_pooler_errors is off, at WARN (as
 /// PgBouncer's "pooler error" lines are warnings) with the
 /// client's address and the user and database it asked for, for operators
 /// and fail2ban, at most as often as [`crate::logging::PerAddress`] lets
 /// one address; a client that hangs up during its login, at DEBUG.
-pub(super) fn log_failed_login(shard: &Shard, peer: Option<std::net::SocketAddr>, claimed: &Claimed, why: Option<&SessionError>) {
+pub(super) fn log_failed_login(
+    shard: &Shard,
+    config: &Config,
+    peer: Option<std::net::SocketAddr>,
+    claimed: &Claimed,
+    why: Option<&SessionError>,
+) {
     if let Some(SessionError::ClientClosed | SessionError::ClientIo(_)) = why {
         debug!(?peer, "client hung up during its login");
+        return;
+    }
+    // log_pooler_errors, as PgBouncer's: off, what pglane tells a client
+    // it refuses is not logged.
+    if !config.log_pooler_errors {
         return;
     }
     let Some(left_out) = shard.login_log.borrow_mut().admit(peer.map(|p| p.ip()), crate::rt::now()) else { return };
@@ -194,7 +206,7 @@ pub(super) async fn login(
         }
         (None, _) => (None, false),
     };
-    let verified = auth::authenticate(shard, stream, pending, method, user, secret.as_ref()).await?;
+    let verified = auth::authenticate(shard, stream, pending, method, user, secret.as_ref(), config.scram_iterations).await?;
     // A SCRAM verifier (in the config or userlist, as from auth_query)
     // cannot answer the server's SCRAM: the keys the client's proof
     // revealed can, as PgBouncer uses them.

@@ -110,7 +110,7 @@ async fn admit_or_serve(
     // What the client sent beyond what the login read (a pipelined first
     // query, node-postgres' Terminate): the session's first messages.
     let mut pending = BytesMut::new();
-    let (params, target) = {
+    let (mut params, target) = {
         // Who the client said it was, as far as it got: for the log line
         // of a login that fails.
         let mut claimed = Claimed::default();
@@ -119,11 +119,11 @@ async fn admit_or_serve(
             Some(Ok(Some(ok))) => Ok(ok),
             Some(Ok(None)) => return None, // SSL refused and closed, or a cancel request served
             Some(Err(e)) => {
-                log_failed_login(shard, peer, &claimed, Some(&e));
+                log_failed_login(shard, &config, peer, &claimed, Some(&e));
                 Err(e)
             }
             None => {
-                log_failed_login(shard, peer, &claimed, None);
+                log_failed_login(shard, &config, peer, &claimed, None);
                 Err(SessionError::Refused(ErrorFields::fatal("08P01", "client_login_timeout: login took too long")))
             }
         };
@@ -157,11 +157,17 @@ async fn admit_or_serve(
         return None;
     };
     let (user, database) = (Escaped(&entry.info.user), Escaped(&entry.info.database));
-    info!(?peer, %user, %database, process_id, "client logged in");
+    // log_connections, as PgBouncer's: a line per login.
+    let log_connections = config.log_connections;
+    if log_connections {
+        info!(?peer, %user, %database, process_id, "client logged in");
+    }
     let pool = match target {
         Target::Pool(pool) => pool,
         Target::Admin { may_control } => {
-            info!(?peer, %user, "admin console login");
+            if log_connections {
+                info!(?peer, %user, "admin console login");
+            }
             Box::pin(crate::admin::serve(shard, &mut stream, pending, process_id, entry.secret_key, may_control)).await;
             shard.unregister_client(process_id);
             return None;
@@ -169,6 +175,23 @@ async fn admit_or_serve(
         Target::Replication(server) => {
             info!(?peer, %user, %database, "replication connection, passed through to a server connection of its own");
             Box::pin(serve_replication(&mut stream, &params, &server, &pending, process_id, &entry)).await;
+            shard.unregister_client(process_id);
+            return None;
+        }
+    };
+    if let Some(db) = config.database(&entry.info.database) {
+        add_default_settings(&mut params, &db.default_settings);
+    }
+    let counted = match shard.shared.count_client(&config, &entry.info.database, &entry.info.user) {
+        Ok(counted) => counted,
+        Err(limit) => {
+            // PgBouncer's words and code.
+            let message = format!("client connections exceeded ({limit})");
+            if config.log_pooler_errors {
+                warn!(?peer, %user, %database, "client refused: {message}");
+            }
+            let refusal = ErrorFields::fatal("08P01", message);
+            Box::pin(refuse(&mut stream, SessionError::Refused(refusal))).await;
             shard.unregister_client(process_id);
             return None;
         }
@@ -201,9 +224,26 @@ async fn admit_or_serve(
         offer: None,
         skip_ready: 0,
         serial: NEXT_SESSION_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        _counted: counted,
     };
     session.buffers.from_client.preload(&pending);
     Some((session, params))
+}
+
+/// The database's `default_settings` that the client's startup packet
+/// (parameters, or `-c` switches of its options) does not set, added to it
+/// as if the client had sent them.
+fn add_default_settings(params: &mut StartupParams, defaults: &std::collections::BTreeMap<String, String>) {
+    if defaults.is_empty() {
+        return;
+    }
+    let given: Vec<String> =
+        settings::from_startup(params).map(|given| given.into_iter().map(|(name, _)| name).collect()).unwrap_or_default();
+    for (name, value) in defaults {
+        if !given.contains(&settings::canonical_name(name)) {
+            params.params.push((name.clone(), value.clone()));
+        }
+    }
 }
 
 /// Serves a replication client (see `replication`): its own server
@@ -335,6 +375,9 @@ struct Session {
     /// This session's number, never another's in this process (process ids
     /// are reused): what a server connection remembers of its last client.
     serial: u64,
+    /// This client, counted against its database's and user's client limits
+    /// while the session lasts.
+    _counted: crate::runtime::CountedClient,
 }
 
 /// Sends a cancel request for what `key`'s backend runs, on its own task,
@@ -597,10 +640,15 @@ impl Session {
         let peer = self.entry.info.peer;
         let age = self.entry.connected_at.elapsed().unwrap_or_default();
         let (user, database) = (Escaped(&self.entry.info.user), Escaped(&self.entry.info.database));
+        // log_disconnections, as PgBouncer's: a line per client that leaves, with why.
+        let log = self.config.log_disconnections;
         match ended {
-            Ok(()) => info!(?peer, %user, %database, ?age, "client closed the connection"),
+            Ok(()) if log => info!(?peer, %user, %database, ?age, "client closed the connection"),
+            Ok(()) => {}
             Err(e) => {
-                info!(?peer, %user, %database, ?age, "client session ended: {}", Escaped(&e.to_string()));
+                if log {
+                    info!(?peer, %user, %database, ?age, "client session ended: {}", Escaped(&e.to_string()));
+                }
                 if let Some(fields) = e.client_message() {
                     if self.buffers.from_server.at_boundary() && self.buffers.to_client.is_empty() {
                         send_error(&mut self.client, &fields).await;
@@ -861,7 +909,31 @@ impl Session {
             }
             left = wait.saturating_sub(crate::rt::now().saturating_duration_since(started));
         }
-        let Some(got) = until_cancelled(&self.entry, self.pool.checkout_or_follow(left, may_follow)).await else {
+        let mut checkout = std::pin::pin!(until_cancelled(&self.entry, self.pool.checkout_or_follow(left, may_follow)));
+        // query_wait_notify: a client still waiting after it is told so
+        // once, as PgBouncer tells it. The timer is set only for a checkout
+        // that did not end at its first poll, which most do.
+        let checked_out = match Config::optional_secs(self.config.query_wait_notify).filter(|notify| *notify < left) {
+            Some(notify) => match futures_lite::future::poll_once(checkout.as_mut()).await {
+                Some(done) => done,
+                None => match with_timeout(notify, checkout.as_mut()).await {
+                    Some(done) => done,
+                    None => {
+                        // Only between whole messages to the client: with
+                        // replies still on their way to it, the notice is left out.
+                        if self.buffers.to_client.is_empty() {
+                            let mut notice = BytesMut::new();
+                            let text = "No server connection available in postgres backend, client being queued";
+                            backend::notice_response(&mut notice, &ErrorFields::notice(text));
+                            self.client.write_all(&notice).await?;
+                        }
+                        checkout.await
+                    }
+                },
+            },
+            None => checkout.await,
+        };
+        let Some(got) = checked_out else {
             self.entry.set_state(ClientState::Idle);
             return Ok(None);
         };

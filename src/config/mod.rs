@@ -171,6 +171,28 @@ pub struct Config {
     pub logfile: Option<PathBuf>,
     /// A file holding pglane's process id while it runs. Fixed until restart.
     pub pidfile: Option<PathBuf>,
+    /// A log line for each client login (PgBouncer's log_connections).
+    #[serde(default = "defaults::on")]
+    pub log_connections: bool,
+    /// A log line for each client that leaves, saying why
+    /// (PgBouncer's log_disconnections).
+    #[serde(default = "defaults::on")]
+    pub log_disconnections: bool,
+    /// A log line for each client refused at login, saying why (PgBouncer's
+    /// log_pooler_errors).
+    #[serde(default = "defaults::on")]
+    pub log_pooler_errors: bool,
+    /// More in the log: 1 adds debug lines, 2 trace lines (PgBouncer's
+    /// verbose); RUST_LOG and the command line's -q win, and of -v and this
+    /// the higher counts. Fixed until restart.
+    #[serde(default)]
+    pub verbose: u8,
+    /// Every `stats_period` seconds, a log line of what all clients did in
+    /// it (PgBouncer's log_stats and its line).
+    #[serde(default = "defaults::on")]
+    pub log_stats: bool,
+    #[serde(default = "defaults::stats_period")]
+    pub stats_period: u32,
     /// Address of the Prometheus/OpenMetrics endpoint (`GET /metrics`); off if absent.
     pub metrics_listen: Option<String>,
     /// The metric names that endpoint serves: pglane's own, pgbouncer_exporter's
@@ -211,9 +233,24 @@ pub struct Config {
     /// shards, unless `[users.NAME]` sets its own; 0: no limit but pool_size.
     #[serde(default)]
     pub max_user_connections: usize,
+    /// Client connections to one database, over all shards, unless the
+    /// database sets its own; 0: no limit but max_client_conn (PgBouncer's
+    /// max_db_client_connections).
+    #[serde(default)]
+    pub max_db_client_connections: usize,
+    /// Client connections of one user, over all shards, unless `[users.NAME]`
+    /// sets its own; 0: no limit but max_client_conn (PgBouncer's
+    /// max_user_client_connections).
+    #[serde(default)]
+    pub max_user_client_connections: usize,
     /// Seconds a client waits for a server connection before it gets an error.
     #[serde(default = "defaults::query_wait_timeout")]
     pub query_wait_timeout: f64,
+    /// Seconds a client waits for a server connection before it gets a
+    /// NOTICE saying it is queued (PgBouncer's query_wait_notify, whose
+    /// default is 5); 0: never, as a direct connection would not.
+    #[serde(default)]
+    pub query_wait_notify: f64,
     /// Seconds allowed to open and log in a server connection.
     #[serde(default = "defaults::server_connect_timeout")]
     pub server_connect_timeout: f64,
@@ -229,6 +266,37 @@ pub struct Config {
     /// the port; any other process holding it is still refused.
     #[serde(default)]
     pub so_reuseport: bool,
+    /// Connections the kernel queues on each shard's listening socket until
+    /// pglane accepts them (listen(2)'s backlog). Fixed until restart.
+    #[serde(default = "defaults::listen_backlog")]
+    pub listen_backlog: u32,
+    /// TCP_DEFER_ACCEPT on the listening sockets: a client connection is
+    /// accepted once it has sent its first packet. Fixed until restart.
+    #[serde(default)]
+    pub tcp_defer_accept: bool,
+    /// TCP keepalive (SO_KEEPALIVE) on client and server connections, so
+    /// that a peer that vanished without a word is noticed.
+    #[serde(default = "defaults::on")]
+    pub tcp_keepalive: bool,
+    /// Seconds a connection is idle before the first keepalive probe; 0: the
+    /// system's (net.ipv4.tcp_keepalive_time).
+    #[serde(default)]
+    pub tcp_keepidle: u32,
+    /// Seconds between keepalive probes; 0: the system's.
+    #[serde(default)]
+    pub tcp_keepintvl: u32,
+    /// Keepalive probes unanswered before the connection is dropped; 0: the
+    /// system's.
+    #[serde(default)]
+    pub tcp_keepcnt: u32,
+    /// Milliseconds data sent on a connection may stay unacknowledged before
+    /// the connection is dropped (TCP_USER_TIMEOUT); 0: the system's.
+    #[serde(default)]
+    pub tcp_user_timeout: u32,
+    /// Bytes of kernel send and receive buffer of each TCP connection
+    /// (SO_SNDBUF, SO_RCVBUF); 0: the system's.
+    #[serde(default)]
+    pub tcp_socket_buffer: u32,
     /// Seconds a client that needs a new server connection keeps waiting
     /// while no host of its database can serve it (refused, down, shutting
     /// down, or not what target_session_attrs asks for: a failover in
@@ -362,6 +430,12 @@ pub struct Config {
     /// once per server role, not per connection.)
     #[serde(default = "defaults::server_scram_max_iterations")]
     pub server_scram_max_iterations: u32,
+    /// The SCRAM-SHA-256 iteration count of the verifiers pglane derives from
+    /// plaintext passwords to check clients with (and shows for users that
+    /// cannot log in, so that the two look alike), as PgBouncer's
+    /// scram_iterations. Derived once per password and shard.
+    #[serde(default = "defaults::scram_iterations")]
+    pub scram_iterations: u32,
     /// The TLS settings above, read and checked by `validate` (once per
     /// config load, never per connection); see `crate::net::tls`.
     #[serde(skip)]
@@ -416,6 +490,12 @@ mod defaults {
     pub fn unix_socket_mode() -> u32 {
         0o777
     }
+    pub fn stats_period() -> u32 {
+        60
+    }
+    pub fn listen_backlog() -> u32 {
+        1024
+    }
     pub fn max_client_conn() -> usize {
         10_000
     }
@@ -457,6 +537,9 @@ mod defaults {
     }
     pub fn auth_query() -> String {
         "SELECT usename, passwd FROM pg_shadow WHERE usename=$1".into()
+    }
+    pub fn scram_iterations() -> u32 {
+        crate::auth::secret::DEFAULT_SCRAM_ITERATIONS
     }
     pub fn server_scram_max_iterations() -> u32 {
         crate::auth::scram::DEFAULT_MAX_ITERATIONS
@@ -589,11 +672,20 @@ pub struct Database {
     /// Server connections to this database, all users together, over all
     /// shards (the global `max_db_connections` if unset; 0: no limit).
     pub max_db_connections: Option<usize>,
+    /// Client connections to this database, over all shards (the global
+    /// `max_db_client_connections` if unset; 0: no limit).
+    pub max_db_client_connections: Option<usize>,
     /// Server connections each pool of this database keeps open (the
     /// global `min_pool_size` if unset).
     pub min_pool_size: Option<usize>,
     /// Its pools' reserve (the global `reserve_pool_size` if unset).
     pub reserve_pool_size: Option<usize>,
+    /// Settings each client of this database gets unless its startup packet
+    /// sets them itself (`{ client_encoding = "UTF8", TimeZone = "UTC" }`),
+    /// carried to its server connections as its own: PgBouncer's
+    /// client_encoding, datestyle, timezone and application_name.
+    #[serde(default)]
+    pub default_settings: BTreeMap<String, String>,
     /// Log in to the server as this user instead of the client's.
     pub user: Option<String>,
     /// Password for `user` (or the client's user) on the server.
@@ -627,6 +719,9 @@ pub struct User {
     /// Server connections of this user, all databases together, over all
     /// shards (the global `max_user_connections` if unset; 0: no limit).
     pub max_user_connections: Option<usize>,
+    /// Client connections of this user, over all shards (the global
+    /// `max_user_client_connections` if unset; 0: no limit).
+    pub max_user_client_connections: Option<usize>,
 }
 
 /// Where a server lives.
@@ -667,6 +762,14 @@ impl Database {
     }
 
     fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        // The startup packet's fields that are not settings.
+        if let Some(key) = self
+            .default_settings
+            .keys()
+            .find(|key| ["user", "database", "options", "replication"].contains(&key.as_str()) || key.starts_with("_pq_."))
+        {
+            return Err(invalid(format!("databases.{name}.default_settings: {key} is not a setting")));
+        }
         if self.pool_size == Some(0) {
             return Err(invalid(format!("databases.{name}.pool_size must be at least 1")));
         }
@@ -866,6 +969,18 @@ impl Config {
         Ok(config)
     }
 
+    /// The options each client and server TCP connection gets.
+    pub fn tcp_tuning(&self) -> crate::net::TcpTuning {
+        crate::net::TcpTuning {
+            keepalive: self.tcp_keepalive,
+            keepidle: self.tcp_keepidle,
+            keepintvl: self.tcp_keepintvl,
+            keepcnt: self.tcp_keepcnt,
+            user_timeout_ms: self.tcp_user_timeout,
+            socket_buffer: self.tcp_socket_buffer,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
         self.metrics_addr()?;
@@ -890,6 +1005,9 @@ impl Config {
         if self.max_prepared_statements == 0 || self.max_client_prepared_statements == 0 {
             return Err(invalid("max_prepared_statements and max_client_prepared_statements must be at least 1"));
         }
+        if self.scram_iterations == 0 || self.scram_iterations > i32::MAX as u32 {
+            return Err(invalid(format!("scram_iterations must be 1 to {}, as PostgreSQL's", i32::MAX)));
+        }
         if self.server_scram_max_iterations == 0 {
             return Err(invalid("server_scram_max_iterations must be at least 1"));
         }
@@ -898,6 +1016,26 @@ impl Config {
         }
         if self.relay_buffer_size < 8 * 1024 {
             return Err(invalid("relay_buffer_size must be at least 8192 bytes"));
+        }
+        // Linux's own bounds (MAX_TCP_KEEPIDLE, MAX_TCP_KEEPINTVL,
+        // MAX_TCP_KEEPCNT): past them every connection would fail to open.
+        for (name, value, max) in [
+            ("tcp_keepidle", self.tcp_keepidle, 32767),
+            ("tcp_keepintvl", self.tcp_keepintvl, 32767),
+            ("tcp_keepcnt", self.tcp_keepcnt, 127),
+            ("tcp_user_timeout", self.tcp_user_timeout, i32::MAX as u32),
+            ("tcp_socket_buffer", self.tcp_socket_buffer, i32::MAX as u32),
+            ("listen_backlog", self.listen_backlog, i32::MAX as u32),
+        ] {
+            if value > max {
+                return Err(invalid(format!("{name} must be at most {max}")));
+            }
+        }
+        if self.stats_period == 0 || self.stats_period > MAX_TIMEOUT_SECS as u32 {
+            return Err(invalid("stats_period must be 1 second to a year"));
+        }
+        if self.verbose > 2 {
+            return Err(invalid("verbose must be 0, 1 (debug) or 2 (trace)"));
         }
         if self.spin_before_park_us > MAX_SPIN_BEFORE_PARK_US {
             return Err(invalid(format!("spin_before_park_us must be at most {MAX_SPIN_BEFORE_PARK_US} (10 ms)")));
@@ -921,6 +1059,7 @@ impl Config {
             ("query_timeout", self.query_timeout),
             ("server_retry_timeout", self.server_retry_timeout),
             ("host_check_interval", self.host_check_interval),
+            ("query_wait_notify", self.query_wait_notify),
         ] {
             if !(seconds.is_finite() && (0.0..=MAX_TIMEOUT_SECS).contains(&seconds)) {
                 return Err(invalid(format!("{name} must be 0 (off) or a number of seconds up to a year, not {seconds}")));
@@ -1059,6 +1198,16 @@ impl Config {
     /// The `max_user_connections` of `user` (0: none).
     pub fn max_user_connections(&self, user: &str) -> usize {
         self.users.get(user).and_then(|u| u.max_user_connections).unwrap_or(self.max_user_connections)
+    }
+
+    /// Client connections allowed to database `database` at once (0: no limit).
+    pub fn max_db_client_connections(&self, database: &str) -> usize {
+        self.database(database).and_then(|d| d.max_db_client_connections).unwrap_or(self.max_db_client_connections)
+    }
+
+    /// Client connections allowed to user `user` at once (0: no limit).
+    pub fn max_user_client_connections(&self, user: &str) -> usize {
+        self.users.get(user).and_then(|u| u.max_user_client_connections).unwrap_or(self.max_user_client_connections)
     }
 
     /// The entry that serves clients of database `name`: its own, else the

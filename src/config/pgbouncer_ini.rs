@@ -5,19 +5,20 @@
 //! into an ordinary [`Config`] that has passed [`Config::validate`]: nothing
 //! downstream knows where a config came from. It is pure — files are read
 //! through a loader the caller passes, except in [`load`], the file-system
-//! entry point — and it returns what it could not carry over as [`Warning`]s
-//! rather than logging them. It never starts anything and never prints a
+//! entry point — and it returns what it reads differently from PgBouncer as
+//! [`Warning`]s rather than logging them. It never starts anything and never prints a
 //! secret.
 //!
 //! One format per submodule: [`ini`] (sections, comments, `%include`),
 //! [`connstr`] (the `[databases]` and `[users]` strings), [`userlist`] (the
-//! auth_file), and [`unsupported`] (why an ignored setting is ignored).
+//! auth_file), and [`unsupported`] (what pglane does with the settings it
+//! does not carry over: accept or refuse).
 //!
 //! # What carries over
 //!
 //! | PgBouncer | pglane |
 //! |---|---|
-//! | `listen_addr` (first address; `*` → `0.0.0.0`, `localhost` → `127.0.0.1`) + `listen_port` | `listen` |
+//! | `listen_addr` (every address; `*` → `0.0.0.0`, `localhost` → `127.0.0.1`) + `listen_port` | `listen` |
 //! | `pool_mode` (`statement` → `transaction`, with a warning) | `pool_mode` |
 //! | `auth_type`, `auth_file` | `auth_type`, `[users.NAME] password` (see below) |
 //! | `auth_type = hba`, `auth_hba_file` (relative to the ini file) | the same; see `crate::auth::hba` for the supported subset |
@@ -25,7 +26,13 @@
 //! | `admin_users`, `stats_users` | the same lists |
 //! | `max_client_conn`, `server_reset_query`, `server_reset_query_always`, `application_name_add_host` | the same |
 //! | `logfile`, `pidfile` (relative to the ini file) | the same |
+//! | `log_connections`, `log_disconnections`, `log_pooler_errors` | the same: the client login, logout and refusal lines |
+//! | `log_stats`, `stats_period` | the same: PgBouncer's stats line, over all shards |
+//! | `verbose` (above 2: 2) | the same: 1 adds debug lines, 2 trace lines |
+//! | `scram_iterations` | the same, for the SCRAM verifiers pglane derives from plaintext passwords |
+//! | `query_wait_notify` (PgBouncer's default 5 when unset) | the same: PgBouncer's NOTICE to a client waiting that long for a server connection |
 //! | `max_db_connections`, `max_user_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::pool::budget`) |
+//! | `max_db_client_connections`, `max_user_client_connections` (global, per `[databases]` entry, per `[users]` entry) | the same, exact over all shards (`crate::runtime::Shared::count_client`) |
 //! | `min_pool_size` (global, per `[databases]` entry) | the same, over all shards |
 //! | `reserve_pool_size`, `reserve_pool_timeout` (and a database's `reserve_pool` / `reserve_pool_size`) | the same, over all shards |
 //! | `query_wait_timeout`, `server_connect_timeout`, `client_login_timeout` | the same, at most a year; 0 (no limit) → a year |
@@ -35,18 +42,25 @@
 //! | `unix_socket_dir` (default `/tmp`; empty: none) | `unix_socket_dir`, and `host` of databases without `host=` |
 //! | `unix_socket_mode` | the same |
 //! | `[databases]` `host port dbname user password pool_size pool_mode` | `[databases.NAME]`; `*` → `[databases."*"]` |
+//! | `[databases]` `client_encoding datestyle timezone application_name` | `[databases.NAME] default_settings`: each client's, unless its startup packet sets them |
 //! | `[databases]` `host=a,b port=5432,5433` (libpq's lists), `target_session_attrs`, `load_balance_hosts` | the same, as TOML lists |
 //! | `so_reuseport` | the same (rolling restarts; see `crate::runtime::listeners`) |
+//! | `listen_backlog`, `tcp_defer_accept`, `tcp_keepalive`, `tcp_keepidle`, `tcp_keepintvl`, `tcp_keepcnt`, `tcp_user_timeout`, `tcp_socket_buffer` | the same, on the same sockets (`crate::net::TcpTuning`) |
 //! | `server_tls_sslmode` (PgBouncer's default `prefer` when unset) and the other `client_tls_*` / `server_tls_*` modes and files | the same |
 //! | `[users]` `pool_mode` | `[users.NAME] pool_mode` |
 //! | `peer_id`, `[peers]` `host port` | `peer_id`, `[peers.ID] host port` (a `pool_size` is warned: pglane opens a connection per forwarded cancel) |
 //!
-//! Every other setting, parameter or section becomes one [`Warning`] naming
-//! the file, line and setting. Settings that would make pglane less safe than
-//! the PgBouncer it replaces if ignored are errors instead: `auth_type` =
+//! Every other PgBouncer setting and parameter is either accepted, because
+//! pglane already behaves as it asks (or it means nothing to pglane), or
+//! refused at start, at any value pglane cannot honour, with an error naming
+//! the file, line, setting and value, the reason and what to do instead:
+//! [`unsupported`] says which. None is ignored. What is read differently
+//! (`statement` pooling, an unknown `[section]`)
+//! becomes one [`Warning`] naming the file, line and setting. `auth_type` =
 //! `cert`, `pam`, `ldap`, `any` (anything but trust, md5, scram-sha-256, hba
-//! and plain) and `disable_pqexec = 1`. The `client_tls_*` / `server_tls_*`
-//! modes and certificate files map onto pglane's settings of the same names.
+//! and plain) and `disable_pqexec = 1` are errors too. The `client_tls_*` /
+//! `server_tls_*` modes and certificate files map onto pglane's settings of
+//! the same names.
 //!
 //! # Decisions
 //!
@@ -91,6 +105,7 @@ use thiserror::Error;
 use toml::{Table, Value};
 
 use self::ini::{Item, MAX_INCLUDE_DEPTH};
+use self::unsupported::Treatment;
 use super::{Config, ConfigError};
 use crate::auth::secret::Secret;
 
@@ -101,6 +116,7 @@ const DEFAULT_MAX_CLIENT_CONN: i64 = 100;
 const DEFAULT_POOL_SIZE: i64 = 20;
 const DEFAULT_UNIX_SOCKET_DIR: &str = "/tmp";
 const DEFAULT_SERVER_PORT: u16 = 5432;
+const DEFAULT_QUERY_WAIT_NOTIFY: f64 = 5.0;
 /// What a PgBouncer timeout of 0 ("no limit") becomes: pglane's timeouts are
 /// always on, and the longest it accepts is a year.
 pub const UNLIMITED_SECONDS: f64 = super::MAX_TIMEOUT_SECS;
@@ -379,8 +395,8 @@ impl Translation<'_> {
         Ok(())
     }
 
-    /// Maps the `[pgbouncer]` settings pglane has, refuses the dangerous ones,
-    /// warns about the rest.
+    /// Maps the `[pgbouncer]` settings pglane has; accepts or refuses the rest
+    /// as the catalogue says.
     fn pgbouncer(&mut self, mut settings: BTreeMap<String, Line>) -> Result<Globals, IniError> {
         let port = match settings.remove("listen_port") {
             Some(line) => parse_port(&line.value).ok_or_else(|| invalid(&line, "listen_port", PORT_EXPECTED))?,
@@ -446,7 +462,14 @@ impl Translation<'_> {
         if let Some(line) = settings.remove("server_reset_query") {
             self.set("server_reset_query", line.value);
         }
-        for flag in ["server_reset_query_always", "application_name_add_host"] {
+        for flag in [
+            "server_reset_query_always",
+            "application_name_add_host",
+            "log_connections",
+            "log_disconnections",
+            "log_pooler_errors",
+            "log_stats",
+        ] {
             if let Some(line) = settings.remove(flag) {
                 self.set(flag, boolean(&line, flag)?);
             }
@@ -474,19 +497,58 @@ impl Translation<'_> {
                 self.set(file, ini::resolve(&line.at.file, &line.value).to_string_lossy().into_owned());
             }
         }
+        // PgBouncer tells a waiting client by default; pglane, by default, not.
+        let query_wait_notify = match settings.remove("query_wait_notify") {
+            Some(line) => count(&line, "query_wait_notify", 0)? as f64,
+            None => DEFAULT_QUERY_WAIT_NOTIFY,
+        };
+        self.set("query_wait_notify", query_wait_notify);
         if let Some(line) = settings.remove("reserve_pool_timeout") {
             self.set("reserve_pool_timeout", seconds(&line, "reserve_pool_timeout")?);
         }
-        for limit in ["max_db_connections", "max_user_connections", "min_pool_size", "reserve_pool_size"] {
+        for limit in [
+            "max_db_connections",
+            "max_user_connections",
+            "max_db_client_connections",
+            "max_user_client_connections",
+            "min_pool_size",
+            "reserve_pool_size",
+        ] {
             if let Some(line) = settings.remove(limit) {
                 self.set(limit, count(&line, limit, 0)?);
             }
         }
-        if let Some(line) = settings.remove("so_reuseport") {
-            self.set("so_reuseport", boolean(&line, "so_reuseport")?);
+        for flag in ["so_reuseport", "tcp_keepalive", "tcp_defer_accept"] {
+            if let Some(line) = settings.remove(flag) {
+                self.set(flag, boolean(&line, flag)?);
+            }
+        }
+        // 0 is the system's value in both.
+        for number in ["tcp_keepidle", "tcp_keepintvl", "tcp_keepcnt", "tcp_user_timeout", "tcp_socket_buffer"] {
+            if let Some(line) = settings.remove(number) {
+                self.set(number, count(&line, number, 0)?);
+            }
+        }
+        if let Some(line) = settings.remove("stats_period") {
+            self.set("stats_period", count(&line, "stats_period", 1)?);
+        }
+        if let Some(line) = settings.remove("scram_iterations") {
+            self.set("scram_iterations", count(&line, "scram_iterations", 1)?);
+        }
+        if let Some(line) = settings.remove("verbose") {
+            // PgBouncer has more levels of noise than pglane: the most is trace.
+            self.set("verbose", count(&line, "verbose", 0)?.min(2));
+        }
+        if let Some(line) = settings.remove("listen_backlog") {
+            self.set("listen_backlog", count(&line, "listen_backlog", 1)?);
         }
         if let Some(line) = settings.remove("peer_id") {
             self.set("peer_id", count(&line, "peer_id", 0)?);
+        }
+        // PgBouncer switches to `user`, which only root can do; a process
+        // that already runs as that user has nothing to switch.
+        if settings.get("user").is_some_and(|line| running_as().as_deref() == Some(line.value.as_str())) {
+            settings.remove("user");
         }
         self.tls_and_security(&mut settings)?;
         let globals = Globals {
@@ -496,10 +558,16 @@ impl Translation<'_> {
             auth_hba_file: settings.remove("auth_hba_file"),
         };
         for (key, line) in settings {
-            let Some(reason) = unsupported::pgbouncer_setting(&key) else {
+            let Some(treatment) = unsupported::pgbouncer_setting(&key) else {
                 return Err(unknown(&line, "setting", &key, unsupported::pgbouncer_setting_names()));
             };
-            self.warn(&line.at, &key, &format!("ignored: {reason}"));
+            match treatment {
+                Treatment::Accepted(_) => {}
+                Treatment::AcceptedAt { reason, .. } if !treatment.accepts(&line.value) => {
+                    return Err(unsupported_value(&line, &key, reason));
+                }
+                Treatment::AcceptedAt { .. } => {}
+            }
         }
         Ok(globals)
     }
@@ -592,6 +660,7 @@ impl Translation<'_> {
         let mut ports = vec![DEFAULT_SERVER_PORT];
         let mut load_balance_hosts = None;
         let mut pool_size = None;
+        let mut default_settings = Table::new();
         for (key, value) in pairs {
             let setting = format!("{key} of database {name}");
             match key.as_str() {
@@ -635,7 +704,17 @@ impl Translation<'_> {
                     let mode = self.pool_mode(&value, &line.at, &setting)?;
                     database.insert(key, mode.into());
                 }
-                "max_db_connections" | "min_pool_size" | "reserve_pool" | "reserve_pool_size" => {
+                // Set on server connections by PgBouncer, where the client
+                // has not set them: each client's own, unless it sets them.
+                "client_encoding" | "datestyle" | "timezone" | "application_name" => {
+                    let name = match key.as_str() {
+                        "datestyle" => "DateStyle",
+                        "timezone" => "TimeZone",
+                        other => other,
+                    };
+                    default_settings.insert(name.to_owned(), value.into());
+                }
+                "max_db_connections" | "max_db_client_connections" | "min_pool_size" | "reserve_pool" | "reserve_pool_size" => {
                     let limit: i64 =
                         value.parse().ok().filter(|&n: &i64| n >= 0).ok_or_else(|| invalid(line, &setting, WHOLE_NUMBER))?;
                     // reserve_pool is PgBouncer's older name for it.
@@ -651,7 +730,7 @@ impl Translation<'_> {
                             unsupported::DATABASE_PARAMETERS.iter().copied(),
                         ));
                     };
-                    self.warn(&line.at, &key, &format!("ignored for database {name}: {reason}"));
+                    return Err(unsupported_parameter(line, &setting, &value, reason));
                 }
             }
         }
@@ -673,6 +752,9 @@ impl Translation<'_> {
         database.insert("port".into(), one_or_list(ports.into_iter().map(i64::from).collect()));
         if let Some(size) = pool_size {
             database.insert("pool_size".into(), size.into());
+        }
+        if !default_settings.is_empty() {
+            database.insert("default_settings".into(), Value::Table(default_settings));
         }
         Ok(Some(database))
     }
@@ -716,8 +798,8 @@ impl Translation<'_> {
             if key == "pool_mode" {
                 let mode = self.pool_mode(&value, &line.at, &format!("pool_mode of user {name}"))?;
                 user.insert(key, mode.into());
-            } else if key == "max_user_connections" {
-                let setting = format!("max_user_connections of user {name}");
+            } else if key == "max_user_connections" || key == "max_user_client_connections" {
+                let setting = format!("{key} of user {name}");
                 let limit: i64 =
                     value.parse().ok().filter(|&n: &i64| n >= 0).ok_or_else(|| invalid(line, &setting, WHOLE_NUMBER))?;
                 user.insert(key, limit.into());
@@ -725,7 +807,7 @@ impl Translation<'_> {
                 let Some(reason) = unsupported::user_parameter(&key) else {
                     return Err(unknown(line, "user parameter", &key, unsupported::USER_PARAMETERS.iter().copied()));
                 };
-                self.warn(&line.at, &key, &format!("ignored for user {name}: {reason}"));
+                return Err(unsupported_parameter(line, &format!("{key} of user {name}"), &value, reason));
             }
         }
         Ok(user)
@@ -818,6 +900,30 @@ fn unsupported_value(line: &Line, setting: &str, reason: &str) -> IniError {
         value: line.value.clone(),
         reason: reason.to_owned(),
     }
+}
+
+/// The name of the user this process runs as (its effective uid's).
+fn running_as() -> Option<String> {
+    // SAFETY: passwd is a C struct of pointers and integers, for which all
+    // zeroes is a valid value.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut text = vec![0 as libc::c_char; 4096];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes the entry and its strings into `entry` and
+    // `text`, both ours and of the sizes given, and sets `found` to
+    // `&entry` or null; the name is read only while `text` lives.
+    let failed = unsafe { libc::getpwuid_r(libc::geteuid(), &mut entry, text.as_mut_ptr(), text.len(), &mut found) };
+    if failed != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated string inside `text`, as getpwuid_r wrote it.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+/// For a parameter of a `[databases]` or `[users]` entry (never a password).
+fn unsupported_parameter(line: &Line, setting: &str, value: &str, reason: &str) -> IniError {
+    IniError::Unsupported { at: line.at.clone(), setting: setting.to_owned(), value: value.to_owned(), reason: reason.to_owned() }
 }
 
 /// The client authentication a pgbouncer.ini asks for, among those pglane can give.

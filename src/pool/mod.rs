@@ -1092,6 +1092,7 @@ mod tests {
             secret: None,
             scram_keys: None,
             connect_timeout: Duration::from_secs(1),
+            tcp: crate::net::TcpTuning::default(),
             max_prepared_statements: 8,
             scram_max_iterations: 4096,
             learn_output_settings: false,

@@ -169,6 +169,12 @@ impl AsRawFd for Socket {
     }
 }
 
+impl std::os::fd::AsFd for Socket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl Socket {
     /// Waits until the last queued send is finished; its error if it failed.
     fn poll_sent(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -35,8 +35,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tracing::info;
+use tracing::{info, warn};
 
+use crate::net::TcpTuning;
 use crate::rt;
 
 /// How long a shard handing its port over keeps accepting the connections
@@ -126,13 +127,16 @@ impl Listener {
         }
     }
 
-    /// The next connection, and its peer's address if it came over TCP.
-    /// It is not yet any executor's: the shard that serves it adopts it.
-    pub async fn accept(&self) -> std::io::Result<(OwnedFd, Option<std::net::SocketAddr>)> {
+    /// The next connection, and its peer's address if it came over TCP,
+    /// where it gets `tuning`'s options. It is not yet any executor's: the
+    /// shard that serves it adopts it.
+    pub async fn accept(&self, tuning: &TcpTuning) -> std::io::Result<(OwnedFd, Option<std::net::SocketAddr>)> {
         match self {
             Listener::Tcp(listener) => {
                 let socket = std::net::TcpStream::from(listener.accept().await?);
-                let _ = socket.set_nodelay(true);
+                if let Err(e) = tuning.apply(&socket2::SockRef::from(&socket)) {
+                    warn!("cannot set the TCP options of an accepted connection: {e}");
+                }
                 let peer = socket.peer_addr().ok();
                 Ok((socket.into(), peer))
             }
@@ -205,13 +209,18 @@ fn reusable_tcp_socket(addr: &str) -> std::io::Result<(socket2::Socket, std::net
 }
 
 /// A listening socket with SO_REUSEPORT (one per shard, the kernel spreads
-/// connections over them) and SO_REUSEADDR.
-pub(super) fn bind_listener(addr: &str) -> std::io::Result<rt::net::Listener> {
+/// connections over them) and SO_REUSEADDR, queueing `backlog` connections,
+/// with TCP_DEFER_ACCEPT if `defer_accept`.
+pub(super) fn bind_listener(addr: &str, backlog: u32, defer_accept: bool) -> std::io::Result<rt::net::Listener> {
     let (socket, addr) = reusable_tcp_socket(addr)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    socket.listen(1024)?;
+    if defer_accept {
+        crate::net::set_defer_accept(&socket, true)?;
+    }
+    // Validated to fit an int.
+    socket.listen(backlog as i32)?;
     rt::net::Listener::from_fd(socket.into())
 }
 

@@ -122,12 +122,47 @@ pub struct Shared {
     /// `pool::budget`), made when a shard makes its first pool under one.
     /// Locked only then and at reloads, never per query.
     budgets: std::sync::Mutex<HashMap<crate::pool::BudgetOf, Arc<crate::pool::Budget>>>,
+    /// Client connections of each database and of each user, over all
+    /// shards, for max_db_client_connections and max_user_client_connections
+    /// (see [`Shared::count_client`]). Locked at a login and a logout, never
+    /// per query.
+    client_counts: std::sync::Mutex<ClientCounts>,
     /// The warnings the config files gave when last read: a reload logs
     /// only the ones that are new, not the same list every time.
     warned: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// The admin console's `SET key = value`s, in order, laid over the
     /// files at each load until a RELOAD (see [`Shared::set`]).
     console_sets: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+/// Client connections by database and by user (see [`Shared::count_client`]).
+#[derive(Default)]
+struct ClientCounts {
+    databases: HashMap<String, usize>,
+    users: HashMap<String, usize>,
+}
+
+/// A client counted against max_db_client_connections and
+/// max_user_client_connections until this drops.
+pub struct CountedClient {
+    shared: Arc<Shared>,
+    database: String,
+    user: String,
+}
+
+impl Drop for CountedClient {
+    fn drop(&mut self) {
+        let mut counts = self.shared.client_counts.lock().unwrap_or_else(|e| e.into_inner());
+        let ClientCounts { databases, users } = &mut *counts;
+        for (map, name) in [(databases, &self.database), (users, &self.user)] {
+            if let Some(count) = map.get_mut(name) {
+                *count -= 1;
+                if *count == 0 {
+                    map.remove(name);
+                }
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -141,6 +176,7 @@ impl Shared {
             nudges: Arc::default(),
             fallback_databases: Default::default(),
             budgets: Default::default(),
+            client_counts: Default::default(),
             warned: Default::default(),
             console_sets: Default::default(),
         }
@@ -159,6 +195,24 @@ impl Shared {
         let budget = budgets.entry(what.clone()).or_insert_with(|| Arc::new(crate::pool::Budget::new(what, limit)));
         budget.set_limit(limit);
         budget.clone()
+    }
+
+    /// Counts a client of `database` and `user` until the returned guard
+    /// drops, unless that would make more than their limits
+    /// (max_db_client_connections, max_user_client_connections; 0: none):
+    /// then nothing is counted, and the error names the limit.
+    pub fn count_client(self: &Arc<Self>, config: &Config, database: &str, user: &str) -> Result<CountedClient, &'static str> {
+        let mut counts = self.client_counts.lock().unwrap_or_else(|e| e.into_inner());
+        let full = |count: Option<&usize>, max: usize| max > 0 && count.copied().unwrap_or(0) >= max;
+        if full(counts.databases.get(database), config.max_db_client_connections(database)) {
+            return Err("max_db_client_connections");
+        }
+        if full(counts.users.get(user), config.max_user_client_connections(user)) {
+            return Err("max_user_client_connections");
+        }
+        *counts.databases.entry(database.to_owned()).or_default() += 1;
+        *counts.users.entry(user.to_owned()).or_default() += 1;
+        Ok(CountedClient { shared: self.clone(), database: database.to_owned(), user: user.to_owned() })
     }
 
     /// A shard makes its first pool of `name`, served by the `*` entry:
@@ -289,9 +343,10 @@ pub struct Shard {
     pause: control::PauseState,
     /// The config generation this shard last applied.
     applied_generation: Cell<u64>,
-    /// SCRAM secrets derived from plaintext passwords in the config, so the
-    /// 4096-round key derivation runs once per password, not once per login.
-    scram_secrets: RefCell<HashMap<(String, String), ScramSecret>>,
+    /// SCRAM secrets derived from plaintext passwords in the config, by
+    /// (user, password, scram_iterations), so the key derivation runs once
+    /// per password, not once per login.
+    scram_secrets: RefCell<HashMap<(String, String, u32), ScramSecret>>,
     /// Server-side relay buffers of clients that hold no server connection
     /// right now, ready for the next checkout.
     spare_buffers: RefCell<Vec<client::ServerSide>>,
@@ -376,8 +431,12 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
         let ready = ready_tx.clone();
         let handle = rt::start_pinned(&format!("pglane-{id}"), Some(cpu), move || async move {
             let _guard = PanicGuard { shared: shared.clone(), shard: id };
-            let addresses = shared.config.load().listen.addresses().to_vec();
-            let listeners = match addresses.iter().map(|a| bind_listener(a).map_err(|e| (a, e))).collect::<Result<Vec<_>, _>>() {
+            let (addresses, backlog, defer_accept) = {
+                let config = shared.config.load();
+                (config.listen.addresses().to_vec(), config.listen_backlog, config.tcp_defer_accept)
+            };
+            let bound = addresses.iter().map(|a| bind_listener(a, backlog, defer_accept).map_err(|e| (a, e)));
+            let listeners = match bound.collect::<Result<Vec<_>, _>>() {
                 Ok(l) => l,
                 Err((addr, e)) => {
                     let _ = ready.send(Err(format!("cannot listen on {addr}: {e}")));
@@ -391,14 +450,20 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                     return;
                 }
             };
-            let metrics =
-                match shared.config.load().metrics_listen.clone().map(|a| bind_listener(&a).map_err(|e| (a, e))).transpose() {
-                    Ok(m) => m,
-                    Err((a, e)) => {
-                        let _ = ready.send(Err(format!("cannot listen for metrics on {a}: {e}")));
-                        return;
-                    }
-                };
+            let metrics = match shared
+                .config
+                .load()
+                .metrics_listen
+                .clone()
+                .map(|a| bind_listener(&a, backlog, false).map_err(|e| (a, e)))
+                .transpose()
+            {
+                Ok(m) => m,
+                Err((a, e)) => {
+                    let _ = ready.send(Err(format!("cannot listen for metrics on {a}: {e}")));
+                    return;
+                }
+            };
             let shard = Rc::new_cyclic(|me| Shard {
                 id,
                 me: me.clone(),
@@ -427,6 +492,10 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
             peers::serve_peers(&shard, inbox);
             if let Some(metrics) = metrics {
                 rt::spawn_local(shard.clone().accept_until_stopped(Listener::Tcp(metrics), admit_scraper)).detach();
+            }
+            // One shard writes the log_stats lines, for all of them.
+            if id == 0 {
+                rt::spawn_local(shard.clone().log_stats()).detach();
             }
             let _ = ready.send(Ok(()));
             shard.run(listeners, unix, nudged).await;
@@ -571,7 +640,8 @@ impl Shard {
     }
 
     async fn accept_one(self: &Rc<Self>, listener: &Listener, admit: fn(&Rc<Shard>, OwnedFd, Option<std::net::SocketAddr>)) {
-        match listener.accept().await {
+        let tuning = self.shared.config.load().tcp_tuning();
+        match listener.accept(&tuning).await {
             Ok((socket, peer)) => admit(self, socket, peer),
             Err(e) => {
                 warn!(shard = self.id, listener = listener.name(), "accept failed: {e}");
@@ -902,6 +972,7 @@ impl Shard {
             secret,
             scram_keys,
             connect_timeout: Config::secs(config.server_connect_timeout),
+            tcp: config.tcp_tuning(),
             max_prepared_statements: config.max_prepared_statements,
             scram_max_iterations: config.server_scram_max_iterations,
             learn_output_settings: config.binary_negotiation,
@@ -913,6 +984,21 @@ impl Shard {
     /// config) and the passing of time into this shard's own actions, each
     /// time it is nudged (see [`nudge`]): at once after a signal, and every
     /// [`nudge::TICK`] otherwise. Stops the shard's listeners when it is time.
+    /// Every stats_period, while log_stats is on, PgBouncer's stats line:
+    /// what all shards did in the period.
+    async fn log_stats(self: Rc<Self>) {
+        let mut before = crate::pool::PoolStats::default();
+        loop {
+            let period = Duration::from_secs(self.shared.config.load().stats_period.into());
+            rt::sleep(period).await;
+            let now = crate::admin::total_stats(&crate::admin::snapshots(&self).await);
+            if self.shared.config.load().log_stats {
+                info!("{}", crate::admin::stats_line(&now, &before, period));
+            }
+            before = now;
+        }
+    }
+
     async fn housekeeping(self: Rc<Self>, nudged: std::os::unix::net::UnixStream) {
         use futures_lite::AsyncReadExt;
         let mut nudged = match Socket::from_fd(nudged.into()) {
@@ -1047,12 +1133,12 @@ impl Shard {
     }
 
     /// The SCRAM secret pglane checks a plaintext-password user's logins with
-    /// (salted like a mock one, see `auth::mock`).
-    pub fn scram_secret(&self, user: &str, password: &str) -> ScramSecret {
+    /// (salted like a mock one, see `auth::mock`), derived with `iterations`.
+    pub fn scram_secret(&self, user: &str, password: &str, iterations: u32) -> ScramSecret {
         self.scram_secrets
             .borrow_mut()
-            .entry((user.to_owned(), password.to_owned()))
-            .or_insert_with(|| crate::auth::mock::scram_secret_for_password(user, password))
+            .entry((user.to_owned(), password.to_owned(), iterations))
+            .or_insert_with(|| crate::auth::mock::scram_secret_for_password(user, password, iterations))
             .clone()
     }
 

@@ -103,6 +103,8 @@ pub struct ServerTarget {
     /// login against the server's own verifier (auth_query users).
     pub scram_keys: Option<ClientKeys>,
     pub connect_timeout: Duration,
+    /// The TCP options of its connections (tcp_keepalive and the others).
+    pub tcp: crate::net::TcpTuning,
     /// Size of each connection's prepared-statement set.
     pub max_prepared_statements: usize,
     /// Highest SCRAM iteration count pglane computes for this server
@@ -595,8 +597,10 @@ pub async fn send_cancel_request(
     timeout: Duration,
 ) -> Result<(), ServerError> {
     let deliver = async {
-        let mut stream =
-            Stream::connect(address, timeout).await.map_err(|source| ServerError::Connect { addr: address.clone(), source })?;
+        // Lives for one round trip: keepalive and buffer sizes do not matter.
+        let mut stream = Stream::connect(address, timeout, &crate::net::TcpTuning::default())
+            .await
+            .map_err(|source| ServerError::Connect { addr: address.clone(), source })?;
         let mut out = BytesMut::new();
         startup::encode_cancel(&mut out, process_id, secret_key);
         stream.write_all(&out).await?;
@@ -636,7 +640,7 @@ async fn open(
     tls: Option<&ServerTls>,
     startup: &[(String, String)],
 ) -> Result<(Stream, LoginResult), ServerError> {
-    let mut stream = Stream::connect(address, target.connect_timeout)
+    let mut stream = Stream::connect(address, target.connect_timeout, &target.tcp)
         .await
         .map_err(|source| ServerError::Connect { addr: address.clone(), source })?;
     let handshake = async {

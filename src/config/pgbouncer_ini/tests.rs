@@ -332,9 +332,9 @@ fn errors_never_quote_passwords() {
 }
 
 #[test]
-fn unsupported_database_parameters_are_warned_once_each() {
+fn database_parameters_pglane_cannot_honour_are_refused() {
     let text = "[databases]
-app = host=db client_encoding=UTF8 connect_query='SELECT 1' max_db_connections=5
+app = host=db max_db_connections=5
 [pgbouncer]
 listen_addr = *
 max_db_connections = 7
@@ -342,12 +342,12 @@ max_user_connections = 4
 ";
     let (c, warnings) = config(text);
     assert_eq!(c.databases["app"].host, ["db"]);
-    assert_eq!(warned(&warnings), [(2, "client_encoding"), (2, "connect_query")]);
+    assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!((c.max_db_connections("app"), c.max_db_connections("other"), c.max_user_connections("u")), (5, 7, 4));
     assert_eq!(
-        warnings[0].to_string(),
-        "/etc/pgbouncer/pgbouncer.ini:2: client_encoding: ignored for database app: pglane does not set startup \
-         parameters on server connections; the server's default applies"
+        error(&text.replace("max_db_connections=5", "connect_query='SELECT 1'")),
+        "/etc/pgbouncer/pgbouncer.ini:2: connect_query of database app = SELECT 1 is not supported: pglane runs no \
+         query on a new server connection; use ALTER DATABASE ... SET or ALTER ROLE ... SET"
     );
 }
 
@@ -380,14 +380,15 @@ fn the_fallback_database_is_served() {
     // The fallback alone is enough.
     let (c, _) = config("[databases]\n* = host=db dbname=shared\n[pgbouncer]\nlisten_addr = *\n");
     assert_eq!(c.database("x").and_then(|d| d.dbname.as_deref()), Some("shared"));
+    // pglane drops a name's pools once unused: accepted without a word.
     let (_, warnings) = config(&with_settings("autodb_idle_timeout = 60"));
-    assert!(warnings[0].message.contains("server_idle_timeout"), "{warnings:?}");
+    assert!(warnings.is_empty(), "{warnings:?}");
 }
 
 #[test]
 fn the_users_section() {
     let text = with_settings(
-        "auth_file = userlist.txt\n[users]\nalice = pool_mode=session max_user_connections=3 reserve_pool_size=1\n\
+        "auth_file = userlist.txt\n[users]\nalice = pool_mode=session max_user_connections=3\n\
          bob = pool_mode=transaction",
     );
     let (c, warnings) = config_with(&text, &[(USERLIST, "\"alice\" \"pw\"\n")]);
@@ -396,8 +397,12 @@ fn the_users_section() {
     assert_eq!((c.max_user_connections("alice"), c.max_user_connections("bob")), (3, 0));
     assert_eq!(c.users["bob"].password, None);
     assert_eq!(c.users["bob"].pool_mode, Some(PoolMode::Transaction));
-    assert_eq!(warned(&warnings), [(7, "reserve_pool_size")]);
-    assert!(warnings[0].message.starts_with("ignored for user alice"));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let message = error(&with_settings("[users]\nalice = query_timeout=30"));
+    assert!(
+        message.starts_with("/etc/pgbouncer/pgbouncer.ini:6: query_timeout of user alice = 30 is not supported: pglane has only"),
+        "{message}"
+    );
     let message = error(&with_settings("[users]\nalice = pool_mode"));
     assert_eq!(message, "/etc/pgbouncer/pgbouncer.ini:6: [users] alice: expected key=value at the start");
 }
@@ -568,8 +573,14 @@ fn tls_settings_map_onto_pglanes_and_disable_pqexec_is_an_error() {
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(c.client_tls_sslmode, crate::config::SslMode::Disable);
     assert_eq!(c.server_tls_sslmode, crate::config::SslMode::Allow);
+    // rustls' suites are among what "fast" allows; a list of OpenSSL's is refused.
     let (_, warnings) = config(&with_settings("client_tls_sslmode = disable\nserver_tls_ciphers = fast\ndisable_pqexec = 0"));
-    assert_eq!(warned(&warnings), [(6, "server_tls_ciphers")]);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let message = error(&with_settings("client_tls_ciphers = HIGH:!aNULL"));
+    assert!(
+        message.starts_with("/etc/pgbouncer/pgbouncer.ini:5: client_tls_ciphers = HIGH:!aNULL is not supported"),
+        "{message}"
+    );
     assert!(error(&with_settings("client_tls_sslmode = sometimes")).contains("client_tls_sslmode: expected disable"));
     let (c, warnings) = config(&with_settings("server_idle_timeout = 30\nquery_timeout = 0\nserver_lifetime = 0"));
     assert_eq!((c.server_idle_timeout, c.query_timeout, c.server_lifetime), (30.0, 0.0, 0.0));
@@ -581,23 +592,56 @@ fn tls_settings_map_onto_pglanes_and_disable_pqexec_is_an_error() {
     assert_eq!((c.client_tls_sslmode, c.server_tls_sslmode), (crate::config::SslMode::Disable, crate::config::SslMode::Prefer));
 }
 
+/// No setting is ignored: a value pglane cannot honour stops it, with one
+/// line naming file, line, setting, value and what to do instead.
 #[test]
-fn every_ignored_setting_is_one_warning_naming_file_line_and_setting() {
+fn a_setting_pglane_cannot_honour_is_refused_naming_file_line_and_value() {
+    assert_eq!(
+        error(&with_settings("server_lifetime = 3600\nsyslog = 1")),
+        "/etc/pgbouncer/pgbouncer.ini:6: syslog = 1 is not supported: pglane logs to stderr (and logfile), not to \
+         syslog; run it under systemd, whose journal takes stderr, or set logfile"
+    );
+    for refused in [
+        "user = nobody-pglane-runs-as",
+        "unix_socket_group = pgbouncer",
+        "auth_ident_file = ident.map",
+        "server_tls_protocols = tlsv1.1,tlsv1.2",
+        "client_tls_ecdhcurve = prime256v1",
+        "server_round_robin = 1",
+        "server_check_query = select pg_is_in_recovery()",
+        "transaction_timeout = 30",
+        "resolv_conf = /etc/pgbouncer/resolv.conf",
+    ] {
+        let message = error(&with_settings(refused));
+        assert!(message.starts_with(&format!("/etc/pgbouncer/pgbouncer.ini:5: {refused} is not supported: ")), "{message}");
+        assert!(!message.contains('\n'), "one line: {message}");
+    }
+}
+
+/// What pglane already does (or what means nothing to it) is accepted
+/// without a warning, at PgBouncer's default and at other values alike.
+#[test]
+fn settings_pglane_already_behaves_as_are_accepted_without_a_word() {
     let text = with_settings(
-        "syslog = 1
-server_lifetime = 3600
-scram_iterations = 100000
-tcp_keepalive = 1
+        "syslog = 0
+syslog_ident = pgb
+pkt_buf = 8192
+sbuf_loopcnt = 20
+dns_max_ttl = 30
+ignore_startup_parameters = extra_float_digits, options
+track_extra_parameters = IntervalStyle
+suspend_timeout = 30
+server_check_delay = 10
+server_check_query = SELECT 1
+client_tls_protocols = secure
+server_tls_ciphers = default
+client_tls_dheparams = auto
+job_name = pgbouncer
+user =
 max_prepared_statements = 0",
     );
     let (_, warnings) = config(&text);
-    assert_eq!(warned(&warnings), [(5, "syslog"), (7, "scram_iterations"), (8, "tcp_keepalive"), (9, "max_prepared_statements")]);
-    assert_eq!(
-        warnings[0].to_string(),
-        "/etc/pgbouncer/pgbouncer.ini:5: syslog: ignored: pglane logs to stderr; set the level with RUST_LOG"
-    );
-    assert!(warnings[1].message.contains("4096 iterations"));
-    assert!(!warnings.iter().any(|w| w.to_string().contains("100000")), "values are not repeated");
+    assert_eq!(warned(&warnings), [(20, "max_prepared_statements")]);
 }
 
 #[test]
@@ -643,7 +687,7 @@ fn includes_through_the_whole_pipeline() {
         text,
         &[
             ("/etc/pgbouncer/conf.d/databases.ini", "[databases]\napp = host=db\n[pgbouncer]\n"),
-            ("/etc/pgbouncer/conf.d/tuning.ini", "\nserver_check_delay = 60\nmax_client_conn = 50\n"),
+            ("/etc/pgbouncer/conf.d/tuning.ini", "\npool_mode = statement\nmax_client_conn = 50\n"),
         ],
     );
     assert_eq!(c.databases["app"].host, ["db"]);
@@ -660,9 +704,9 @@ fn includes_through_the_whole_pipeline() {
 
 #[test]
 fn warnings_come_in_file_order() {
-    let text = format!("{BASE}server_check_delay = 1\nsyslog = 1\n[databases]\nb = host=db client_encoding=x\n");
+    let text = format!("{BASE}pool_mode = statement\n[extra]\n[databases]\nb = host=db pool_mode=statement\n");
     let (_, warnings) = config(&text);
-    assert_eq!(warned(&warnings), [(5, "server_check_delay"), (6, "syslog"), (8, "client_encoding")]);
+    assert_eq!(warned(&warnings), [(5, "pool_mode"), (6, "[extra]"), (8, "pool_mode of database b")]);
 }
 
 #[test]
@@ -726,7 +770,7 @@ fn the_shipped_example_imports_cleanly() {
     assert_eq!(c.users["batch"].password.as_deref(), Some(batch.as_str()));
     assert_eq!(c.users["legacy"].password.as_deref(), Some(md5_password_hash("legacy", "legacypass").as_str()));
     let names: Vec<&str> = warnings.iter().map(|w| w.setting.as_str()).collect();
-    assert_eq!(names, ["client_encoding", "user legacy"]);
+    assert_eq!(names, ["user legacy"]);
     assert_eq!(c.logfile.as_deref(), Some(Path::new("/var/log/postgresql/pgbouncer.log")));
     assert_eq!(c.pidfile.as_deref(), Some(Path::new("/var/run/postgresql/pgbouncer.pid")));
 }
@@ -799,4 +843,100 @@ fn console_sets_come_after_the_files_lines_and_win() {
     assert_eq!(console_sets(&[]), "", "no SETs, the file as it is");
     let bad = [("defualt_pool_size".to_owned(), "9".to_owned())];
     assert!(error_with(&(with_settings("") + &console_sets(&bad)), &[]).contains("default_pool_size"), "did you mean");
+}
+
+#[test]
+fn tcp_settings_carry_over_to_the_same_socket_options() {
+    let (c, warnings) = config(&with_settings(
+        "tcp_keepalive = 1\ntcp_keepidle = 60\ntcp_keepintvl = 0x0a\ntcp_keepcnt = 3\ntcp_user_timeout = 30000\n\
+         tcp_socket_buffer = 65536\nlisten_backlog = 512\ntcp_defer_accept = 1",
+    ));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let tuning = c.tcp_tuning();
+    assert_eq!(
+        (tuning.keepalive, tuning.keepidle, tuning.keepintvl, tuning.keepcnt, tuning.user_timeout_ms, tuning.socket_buffer),
+        (true, 60, 10, 3, 30_000, 65_536)
+    );
+    assert_eq!((c.listen_backlog, c.tcp_defer_accept), (512, true));
+    let (c, _) = config(&with_settings("tcp_keepalive = 0"));
+    assert!(!c.tcp_tuning().keepalive);
+    // Unset: PgBouncer's keepalive default (on) is pglane's too.
+    let (c, _) = config(&with_settings(""));
+    assert!(c.tcp_keepalive && !c.tcp_defer_accept);
+    // Linux refuses these; so does pglane, at start rather than at every connection.
+    assert!(error(&with_settings("tcp_keepidle = 40000")).contains("tcp_keepidle must be at most 32767"));
+    assert!(error(&with_settings("tcp_keepcnt = -1")).contains("tcp_keepcnt: expected a whole number"));
+}
+
+#[test]
+fn log_settings_carry_over() {
+    let (c, warnings) = config(&with_settings("log_connections = 0\nlog_disconnections = 0\nlog_pooler_errors = 0\nverbose = 5"));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!((c.log_connections, c.log_disconnections, c.log_pooler_errors, c.verbose), (false, false, false, 2));
+    // Unset: PgBouncer's defaults, which are pglane's.
+    let (c, _) = config(&with_settings(""));
+    assert_eq!((c.log_connections, c.log_disconnections, c.log_pooler_errors, c.verbose), (true, true, true, 0));
+}
+
+#[test]
+fn scram_iterations_carries_over() {
+    let (c, _) = config(&with_settings("scram_iterations = 10000"));
+    assert_eq!(c.scram_iterations, 10_000);
+    let (c, _) = config(&with_settings(""));
+    assert_eq!(c.scram_iterations, 4096, "PgBouncer's default, and PostgreSQL's");
+    assert!(error(&with_settings("scram_iterations = 0")).contains("scram_iterations: expected a whole number of at least 1"));
+}
+
+#[test]
+fn client_limits_carry_over_globally_per_database_and_per_user() {
+    let text = "[databases]
+app = host=db max_db_client_connections=3
+other = host=db
+[users]
+alice = max_user_client_connections=2
+[pgbouncer]
+listen_addr = *
+max_db_client_connections = 7
+max_user_client_connections = 4
+";
+    let (c, warnings) = config(text);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!((c.max_db_client_connections("app"), c.max_db_client_connections("other")), (3, 7));
+    assert_eq!((c.max_user_client_connections("alice"), c.max_user_client_connections("bob")), (2, 4));
+    assert!(error(&text.replace("=2", "=-1")).contains("max_user_client_connections of user alice: expected a whole number"));
+}
+
+#[test]
+fn query_wait_notify_carries_over_with_pgbouncers_default() {
+    let (c, _) = config(&with_settings("query_wait_notify = 2"));
+    assert_eq!(c.query_wait_notify, 2.0);
+    let (c, _) = config(&with_settings("query_wait_notify = 0"));
+    assert_eq!(c.query_wait_notify, 0.0);
+    let (c, _) = config(&with_settings(""));
+    assert_eq!(c.query_wait_notify, 5.0, "PgBouncer's default, though pglane's own is 0");
+}
+
+#[test]
+fn startup_parameters_of_a_database_become_its_default_settings() {
+    let (c, warnings) = config(
+        "[databases]\napp = host=db client_encoding=LATIN1 datestyle='ISO, DMY' timezone=UTC application_name=batch\n\
+         [pgbouncer]\nlisten_addr = *\n",
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let defaults: Vec<(&str, &str)> = c.databases["app"].default_settings.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        defaults,
+        [("DateStyle", "ISO, DMY"), ("TimeZone", "UTC"), ("application_name", "batch"), ("client_encoding", "LATIN1")]
+    );
+}
+
+/// PgBouncer switches to `user`; already running as that user, there is
+/// nothing to switch, for PgBouncer or pglane.
+#[test]
+fn user_is_accepted_when_it_is_the_user_pglane_runs_as() {
+    let me = super::running_as().expect("this process's user name");
+    let (_, warnings) = config(&with_settings(&format!("user = {me}")));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let message = error(&with_settings("user = somebody-else-entirely"));
+    assert!(message.contains("user = somebody-else-entirely is not supported: pglane does not switch users ("), "{message}");
 }

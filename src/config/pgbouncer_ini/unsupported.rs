@@ -1,24 +1,16 @@
-//! Why pglane ignores the PgBouncer settings it does not support, and which
-//! names are PgBouncer's at all.
+//! What pglane does with the PgBouncer settings it does not carry over, and
+//! which names are PgBouncer's at all.
 //!
-//! This module owns the catalogue of `[pgbouncer]` settings and of
-//! `[databases]` / `[users]` parameters that pglane ignores, each with the
-//! reason a user reads in the warning, and the list of every `[pgbouncer]`
-//! setting PgBouncer 1.25 has ([`PGBOUNCER_SETTINGS`]): a name that is none of
-//! them is a typo, refused as PgBouncer refuses it. It decides nothing else:
-//! settings pglane maps, and settings too dangerous to ignore (which are
-//! errors), are handled by the parent module before anything reaches this
-//! one. When pglane learns a setting, move it from here to the parent's
-//! mapping.
-
-const LOGGING: &str = "pglane logs to stderr; set the level with RUST_LOG";
-const UNIX_GROUP: &str = "pglane does not change the unix socket's group; start it as a member of the right one";
-const NO_TLS: &str = "pglane uses rustls' default protocol versions, cipher suites and curves";
-const NOT_YET: &str = "not supported by pglane yet";
-const NET_TUNING: &str = "pglane's socket settings are not configurable";
-const CLIENT_LIMITS: &str = "max_client_conn is pglane's only limit on client connections";
-const STARTUP_PARAMETERS: &str = "pglane does not set startup parameters on server connections; the server's default applies";
-const RESOLVER: &str = "host names are resolved by the system resolver";
+//! This module owns the catalogue: the list of every `[pgbouncer]` setting
+//! PgBouncer 1.25 has ([`PGBOUNCER_SETTINGS`]; a name that is none of them
+//! is a typo, refused as PgBouncer refuses it), the ones the parent module
+//! honours ([`HONOURED`]), and for each other one its [`Treatment`]: accepted
+//! because pglane already behaves so (or the setting means nothing to it),
+//! or accepted only at the values pglane behaves as and refused at start
+//! otherwise, with the reason and what to do instead. Likewise for the
+//! parameters of `[databases]` and `[users]` entries. No setting is ignored. The migration guide's table of settings is generated
+//! from this catalogue (tests/docs.rs). It decides nothing else: when pglane
+//! learns a setting, move it from here to the parent's mapping.
 
 /// Every `[pgbouncer]` setting of PgBouncer 1.25, in the order its SHOW CONFIG
 /// lists them, with its default and whether a reload may change it.
@@ -161,21 +153,30 @@ pub const HONOURED: &[&str] = &[
     "disable_pqexec",
     "idle_transaction_timeout",
     "listen_addr",
+    "listen_backlog",
     "listen_port",
+    "log_connections",
+    "log_disconnections",
+    "log_pooler_errors",
+    "log_stats",
     "logfile",
     "max_client_conn",
+    "max_db_client_connections",
     "max_db_connections",
     "max_packet_size",
     "max_prepared_statements",
+    "max_user_client_connections",
     "max_user_connections",
     "min_pool_size",
     "peer_id",
     "pidfile",
     "pool_mode",
     "query_timeout",
+    "query_wait_notify",
     "query_wait_timeout",
     "reserve_pool_size",
     "reserve_pool_timeout",
+    "scram_iterations",
     "server_connect_timeout",
     "server_idle_timeout",
     "server_lifetime",
@@ -186,9 +187,18 @@ pub const HONOURED: &[&str] = &[
     "server_tls_key_file",
     "server_tls_sslmode",
     "so_reuseport",
+    "stats_period",
     "stats_users",
+    "tcp_defer_accept",
+    "tcp_keepalive",
+    "tcp_keepcnt",
+    "tcp_keepidle",
+    "tcp_keepintvl",
+    "tcp_socket_buffer",
+    "tcp_user_timeout",
     "unix_socket_dir",
     "unix_socket_mode",
+    "verbose",
 ];
 
 /// Every parameter of a PgBouncer `[databases]` connection string (pglane's
@@ -262,76 +272,202 @@ fn edit_distance(a: &str, b: &str) -> usize {
     rows[a.len()][b.len()]
 }
 
-/// Why a `[pgbouncer]` setting is ignored; None for a name that is no
-/// PgBouncer setting, or one pglane honours ([`HONOURED`]).
-pub fn pgbouncer_setting(key: &str) -> Option<&'static str> {
+/// What pglane does with a PgBouncer setting it does not carry over into
+/// its own config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Treatment {
+    /// Any value is accepted without a word: pglane already behaves as the
+    /// setting asks, or the setting has no meaning for it; the reason says
+    /// which.
+    Accepted(&'static str),
+    /// Accepted at these values (PgBouncer's default among them); any other
+    /// value stops pglane at start with the reason, which says what to do
+    /// instead.
+    AcceptedAt { values: &'static [&'static str], reason: &'static str },
+}
+
+impl Treatment {
+    /// Whether `value` is one pglane accepts. Values compare without case
+    /// and blanks, and numbers by value (`00` is `0`).
+    pub fn accepts(&self, value: &str) -> bool {
+        let normal = |text: &str| -> String {
+            let text: String = text.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
+            text.parse::<i64>().map(|n| n.to_string()).unwrap_or(text)
+        };
+        match self {
+            Treatment::Accepted(_) => true,
+            Treatment::AcceptedAt { values, .. } => values.iter().any(|accepted| normal(accepted) == normal(value)),
+        }
+    }
+}
+
+const SYSTEM_RESOLVER: &str = "pglane asks the system resolver for a server's address each time it opens a connection, \
+                               and keeps no DNS cache of its own";
+const TLS_SUITES: &str = "pglane offers rustls' cipher suites (TLS 1.3 and TLS 1.2 ECDHE with AES-GCM or \
+                          ChaCha20-Poly1305) and no others; remove the setting";
+const TLS_PROTOCOLS: &str = "pglane speaks TLS 1.2 and 1.3 (rustls) and no other version; remove the setting, or write secure";
+const TLS_CURVES: &str = "pglane offers rustls' key exchange groups (X25519, P-256, P-384); remove the setting";
+const TLS_DHE: &str = "pglane offers no finite-field DHE (rustls has none; ECDHE is used); remove the setting";
+const CLIENT_STARTUP: &str = "pglane carries every startup parameter a client sends (and the -c switches of options) \
+                              to each server connection it gets: none needs ignoring or tracking";
+
+/// What pglane does with a `[pgbouncer]` setting of PgBouncer's that it
+/// does not honour itself; None for a name that is no PgBouncer setting, or
+/// one pglane honours ([`HONOURED`]).
+pub fn pgbouncer_setting(key: &str) -> Option<Treatment> {
+    use Treatment::{Accepted, AcceptedAt};
     Some(match key {
-        "syslog" | "syslog_ident" | "syslog_facility" | "log_connections" | "log_disconnections"
-        | "log_pooler_errors" | "log_stats" | "stats_period" | "verbose" => LOGGING,
-        "user" => "pglane does not switch users; start it as the user it should run as",
-        "unix_socket_group" => UNIX_GROUP,
-        "max_db_client_connections" | "max_user_client_connections" => CLIENT_LIMITS,
-        "scram_iterations" => "pglane derives SCRAM secrets for plaintext passwords with 4096 iterations",
-        "auth_ident_file" => "pglane does not support ident maps",
-        "auth_ldap_options" => "pglane does not support LDAP",
-        "conffile" | "service_name" | "job_name" => "has no meaning for pglane",
-        "autodb_idle_timeout" => {
+        "auth_ident_file" => AcceptedAt {
+            values: &[""],
+            reason: "pglane does not support ident maps (nor the peer and cert methods that use them); remove the setting",
+        },
+        "auth_ldap_options" => AcceptedAt { values: &[""], reason: "pglane does not support LDAP; remove the setting" },
+        "autodb_idle_timeout" => Accepted(
             "pglane drops the pools of a database of the * entry once no client holds them and their server \
-             connections have closed (server_idle_timeout)"
+             connections have closed (server_idle_timeout)",
+        ),
+        "cancel_wait_timeout" => Accepted(
+            "pglane never queues a cancel request: it opens a connection to the server for each one at once \
+             (within server_connect_timeout)",
+        ),
+        "client_tls_ciphers" | "server_tls_ciphers" => {
+            AcceptedAt { values: &["default", "secure", "fast", "normal", ""], reason: TLS_SUITES }
         }
-        "dns_max_ttl" | "dns_nxdomain_ttl" | "dns_zone_check_period" | "resolv_conf" => RESOLVER,
-        "client_tls_protocols" | "client_tls_ciphers" | "client_tls13_ciphers" | "client_tls_ecdhcurve"
-        | "client_tls_dheparams" | "server_tls_protocols" | "server_tls_ciphers" | "server_tls13_ciphers" => NO_TLS,
-        "pkt_buf" | "sbuf_loopcnt" | "listen_backlog" | "tcp_defer_accept" | "tcp_socket_buffer" | "tcp_keepalive"
-        | "tcp_keepcnt" | "tcp_keepidle" | "tcp_keepintvl" | "tcp_user_timeout" => NET_TUNING,
-        "suspend_timeout" => "pglane has no online restart",
-        "ignore_startup_parameters" | "track_extra_parameters" => {
-            "pglane carries every startup parameter (and the -c switches of options) to each server connection a client gets: none needs ignoring or tracking"
+        "client_tls13_ciphers" | "server_tls13_ciphers" => AcceptedAt { values: &[""], reason: TLS_SUITES },
+        "client_tls_protocols" | "server_tls_protocols" => {
+            AcceptedAt { values: &["secure", "default", "", "tlsv1.2,tlsv1.3", "tlsv1.3,tlsv1.2"], reason: TLS_PROTOCOLS }
         }
-        "server_round_robin"
-        | "server_check_delay" | "server_check_query" | "server_fast_close" | "server_login_retry"
-        | "pool_idle_timeout" | "query_wait_notify" | "login_notify_message" | "cancel_wait_timeout"
-        | "transaction_timeout" => NOT_YET,
+        "client_tls_ecdhcurve" => AcceptedAt { values: &["auto", ""], reason: TLS_CURVES },
+        "client_tls_dheparams" => AcceptedAt { values: &["auto", "none", ""], reason: TLS_DHE },
+        "conffile" => Accepted("the path of the file itself, which pglane knows from its command line"),
+        "job_name" | "service_name" => Accepted("names the Windows service; no meaning on Linux"),
+        "dns_max_ttl" | "dns_nxdomain_ttl" | "dns_zone_check_period" => Accepted(SYSTEM_RESOLVER),
+        "resolv_conf" => AcceptedAt {
+            values: &[""],
+            reason: "pglane resolves host names with the system resolver (/etc/resolv.conf); remove the setting",
+        },
+        "ignore_startup_parameters" | "track_extra_parameters" => Accepted(CLIENT_STARTUP),
+        "pkt_buf" | "sbuf_loopcnt" => {
+            Accepted("pglane sizes its buffers itself (relay_buffer_size) and lets no client starve the others of a shard")
+        }
+        "suspend_timeout" => Accepted("pglane refuses SUSPEND (it has no online restart), so there is no suspend to time out"),
+        "syslog" => AcceptedAt {
+            values: &["0"],
+            reason: "pglane logs to stderr (and logfile), not to syslog; run it under systemd, whose journal takes \
+                     stderr, or set logfile",
+        },
+        "syslog_ident" | "syslog_facility" => Accepted("only used with syslog = 1, which pglane refuses"),
+        "user" => AcceptedAt {
+            values: &[""],
+            reason: "pglane does not switch users (the user it already runs as is accepted); start it as the user \
+                     it should run as (User= in its systemd unit)",
+        },
+        "unix_socket_group" => AcceptedAt {
+            values: &[""],
+            reason: "pglane does not change the unix socket's group; start it with that group (Group= in its systemd unit)",
+        },
+        "server_round_robin" => AcceptedAt {
+            values: &["0"],
+            reason: "pglane reuses the server connection that came back last (PgBouncer's 0), to keep the others idle \
+                     long enough to close; remove the setting",
+        },
+        "server_check_delay" => Accepted(
+            "pglane checks that an idle server connection's socket is still open, without a round trip, every time \
+             before it lends it",
+        ),
+        "server_check_query" => AcceptedAt {
+            values: &["", "select 1", "select 1;"],
+            reason: "pglane checks an idle server connection's socket, and runs no query to check it; remove the setting",
+        },
+        "server_fast_close" => AcceptedAt {
+            values: &["0"],
+            reason: "pglane closes a session-mode server connection when its client leaves, not earlier; remove the setting",
+        },
+        "server_login_retry" => Accepted(
+            "pglane retries a failed server connection every quarter second while clients wait, for \
+             server_retry_timeout (a pglane setting); a wrong password or a missing database fails at once",
+        ),
+        "transaction_timeout" => AcceptedAt {
+            values: &["0"],
+            reason: "not supported by pglane yet; use PostgreSQL's own transaction_timeout (PostgreSQL 17), or \
+                     idle_transaction_timeout",
+        },
         _ => return None,
     })
 }
 
-/// Why a parameter of a `[databases]` connection string is ignored; None
-/// for a name that is no PgBouncer connection parameter.
+/// Why a parameter of a `[databases]` connection string stops pglane; None
+/// for a name that is no PgBouncer connection parameter, or one pglane
+/// honours ([`HONOURED_DATABASE_PARAMETERS`]).
 pub fn database_parameter(key: &str) -> Option<&'static str> {
     Some(match key {
-        "client_encoding" | "datestyle" | "timezone" | "application_name" => STARTUP_PARAMETERS,
-        "max_db_client_connections" => CLIENT_LIMITS,
-        "query_wait_timeout" => "pglane has only the global query_wait_timeout",
-        "connect_query" | "server_lifetime" => NOT_YET,
+        "query_wait_timeout" => "pglane has only the global query_wait_timeout; set that instead",
+        "connect_query" => "pglane runs no query on a new server connection; use ALTER DATABASE ... SET or ALTER ROLE ... SET",
+        "server_lifetime" => "pglane has only the global server_lifetime; set that instead",
         _ => return None,
     })
 }
 
-/// Why a parameter of a `[users]` entry is ignored; None for a name that
-/// is no PgBouncer user parameter.
+/// Why a parameter of a `[users]` entry stops pglane; None for a name that
+/// is no PgBouncer user parameter, or one pglane honours
+/// ([`HONOURED_USER_PARAMETERS`]).
 pub fn user_parameter(key: &str) -> Option<&'static str> {
     Some(match key {
-        "pool_size" => "pglane sets pool_size per database only",
-        "reserve_pool_size" => "pglane has no reserve pool",
-        "max_user_client_connections" => CLIENT_LIMITS,
-        "query_wait_timeout" => "pglane has only the global query_wait_timeout",
-        "query_timeout" | "idle_transaction_timeout" | "transaction_timeout" | "client_idle_timeout" => NOT_YET,
+        "pool_size" => "pglane sets pool_size per database only; set it in [databases]",
+        "reserve_pool_size" => "pglane sets reserve_pool_size globally or per database only; set it there",
+        "query_wait_timeout" | "query_timeout" | "idle_transaction_timeout" | "client_idle_timeout" => {
+            "pglane has only the global setting; set that instead"
+        }
+        "transaction_timeout" => "not supported by pglane yet; use PostgreSQL's own transaction_timeout (PostgreSQL 17)",
         _ => return None,
     })
 }
+
+/// The `[databases]` connection parameters the parent module carries over.
+pub const HONOURED_DATABASE_PARAMETERS: &[&str] = &[
+    "application_name",
+    "auth_dbname",
+    "auth_query",
+    "auth_user",
+    "client_encoding",
+    "datestyle",
+    "dbname",
+    "host",
+    "load_balance_hosts",
+    "max_db_client_connections",
+    "max_db_connections",
+    "min_pool_size",
+    "password",
+    "pool_mode",
+    "pool_size",
+    "port",
+    "reserve_pool",
+    "reserve_pool_size",
+    "target_session_attrs",
+    "timezone",
+    "user",
+];
+
+/// The `[users]` parameters the parent module carries over.
+pub const HONOURED_USER_PARAMETERS: &[&str] = &["max_user_client_connections", "max_user_connections", "pool_mode"];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn known_settings_have_specific_reasons() {
-        assert_eq!(pgbouncer_setting("syslog"), Some(LOGGING));
-        assert_eq!(pgbouncer_setting("server_tls_ciphers"), Some(NO_TLS));
-        assert_eq!(pgbouncer_setting("server_check_delay"), Some(NOT_YET));
-        assert_eq!(database_parameter("client_encoding"), Some(STARTUP_PARAMETERS));
-        assert_eq!(user_parameter("reserve_pool_size"), Some("pglane has no reserve pool"));
+    fn a_setting_at_pgbouncers_default_is_accepted_and_another_value_refused() {
+        let syslog = pgbouncer_setting("syslog").unwrap();
+        assert!(syslog.accepts("0") && syslog.accepts(" 00 "));
+        assert!(!syslog.accepts("1"));
+        let protocols = pgbouncer_setting("client_tls_protocols").unwrap();
+        assert!(protocols.accepts("secure") && protocols.accepts("TLSv1.3, TLSv1.2"));
+        assert!(!protocols.accepts("tlsv1.1,tlsv1.2") && !protocols.accepts("all"));
+        assert!(pgbouncer_setting("pkt_buf").unwrap().accepts("8192"), "accepted whatever its value");
+        assert!(!pgbouncer_setting("user").unwrap().accepts("postgres"));
+        assert!(pgbouncer_setting("user").unwrap().accepts(""));
+        assert!(database_parameter("connect_query").is_some());
+        assert!(user_parameter("reserve_pool_size").is_some());
     }
 
     #[test]
@@ -354,12 +490,18 @@ mod tests {
         assert_eq!(edit_distance("", "ab"), 2);
     }
 
-    /// Each PgBouncer setting is honoured or has the reason it is ignored,
-    /// never both, never neither; and each reason is for a PgBouncer setting.
+    /// Each PgBouncer setting is honoured or has a treatment, never both,
+    /// never neither; each value a treatment accepts includes PgBouncer's
+    /// default; and each honoured name is PgBouncer's.
     #[test]
-    fn every_pgbouncer_setting_is_honoured_or_ignored_with_a_reason() {
-        for key in pgbouncer_setting_names() {
-            assert_ne!(HONOURED.contains(&key), pgbouncer_setting(key).is_some(), "{key}");
+    fn every_pgbouncer_setting_is_honoured_accepted_or_refused() {
+        for setting in PGBOUNCER_SETTINGS {
+            let key = setting.name;
+            let treatment = pgbouncer_setting(key);
+            assert_ne!(HONOURED.contains(&key), treatment.is_some(), "{key}");
+            if let Some(treatment) = treatment {
+                assert!(treatment.accepts(setting.default), "{key}: PgBouncer's default {:?} is refused", setting.default);
+            }
         }
         for key in HONOURED {
             assert!(pgbouncer_setting_names().any(|name| name == *key), "{key}");
@@ -369,32 +511,20 @@ mod tests {
     #[test]
     fn the_catalogues_are_sorted_and_without_repeats() {
         let names: Vec<&str> = pgbouncer_setting_names().collect();
-        for list in [&names[..], HONOURED, DATABASE_PARAMETERS, USER_PARAMETERS] {
+        for list in
+            [&names[..], HONOURED, DATABASE_PARAMETERS, USER_PARAMETERS, HONOURED_DATABASE_PARAMETERS, HONOURED_USER_PARAMETERS]
+        {
             assert!(list.windows(2).all(|w| w[0] < w[1]), "{list:?}");
         }
     }
 
     #[test]
-    fn every_parameter_with_a_reason_is_listed() {
+    fn every_parameter_is_honoured_or_refused_with_a_reason() {
         for key in DATABASE_PARAMETERS {
-            let mapped = [
-                "auth_dbname",
-                "auth_query",
-                "auth_user",
-                "dbname",
-                "host",
-                "load_balance_hosts",
-                "password",
-                "max_db_connections",
-                "min_pool_size",
-                "reserve_pool",
-                "reserve_pool_size",
-            ];
-            let mapped = mapped.contains(key) || ["pool_mode", "pool_size", "port", "target_session_attrs", "user"].contains(key);
-            assert!(mapped || database_parameter(key).is_some(), "{key}");
+            assert_ne!(HONOURED_DATABASE_PARAMETERS.contains(key), database_parameter(key).is_some(), "{key}");
         }
         for key in USER_PARAMETERS {
-            assert!(["pool_mode", "max_user_connections"].contains(key) || user_parameter(key).is_some(), "{key}");
+            assert_ne!(HONOURED_USER_PARAMETERS.contains(key), user_parameter(key).is_some(), "{key}");
         }
     }
 }
