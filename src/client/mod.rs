@@ -22,6 +22,7 @@ mod follow;
 mod inbox;
 mod login;
 pub mod negotiate;
+mod notifications;
 pub mod pinning;
 mod quiet;
 mod relay;
@@ -200,6 +201,7 @@ async fn admit_or_serve(
         waker_left: false,
         offer: None,
         skip_ready: 0,
+        notifications: Default::default(),
         serial: NEXT_SESSION_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     };
     session.buffers.from_client.preload(&pending);
@@ -263,6 +265,9 @@ pub enum SessionError {
     ServerEnded,
     #[error("{0}")]
     Pool(#[from] PoolError),
+    /// The client did not take its notifications (see `crate::notify`).
+    #[error("{0}")]
+    NotificationsOverflow(crate::notify::Overflow),
 }
 
 impl SessionError {
@@ -285,6 +290,10 @@ impl SessionError {
                 Some(ErrorFields { severity: "FATAL".into(), ..fields.clone() })
             }
             SessionError::Pool(e) => Some(ErrorFields::fatal("08006", e.to_string())),
+            SessionError::NotificationsOverflow(e) => Some(ErrorFields::fatal(
+                "54000",
+                format!("terminating connection: {e}; the client does not read its notifications fast enough"),
+            )),
         }
     }
 }
@@ -335,6 +344,9 @@ struct Session {
     /// This session's number, never another's in this process (process ids
     /// are reused): what a server connection remembers of its last client.
     serial: u64,
+    /// Its LISTENs through the notification hub, and what the hub posted
+    /// for it (transaction mode; see `notifications`).
+    notifications: notifications::Notifications,
 }
 
 /// Sends a cancel request for what `key`'s backend runs, on its own task,
@@ -411,8 +423,18 @@ impl Session {
         loop {
             if self.mode == PoolMode::Transaction {
                 match self.wait_for_client_limited().await? {
-                    // Its request waits in pglane until it is on a server.
-                    Idle::Message => self.entry.queued.set(runs_something(self.buffers.from_client.pending().first())),
+                    Idle::Message => {
+                        if !self.notifications.is_idle() {
+                            // What came before the request goes before its answers.
+                            self.notifications.deliver_all(&mut self.client).await?;
+                        }
+                        if let Some(statement) = self.listen_statement_ahead() {
+                            Box::pin(self.answer_listen(statement)).await?;
+                            continue;
+                        }
+                        // Its request waits in pglane until it is on a server.
+                        self.entry.queued.set(runs_something(self.buffers.from_client.pending().first()))
+                    }
                     Idle::Gone => return Ok(()),
                     Idle::Shutdown => return Err(shutting_down()),
                     Idle::Killed => return Err(killed()),
@@ -602,8 +624,16 @@ impl Session {
             Err(e) => {
                 info!(?peer, %user, %database, ?age, "client session ended: {}", Escaped(&e.to_string()));
                 if let Some(fields) = e.client_message() {
-                    if self.buffers.from_server.at_boundary() && self.buffers.to_client.is_empty() {
-                        send_error(&mut self.client, &fields).await;
+                    if self.buffers.from_server.at_boundary()
+                        && self.buffers.to_client.is_empty()
+                        && self.notifications.unsent.is_empty()
+                    {
+                        if let SessionError::NotificationsOverflow(_) = e {
+                            // A client that reads nothing may not read this either.
+                            with_timeout(CLEANUP_TIMEOUT, send_error(&mut self.client, &fields)).await;
+                        } else {
+                            send_error(&mut self.client, &fields).await;
+                        }
                     }
                 }
             }
@@ -907,17 +937,23 @@ impl Session {
         let id = self.waker_id();
         let spared = self.config.so_reuseport && !self.entry.has_been_served();
         let tls = self.client.is_tls();
-        let (inbox, client, shutdown, killed, waker_left, shard) = (
+        let (inbox, client, shutdown, killed, waker_left, shard, notifications) = (
             &mut self.buffers.from_client,
             &mut self.client,
             &self.shard.shutdown,
             &self.entry.killed,
             &mut self.waker_left,
             &self.shard,
+            &mut self.notifications,
         );
         futures_lite::future::poll_fn(|cx| loop {
             if killed.get() {
                 return Poll::Ready(Ok(Idle::Killed));
+            }
+            if !notifications.is_idle() {
+                if let Err(e) = notifications.poll_deliver(cx, client) {
+                    return Poll::Ready(Err(e));
+                }
             }
             match inbox.pending().first() {
                 Some(&crate::protocol::frontend::TERMINATE) => return Poll::Ready(Ok(Idle::Gone)),

@@ -235,6 +235,11 @@ pub struct Config {
     /// `client::relay`; FUZZING.md has the figures).
     #[serde(default = "defaults::relay_buffer_size")]
     pub relay_buffer_size: usize,
+    /// Bytes of notifications (LISTEN/NOTIFY, transaction mode) pglane
+    /// keeps for one client that has not taken them yet; past it the client
+    /// is disconnected (see `notify`).
+    #[serde(default = "defaults::notify_client_buffer")]
+    pub notify_client_buffer: usize,
     /// Microseconds a shard spins, yielding the CPU between checks, before
     /// its thread sleeps waiting for I/O; 0 (the default): never. Fewer
     /// sleeps and wake-ups mean less latency when clients are few, paid in
@@ -399,6 +404,9 @@ mod defaults {
     }
     pub fn relay_buffer_size() -> usize {
         64 << 10
+    }
+    pub fn notify_client_buffer() -> usize {
+        1 << 20
     }
     pub fn server_reset_query() -> String {
         "DISCARD ALL".into()
