@@ -253,3 +253,22 @@ async fn session_mode_passes_listen_to_the_server() {
     assert_eq!(l.notification().await, ("jobs".into(), "direct".into()));
     assert_eq!(listening_backends("notify_session"), 0);
 }
+
+#[tokio::test]
+async fn a_client_pinned_after_it_listened_still_gets_notifications_between_transactions() {
+    let lane = start("notify_pinned", 2, "");
+    let mut l = listener(lane.port).await;
+    l.client.simple_query("LISTEN jobs").await.unwrap();
+    // A temporary table pins the client to its server connection for good.
+    l.client.simple_query("CREATE TEMP TABLE pinned_here (x int)").await.unwrap();
+    let other = common::connect(lane.port, "postgres", "secret", "app").await;
+    other.simple_query("NOTIFY jobs, 'idle'").await.unwrap();
+    assert_eq!(l.notification().await, ("jobs".into(), "idle".into()));
+    l.client.simple_query("BEGIN").await.unwrap();
+    other.simple_query("NOTIFY jobs, 'in a block'").await.unwrap();
+    l.nothing_for(Duration::from_millis(500)).await;
+    l.client.simple_query("INSERT INTO pinned_here VALUES (1)").await.unwrap();
+    l.nothing_for(Duration::from_millis(300)).await;
+    l.client.simple_query("COMMIT").await.unwrap();
+    assert_eq!(l.notification().await, ("jobs".into(), "in a block".into()));
+}

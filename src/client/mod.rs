@@ -558,6 +558,7 @@ impl Session {
             skip_ready: &mut self.skip_ready,
             server_said_fatal: false,
             server_write_failed: None,
+            notifications: self.notifications.subscription.is_some().then_some(&mut self.notifications),
             unsent: unsent.then_some(relay::Unsent {
                 entry: &self.entry,
                 key: &server.cancel_key,
@@ -599,6 +600,10 @@ impl Session {
             RelayEnd::Killed => {
                 self.pass_to_follower(lease, offer).await;
                 Err(killed())
+            }
+            RelayEnd::NotificationsOverflow(overflow) => {
+                self.pass_to_follower(lease, offer).await;
+                Err(SessionError::NotificationsOverflow(overflow))
             }
             RelayEnd::TimedOut(deadline) => {
                 // A running query is cancelled and its connection closed; an

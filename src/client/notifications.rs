@@ -64,6 +64,23 @@ impl Notifications {
         }
     }
 
+    /// For a relay (a client pinned after it LISTENed, which never waits
+    /// outside one): while `between_transactions` and nothing else waits
+    /// for the client, what the hub has goes to `to_client`; either way the
+    /// task is woken when more comes. An error once the mailbox overflowed.
+    pub fn relay_between_transactions(
+        &mut self,
+        cx: &Context<'_>,
+        between_transactions: bool,
+        to_client: &mut BytesMut,
+    ) -> Result<(), crate::notify::Overflow> {
+        let Some(subscription) = &self.subscription else { return Ok(()) };
+        if between_transactions && to_client.is_empty() {
+            subscription.take(to_client)?;
+        }
+        subscription.watch(cx)
+    }
+
     /// Writes everything the hub has for the client, waiting for the
     /// socket: before the client's next request goes anywhere.
     pub async fn deliver_all(&mut self, client: &mut Stream) -> Result<(), SessionError> {

@@ -318,7 +318,10 @@ impl Gen {
                     let sql = format!("listen {}", self.rng_pick(&["ch1", "ch2"]));
                     Step::one(self.with_params(&sql, &[]))
                 }
-                2 => Step::one(self.any(&format!("unlisten {}", self.rng_pick(&["ch1", "ch2"])))),
+                2 => {
+                    let sql = format!("unlisten {}", self.rng_pick(&["ch1", "ch2"]));
+                    Step::one(self.any(&sql))
+                }
                 _ => Step::one(self.any("unlisten *")),
             },
             Kind::Discard => Step::one(self.any_of(&["discard all", "discard plans", "discard sequences"])),
