@@ -861,6 +861,10 @@ impl Config {
         if self.max_message_size < 1024 {
             return Err(invalid("max_message_size must be at least 1024 bytes"));
         }
+        if self.notify_client_buffer < 16 * 1024 {
+            // A notification takes up to about 8 KiB (its payload's limit).
+            return Err(invalid("notify_client_buffer must be at least 16384 bytes"));
+        }
         if self.relay_buffer_size < 8 * 1024 {
             return Err(invalid("relay_buffer_size must be at least 8192 bytes"));
         }
