@@ -20,7 +20,7 @@ fn start(dbname: &str, pool_size: usize, extra: &str) -> Pglane {
     pg.fresh_database(dbname, None);
     Pglane::start_with_args(
         &format!(
-            "pool_mode = \"transaction\"\nquery_wait_timeout = 3\n{extra}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{dbname}\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n",
+            "pool_mode = \"transaction\"\nquery_wait_timeout = 3\nadmin_users = [\"postgres\"]\n{extra}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{dbname}\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n",
             pg.port
         ),
         &["--cores", "1"],
@@ -105,6 +105,23 @@ fn listening_backends(dbname: &str) -> usize {
         .unwrap()
 }
 
+/// SHOW NOTIFY's one row (one shard), by column name.
+async fn show_notify(port: u16) -> std::collections::HashMap<String, u64> {
+    let mut config = tokio_postgres::Config::new();
+    config.host("127.0.0.1").port(port).user("postgres").password("secret").dbname("pgbouncer");
+    let (console, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let rows = console.simple_query("SHOW NOTIFY").await.unwrap();
+    let row = rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .expect("a row");
+    row.columns().iter().enumerate().map(|(i, c)| (c.name().to_owned(), row.get(i).unwrap().parse().unwrap())).collect()
+}
+
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !done() {
@@ -141,6 +158,9 @@ async fn a_listening_client_is_not_pinned_and_gets_notifications() {
     // connection does not listen, the hub's does.
     let channels: i64 = l.client.query_one("SELECT count(*) FROM pg_listening_channels()", &[]).await.unwrap().get(0);
     assert_eq!(channels, 0);
+    let shown = show_notify(lane.port).await;
+    assert_eq!((shown["listening_clients"], shown["channels"], shown["listening_connections"]), (1, 2, 1), "{shown:?}");
+    assert_eq!((shown["received"], shown["delivered"], shown["dropped"]), (5, 5, 0), "{shown:?}");
 }
 
 #[tokio::test]
@@ -229,6 +249,7 @@ async fn a_client_that_does_not_read_is_cut_off_and_others_keep_receiving() {
         }
     }
     lane.wait_for_log("notify_client_buffer", Duration::from_secs(10));
+    assert!(show_notify(lane.port).await["dropped"] >= 1);
     other.simple_query("NOTIFY jobs, 'still'").await.unwrap();
     assert_eq!(reader.notification().await, ("jobs".into(), "still".into()));
 }

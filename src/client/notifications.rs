@@ -162,7 +162,10 @@ impl Session {
             self.notifications.subscription = None;
         }
         backend::ready_for_query(&mut out, TransactionStatus::Idle);
-        self.notifications.deliver_all(&mut self.client).await?;
+        // What the hub posted while the LISTEN was carried out goes after
+        // its answer (what came before it went before: `Session::run`),
+        // once the client waits again.
+        debug_assert!(self.notifications.unsent.is_empty());
         self.client.write_all(&out).await?;
         self.client.flush().await?;
         Ok(())

@@ -95,18 +95,28 @@ impl Hub {
         Subscription { listening, mailbox: Rc::new(Mailbox::new(limit)), channels: Vec::new() }
     }
 
-    pub fn stats(&self) -> HubStats {
-        self.state.stats.get()
-    }
-
-    /// Clients subscribed to at least one channel, and channels listened
-    /// to, over the shard's listening connections.
-    pub fn census(&self) -> (usize, usize) {
+    /// What the admin console and metrics show of it.
+    pub fn snapshot(&self) -> HubSnapshot {
         let listenings = self.state.listenings.borrow();
-        let channels = listenings.values().map(|l| l.channels.borrow().len()).sum();
-        let clients = listenings.values().map(|l| l.subscribers.get()).sum();
-        (clients, channels)
+        HubSnapshot {
+            listening_clients: listenings.values().map(|l| l.subscribers.get()).sum(),
+            channels: listenings.values().map(|l| l.channels.borrow().len()).sum(),
+            listening_connections: listenings.len(),
+            stats: self.state.stats.get(),
+        }
     }
+}
+
+/// One shard's hub as plain data (see `runtime::snapshot`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HubSnapshot {
+    /// Clients subscribed to at least one channel.
+    pub listening_clients: usize,
+    /// Channels listened to, over the shard's listening connections.
+    pub channels: usize,
+    /// Listening connections, open or being opened.
+    pub listening_connections: usize,
+    pub stats: HubStats,
 }
 
 /// What one listening connection is for: the channels of one (database,
