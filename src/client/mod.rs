@@ -201,7 +201,7 @@ async fn admit_or_serve(
         waker_left: false,
         offer: None,
         skip_ready: 0,
-        notifications: Default::default(),
+        notifications: None,
         serial: NEXT_SESSION_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     };
     session.buffers.from_client.preload(&pending);
@@ -345,8 +345,9 @@ struct Session {
     /// are reused): what a server connection remembers of its last client.
     serial: u64,
     /// Its LISTENs through the notification hub, and what the hub posted
-    /// for it (transaction mode; see `notifications`).
-    notifications: notifications::Notifications,
+    /// for it (transaction mode; see `notifications`). Boxed, and none
+    /// until it first LISTENs so: a client that never does pays a pointer.
+    notifications: Option<Box<notifications::Notifications>>,
 }
 
 /// Sends a cancel request for what `key`'s backend runs, on its own task,
@@ -424,9 +425,9 @@ impl Session {
             if self.mode == PoolMode::Transaction {
                 match self.wait_for_client_limited().await? {
                     Idle::Message => {
-                        if !self.notifications.is_idle() {
+                        if let Some(notifications) = self.notifications.as_deref_mut() {
                             // What came before the request goes before its answers.
-                            self.notifications.deliver_all(&mut self.client).await?;
+                            notifications.deliver_all(&mut self.client).await?;
                         }
                         if let Some(statement) = self.listen_statement_ahead() {
                             Box::pin(self.answer_listen(statement)).await?;
@@ -558,7 +559,7 @@ impl Session {
             skip_ready: &mut self.skip_ready,
             server_said_fatal: false,
             server_write_failed: None,
-            notifications: self.notifications.subscription.is_some().then_some(&mut self.notifications),
+            notifications: self.notifications.as_deref_mut().filter(|n| n.subscription.is_some()),
             unsent: unsent.then_some(relay::Unsent {
                 entry: &self.entry,
                 key: &server.cancel_key,
@@ -631,7 +632,7 @@ impl Session {
                 if let Some(fields) = e.client_message() {
                     if self.buffers.from_server.at_boundary()
                         && self.buffers.to_client.is_empty()
-                        && self.notifications.unsent.is_empty()
+                        && self.notifications.as_ref().is_none_or(|n| n.unsent.is_empty())
                     {
                         if let SessionError::NotificationsOverflow(_) = e {
                             // A client that reads nothing may not read this either.
@@ -955,7 +956,7 @@ impl Session {
             if killed.get() {
                 return Poll::Ready(Ok(Idle::Killed));
             }
-            if !notifications.is_idle() {
+            if let Some(notifications) = notifications.as_deref_mut() {
                 if let Err(e) = notifications.poll_deliver(cx, client) {
                     return Poll::Ready(Err(e));
                 }

@@ -4,9 +4,10 @@
 //! client), and the delivery of what the hub posted for the client to its
 //! socket, only between its transactions.
 //!
-//! It owns the session's [`Subscription`] (none until the client LISTENs
-//! through the hub, so a client that never does pays one branch per wait)
-//! and the notification bytes taken from the mailbox and not yet written.
+//! It owns the session's [`Subscription`] and the notification bytes taken
+//! from the mailbox and not yet written. The session holds them boxed, and
+//! only once the client LISTENs through the hub: a client that never does
+//! pays a pointer and one branch per wait.
 //! What is not written whole yet is written before anything else goes to
 //! the client, so that a message is never cut by another.
 
@@ -34,13 +35,6 @@ pub(super) struct Notifications {
 }
 
 impl Notifications {
-    /// Nothing to deliver now or later: the one check a client that never
-    /// listened pays while it waits.
-    #[inline]
-    pub fn is_idle(&self) -> bool {
-        self.subscription.is_none() && self.unsent.is_empty()
-    }
-
     /// Writes what the hub has for the client, as far as its socket takes
     /// it without waiting; the task is woken when more comes or the socket
     /// takes more. An error once the mailbox overflowed.
@@ -131,7 +125,8 @@ impl Session {
         let mut out = BytesMut::new();
         match &statement {
             ListenStatement::Listen(channel) => {
-                let subscription = self.notifications.subscription.get_or_insert_with(|| {
+                let notifications = self.notifications.get_or_insert_with(Box::default);
+                let subscription = notifications.subscription.get_or_insert_with(|| {
                     self.shard.notify_hub.subscribe(
                         &self.entry.info.database,
                         &self.entry.info.user,
@@ -145,27 +140,33 @@ impl Session {
                 }
             }
             ListenStatement::Unlisten(channel) => {
-                if let Some(subscription) = &mut self.notifications.subscription {
+                if let Some(subscription) = self.notifications.as_mut().and_then(|n| n.subscription.as_mut()) {
                     subscription.unlisten(channel);
                 }
                 backend::command_complete(&mut out, statement.command_tag());
             }
             ListenStatement::UnlistenAll => {
-                if let Some(subscription) = &mut self.notifications.subscription {
+                if let Some(subscription) = self.notifications.as_mut().and_then(|n| n.subscription.as_mut()) {
                     subscription.unlisten_all();
                 }
                 backend::command_complete(&mut out, statement.command_tag());
             }
         }
-        if self.notifications.subscription.as_ref().is_some_and(Subscription::is_empty) {
-            // What it held is for channels the client no longer listens to.
-            self.notifications.subscription = None;
+        if let Some(notifications) = self.notifications.as_deref_mut() {
+            if notifications.subscription.as_ref().is_some_and(Subscription::is_empty) {
+                // What it held is for channels the client no longer listens to.
+                notifications.subscription = None;
+            }
+        }
+        // Run before this statement, `Session::run` wrote all it had to.
+        debug_assert!(self.notifications.as_ref().is_none_or(|n| n.unsent.is_empty()));
+        if self.notifications.as_ref().is_some_and(|n| n.subscription.is_none()) {
+            self.notifications = None;
         }
         backend::ready_for_query(&mut out, TransactionStatus::Idle);
         // What the hub posted while the LISTEN was carried out goes after
         // its answer (what came before it went before: `Session::run`),
         // once the client waits again.
-        debug_assert!(self.notifications.unsent.is_empty());
         self.client.write_all(&out).await?;
         self.client.flush().await?;
         Ok(())
