@@ -31,6 +31,10 @@
 //! - [`client`]: one client session: startup, login, the relay, the message
 //!   exchange with the server connection it holds, pinning, binary
 //!   negotiation, auto-prepare's validator.
+//! - [`notify`]: the notification hub: transaction-mode clients' LISTEN
+//!   subscriptions per shard, one listening server connection per (database,
+//!   user), notifications fanned out to clients' mailboxes; never touches a
+//!   client's socket.
 //! - [`admin`]: the admin console (PgBouncer's SHOW and commands) and the
 //!   metrics endpoint; off the query path.
 //! - [`runtime`]: the shards themselves: threads, listeners, client registry,
@@ -44,6 +48,7 @@ pub mod formats;
 pub mod logging;
 pub mod memory;
 pub mod net;
+pub mod notify;
 pub mod pool;
 pub mod prepare;
 pub mod process_files;

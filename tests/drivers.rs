@@ -264,6 +264,28 @@ fn assert_psycopg_moved(summary: &serde_json::Value) {
     }
 }
 
+/// psycopg's notify handler gets the same notifications, in the same order,
+/// directly and through pglane, whose notification hub answers the LISTENs
+/// (no client is pinned).
+#[test]
+fn psycopg3_listen_notify_through_the_notification_hub() {
+    let db = "drivers_psycopg_notify";
+    postgres().fresh_database(db, None);
+    let command = |port: u16, db: &str| {
+        let mut cmd = Command::new(python_with("psycopg", "python3-psycopg"));
+        cmd.arg(script("psycopg_notify.py"))
+            .arg(format!("host=127.0.0.1 port={port} user={SUPERUSER} password={SUPERUSER_PASSWORD} dbname={db}"));
+        cmd
+    };
+    let direct = run_suite("the script against PostgreSQL directly", command(postgres().port, db));
+    let lane = start_pglane(db, Features::Plain);
+    let through = run_suite_through(&lane, "the script through pglane", command(lane.port, "app"));
+    assert_eq!(direct["results"], through["results"], "notifications differ between PostgreSQL and pglane");
+    let log = lane.log();
+    assert!(!log.contains("client pinned"), "a client was pinned:\n{log}");
+    assert!(log.contains("notification listener connected"), "the hub did not listen:\n{log}");
+}
+
 #[test]
 fn psycopg3_through_transaction_pooling() {
     let (summary, _lane) = direct_then_pglane("drivers_psycopg", Features::Plain, psycopg_command);

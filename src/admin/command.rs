@@ -58,6 +58,8 @@ pub enum Show {
     Prepared,
     /// pglane's own: auto-prepare's pass-throughs per shard and reason.
     PassThroughs,
+    /// pglane's own: the notification hub per shard.
+    Notify,
 }
 
 impl AdminCommand {
@@ -126,6 +128,7 @@ pub fn parse(sql: &str) -> Result<AdminCommand, String> {
             "SHARDS" => Show::Shards,
             "PREPARED" => Show::Prepared,
             "PASS_THROUGHS" => Show::PassThroughs,
+            "NOTIFY" => Show::Notify,
             _ => return Err(invalid()),
         }),
         ["PAUSE"] => AdminCommand::Pause(None),

@@ -162,6 +162,48 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
         "Waiting clients per shard.",
         per_shard(&|s| s.clients.iter().filter(|c| c.state == ClientState::Waiting).count() as u64),
     );
+    family(
+        "pglane_notify_listening_clients",
+        "gauge",
+        "Clients listening through the notification hub.",
+        per_shard(&|s| s.notify.listening_clients as u64),
+    );
+    family(
+        "pglane_notify_channels",
+        "gauge",
+        "Channels the notification hub listens to.",
+        per_shard(&|s| s.notify.channels as u64),
+    );
+    family(
+        "pglane_notify_listening_connections",
+        "gauge",
+        "The notification hub's listening server connections.",
+        per_shard(&|s| s.notify.listening_connections as u64),
+    );
+    family(
+        "pglane_notify_received_total",
+        "counter",
+        "Notifications the listening connections received.",
+        per_shard(&|s| s.notify.stats.received),
+    );
+    family(
+        "pglane_notify_delivered_total",
+        "counter",
+        "Notifications passed to a listening client.",
+        per_shard(&|s| s.notify.stats.delivered),
+    );
+    family(
+        "pglane_notify_dropped_total",
+        "counter",
+        "Notifications dropped for a client over notify_client_buffer.",
+        per_shard(&|s| s.notify.stats.dropped),
+    );
+    family(
+        "pglane_notify_connections_lost_total",
+        "counter",
+        "Listening connections lost (and opened again).",
+        per_shard(&|s| s.notify.stats.connections_lost),
+    );
     family("pglane_prepared_statements", "gauge", "Statements in the shard's registry.", per_shard(&|s| s.statements as u64));
     family(
         "pglane_prepared_client_parses_total",
@@ -342,6 +384,7 @@ mod tests {
             statements: 0,
             disabled: vec![],
             paused_all: false,
+            notify: Default::default(),
         };
         shard.prepare.pass_through_reasons.count(PassThrough::QueueFull);
         shard.prepare.rewrite_ns = 5_500;

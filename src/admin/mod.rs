@@ -292,6 +292,7 @@ async fn show(shard: &Shard, what: Show, config: &crate::config::Config) -> Resu
         Show::Shards => show::shards_table(&snaps),
         Show::Prepared => show::prepared_table(&snaps),
         Show::PassThroughs => show::pass_throughs_table(&snaps),
+        Show::Notify => show::notify_table(&snaps),
     }))
 }
 
@@ -322,7 +323,7 @@ fn help_notice() -> ErrorFields {
         "SUSPEND",
         "SHUTDOWN",
         "WAIT_CLOSE [<db>]",
-        "SHOW SHARDS|PREPARED|PASS_THROUGHS (pglane)",
+        "SHOW SHARDS|PREPARED|PASS_THROUGHS|NOTIFY (pglane)",
     ];
     let detail = lines.iter().map(|l| format!("\t{l}")).collect::<Vec<_>>().join("\n");
     ErrorFields::notice("Console usage").with_detail(detail)

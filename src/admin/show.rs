@@ -528,6 +528,36 @@ pub fn shards_table(snapshots: &[ShardSnapshot]) -> Table {
     t
 }
 
+/// SHOW NOTIFY: the notification hubs (LISTEN/NOTIFY in transaction mode).
+pub fn notify_table(snapshots: &[ShardSnapshot]) -> Table {
+    let mut t = Table::new(&[
+        ("shard", INT4),
+        ("listening_clients", INT4),
+        ("channels", INT4),
+        ("listening_connections", INT4),
+        ("received", NUMERIC),
+        ("delivered", NUMERIC),
+        ("dropped", NUMERIC),
+        ("connections_lost", NUMERIC),
+    ]);
+    let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
+    sorted.sort_by_key(|s| s.shard);
+    for sh in sorted {
+        let n = sh.notify;
+        t.push(vec![
+            s(sh.shard),
+            s(n.listening_clients),
+            s(n.channels),
+            s(n.listening_connections),
+            s(n.stats.received),
+            s(n.stats.delivered),
+            s(n.stats.dropped),
+            s(n.stats.connections_lost),
+        ]);
+    }
+    t
+}
+
 /// SHOW PREPARED: the statement registries.
 pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
@@ -642,6 +672,7 @@ mod tests {
             statements: 0,
             disabled: vec![],
             paused_all: false,
+            notify: Default::default(),
         }
     }
 

@@ -22,6 +22,7 @@ mod follow;
 mod inbox;
 mod login;
 pub mod negotiate;
+mod notifications;
 pub mod pinning;
 mod quiet;
 mod relay;
@@ -223,6 +224,7 @@ async fn admit_or_serve(
         waker_left: false,
         offer: None,
         skip_ready: 0,
+        notifications: None,
         serial: NEXT_SESSION_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         _counted: counted,
     };
@@ -303,6 +305,9 @@ pub enum SessionError {
     ServerEnded,
     #[error("{0}")]
     Pool(#[from] PoolError),
+    /// The client did not take its notifications (see `crate::notify`).
+    #[error("{0}")]
+    NotificationsOverflow(crate::notify::Overflow),
 }
 
 impl SessionError {
@@ -325,6 +330,10 @@ impl SessionError {
                 Some(ErrorFields { severity: "FATAL".into(), ..fields.clone() })
             }
             SessionError::Pool(e) => Some(ErrorFields::fatal("08006", e.to_string())),
+            SessionError::NotificationsOverflow(e) => Some(ErrorFields::fatal(
+                "54000",
+                format!("terminating connection: {e}; the client does not read its notifications fast enough"),
+            )),
         }
     }
 }
@@ -378,6 +387,10 @@ struct Session {
     /// This client, counted against its database's and user's client limits
     /// while the session lasts.
     _counted: crate::runtime::CountedClient,
+    /// Its LISTENs through the notification hub, and what the hub posted
+    /// for it (transaction mode; see `notifications`). Boxed, and none
+    /// until it first LISTENs so: a client that never does pays a pointer.
+    notifications: Option<Box<notifications::Notifications>>,
 }
 
 /// Sends a cancel request for what `key`'s backend runs, on its own task,
@@ -454,8 +467,18 @@ impl Session {
         loop {
             if self.mode == PoolMode::Transaction {
                 match self.wait_for_client_limited().await? {
-                    // Its request waits in pglane until it is on a server.
-                    Idle::Message => self.entry.queued.set(runs_something(self.buffers.from_client.pending().first())),
+                    Idle::Message => {
+                        if let Some(notifications) = self.notifications.as_deref_mut() {
+                            // What came before the request goes before its answers.
+                            notifications.deliver_all(&mut self.client).await?;
+                        }
+                        if let Some(statement) = self.listen_statement_ahead() {
+                            Box::pin(self.answer_listen(statement)).await?;
+                            continue;
+                        }
+                        // Its request waits in pglane until it is on a server.
+                        self.entry.queued.set(runs_something(self.buffers.from_client.pending().first()))
+                    }
                     Idle::Gone => return Ok(()),
                     Idle::Shutdown => return Err(shutting_down()),
                     Idle::Killed => return Err(killed()),
@@ -579,6 +602,7 @@ impl Session {
             skip_ready: &mut self.skip_ready,
             server_said_fatal: false,
             server_write_failed: None,
+            notifications: self.notifications.as_deref_mut().filter(|n| n.subscription.is_some()),
             unsent: unsent.then_some(relay::Unsent {
                 entry: &self.entry,
                 key: &server.cancel_key,
@@ -621,6 +645,10 @@ impl Session {
                 self.pass_to_follower(lease, offer).await;
                 Err(killed())
             }
+            RelayEnd::NotificationsOverflow(overflow) => {
+                self.pass_to_follower(lease, offer).await;
+                Err(SessionError::NotificationsOverflow(overflow))
+            }
             RelayEnd::TimedOut(deadline) => {
                 // A running query is cancelled and its connection closed; an
                 // idle transaction is rolled back and its connection kept.
@@ -650,8 +678,16 @@ impl Session {
                     info!(?peer, %user, %database, ?age, "client session ended: {}", Escaped(&e.to_string()));
                 }
                 if let Some(fields) = e.client_message() {
-                    if self.buffers.from_server.at_boundary() && self.buffers.to_client.is_empty() {
-                        send_error(&mut self.client, &fields).await;
+                    if self.buffers.from_server.at_boundary()
+                        && self.buffers.to_client.is_empty()
+                        && self.notifications.as_ref().is_none_or(|n| n.unsent.is_empty())
+                    {
+                        if let SessionError::NotificationsOverflow(_) = e {
+                            // A client that reads nothing may not read this either.
+                            with_timeout(CLEANUP_TIMEOUT, send_error(&mut self.client, &fields)).await;
+                        } else {
+                            send_error(&mut self.client, &fields).await;
+                        }
                     }
                 }
             }
@@ -979,17 +1015,23 @@ impl Session {
         let id = self.waker_id();
         let spared = self.config.so_reuseport && !self.entry.has_been_served();
         let tls = self.client.is_tls();
-        let (inbox, client, shutdown, killed, waker_left, shard) = (
+        let (inbox, client, shutdown, killed, waker_left, shard, notifications) = (
             &mut self.buffers.from_client,
             &mut self.client,
             &self.shard.shutdown,
             &self.entry.killed,
             &mut self.waker_left,
             &self.shard,
+            &mut self.notifications,
         );
         futures_lite::future::poll_fn(|cx| loop {
             if killed.get() {
                 return Poll::Ready(Ok(Idle::Killed));
+            }
+            if let Some(notifications) = notifications.as_deref_mut() {
+                if let Err(e) = notifications.poll_deliver(cx, client) {
+                    return Poll::Ready(Err(e));
+                }
             }
             match inbox.pending().first() {
                 Some(&crate::protocol::frontend::TERMINATE) => return Poll::Ready(Ok(Idle::Gone)),

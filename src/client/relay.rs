@@ -119,6 +119,8 @@ pub enum RelayEnd {
     /// The admin console said KILL.
     Killed,
     TimedOut(Deadline),
+    /// A pinned client did not take its notifications (see `notifications`).
+    NotificationsOverflow(crate::notify::Overflow),
 }
 
 /// The time limits a relay enforces (None: no limit).
@@ -298,6 +300,10 @@ pub struct Relay<'a> {
     /// The client's request is not on the server yet (transaction mode):
     /// once it is written, cancel requests go to the server.
     pub unsent: Option<Unsent<'a>>,
+    /// The client's LISTENs through the notification hub, if it has any:
+    /// a client pinned after it LISTENed gets its notifications here, when
+    /// it is between transactions, since it never waits outside a relay.
+    pub notifications: Option<&'a mut super::notifications::Notifications>,
 }
 
 /// Who to tell once the client's request is on the server (see
@@ -681,6 +687,16 @@ impl Relay<'_> {
             let queued = b.to_server.len();
             self.exchange.take_for_server(&mut b.to_server);
             progress |= b.to_server.len() > queued;
+        }
+        if let Some(notifications) = self.notifications.as_deref_mut() {
+            let between_transactions = self.exchange.pinned.is_some()
+                && self.saw_ready
+                && self.exchange.is_releasable()
+                && b.from_server.at_boundary()
+                && b.from_server.pending().is_empty();
+            if let Err(overflow) = notifications.relay_between_transactions(cx, between_transactions, &mut b.to_client) {
+                return Step::Done(RelayEnd::NotificationsOverflow(overflow));
+            }
         }
         match poll_send(cx, self.client, &mut b.to_client, &mut b.counters.bytes_to_client) {
             Poll::Ready(Ok(wrote)) => progress |= wrote,

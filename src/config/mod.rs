@@ -346,6 +346,11 @@ pub struct Config {
     /// `client::relay`; FUZZING.md has the figures).
     #[serde(default = "defaults::relay_buffer_size")]
     pub relay_buffer_size: usize,
+    /// Bytes of notifications (LISTEN/NOTIFY, transaction mode) pglane
+    /// keeps for one client that has not taken them yet; past it the client
+    /// is disconnected (see `notify`).
+    #[serde(default = "defaults::notify_client_buffer")]
+    pub notify_client_buffer: usize,
     /// Microseconds a shard spins, yielding the CPU between checks, before
     /// its thread sleeps waiting for I/O; 0 (the default): never. Fewer
     /// sleeps and wake-ups mean less latency when clients are few, paid in
@@ -522,6 +527,9 @@ mod defaults {
     }
     pub fn relay_buffer_size() -> usize {
         64 << 10
+    }
+    pub fn notify_client_buffer() -> usize {
+        1 << 20
     }
     pub fn server_reset_query() -> String {
         "DISCARD ALL".into()
@@ -1013,6 +1021,10 @@ impl Config {
         }
         if self.max_message_size < 1024 {
             return Err(invalid("max_message_size must be at least 1024 bytes"));
+        }
+        if self.notify_client_buffer < 16 * 1024 {
+            // A notification takes up to about 8 KiB (its payload's limit).
+            return Err(invalid("notify_client_buffer must be at least 16384 bytes"));
         }
         if self.relay_buffer_size < 8 * 1024 {
             return Err(invalid("relay_buffer_size must be at least 8192 bytes"));

@@ -514,6 +514,12 @@ impl Pool {
         self.census.by_generation.borrow().range(..self.generation.get()).map(|(_, n)| n).sum()
     }
 
+    /// Where and how its connections are opened (for a connection of
+    /// another's, such as the notification hub's listening connection).
+    pub fn target(&self) -> ServerTarget {
+        self.target.borrow().clone()
+    }
+
     pub fn stats(&self) -> PoolStats {
         self.stats.get()
     }

@@ -26,6 +26,7 @@ pub const PARSE_COMPLETE: u8 = b'1';
 pub const BIND_COMPLETE: u8 = b'2';
 pub const CLOSE_COMPLETE: u8 = b'3';
 pub const PORTAL_SUSPENDED: u8 = b's';
+pub const NOTIFICATION_RESPONSE: u8 = b'A';
 
 /// Transaction status reported in ReadyForQuery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -560,6 +561,19 @@ pub fn decode_data_row(body: &[u8]) -> Result<DataRow<'_>, ProtocolError> {
 
 pub fn command_complete(buf: &mut BytesMut, tag: &str) {
     put_message(buf, COMMAND_COMPLETE, |b| put_cstr(b, tag));
+}
+
+/// The channel a NotificationResponse is for (its body: the notifying
+/// backend's process id, the channel, the payload).
+pub fn decode_notification_channel(body: &[u8]) -> Result<&str, ProtocolError> {
+    let mut r = Reader::new(body, "NotificationResponse");
+    r.i32()?;
+    let channel = r.cstr()?;
+    r.cstr()?;
+    if !r.is_empty() {
+        return Err(ProtocolError::Malformed("NotificationResponse"));
+    }
+    Ok(channel)
 }
 
 /// The command tag of a CommandComplete, such as `SELECT 5` or `INSERT 0 1`.

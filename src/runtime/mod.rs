@@ -365,6 +365,8 @@ pub struct Shard {
     learned_logins: RefCell<HashMap<(String, String), crate::client::auth_query::ServerLogin>>,
     /// When the pools last checked their hosts (host_check_interval).
     hosts_checked: Cell<std::time::Instant>,
+    /// Transaction-mode clients' LISTENs and their listening connections.
+    pub notify_hub: crate::notify::Hub,
 }
 
 /// Why [`Shard::pool`] has no pool for a client.
@@ -488,6 +490,7 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 learned_logins: RefCell::default(),
                 hosts_checked: Cell::new(std::time::Instant::now()),
                 fallback_pools: RefCell::default(),
+                notify_hub: Default::default(),
             });
             peers::serve_peers(&shard, inbox);
             if let Some(metrics) = metrics {

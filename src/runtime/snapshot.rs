@@ -20,6 +20,8 @@ pub struct ShardSnapshot {
     pub disabled: Vec<String>,
     /// PAUSE without a database name is in force on this shard.
     pub paused_all: bool,
+    /// The notification hub's clients, channels and counters.
+    pub notify: crate::notify::HubSnapshot,
 }
 
 #[derive(Debug, Clone)]
@@ -141,6 +143,7 @@ impl Shard {
             statements,
             disabled: self.disabled_databases(),
             paused_all: self.is_paused_all(),
+            notify: self.notify_hub.snapshot(),
         }
     }
 }

@@ -308,14 +308,22 @@ impl Gen {
                 self.block(stmts, commit)
             }
             Kind::AdvisoryLock => self.advisory(),
-            Kind::Listen => {
-                let sql = match self.rng.below(4) {
-                    0 | 1 => format!("listen {}", self.rng_pick(&["ch1", "ch2"])),
-                    2 => format!("unlisten {}", self.rng_pick(&["ch1", "ch2"])),
-                    _ => "unlisten *".to_owned(),
-                };
-                Step::one(self.any(&sql))
-            }
+            Kind::Listen => match self.rng.below(4) {
+                // A lone LISTEN by the simple protocol goes to the
+                // notification hub, whose server connection listens instead
+                // of the client's (pg_listening_channels() differs, as
+                // docs/compatibility.md says; tests/notify.rs covers it):
+                // here LISTEN goes by the extended protocol, which pins.
+                0 | 1 => {
+                    let sql = format!("listen {}", self.rng_pick(&["ch1", "ch2"]));
+                    Step::one(self.with_params(&sql, &[]))
+                }
+                2 => {
+                    let sql = format!("unlisten {}", self.rng_pick(&["ch1", "ch2"]));
+                    Step::one(self.any(&sql))
+                }
+                _ => Step::one(self.any("unlisten *")),
+            },
             Kind::Discard => Step::one(self.any_of(&["discard all", "discard plans", "discard sequences"])),
             Kind::OwnObjects => Step::one(self.own_objects()),
             Kind::SequenceInBlock => {

@@ -1,0 +1,426 @@
+//! The notification hub: LISTEN/NOTIFY for transaction-mode clients
+//! without pinning them to a server connection.
+//!
+//! This module owns, per shard, every client's channel subscriptions and,
+//! per (database, user) that has listeners, one *listening connection*: a
+//! server connection of the hub's own (not in the pool, not counted against
+//! pool_size, max_db_connections or max_user_connections) that LISTENs to
+//! the union of its clients' channels. Each NotificationResponse it gets
+//! is posted, bytes unchanged (the notifying backend's process id, the
+//! channel, the payload), to the [`Mailbox`] of every client of the shard
+//! subscribed to that channel, in the order the connection received them.
+//!
+//! The client session asks it ([`Hub::subscribe`], [`Subscription`]) and
+//! writes what its mailbox holds to its own socket, between transactions;
+//! the hub never touches a client's socket or session, never blocks and
+//! takes no lock (all of it lives on the shard's thread).
+//!
+//! What it answers (see [`statement`]): a simple Query that is exactly one
+//! `LISTEN name`, `UNLISTEN name` or `UNLISTEN *`, sent between
+//! transactions. The session answers it as PostgreSQL would
+//! (CommandComplete, ReadyForQuery 'I') once the listening connection has
+//! LISTENed (for LISTEN). Not handled yet, and so passed to the server,
+//! where LISTEN pins the client as before: LISTEN inside a transaction
+//! block, in a text of several statements, or by the extended protocol.
+//!
+//! Bounds: a mailbox holds at most `notify_client_buffer` bytes; past that
+//! it drops what it holds and says so ([`Mailbox::overflowed`]), and the
+//! session ends the client with an error. A lost listening connection is
+//! opened again and LISTENs again; its clients get a NOTICE that
+//! notifications may have been missed. When no client of a (database,
+//! user) listens any more, its listening connection is closed.
+
+mod listener;
+pub mod statement;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::rc::{Rc, Weak};
+use std::task::{Context, Poll, Waker};
+
+use bytes::BytesMut;
+
+use crate::protocol::backend::ErrorFields;
+use crate::server::ServerTarget;
+
+/// The application_name of a listening connection, as the server shows it.
+pub const LISTENER_APPLICATION_NAME: &str = "pglane notification listener";
+
+/// Counters of one shard's hub, for the admin console and metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HubStats {
+    /// Notifications the listening connections received.
+    pub received: u64,
+    /// Notifications posted to a client's mailbox.
+    pub delivered: u64,
+    /// Notifications a full mailbox could not take (its client is ended).
+    pub dropped: u64,
+    /// Times a listening connection was lost.
+    pub connections_lost: u64,
+}
+
+/// One shard's notification hub.
+#[derive(Default)]
+pub struct Hub {
+    state: Rc<HubState>,
+}
+
+#[derive(Default)]
+struct HubState {
+    listenings: RefCell<HashMap<(String, String), Rc<Listening>>>,
+    stats: Cell<HubStats>,
+}
+
+impl HubState {
+    fn count(&self, f: impl FnOnce(&mut HubStats)) {
+        let mut stats = self.stats.get();
+        f(&mut stats);
+        self.stats.set(stats);
+    }
+}
+
+impl Hub {
+    /// A new, empty subscription of a client of `(database, user)`, whose
+    /// listening connection goes to `target`; its mailbox holds at most
+    /// `limit` bytes.
+    pub fn subscribe(&self, database: &str, user: &str, target: ServerTarget, limit: usize) -> Subscription {
+        let key = (database.to_owned(), user.to_owned());
+        let listening = self
+            .state
+            .listenings
+            .borrow_mut()
+            .entry(key.clone())
+            .or_insert_with(|| Rc::new(Listening::new(key, target, Rc::downgrade(&self.state))))
+            .clone();
+        Subscription { listening, mailbox: Rc::new(Mailbox::new(limit)), channels: Vec::new() }
+    }
+
+    /// What the admin console and metrics show of it.
+    pub fn snapshot(&self) -> HubSnapshot {
+        let listenings = self.state.listenings.borrow();
+        HubSnapshot {
+            listening_clients: listenings.values().map(|l| l.subscribers.get()).sum(),
+            channels: listenings.values().map(|l| l.channels.borrow().len()).sum(),
+            listening_connections: listenings.len(),
+            stats: self.state.stats.get(),
+        }
+    }
+}
+
+/// One shard's hub as plain data (see `runtime::snapshot`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HubSnapshot {
+    /// Clients subscribed to at least one channel.
+    pub listening_clients: usize,
+    /// Channels listened to, over the shard's listening connections.
+    pub channels: usize,
+    /// Listening connections, open or being opened.
+    pub listening_connections: usize,
+    pub stats: HubStats,
+}
+
+/// What one listening connection is for: the channels of one (database,
+/// user) and who subscribed to each. Shared by its task (`listener`), the
+/// hub and the subscriptions.
+struct Listening {
+    key: (String, String),
+    target: ServerTarget,
+    /// Channel (as the server names it) → the mailboxes subscribed to it.
+    channels: RefCell<HashMap<String, Vec<Rc<Mailbox>>>>,
+    /// Channels the connection has LISTENed to, as far as the hub knows
+    /// (none while it is lost or being opened again).
+    listened: RefCell<std::collections::HashSet<String>>,
+    /// What the connection still has to be told, in order.
+    commands: RefCell<VecDeque<Command>>,
+    /// The task, waiting for a command or the server.
+    task: RefCell<Option<Waker>>,
+    /// Subscriptions with at least one channel.
+    subscribers: Cell<usize>,
+    /// The hub it is in (while it is).
+    hub: HubRef,
+    /// Its task runs: it ends once nobody listens, and a new subscriber
+    /// starts another ([`Listening::start`]).
+    running: Cell<bool>,
+}
+
+enum Command {
+    Listen { channel: String, ack: Rc<Ack> },
+    Unlisten { channel: String },
+}
+
+/// The answer to one LISTEN a client waits for.
+#[derive(Default)]
+struct Ack {
+    result: RefCell<Option<Result<(), ErrorFields>>>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Ack {
+    fn answer(&self, result: Result<(), ErrorFields>) {
+        *self.result.borrow_mut() = Some(result);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+}
+
+impl Listening {
+    fn new(key: (String, String), target: ServerTarget, hub: HubRef) -> Listening {
+        Listening {
+            hub,
+            running: Cell::new(false),
+            key,
+            target,
+            channels: RefCell::default(),
+            listened: RefCell::default(),
+            commands: RefCell::default(),
+            task: RefCell::default(),
+            subscribers: Cell::new(0),
+        }
+    }
+
+    /// Starts its task if it does not run.
+    fn start(self: &Rc<Self>) {
+        if self.running.replace(true) {
+            return;
+        }
+        if let Some(hub) = self.hub.upgrade() {
+            hub.listenings.borrow_mut().entry(self.key.clone()).or_insert_with(|| self.clone());
+        }
+        crate::rt::spawn_local(listener::run(self.clone(), self.hub.clone())).detach();
+    }
+
+    fn command(&self, command: Command) {
+        self.commands.borrow_mut().push_back(command);
+        if let Some(task) = self.task.borrow_mut().take() {
+            task.wake();
+        }
+    }
+
+    /// `mailbox` no longer listens on `channel`; the connection UNLISTENs
+    /// once nobody does.
+    fn remove(&self, channel: &str, mailbox: &Rc<Mailbox>) {
+        let mut channels = self.channels.borrow_mut();
+        let Some(boxes) = channels.get_mut(channel) else { return };
+        boxes.retain(|b| !Rc::ptr_eq(b, mailbox));
+        if boxes.is_empty() {
+            channels.remove(channel);
+            drop(channels);
+            self.listened.borrow_mut().remove(channel);
+            self.command(Command::Unlisten { channel: channel.to_owned() });
+        }
+    }
+
+    /// Nobody listens and nothing is left to do: the connection can go.
+    fn unwanted(&self) -> bool {
+        self.channels.borrow().is_empty() && self.commands.borrow().is_empty()
+    }
+
+    /// Posts a whole message (a NotificationResponse) to every mailbox
+    /// subscribed to `channel`; `(delivered, dropped)`.
+    fn fan_out(&self, channel: &str, message: &[u8]) -> (u64, u64) {
+        let channels = self.channels.borrow();
+        let Some(boxes) = channels.get(channel) else { return (0, 0) };
+        let mut counts = (0, 0);
+        for mailbox in boxes {
+            match mailbox.post(message) {
+                true => counts.0 += 1,
+                false => counts.1 += 1,
+            }
+        }
+        counts
+    }
+
+    /// Posts a NOTICE to every subscribed client (once each).
+    fn tell_everyone(&self, notice: &ErrorFields) {
+        let mut message = BytesMut::new();
+        crate::protocol::backend::notice_response(&mut message, notice);
+        let channels = self.channels.borrow();
+        let mut told: Vec<*const Mailbox> = Vec::new();
+        for mailbox in channels.values().flatten() {
+            if !told.contains(&Rc::as_ptr(mailbox)) {
+                told.push(Rc::as_ptr(mailbox));
+                mailbox.post(&message);
+            }
+        }
+    }
+}
+
+/// What the hub has for one client and the client has not been sent yet:
+/// whole messages (NotificationResponse, NoticeResponse), at most `limit`
+/// bytes of them.
+pub struct Mailbox {
+    pending: RefCell<BytesMut>,
+    limit: usize,
+    overflowed: Cell<bool>,
+    /// The session, waiting for its client or for this.
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Mailbox {
+    fn new(limit: usize) -> Mailbox {
+        Mailbox { pending: RefCell::default(), limit, overflowed: Cell::new(false), waker: RefCell::default() }
+    }
+
+    /// Takes `message` in, and wakes the session; false if it does not fit
+    /// (then it drops all it holds, for good: see [`Mailbox::overflowed`]).
+    fn post(&self, message: &[u8]) -> bool {
+        if self.overflowed.get() {
+            return false;
+        }
+        let mut pending = self.pending.borrow_mut();
+        if pending.len() + message.len() > self.limit {
+            *pending = BytesMut::new();
+            self.overflowed.set(true);
+        } else {
+            pending.extend_from_slice(message);
+        }
+        drop(pending);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+        !self.overflowed.get()
+    }
+
+    /// More came than it may hold: what it held is gone, and nothing more
+    /// is taken in.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed.get()
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
+/// Why a subscription's client must be ended.
+#[derive(Debug, thiserror::Error)]
+#[error("more notifications waited for this client than notify_client_buffer allows ({limit} bytes)")]
+pub struct Overflow {
+    pub limit: usize,
+}
+
+/// One client's channels, and its mailbox. Dropped, it unsubscribes from
+/// all of them.
+pub struct Subscription {
+    listening: Rc<Listening>,
+    mailbox: Rc<Mailbox>,
+    /// This client's channels, as the server names them.
+    channels: Vec<String>,
+}
+
+impl Subscription {
+    /// Subscribes to `channel`, and waits until the listening connection
+    /// has LISTENed to it; its error (or the server's refusal to open it)
+    /// otherwise, and then the client is not subscribed.
+    pub async fn listen(&mut self, channel: &str) -> Result<(), ErrorFields> {
+        if !self.channels.iter().any(|c| c == channel) {
+            if self.channels.is_empty() {
+                self.listening.subscribers.set(self.listening.subscribers.get() + 1);
+            }
+            self.channels.push(channel.to_owned());
+            self.listening.channels.borrow_mut().entry(channel.to_owned()).or_default().push(self.mailbox.clone());
+        }
+        if self.listening.listened.borrow().contains(channel) {
+            return Ok(());
+        }
+        let ack = Rc::new(Ack::default());
+        self.listening.start();
+        self.listening.command(Command::Listen { channel: channel.to_owned(), ack: ack.clone() });
+        let result = std::future::poll_fn(|cx| match ack.result.borrow_mut().take() {
+            Some(result) => Poll::Ready(result),
+            None => {
+                *ack.waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await;
+        if result.is_err() {
+            self.unlisten(channel);
+        }
+        result
+    }
+
+    /// Unsubscribes from `channel` (nothing if it was not subscribed).
+    pub fn unlisten(&mut self, channel: &str) {
+        let Some(at) = self.channels.iter().position(|c| c == channel) else { return };
+        self.channels.swap_remove(at);
+        self.listening.remove(channel, &self.mailbox);
+        if self.channels.is_empty() {
+            self.listening.subscribers.set(self.listening.subscribers.get() - 1);
+        }
+    }
+
+    /// Unsubscribes from every channel.
+    pub fn unlisten_all(&mut self) {
+        while let Some(channel) = self.channels.last().cloned() {
+            self.unlisten(&channel);
+        }
+    }
+
+    /// It is subscribed to no channel.
+    pub fn is_empty(&self) -> bool {
+        self.channels.is_empty()
+    }
+
+    /// Has the task woken when more comes; an error once the mailbox overflowed.
+    pub fn watch(&self, cx: &Context<'_>) -> Result<(), Overflow> {
+        if self.mailbox.overflowed() {
+            return Err(Overflow { limit: self.mailbox.limit() });
+        }
+        *self.mailbox.waker.borrow_mut() = Some(cx.waker().clone());
+        Ok(())
+    }
+
+    /// Moves what the mailbox holds to the end of `out`, waiting for nothing.
+    pub fn take(&self, out: &mut BytesMut) -> Result<(), Overflow> {
+        if self.mailbox.overflowed() {
+            return Err(Overflow { limit: self.mailbox.limit() });
+        }
+        let mut pending = self.mailbox.pending.borrow_mut();
+        if out.is_empty() {
+            std::mem::swap(out, &mut pending);
+        } else {
+            out.extend_from_slice(&pending);
+            pending.clear();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.unlisten_all();
+    }
+}
+
+/// Quotes `channel` as an identifier for a LISTEN or UNLISTEN pglane sends.
+fn quoted(channel: &str) -> String {
+    format!("\"{}\"", channel.replace('"', "\"\""))
+}
+
+/// The hub a listening connection's task reports to, while it exists.
+type HubRef = Weak<HubState>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_are_quoted_as_identifiers() {
+        assert_eq!(quoted("jobs"), "\"jobs\"");
+        assert_eq!(quoted("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+
+    #[test]
+    fn a_mailbox_takes_whole_messages_up_to_its_limit_then_nothing() {
+        let mailbox = Mailbox::new(10);
+        assert!(mailbox.post(b"12345"));
+        assert!(mailbox.post(b"67890"));
+        assert!(!mailbox.overflowed());
+        assert!(!mailbox.post(b"x"));
+        assert!(mailbox.overflowed());
+        assert!(mailbox.pending.borrow().is_empty(), "what it held is let go");
+        assert!(!mailbox.post(b""), "and it takes nothing more");
+    }
+}

@@ -1,0 +1,295 @@
+//! LISTEN/NOTIFY in transaction mode through the notification hub: a
+//! client's LISTEN does not pin it, notifications reach it between its
+//! transactions only, with PostgreSQL's channel and payload; a lost
+//! listening connection is reopened and its clients told; a client that
+//! does not read its notifications is cut off at notify_client_buffer.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{postgres, Pglane};
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::AsyncMessage;
+
+const LISTENER: &str = "pglane notification listener";
+
+fn start(dbname: &str, pool_size: usize, extra: &str) -> Pglane {
+    let pg = postgres();
+    pg.fresh_database(dbname, None);
+    Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\nquery_wait_timeout = 3\nadmin_users = [\"postgres\"]\n{extra}\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"{dbname}\"\npool_size = {pool_size}\n[users.postgres]\npassword = \"secret\"\n",
+            pg.port
+        ),
+        &["--cores", "1"],
+    )
+}
+
+/// A client whose connection's asynchronous messages (notifications,
+/// notices) come out of `messages`. Once `deaf` is sent, its connection is
+/// no longer polled: it reads nothing more from its socket.
+struct Listener {
+    client: tokio_postgres::Client,
+    messages: mpsc::UnboundedReceiver<AsyncMessage>,
+    deaf: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+async fn listener(port: u16) -> Listener {
+    let mut config = tokio_postgres::Config::new();
+    config.host("127.0.0.1").port(port).user("postgres").password("secret").dbname("app");
+    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    let (tx, messages) = mpsc::unbounded_channel();
+    let (deaf, mut deafened) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut stream = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        loop {
+            tokio::select! {
+                message = stream.next() => match message {
+                    Some(Ok(m)) => { let _ = tx.send(m); }
+                    _ => return,
+                },
+                _ = &mut deafened => {
+                    // Holds the socket open, reading nothing.
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                    drop(stream);
+                    return;
+                }
+            }
+        }
+    });
+    Listener { client, messages, deaf: Some(deaf) }
+}
+
+impl Listener {
+    /// The next notification (notices are skipped), within 10 s.
+    async fn notification(&mut self) -> (String, String) {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), self.messages.recv()).await {
+                Ok(Some(AsyncMessage::Notification(n))) => return (n.channel().to_owned(), n.payload().to_owned()),
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("the connection ended"),
+                Err(_) => panic!("no notification within 10 s"),
+            }
+        }
+    }
+
+    /// The next notice (a notification first fails), within 10 s.
+    async fn notice(&mut self) -> String {
+        match tokio::time::timeout(Duration::from_secs(10), self.messages.recv()).await {
+            Ok(Some(AsyncMessage::Notice(n))) => n.message().to_owned(),
+            Ok(Some(_)) => panic!("a notification before the notice"),
+            Ok(None) => panic!("the connection ended"),
+            Err(_) => panic!("no notice within 10 s"),
+        }
+    }
+
+    /// Nothing arrives for `wait`.
+    async fn nothing_for(&mut self, wait: Duration) {
+        if let Ok(Some(m)) = tokio::time::timeout(wait, self.messages.recv()).await {
+            match m {
+                AsyncMessage::Notification(n) => panic!("unexpected notification {:?} {:?}", n.channel(), n.payload()),
+                AsyncMessage::Notice(n) => panic!("unexpected notice {:?}", n.message()),
+                _ => panic!("unexpected message"),
+            }
+        }
+    }
+}
+
+/// Backends of the hub's listening connections to `dbname`.
+fn listening_backends(dbname: &str) -> usize {
+    postgres()
+        .psql(&format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{dbname}' AND application_name = '{LISTENER}'"))
+        .parse()
+        .unwrap()
+}
+
+/// SHOW NOTIFY's one row (one shard), by column name.
+async fn show_notify(port: u16) -> std::collections::HashMap<String, u64> {
+    let mut config = tokio_postgres::Config::new();
+    config.host("127.0.0.1").port(port).user("postgres").password("secret").dbname("pgbouncer");
+    let (console, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let rows = console.simple_query("SHOW NOTIFY").await.unwrap();
+    let row = rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .expect("a row");
+    row.columns().iter().enumerate().map(|(i, c)| (c.name().to_owned(), row.get(i).unwrap().parse().unwrap())).collect()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test]
+async fn a_listening_client_is_not_pinned_and_gets_notifications() {
+    let lane = start("notify_basic", 1, "");
+    let mut l = listener(lane.port).await;
+    l.client.simple_query("LISTEN jobs").await.unwrap();
+    l.client.simple_query("listen \"Mixed Case\"").await.unwrap();
+    // One server connection: were the listener pinned to it, nobody else
+    // could run anything (query_wait_timeout is 3 s).
+    let other = common::connect(lane.port, "postgres", "secret", "app").await;
+    other.simple_query("SELECT 1").await.unwrap();
+    other.simple_query("NOTIFY jobs, 'hello'").await.unwrap();
+    assert_eq!(l.notification().await, ("jobs".into(), "hello".into()));
+    other.simple_query("SELECT pg_notify('Mixed Case', 'quoted')").await.unwrap();
+    assert_eq!(l.notification().await, ("Mixed Case".into(), "quoted".into()));
+    // The listener runs queries as before, and so does the other client.
+    l.client.simple_query("SELECT 2").await.unwrap();
+    other.simple_query("SELECT 3").await.unwrap();
+    // Notifications come in the order they were committed.
+    other.batch_execute("NOTIFY jobs, '1'; NOTIFY jobs, '2'").await.unwrap();
+    other.simple_query("NOTIFY jobs, '3'").await.unwrap();
+    for payload in ["1", "2", "3"] {
+        assert_eq!(l.notification().await, ("jobs".into(), payload.into()));
+    }
+    assert_eq!(listening_backends("notify_basic"), 1, "one listening connection");
+    // The difference docs/compatibility.md states: the client's server
+    // connection does not listen, the hub's does.
+    let channels: i64 = l.client.query_one("SELECT count(*) FROM pg_listening_channels()", &[]).await.unwrap().get(0);
+    assert_eq!(channels, 0);
+    let shown = show_notify(lane.port).await;
+    assert_eq!((shown["listening_clients"], shown["channels"], shown["listening_connections"]), (1, 2, 1), "{shown:?}");
+    assert_eq!((shown["received"], shown["delivered"], shown["dropped"]), (5, 5, 0), "{shown:?}");
+}
+
+#[tokio::test]
+async fn nothing_is_delivered_inside_the_listeners_transaction() {
+    let lane = start("notify_txn", 2, "");
+    let mut l = listener(lane.port).await;
+    l.client.simple_query("LISTEN jobs").await.unwrap();
+    assert_eq!(listening_backends("notify_txn"), 1, "the hub listens, not the client's server connection");
+    let other = common::connect(lane.port, "postgres", "secret", "app").await;
+    l.client.simple_query("BEGIN").await.unwrap();
+    l.client.simple_query("SELECT 1").await.unwrap();
+    other.simple_query("NOTIFY jobs, 'during'").await.unwrap();
+    l.nothing_for(Duration::from_millis(700)).await;
+    l.client.simple_query("SELECT 2").await.unwrap();
+    l.nothing_for(Duration::from_millis(300)).await;
+    l.client.simple_query("COMMIT").await.unwrap();
+    assert_eq!(l.notification().await, ("jobs".into(), "during".into()));
+}
+
+#[tokio::test]
+async fn a_client_gets_its_own_notifications_and_unlisten_stops_them() {
+    let lane = start("notify_own", 2, "");
+    let mut l = listener(lane.port).await;
+    l.client.simple_query("LISTEN a").await.unwrap();
+    l.client.simple_query("LISTEN b;").await.unwrap();
+    assert_eq!(listening_backends("notify_own"), 1, "the hub listens, not the client's server connection");
+    l.client.simple_query("NOTIFY a, 'mine'").await.unwrap();
+    assert_eq!(l.notification().await, ("a".into(), "mine".into()));
+    assert_eq!(l.client.simple_query("UNLISTEN a").await.unwrap().len(), 1);
+    l.client.simple_query("NOTIFY a, 'not for me'").await.unwrap();
+    l.client.simple_query("NOTIFY b, 'for me'").await.unwrap();
+    assert_eq!(l.notification().await, ("b".into(), "for me".into()));
+    l.client.simple_query("UNLISTEN *").await.unwrap();
+    l.client.simple_query("NOTIFY b, 'not either'").await.unwrap();
+    l.nothing_for(Duration::from_millis(500)).await;
+    // Nobody listens any more: the listening connection goes.
+    wait_until("the listening connection closed", || listening_backends("notify_own") == 0);
+    // And comes back for the next LISTEN.
+    l.client.simple_query("LISTEN c").await.unwrap();
+    l.client.simple_query("NOTIFY c, 'again'").await.unwrap();
+    assert_eq!(l.notification().await, ("c".into(), "again".into()));
+}
+
+#[tokio::test]
+async fn a_lost_listening_connection_is_reopened_and_its_clients_told() {
+    let lane = start("notify_lost", 2, "");
+    let mut l = listener(lane.port).await;
+    l.client.simple_query("LISTEN jobs").await.unwrap();
+    let killed = postgres().psql(&format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = 'notify_lost' AND application_name = '{LISTENER}'"
+    ));
+    assert_eq!(killed, "1");
+    let notice = l.notice().await;
+    assert!(notice.contains("may have been missed"), "{notice}");
+    let other = common::connect(lane.port, "postgres", "secret", "app").await;
+    other.simple_query("NOTIFY jobs, 'after'").await.unwrap();
+    assert_eq!(l.notification().await, ("jobs".into(), "after".into()));
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_is_cut_off_and_others_keep_receiving() {
+    let lane = start("notify_full", 2, "notify_client_buffer = 262144");
+    let mut deaf = listener(lane.port).await;
+    deaf.client.simple_query("LISTEN jobs").await.unwrap();
+    let mut reader = listener(lane.port).await;
+    reader.client.simple_query("LISTEN jobs").await.unwrap();
+    let _ = deaf.deaf.take().unwrap().send(());
+    let other = common::connect(lane.port, "postgres", "secret", "app").await;
+    // About 10 MB in all, more than the socket buffers and the mailbox
+    // hold; in batches the reader takes before the next is sent, each
+    // well under the limit.
+    const BATCHES: usize = 75;
+    const BATCH: usize = 20;
+    for batch in 0..BATCHES {
+        let (from, to) = (batch * BATCH + 1, (batch + 1) * BATCH);
+        other
+            .simple_query(&format!(
+                "SELECT pg_notify('jobs', i || 'x' || repeat('x', 7000)) FROM generate_series({from}, {to}) i"
+            ))
+            .await
+            .unwrap();
+        for i in from..=to {
+            let (channel, payload) = reader.notification().await;
+            assert_eq!(channel, "jobs");
+            assert!(payload.starts_with(&format!("{i}x")), "notification {i} out of order");
+        }
+    }
+    lane.wait_for_log("notify_client_buffer", Duration::from_secs(10));
+    assert!(show_notify(lane.port).await["dropped"] >= 1);
+    other.simple_query("NOTIFY jobs, 'still'").await.unwrap();
+    assert_eq!(reader.notification().await, ("jobs".into(), "still".into()));
+}
+
+#[tokio::test]
+async fn session_mode_passes_listen_to_the_server() {
+    let pg = postgres();
+    pg.fresh_database("notify_session", None);
+    let lane = Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"session\"\n[databases.app]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"notify_session\"\npool_size = 2\n[users.postgres]\npassword = \"secret\"\n",
+            pg.port
+        ),
+        &["--cores", "1"],
+    );
+    let mut l = listener(lane.port).await;
+    l.client.simple_query("LISTEN jobs").await.unwrap();
+    let listening: String = l.client.query_one("SELECT pg_listening_channels()::text", &[]).await.unwrap().get(0);
+    assert_eq!(listening, "jobs", "the client's own backend listens");
+    let other = common::connect(lane.port, "postgres", "secret", "app").await;
+    other.simple_query("NOTIFY jobs, 'direct'").await.unwrap();
+    assert_eq!(l.notification().await, ("jobs".into(), "direct".into()));
+    assert_eq!(listening_backends("notify_session"), 0);
+}
+
+#[tokio::test]
+async fn a_client_pinned_after_it_listened_still_gets_notifications_between_transactions() {
+    let lane = start("notify_pinned", 2, "");
+    let mut l = listener(lane.port).await;
+    l.client.simple_query("LISTEN jobs").await.unwrap();
+    // A temporary table pins the client to its server connection for good.
+    l.client.simple_query("CREATE TEMP TABLE pinned_here (x int)").await.unwrap();
+    let other = common::connect(lane.port, "postgres", "secret", "app").await;
+    other.simple_query("NOTIFY jobs, 'idle'").await.unwrap();
+    assert_eq!(l.notification().await, ("jobs".into(), "idle".into()));
+    l.client.simple_query("BEGIN").await.unwrap();
+    other.simple_query("NOTIFY jobs, 'in a block'").await.unwrap();
+    l.nothing_for(Duration::from_millis(500)).await;
+    l.client.simple_query("INSERT INTO pinned_here VALUES (1)").await.unwrap();
+    l.nothing_for(Duration::from_millis(300)).await;
+    l.client.simple_query("COMMIT").await.unwrap();
+    assert_eq!(l.notification().await, ("jobs".into(), "in a block".into()));
+}
