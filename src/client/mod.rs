@@ -568,6 +568,7 @@ impl Session {
         }
         // (Not borrowed in the struct below: that would last the relay.)
         let unsent = self.entry.server.borrow().is_none();
+        self.exchange.follows_unlistens = self.notifications.as_ref().is_some_and(|n| n.subscription.is_some());
         let end = Relay {
             intake: Intake::new(self.config.relay_buffer_size),
             client: &mut self.client,
@@ -613,6 +614,7 @@ impl Session {
         self.entry.unqueue();
         let offer = self.offer.take();
         self.flush_counters();
+        self.forget_ended_subscription();
         match end {
             RelayEnd::Released => {
                 *self.entry.server.borrow_mut() = None;
