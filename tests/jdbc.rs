@@ -148,3 +148,33 @@ fn jdbc_query_timeouts_cancel_nothing_later() {
     });
     eprintln!("pgjdbc: three loops of 200 timed-out statements took {:?}", started.elapsed());
 }
+
+/// pgjdbc's LISTEN/NOTIFY API (tests/jdbc/Notify.java: `execute("LISTEN
+/// ...")` over the extended protocol, `getNotifications(timeout)`) in
+/// transaction mode through the notification hub, on a pool of one server
+/// connection: the listener is not pinned (the notifier runs on the same
+/// pool), and it gets what it gets direct.
+#[test]
+fn jdbc_listen_notify_through_the_notification_hub() {
+    assert!(Path::new(DRIVER).exists(), "{DRIVER} missing: apt-get install libpostgresql-jdbc-java (tools/test does)");
+    let pg = postgres();
+    pg.fresh_database("jdbc_notify", None);
+    let dir = std::env::temp_dir().join(format!("pglane-jdbc-notify-{}", std::process::id()));
+    let direct_url = format!("jdbc:postgresql://127.0.0.1:{}/jdbc_notify", pg.port);
+    let direct = run_java(&dir, "Notify", &[&direct_url, "postgres", "secret"], String::new);
+    assert!(direct.ends_with("ok\n") && direct.contains("4 notifications\n") && direct.contains("Mixed Case own"), "{direct}");
+    let lane = Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\nquery_wait_timeout = 5\n[databases.app]\nhost = \"127.0.0.1\"\n\
+             port = {}\ndbname = \"jdbc_notify\"\npool_size = 1\n[users.postgres]\npassword = \"secret\"\n",
+            pg.port
+        ),
+        &["--cores", "1"],
+    );
+    let url = format!("jdbc:postgresql://127.0.0.1:{}/app", lane.port);
+    let through = run_java(&dir, "Notify", &[&url, "postgres", "secret"], || lane.log());
+    assert_eq!(through, direct);
+    assert!(!lane.log().contains("client pinned"), "{}", lane.log());
+    assert!(lane.log().contains("notification listener connected"), "the hub did not listen:\n{}", lane.log());
+    let _ = std::fs::remove_dir_all(&dir);
+}

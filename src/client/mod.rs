@@ -472,8 +472,8 @@ impl Session {
                             // What came before the request goes before its answers.
                             notifications.deliver_all(&mut self.client).await?;
                         }
-                        if let Some(statement) = self.listen_statement_ahead() {
-                            Box::pin(self.answer_listen(statement)).await?;
+                        if let Some(request) = self.listen_request_ahead() {
+                            Box::pin(self.answer_listen(request)).await?;
                             continue;
                         }
                         // Its request waits in pglane until it is on a server.

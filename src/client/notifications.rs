@@ -18,10 +18,10 @@ use futures_lite::AsyncWriteExt;
 
 use super::{Session, SessionError};
 use crate::net::Stream;
-use crate::notify::statement::{self, ListenStatement};
+use crate::notify::request::{self, ListenRequest};
+use crate::notify::statement::ListenStatement;
 use crate::notify::Subscription;
-use crate::protocol::backend::{self, TransactionStatus};
-use crate::protocol::frame::{parse_header, HEADER_LEN};
+use crate::protocol::backend::TransactionStatus;
 use crate::protocol::frontend;
 
 /// What the session keeps for the hub.
@@ -110,33 +110,39 @@ impl From<crate::notify::Overflow> for SessionError {
 }
 
 impl Session {
-    /// The LISTEN or UNLISTEN the client's next message is, if it is a
-    /// simple query that is exactly one (see `notify::statement`) and the
-    /// client is between transactions: the session answers it here, with
-    /// the hub ([`Session::answer_listen`]). For any other message, a few
-    /// compares and no allocation.
+    /// The LISTEN or UNLISTEN the client's next request is, if it is one
+    /// and nothing else (see `notify::request`: a simple Query, or the
+    /// extended protocol's unnamed Parse, Bind, Describe, Execute, Sync) and
+    /// the client is between transactions: the session answers it here,
+    /// with the hub ([`Session::answer_listen`]). For any other message, a
+    /// few compares and no allocation.
     #[inline]
-    pub(super) fn listen_statement_ahead(&self) -> Option<ListenStatement> {
+    pub(super) fn listen_request_ahead(&self) -> Option<ListenRequest> {
         let pending = self.buffers.from_client.pending();
-        if pending.first() != Some(&frontend::QUERY) || self.mode != crate::config::PoolMode::Transaction {
+        if !matches!(pending.first(), Some(&frontend::QUERY | &frontend::PARSE))
+            || self.mode != crate::config::PoolMode::Transaction
+            || self.exchange.tracker.status() != TransactionStatus::Idle
+        {
             return None;
         }
-        let header = parse_header(pending, self.config.max_message_size).ok()??;
-        let body = pending.get(HEADER_LEN..HEADER_LEN + header.body_len)?;
-        if !statement::may_be_listen(body) || self.exchange.tracker.status() != TransactionStatus::Idle {
-            return None;
-        }
-        statement::parse(frontend::decode_query(body).ok()?)
+        request::listen_request(pending, self.config.max_message_size)
     }
 
-    /// Answers `statement`, the client's next message (see
-    /// [`Session::listen_statement_ahead`]), as PostgreSQL would: once the
+    /// Answers `request`, the client's next (see
+    /// [`Session::listen_request_ahead`]), as PostgreSQL would: once the
     /// hub's listening connection LISTENs to the channel, for a LISTEN.
-    pub(super) async fn answer_listen(&mut self, statement: ListenStatement) -> Result<(), SessionError> {
-        // The Query is taken: it is answered here.
-        let _ = self.buffers.from_client.next(|_| true);
-        let mut out = BytesMut::new();
-        match &statement {
+    pub(super) async fn answer_listen(&mut self, request: ListenRequest) -> Result<(), SessionError> {
+        // Its messages are taken: they are answered here.
+        for _ in 0..request.messages {
+            let _ = self.buffers.from_client.next(|_| true);
+        }
+        if matches!(request.protocol, request::Protocol::Extended { .. }) {
+            // PostgreSQL's unnamed statement is now the LISTEN, which no
+            // server has: the next Bind to it must not reach one.
+            self.exchange.forget_unnamed();
+        }
+        let mut refused = None;
+        match &request.statement {
             ListenStatement::Listen(channel) => {
                 let notifications = self.notifications.get_or_insert_with(Box::default);
                 let subscription = notifications.subscription.get_or_insert_with(|| {
@@ -147,28 +153,24 @@ impl Session {
                         self.config.notify_client_buffer,
                     )
                 });
-                match subscription.listen(channel).await {
-                    Ok(()) => backend::command_complete(&mut out, statement.command_tag()),
-                    Err(refused) => backend::error_response(&mut out, &refused),
-                }
+                refused = subscription.listen(channel).await.err();
             }
             ListenStatement::Unlisten(channel) => {
                 if let Some(subscription) = self.notifications.as_mut().and_then(|n| n.subscription.as_mut()) {
                     subscription.unlisten(channel);
                 }
-                backend::command_complete(&mut out, statement.command_tag());
             }
             ListenStatement::UnlistenAll => {
                 if let Some(subscription) = self.notifications.as_mut().and_then(|n| n.subscription.as_mut()) {
                     subscription.unlisten_all();
                 }
-                backend::command_complete(&mut out, statement.command_tag());
             }
         }
-        // Run before this statement, `Session::run` wrote all it had to.
+        // Run before this request, `Session::run` wrote all it had to.
         debug_assert!(self.notifications.as_ref().is_none_or(|n| n.unsent.is_empty()));
         self.forget_ended_subscription();
-        backend::ready_for_query(&mut out, TransactionStatus::Idle);
+        let mut out = BytesMut::new();
+        request.answer(&mut out, refused.as_ref());
         // What the hub posted while the LISTEN was carried out goes after
         // its answer (what came before it went before: `Session::run`),
         // once the client waits again.

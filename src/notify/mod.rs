@@ -15,16 +15,17 @@
 //! the hub never touches a client's socket or session, never blocks and
 //! takes no lock (all of it lives on the shard's thread).
 //!
-//! What it answers (see [`statement`]): a simple Query that is exactly one
-//! `LISTEN name`, `UNLISTEN name` or `UNLISTEN *`, sent between
-//! transactions. The session answers it as PostgreSQL would
+//! What it answers (see [`statement`], [`request`]): a request that is
+//! exactly one `LISTEN name`, `UNLISTEN name` or `UNLISTEN *`, sent between
+//! transactions, as a simple Query or as the extended protocol's unnamed
+//! Parse, Bind, (Describe,) Execute, Sync that pgjdbc sends. The session answers it as PostgreSQL would
 //! (CommandComplete, ReadyForQuery 'I') once the listening connection has
 //! LISTENed (for LISTEN). An UNLISTEN or DISCARD ALL among other
 //! statements goes to the server and is followed ([`follow`]): the
 //! client's subscriptions end when its transaction commits. Not handled
 //! yet, and so passed to the server, where LISTEN pins the client as
 //! before: LISTEN inside a transaction block, in a text of several
-//! statements, or by the extended protocol.
+//! statements, or in any other extended-protocol request.
 //!
 //! Bounds: a mailbox holds at most `notify_client_buffer` bytes; past that
 //! it drops what it holds and says so ([`Mailbox::overflowed`]), and the
@@ -35,6 +36,7 @@
 
 pub mod follow;
 mod listener;
+pub mod request;
 pub mod statement;
 
 use std::cell::{Cell, RefCell};

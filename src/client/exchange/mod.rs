@@ -446,14 +446,20 @@ impl Exchange {
         InFlight { due, rewriting: if idle { self.rewriting.take() } else { None } }
     }
 
-    /// The named statements counted since the last call, for the pool's
-    /// figures.
+    /// The client's unnamed statement is none pglane has (pglane answered
+    /// its Parse itself, see `notify::request`).
+    pub fn forget_unnamed(&mut self) {
+        self.unnamed = Unnamed::None;
+    }
+
     /// The hub subscriptions the client's committed texts ended (see
     /// `notify::follow`), if any since last asked.
     pub fn take_committed_unlistens(&mut self) -> Option<Vec<crate::notify::statement::ListenStatement>> {
         self.unlistens.take_committed()
     }
 
+    /// The named statements counted since the last call, for the pool's
+    /// figures.
     pub fn take_statement_counts(&mut self) -> StatementCounts {
         std::mem::take(&mut self.counts)
     }
