@@ -619,7 +619,7 @@ async fn seen(server: &TlsServer, socket: &At, port: u16) -> Seen {
     let tls_logins = tokio::task::block_in_place(|| tls_logins(port));
     let most = most_backends_at(socket, &server.monitor(), TLS_DB, ("md5user", "md5pass")).await;
     let mut console = Vec::new();
-    for command in ["SHOW DATABASES", "SHOW POOLS", "SHOW USERS"] {
+    for command in ["SHOW DATABASES", "SHOW POOLS", "SHOW USERS", "SHOW SERVERS"] {
         console.push((command, console_at(socket, command).await));
     }
     Seen { logins, tls_logins, hosts, most, console }
@@ -800,6 +800,24 @@ fn compare(bouncer: &Seen, lane: &Seen) {
             }
         }
     }
+    // SHOW SERVERS: each server connection, to the same databases, is TLS
+    // (its tls column names the protocol; each pooler spells the cipher
+    // as its TLS library does).
+    let servers = |seen: &Seen| {
+        let (columns, rows) = console(seen, "SHOW SERVERS");
+        let at = |name: &str| columns.iter().position(|c| c == name).unwrap_or_else(|| panic!("no {name} in {columns:?}"));
+        let (database, tls) = (at("database"), at("tls"));
+        let mut seen = std::collections::BTreeSet::new();
+        for row in &rows {
+            let protocol = row[tls].as_deref().unwrap_or("");
+            assert!(protocol.starts_with("TLSv1."), "a server connection without TLS: {row:?}");
+            seen.insert(row[database].clone().unwrap_or_default());
+        }
+        seen
+    };
+    assert_eq!(servers(lane), servers(bouncer), "SHOW SERVERS' databases: pglane, PgBouncer");
+    assert_eq!(servers(lane).into_iter().collect::<Vec<_>>(), ["app", "authq", STAR_DB]);
+
     let databases = by_name(&console(lane, "SHOW DATABASES"), &["name"]);
     assert!(databases.contains_key(&vec![STAR_DB.to_owned()]), "the `*` entry's {STAR_DB}: {databases:?}");
 }
