@@ -568,6 +568,9 @@ fn psql_login(port: u16, sslmode: &str, user: &str, password: &str, db: &str) ->
     }
 }
 
+/// The logins over TCP through libpq: with TLS (the ini's sslmode =
+/// require lets them in), and one without (refused), each [`psql_login`]'s
+/// answer.
 fn tls_logins(port: u16) -> Vec<(String, Result<(bool, String), String>)> {
     [
         ("require", "postgres", "secret", "app"),
