@@ -1,20 +1,42 @@
 //! PgBouncer and pglane run from the same production-like pgbouncer.ini and
-//! userlist (plaintext, md5 and SCRAM secrets copied from pg_authid, a pool
-//! and max_db_connections), on the same PostgreSQL, and are compared: who
-//! logs in and with what error, how many server connections each opens
-//! under the same load, and the admin console's columns, lists and config
-//! keys. The PgBouncer is the one the machine has (1.18 on Debian 12); what
-//! it shows, pglane must show too, in the same order (pglane's own columns
-//! may follow or sit between), and the columns pgbouncer_exporter makes
-//! metrics of read as numbers.
+//! userlist, on the same PostgreSQL, and are compared key by key. The
+//! PgBouncer is the one the machine has (1.18 on Debian 12); what it shows,
+//! pglane must show too, and where they differ the test says how and why.
+//!
+//! - [`pglane_does_what_pgbouncer_does_from_the_same_ini`]: plaintext, md5
+//!   and SCRAM secrets copied from pg_authid, a pool and
+//!   max_db_connections: who logs in and with what error, how many server
+//!   connections each opens under the same load, and the admin console's
+//!   columns, lists and config keys, in PgBouncer's order (pglane's own
+//!   columns may follow or sit between), the columns pgbouncer_exporter
+//!   makes metrics of reading as numbers.
+//! - [`tls_auth_query_and_the_star_database_as_pgbouncer_does`]: TLS both
+//!   ways (client_tls_sslmode = require with the ini's certificate;
+//!   server_tls_sslmode = verify-ca to a PostgreSQL that refuses TCP logins
+//!   without TLS), auth_query through a database's own auth_user, the `*`
+//!   entry, per-database pool_size and max_db_connections, and a host list:
+//!   which logins succeed (as whom, where) or fail (with which SQLSTATE or
+//!   FATAL line) over the unix socket, over TCP without TLS and with it;
+//!   whether libpq's client connection is TLS (`\conninfo`) and the server
+//!   connection (pg_stat_ssl); which hosts two clients get; the most server
+//!   connections under load; and SHOW DATABASES, POOLS and USERS row by row.
+//!
+//! The differences allowed are those docs/migrating-from-pgbouncer.md
+//! lists: PostgreSQL's SQLSTATEs and words for refused logins (PgBouncer
+//! 1.18: 08P01), no rows for PgBouncer's own `pgbouncer` console database,
+//! and an idle server connection per shard where PgBouncer's one pool
+//! keeps one.
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{connect, free_port, postgres, try_connect, Pgbouncer, Pglane};
+use common::{certs, connect, free_port, give_to_pg_user, postgres, try_connect, Pgbouncer, Pglane, Postgres, Psql};
+use rcgen::ExtendedKeyUsagePurpose;
 use tokio_postgres::SimpleQueryMessage;
 
 const DB: &str = "parity_db";
@@ -80,9 +102,53 @@ async fn logins(port: u16) -> Vec<(&'static str, &'static str, Result<String, St
     out
 }
 
-async fn backends(monitor: &tokio_postgres::Client) -> usize {
+/// Where a pooler (or PostgreSQL) takes clients: TCP on 127.0.0.1, or the
+/// unix socket in a directory (a `host` that starts with `/`), plaintext.
+#[derive(Clone, Debug)]
+struct At {
+    host: String,
+    port: u16,
+}
+
+impl At {
+    fn tcp(port: u16) -> At {
+        At { host: "127.0.0.1".into(), port }
+    }
+
+    fn socket(dir: &std::path::Path, port: u16) -> At {
+        At { host: dir.to_str().expect("a UTF-8 path").to_owned(), port }
+    }
+
+    async fn try_connect(&self, user: &str, password: &str, db: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        if self.host == "127.0.0.1" {
+            return try_connect(self.port, user, password, db).await;
+        }
+        let mut config = tokio_postgres::Config::new();
+        config.host(&self.host).port(self.port).user(user).password(password).dbname(db);
+        config.connect_timeout(Duration::from_secs(10));
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
+    }
+
+    async fn connect(&self, user: &str, password: &str, db: &str) -> tokio_postgres::Client {
+        self.try_connect(user, password, db)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {self:?} as {user} db {db}: {}", refusal(&e)))
+    }
+}
+
+/// A login's or query's error: its SQLSTATE and message, or what else it is.
+fn refusal(e: &tokio_postgres::Error) -> String {
+    e.as_db_error().map(|d| format!("{} {}", d.code().code(), d.message())).unwrap_or_else(|| e.to_string())
+}
+
+/// Server connections to database `db` now, as PostgreSQL counts them.
+async fn backends(monitor: &tokio_postgres::Client, db: &str) -> usize {
     let row = monitor
-        .query_one("select count(*) from pg_stat_activity where datname = $1 and backend_type = 'client backend'", &[&DB])
+        .query_one("select count(*) from pg_stat_activity where datname = $1 and backend_type = 'client backend'", &[&db])
         .await
         .unwrap();
     row.get::<_, i64>(0) as usize
@@ -91,23 +157,32 @@ async fn backends(monitor: &tokio_postgres::Client) -> usize {
 /// The most server connections to the database at once while two users'
 /// three clients each run transactions that hold their connection a moment.
 async fn most_backends_under_load(port: u16) -> usize {
-    let monitor = connect(postgres().port, "postgres", "secret", "postgres").await;
+    let pg = postgres();
+    most_backends_at(&At::tcp(port), &At::tcp(pg.port), DB, ("scramuser", "scrampass")).await
+}
+
+/// [`most_backends_under_load`] through the pooler `at`, to database `app`
+/// as postgres and `other`, PostgreSQL watched as postgres through
+/// `monitor_at`, counting its connections to `db`.
+async fn most_backends_at(at: &At, monitor_at: &At, db: &'static str, other: (&'static str, &'static str)) -> usize {
+    let monitor = monitor_at.connect("postgres", "secret", "postgres").await;
     let done = Arc::new(AtomicBool::new(false));
     let most = Arc::new(AtomicUsize::new(0));
     let watcher = {
         let (done, most) = (done.clone(), most.clone());
         tokio::spawn(async move {
             while !done.load(Ordering::SeqCst) {
-                most.fetch_max(backends(&monitor).await, Ordering::SeqCst);
+                most.fetch_max(backends(&monitor, db).await, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         })
     };
     let mut tasks = Vec::new();
     for i in 0..6 {
-        let (user, password) = if i % 2 == 0 { ("postgres", "secret") } else { ("scramuser", "scrampass") };
+        let (user, password) = if i % 2 == 0 { ("postgres", "secret") } else { other };
+        let at = at.clone();
         tasks.push(tokio::spawn(async move {
-            let c = connect(port, user, password, "app").await;
+            let c = at.connect(user, password, "app").await;
             for _ in 0..20 {
                 c.batch_execute("begin; select pg_sleep(0.01); commit").await.expect("a transaction");
             }
@@ -123,10 +198,15 @@ async fn most_backends_under_load(port: u16) -> usize {
 
 /// A console command's column names and rows.
 async fn console(port: u16, command: &str) -> (Vec<String>, Vec<Vec<Option<String>>>) {
-    let c = connect(port, "postgres", "secret", "pgbouncer").await;
+    console_at(&At::tcp(port), command).await
+}
+
+/// [`console`] through `at`.
+async fn console_at(at: &At, command: &str) -> (Vec<String>, Vec<Vec<Option<String>>>) {
+    let c = at.connect("postgres", "secret", "pgbouncer").await;
     let mut columns = Vec::new();
     let mut rows = Vec::new();
-    for message in c.simple_query(command).await.unwrap_or_else(|e| panic!("{command} on {port}: {e}")) {
+    for message in c.simple_query(command).await.unwrap_or_else(|e| panic!("{command} on {at:?}: {e}")) {
         match message {
             SimpleQueryMessage::RowDescription(cols) => columns = cols.iter().map(|c| c.name().to_owned()).collect(),
             SimpleQueryMessage::Row(row) => rows.push((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect()),
@@ -191,7 +271,7 @@ fn in_order<'a>(inner: &'a [String], outer: &[String]) -> Result<(), &'a str> {
 async fn wait_for_no_backends() {
     let monitor = connect(postgres().port, "postgres", "secret", "postgres").await;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while backends(&monitor).await > 0 {
+    while backends(&monitor, DB).await > 0 {
         assert!(Instant::now() < deadline, "PgBouncer's server connections outlived it");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -313,4 +393,441 @@ async fn set_and_show(port: u16) -> Vec<(String, Option<String>)> {
     let refused = c.simple_query("SET no_such_setting = 1").await.is_err();
     seen.push(("SET no_such_setting refused".into(), Some(refused.to_string())));
     seen
+}
+
+// ---------------------------------------------------------------------------
+// TLS both ways, auth_query, the `*` database, per-database overrides and a
+// host list, from one ini
+// ---------------------------------------------------------------------------
+
+const TLS_DB: &str = "parity_tls";
+/// A database no `[databases]` line names: the `*` entry serves it.
+const STAR_DB: &str = "parity_star";
+
+/// A private PostgreSQL with `ssl = on` that listens on 127.0.0.1 and
+/// 127.0.0.2 and refuses every TCP login without TLS, the certificates
+/// (a CA; PostgreSQL's for localhost, 127.0.0.1 and 127.0.0.2; the
+/// poolers' own for localhost and 127.0.0.1) in `certs`, readable by the
+/// PgBouncer, and `aq_user`, a role no userlist names.
+struct TlsServer {
+    pg: Postgres,
+    certs: PathBuf,
+}
+
+impl TlsServer {
+    fn start() -> TlsServer {
+        let hba = "hostnossl all all 127.0.0.0/8 reject\n\
+                   host all md5user 127.0.0.2/32 md5\n\
+                   host all all 127.0.0.2/32 scram-sha-256";
+        let pg = Postgres::start_new_with("listen_addresses = '127.0.0.1,127.0.0.2'", hba);
+        let certs = pg.data_dir.parent().unwrap().join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        let (ca, ca_pem) = certs::ca("pglane parity CA");
+        let (server_cert, server_key) =
+            certs::leaf(&ca, &["localhost", "127.0.0.1", "127.0.0.2"], ExtendedKeyUsagePurpose::ServerAuth);
+        let (pooler_cert, pooler_key) = certs::leaf(&ca, &["localhost", "127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
+        let write = |path: PathBuf, text: &str| {
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+            give_to_pg_user(&path);
+        };
+        write(pg.data_dir.join("server.crt"), &server_cert);
+        write(pg.data_dir.join("server.key"), &server_key);
+        write(certs.join("ca.crt"), &ca_pem);
+        write(certs.join("pooler.crt"), &pooler_cert);
+        write(certs.join("pooler.key"), &pooler_key);
+        give_to_pg_user(&certs);
+        pg.psql("ALTER SYSTEM SET ssl = on");
+        pg.psql("SELECT pg_reload_conf()");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pg.psql("SHOW ssl") != "on" {
+            assert!(Instant::now() < deadline, "PostgreSQL did not turn ssl on");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        pg.psql(&format!("CREATE DATABASE {TLS_DB}"));
+        pg.psql(&format!("CREATE DATABASE {STAR_DB}"));
+        pg.psql("CREATE ROLE aq_user LOGIN PASSWORD 'aqpass'");
+        TlsServer { pg, certs }
+    }
+
+    fn rolpassword(&self, role: &str) -> String {
+        self.pg.psql(&format!("SELECT rolpassword FROM pg_authid WHERE rolname = '{role}'"))
+    }
+
+    /// The [databases] lines: a host list with a pool size of its own and
+    /// max_db_connections; an entry with an auth_user of its own, on the
+    /// second address; and `*`, at the default pool size.
+    fn databases(&self) -> String {
+        let port = self.pg.port;
+        format!(
+            "app = host=127.0.0.1,127.0.0.2 port={port} dbname={TLS_DB} pool_size=2 max_db_connections=3\n\
+             authq = host=127.0.0.2 port={port} dbname={TLS_DB} auth_user=postgres pool_size=1\n\
+             * = host=127.0.0.1 port={port}"
+        )
+    }
+
+    /// The [pgbouncer] settings (each pooler adds where it listens).
+    /// verify-ca, not verify-full: PgBouncer 1.18 checks the certificate of
+    /// a host list's host against the whole list as one name
+    /// ("127.0.0.1,127.0.0.2 not present in server certificate"), and never
+    /// connects.
+    fn settings(&self) -> String {
+        let c = self.certs.display();
+        format!(
+            "auth_type = md5\npool_mode = transaction\nadmin_users = postgres\nstats_users = postgres\n\
+             default_pool_size = 3\nmax_client_conn = 100\nquery_wait_timeout = 30\n\
+             auth_query = SELECT usename, passwd FROM pg_shadow WHERE usename=$1\n\
+             client_tls_sslmode = require\nclient_tls_key_file = {c}/pooler.key\nclient_tls_cert_file = {c}/pooler.crt\n\
+             server_tls_sslmode = verify-ca\nserver_tls_ca_file = {c}/ca.crt"
+        )
+    }
+
+    fn userlist(&self) -> String {
+        format!(
+            "\"postgres\" \"secret\"\n\"scramuser\" \"{}\"\n\"md5user\" \"{}\"\n",
+            self.rolpassword("scramuser"),
+            self.rolpassword("md5user")
+        )
+    }
+
+    /// PostgreSQL's own unix socket, trusted.
+    fn monitor(&self) -> At {
+        At::socket(&self.pg.socket_dir, self.pg.port)
+    }
+}
+
+/// pglane from the same ini, on its own unix socket directory `dir` too.
+fn start_pglane_from(server: &TlsServer, dir: &std::path::Path) -> Pglane {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("userlist.txt"), server.userlist()).unwrap();
+    let ini = dir.join("pgbouncer.ini");
+    let text = format!(
+        "[databases]\n{}\n[pgbouncer]\nlisten_addr = 127.0.0.1\nunix_socket_dir = {}\nauth_file = userlist.txt\n{}\n",
+        server.databases(),
+        dir.display(),
+        server.settings()
+    );
+    std::fs::write(&ini, text).unwrap();
+    Pglane::start_with_args("", &[ini.to_str().unwrap(), "--cores", "2"])
+}
+
+/// What one login did: the user, database and whether pg_stat_ssl says
+/// the server connection is TLS, or the SQLSTATE.
+type Answer = Result<(String, String, bool), String>;
+
+const WHO: &str = "select current_user::text, current_database()::text, \
+                   (select ssl from pg_stat_ssl where pid = pg_backend_pid())";
+
+/// The logins on the unix socket (plaintext, which client_tls_sslmode =
+/// require leaves in, as libpq never uses TLS there) and one over TCP
+/// without TLS: each one's [`Answer`].
+async fn logins_at(socket: &At, port: u16) -> Vec<(String, Answer)> {
+    let tries = [
+        ("postgres", "secret", "app"),
+        ("scramuser", "scrampass", "app"),
+        ("md5user", "md5pass", "app"),
+        ("scramuser", "wrong", "app"),
+        // Not in the userlist: found by auth_query where the database has an auth_user.
+        ("aq_user", "aqpass", "authq"),
+        ("aq_user", "wrong", "authq"),
+        ("aq_user", "aqpass", "app"),
+        ("postgres", "secret", STAR_DB),
+        ("scramuser", "scrampass", STAR_DB),
+        ("nobody", "x", STAR_DB),
+    ];
+    let mut out = Vec::new();
+    for (user, password, db) in tries {
+        let answer = match socket.try_connect(user, password, db).await {
+            Ok(c) => c
+                .query_one(WHO, &[])
+                .await
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .map_err(|e| e.code().map(|c| c.code().to_owned()).unwrap_or_default()),
+            Err(e) => Err(e.code().map(|c| c.code().to_owned()).unwrap_or_else(|| e.to_string())),
+        };
+        out.push((format!("socket {user}/{password}@{db}"), answer));
+    }
+    let plaintext = match try_connect(port, "postgres", "secret", "app").await {
+        Ok(_) => Ok(("postgres".into(), "app".into(), false)),
+        Err(e) => Err(e.code().map(|c| c.code().to_owned()).unwrap_or_else(|| e.to_string())),
+    };
+    out.push(("tcp without TLS postgres/secret@app".into(), plaintext));
+    out
+}
+
+/// psql (libpq) over TCP with `sslmode`: what `\conninfo` says of the
+/// client connection's TLS, and what [`WHO`] says, or the FATAL line.
+fn psql_login(port: u16, sslmode: &str, user: &str, password: &str, db: &str) -> Result<(bool, String), String> {
+    let run = Psql::tcp(port, user, password, db).conninfo(&format!("sslmode={sslmode}")).command("\\conninfo").command(WHO);
+    match run.run() {
+        Ok(out) => {
+            let client_tls = out.contains("SSL connection (protocol: TLSv1.");
+            Ok((client_tls, out.lines().last().unwrap_or_default().to_owned()))
+        }
+        Err(e) => Err(e.lines().find(|l| l.contains("FATAL")).map(|l| l[l.find("FATAL").unwrap()..].to_owned()).unwrap_or(e)),
+    }
+}
+
+/// The logins over TCP through libpq: with TLS (the ini's sslmode =
+/// require lets them in), and one without (refused), each [`psql_login`]'s
+/// answer.
+fn tls_logins(port: u16) -> Vec<(String, Result<(bool, String), String>)> {
+    [
+        ("require", "postgres", "secret", "app"),
+        ("require", "md5user", "md5pass", "app"),
+        ("require", "aq_user", "aqpass", "authq"),
+        ("require", "aq_user", "wrong", "authq"),
+        ("require", "scramuser", "scrampass", STAR_DB),
+        ("disable", "postgres", "secret", "app"),
+    ]
+    .into_iter()
+    .map(|(mode, user, password, db)| {
+        (format!("sslmode={mode} {user}/{password}@{db}"), psql_login(port, mode, user, password, db))
+    })
+    .collect()
+}
+
+/// The server addresses (of the `app` host list) two clients of md5user
+/// get at once, each holding its transaction.
+async fn hosts_used(socket: &At) -> Vec<String> {
+    let a = socket.connect("md5user", "md5pass", "app").await;
+    let b = socket.connect("md5user", "md5pass", "app").await;
+    let mut seen = Vec::new();
+    for c in [&a, &b] {
+        c.batch_execute("begin").await.unwrap();
+        seen.push(c.query_one("select host(inet_server_addr())", &[]).await.unwrap().get::<_, String>(0));
+    }
+    for c in [&a, &b] {
+        c.batch_execute("commit").await.unwrap();
+    }
+    seen.sort();
+    seen
+}
+
+/// What one pooler does from the ini: its logins, its TLS, the hosts it
+/// uses, its backends under load and its console.
+#[derive(Debug)]
+struct Seen {
+    logins: Vec<(String, Answer)>,
+    tls_logins: Vec<(String, Result<(bool, String), String>)>,
+    hosts: Vec<String>,
+    most: usize,
+    console: Vec<(&'static str, (Vec<String>, Vec<Vec<Option<String>>>))>,
+}
+
+async fn seen(server: &TlsServer, socket: &At, port: u16) -> Seen {
+    // First, while no pool has a server connection yet.
+    let hosts = hosts_used(socket).await;
+    let logins = logins_at(socket, port).await;
+    let tls_logins = tokio::task::block_in_place(|| tls_logins(port));
+    let most = most_backends_at(socket, &server.monitor(), TLS_DB, ("md5user", "md5pass")).await;
+    let mut console = Vec::new();
+    for command in ["SHOW DATABASES", "SHOW POOLS", "SHOW USERS", "SHOW SERVERS"] {
+        console.push((command, console_at(socket, command).await));
+    }
+    Seen { logins, tls_logins, hosts, most, console }
+}
+
+async fn wait_for_no_backends_on(server: &TlsServer) {
+    let monitor = server.monitor().connect("postgres", "", "postgres").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while backends(&monitor, TLS_DB).await + backends(&monitor, STAR_DB).await > 0 {
+        assert!(Instant::now() < deadline, "PgBouncer's server connections outlived it");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A console's rows as maps from column name to value, keyed by the
+/// values of `key` columns.
+fn by_name(
+    (columns, rows): &(Vec<String>, Vec<Vec<Option<String>>>),
+    key: &[&str],
+) -> BTreeMap<Vec<String>, BTreeMap<String, Option<String>>> {
+    let index = |name: &str| columns.iter().position(|c| c == name).unwrap_or_else(|| panic!("no {name} in {columns:?}"));
+    rows.iter()
+        .map(|row| {
+            let k = key.iter().map(|name| row[index(name)].clone().unwrap_or_default()).collect();
+            (k, columns.iter().cloned().zip(row.iter().cloned()).collect())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_auth_query_and_the_star_database_as_pgbouncer_does() {
+    let started = Instant::now();
+    let server = TlsServer::start();
+
+    let bouncer = Pgbouncer::start_with_users(free_port(), &server.databases(), &server.settings(), &server.userlist());
+    let bouncer_seen = seen(&server, &At::socket(bouncer.socket_dir(), bouncer.port), bouncer.port).await;
+    drop(bouncer);
+    wait_for_no_backends_on(&server).await;
+
+    let dir = std::env::temp_dir().join(format!("pglane-parity-tls-{}", std::process::id()));
+    let lane = start_pglane_from(&server, &dir);
+    let lane_seen = seen(&server, &At::socket(&dir, lane.port), lane.port).await;
+    compare(&bouncer_seen, &lane_seen);
+    drop(lane);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("took {:?}", started.elapsed());
+}
+
+/// The rows of PgBouncer's own admin database, `pgbouncer`, which
+/// PgBouncer lists in SHOW DATABASES, POOLS and USERS as if it were one of
+/// the ini's: pglane's console is no database of the ini, and it lists the
+/// ini's only.
+fn admin_row(key: &[String]) -> bool {
+    key.first().is_some_and(|name| name == "pgbouncer")
+}
+
+fn number(value: &Option<String>) -> i64 {
+    value.as_deref().unwrap_or("0").parse().unwrap_or_else(|_| panic!("not a number: {value:?}"))
+}
+
+/// Whether pglane's count of server connections to `database` left open
+/// is like PgBouncer's. For app, which the load ran on, anything from one
+/// to its max_db_connections (3) in each: under that limit each pooler
+/// closes an idle connection of one user's pool for another's and opens
+/// one, and when the load ends that may or may not have happened. For the
+/// others, PgBouncer's count, or more by at most one per pool and shard:
+/// PgBouncer's pool hands its one idle connection to the next client,
+/// where pglane's pool on the other of its two shards opens one of its own
+/// (within pool_size, exact over all shards; docs/migrating-from-pgbouncer.md
+/// says so). Sequential logins of one user leave one connection in
+/// PgBouncer, one or two in pglane.
+fn open_alike(database: &str, lane: i64, bouncer: i64) -> bool {
+    if database == "app" {
+        return (1..=3).contains(&lane) && (1..=3).contains(&bouncer);
+    }
+    (bouncer..=2 * bouncer).contains(&lane)
+}
+
+/// What PgBouncer did against what pglane did, key by key.
+fn compare(bouncer: &Seen, lane: &Seen) {
+    // The same logins succeed, as the same user in the same database, over
+    // TLS to the server; the same fail.
+    let outcome = |logins: &[(String, Answer)]| {
+        logins.iter().map(|(what, a)| (what.clone(), a.clone().map_err(|_| ()))).collect::<Vec<_>>()
+    };
+    assert_eq!(outcome(&lane.logins), outcome(&bouncer.logins), "logins: pglane (left) and PgBouncer (right)");
+    assert!(lane.logins.iter().filter_map(|(_, a)| a.as_ref().ok()).all(|(_, _, ssl)| *ssl), "server TLS: {:?}", lane.logins);
+    // pglane answers a failed login with PostgreSQL's SQLSTATE: 28P01 for
+    // a password (or a user) it cannot check, 28000 for a client without
+    // the TLS client_tls_sslmode = require asks for. PgBouncer 1.18 says
+    // 08P01 for every one (later PgBouncers say 28P01 too).
+    for ((what, lane_answer), (_, bouncer_answer)) in lane.logins.iter().zip(&bouncer.logins) {
+        let (Err(lane_code), Err(bouncer_code)) = (lane_answer, bouncer_answer) else { continue };
+        let expected = if what.starts_with("tcp without TLS") { "28000" } else { "28P01" };
+        assert_eq!(lane_code, expected, "{what}");
+        assert!(bouncer_code == "08P01" || bouncer_code == lane_code, "{what}: PgBouncer says {bouncer_code}");
+    }
+
+    // Over TCP, with TLS: libpq's \conninfo says the client connection is
+    // TLS, pg_stat_ssl that the server connection is; without: refused alike.
+    let tls_outcome = |logins: &[(String, Result<(bool, String), String>)]| {
+        logins.iter().map(|(what, a)| (what.clone(), a.clone().map_err(|_| ()))).collect::<Vec<_>>()
+    };
+    assert_eq!(tls_outcome(&lane.tls_logins), tls_outcome(&bouncer.tls_logins), "TLS logins: pglane (left), PgBouncer (right)");
+    assert!(lane
+        .tls_logins
+        .iter()
+        .filter_map(|(_, a)| a.as_ref().ok())
+        .all(|(client_tls, who)| *client_tls && who.ends_with("|t")));
+    for ((what, lane_answer), (_, bouncer_answer)) in lane.tls_logins.iter().zip(&bouncer.tls_logins) {
+        let (Err(lane_error), Err(bouncer_error)) = (lane_answer, bouncer_answer) else { continue };
+        if what.starts_with("sslmode=disable") {
+            assert_eq!(lane_error, bouncer_error, "{what}");
+            assert_eq!(lane_error, "FATAL:  SSL required");
+        } else {
+            // A wrong SCRAM password: pglane says what PostgreSQL says,
+            // PgBouncer 1.18 "SASL authentication failed".
+            assert_eq!(lane_error, "FATAL:  password authentication failed for user \"aq_user\"", "{what}");
+            assert!(bouncer_error == lane_error || bouncer_error == "FATAL:  SASL authentication failed", "{bouncer_error}");
+        }
+    }
+
+    // Both spread app's connections over its two hosts (round-robin, the
+    // default with a host list), and keep to the same limits: app's
+    // max_db_connections = 3 under load, and authq's two connections
+    // (aq_user's, and auth_user's for the lookup) left idle beside them.
+    assert_eq!(lane.hosts, bouncer.hosts, "the hosts of two clients at once: pglane (left), PgBouncer (right)");
+    assert_eq!(lane.hosts, ["127.0.0.1", "127.0.0.2"]);
+    assert_eq!(lane.most, bouncer.most, "the most server connections to {TLS_DB} at once: pglane, PgBouncer");
+    assert_eq!(lane.most, 3 + 2);
+
+    let console = |seen: &Seen, command: &str| seen.console.iter().find(|(c, _)| *c == command).map(|(_, t)| t.clone()).unwrap();
+    for (command, key) in [("SHOW DATABASES", &["name"][..]), ("SHOW POOLS", &["database", "user"]), ("SHOW USERS", &["name"])] {
+        let (bouncer_table, lane_table) = (console(bouncer, command), console(lane, command));
+        if let Err(missing) = in_order(&bouncer_table.0, &lane_table.0) {
+            panic!("{command}: PgBouncer's column {missing} is not in pglane's, in its order");
+        }
+        let mut bouncer_rows = by_name(&bouncer_table, key);
+        let lane_rows = by_name(&lane_table, key);
+        let admin: Vec<_> = bouncer_rows.keys().filter(|k| admin_row(k)).cloned().collect();
+        assert_eq!(admin.len(), 1, "{command}: PgBouncer's own pgbouncer row");
+        bouncer_rows.retain(|k, _| !admin_row(k));
+        // The same rows: the `*` entry's database made for parity_star
+        // among them, and not the `*` entry itself; not aq_user, whom
+        // neither lists as a user of its own.
+        assert_eq!(lane_rows.keys().collect::<Vec<_>>(), bouncer_rows.keys().collect::<Vec<_>>(), "{command}: pglane, PgBouncer");
+        for (k, bouncer_row) in &bouncer_rows {
+            let lane_row = &lane_rows[k];
+            for (column, bouncer_value) in bouncer_row {
+                // Which of app's users holds its connections when the load
+                // ends is a matter of timing, in each; the sums per
+                // database are compared below.
+                if command == "SHOW POOLS" && column.starts_with("sv_") {
+                    continue;
+                }
+                if column == "current_connections" {
+                    let (lane_open, bouncer_open) = (number(&lane_row[column]), number(bouncer_value));
+                    assert!(
+                        open_alike(&k[0], lane_open, bouncer_open),
+                        "{command} {k:?} {column}: pglane {lane_open}, PgBouncer {bouncer_open}"
+                    );
+                    continue;
+                }
+                assert_eq!(&lane_row[column], bouncer_value, "{command} {k:?} {column}: pglane, PgBouncer");
+            }
+        }
+        if command == "SHOW POOLS" {
+            let servers = |rows: &BTreeMap<Vec<String>, BTreeMap<String, Option<String>>>| {
+                let mut per_database = BTreeMap::<String, i64>::new();
+                for (k, row) in rows {
+                    let open: i64 =
+                        ["sv_active", "sv_idle", "sv_used", "sv_tested", "sv_login"].iter().map(|c| number(&row[*c])).sum();
+                    *per_database.entry(k[0].clone()).or_default() += open;
+                }
+                per_database
+            };
+            let (lane_servers, bouncer_servers) = (servers(&lane_rows), servers(&bouncer_rows));
+            assert_eq!(lane_servers.keys().collect::<Vec<_>>(), bouncer_servers.keys().collect::<Vec<_>>());
+            for (database, open) in &lane_servers {
+                let theirs = bouncer_servers[database];
+                assert!(
+                    open_alike(database, *open, theirs),
+                    "server connections of {database}: pglane {open}, PgBouncer {theirs}"
+                );
+            }
+        }
+    }
+    // SHOW SERVERS: each server connection, to the same databases, is TLS
+    // (its tls column names the protocol; each pooler spells the cipher
+    // as its TLS library does).
+    let servers = |seen: &Seen| {
+        let (columns, rows) = console(seen, "SHOW SERVERS");
+        let at = |name: &str| columns.iter().position(|c| c == name).unwrap_or_else(|| panic!("no {name} in {columns:?}"));
+        let (database, tls) = (at("database"), at("tls"));
+        let mut seen = std::collections::BTreeSet::new();
+        for row in &rows {
+            let protocol = row[tls].as_deref().unwrap_or("");
+            assert!(protocol.starts_with("TLSv1."), "a server connection without TLS: {row:?}");
+            seen.insert(row[database].clone().unwrap_or_default());
+        }
+        seen
+    };
+    assert_eq!(servers(lane), servers(bouncer), "SHOW SERVERS' databases: pglane, PgBouncer");
+    assert_eq!(servers(lane).into_iter().collect::<Vec<_>>(), ["app", "authq", STAR_DB]);
+
+    let databases = by_name(&console(lane, "SHOW DATABASES"), &["name"]);
+    assert!(databases.contains_key(&vec![STAR_DB.to_owned()]), "the `*` entry's {STAR_DB}: {databases:?}");
 }

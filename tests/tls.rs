@@ -10,8 +10,9 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use common::certs::{ca, leaf};
 use common::{connect, postgres, try_connect, Pglane, Postgres, Psql};
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+use rcgen::ExtendedKeyUsagePurpose;
 
 // ---------------------------------------------------------------------------
 // Certificates
@@ -56,23 +57,6 @@ fn make_certs(dir: &Path) -> Certs {
         postgres_cert,
         postgres_key,
     }
-}
-
-fn ca(name: &str) -> (Issuer<'static, KeyPair>, String) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    let key = KeyPair::generate().unwrap();
-    let pem = params.self_signed(&key).unwrap().pem();
-    (Issuer::new(params, key), pem)
-}
-
-fn leaf(ca: &Issuer<'static, KeyPair>, names: &[&str], purpose: ExtendedKeyUsagePurpose) -> (String, String) {
-    let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, names[0]);
-    params.extended_key_usages = vec![purpose];
-    let key = KeyPair::generate().unwrap();
-    (params.signed_by(&key, ca).unwrap().pem(), key.serialize_pem())
 }
 
 // ---------------------------------------------------------------------------

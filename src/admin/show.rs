@@ -421,10 +421,15 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
     ]);
     let all = pools(snapshots);
     // The names the `*` entry serves now are databases of their own, as
-    // PgBouncer lists the ones it made from its `*`.
+    // PgBouncer lists the ones it made from its `*`; the `*` entry itself is
+    // no database, and PgBouncer never lists it.
     let served: std::collections::BTreeSet<&String> =
         all.iter().map(|p| &p.database).filter(|name| config.is_fallback(name)).collect();
-    let entries = config.databases.iter().chain(served.into_iter().filter_map(|name| config.database(name).map(|db| (name, db))));
+    let entries = config
+        .databases
+        .iter()
+        .filter(|(name, _)| name.as_str() != crate::config::FALLBACK_DATABASE)
+        .chain(served.into_iter().filter_map(|name| config.database(name).map(|db| (name, db))));
     for (name, db) in entries {
         let mine = all.iter().filter(|p| &p.database == name);
         let current: usize = mine.clone().map(|p| p.open).sum();

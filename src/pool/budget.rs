@@ -34,6 +34,9 @@ pub struct Budget {
     /// Pools (on any shard) with a client waiting that this budget keeps
     /// from opening a connection.
     wanting: AtomicUsize,
+    /// Connections opened under it so far, for taking a host list in turn
+    /// over all shards ([`Budget::next_turn`]).
+    turn: AtomicUsize,
 }
 
 /// What a [`Budget`] limits.
@@ -55,7 +58,16 @@ impl Budget {
             reserve: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
             wanting: AtomicUsize::new(0),
+            turn: AtomicUsize::new(0),
         }
+    }
+
+    /// The turn of the next connection opened under this budget: the
+    /// pools of one (database, user) on every shard take a database's
+    /// hosts in turn from it (`load_balance_hosts = round-robin`), as one
+    /// PgBouncer pool does. An atomic per connection opened.
+    pub fn next_turn(&self) -> usize {
+        self.turn.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn limit(&self) -> usize {

@@ -88,6 +88,12 @@ impl HostBook {
         self.seen.borrow().len()
     }
 
+    /// The host the next `round-robin` connection starts with: the one
+    /// after `turn` connections.
+    pub fn set_turn(&self, turn: usize) {
+        self.next.set(turn % self.count());
+    }
+
     /// Forgets everything: the hosts changed (a reload).
     pub fn reset(&self, hosts: usize) {
         *self.seen.borrow_mut() = vec![Seen::Unknown; hosts.max(1)];
@@ -217,6 +223,13 @@ impl Pool {
         let attrs = target.target_session_attrs;
         let mut misses = Vec::new();
         let mut fallback = None;
+        if target.load_balance_hosts == LoadBalanceHosts::RoundRobin {
+            // In turn over every shard's pool of this (database, user), not
+            // each shard from the first host: its own budget is theirs too.
+            if let Some(own) = self.budgets.borrow().first() {
+                self.hosts.set_turn(own.next_turn());
+            }
+        }
         for host in self.hosts.order(target.load_balance_hosts, crate::rt::now()) {
             let address = target.hosts[host].address.to_string();
             // Boxed: connecting (TLS included) is a large future, and

@@ -55,6 +55,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub mod certs;
 mod psql;
 pub mod writers;
 #[allow(unused_imports)] // each test crate uses its own part
@@ -719,6 +720,11 @@ impl Pgbouncer {
         bouncer
     }
 
+    /// The directory of its unix socket (`.s.PGSQL.<port>`), its ini and its log.
+    pub fn socket_dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Rewrites pgbouncer.ini (then `signal(SIGHUP)` reloads it).
     pub fn write_config(&self, databases: &str, settings: &str) {
         let dir = self.dir.display();
@@ -893,8 +899,9 @@ fn remove_temp_dir(dir: &Path) {
     }
 }
 
-/// When root, hands `path` to the PostgreSQL OS user so the server can use it.
-fn give_to_pg_user(path: &Path) {
+/// When root, hands `path` to the PostgreSQL OS user so the server (or a
+/// PgBouncer) can use it.
+pub fn give_to_pg_user(path: &Path) {
     if !is_root() {
         return;
     }
