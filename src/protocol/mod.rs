@@ -98,6 +98,14 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
+    /// Steps over a NUL-terminated string without looking at its bytes (a
+    /// name pglane only forwards: its encoding is the client's business).
+    pub(crate) fn skip_cstr(&mut self) -> Result<(), ProtocolError> {
+        let end = self.buf.iter().position(|&b| b == 0).ok_or(self.malformed())?;
+        self.buf = &self.buf[end + 1..];
+        Ok(())
+    }
+
     pub(crate) fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.buf)
     }
