@@ -86,6 +86,48 @@ pub(super) struct AutoPrepare {
     /// positions back, or run again), and spare buffers for the next ones.
     pub(super) running: VecDeque<Running>,
     pub(super) spare: Vec<String>,
+    /// The traits of the rewritten texts seen lately.
+    pub(super) traits: TraitsMemo,
+}
+
+/// Slots of a [`TraitsMemo`]: a transaction's statements fit (pgbench's
+/// tpcb-like runs seven).
+const TRAITS_SLOTS: usize = 8;
+/// Longer rewritten texts are scanned each time: the memo must not keep a
+/// large query's text alive after its client is gone.
+const TRAITS_TEXT_MAX: usize = 1024;
+
+/// The [`TextTraits`] of rewritten texts seen lately, by shape hash and
+/// checked against the text itself: a hot statement's traits cost a
+/// comparison of its bytes, not a scan of them.
+#[derive(Debug, Default)]
+pub(super) struct TraitsMemo {
+    slots: [Option<(u64, TextTraits, String)>; TRAITS_SLOTS],
+}
+
+impl TraitsMemo {
+    /// The traits of `text`, the rewritten text of shape `hash`.
+    pub(super) fn of(&mut self, hash: u64, text: &str) -> TextTraits {
+        if text.len() > TRAITS_TEXT_MAX {
+            return TextTraits::of(text.as_bytes());
+        }
+        let slot = &mut self.slots[(hash % TRAITS_SLOTS as u64) as usize];
+        if let Some((seen_hash, traits, seen)) = slot {
+            if *seen_hash == hash && seen == text {
+                return *traits;
+            }
+        }
+        let traits = TextTraits::of(text.as_bytes());
+        let mut seen = slot.take().map(|(_, _, seen)| seen).unwrap_or_default();
+        seen.clear();
+        seen.push_str(text);
+        *slot = Some((hash, traits, seen));
+        traits
+    }
+
+    fn retained_bytes(&self) -> usize {
+        self.slots.iter().flatten().map(|(_, _, seen)| seen.capacity()).sum()
+    }
 }
 
 impl Default for AutoPrepare {
@@ -97,6 +139,7 @@ impl Default for AutoPrepare {
             spelling: None,
             running: VecDeque::new(),
             spare: Vec::new(),
+            traits: TraitsMemo::default(),
         }
     }
 }
@@ -105,7 +148,10 @@ impl AutoPrepare {
     /// The bytes its buffers hold, for whoever keeps it between clients
     /// (see `relay::Buffers::park_server_side`).
     pub(super) fn retained_bytes(&self) -> usize {
-        self.lexed.retained_bytes() + self.rewritten.capacity() + self.spare.iter().map(String::capacity).sum::<usize>()
+        self.lexed.retained_bytes()
+            + self.rewritten.capacity()
+            + self.spare.iter().map(String::capacity).sum::<usize>()
+            + self.traits.retained_bytes()
     }
 
     /// Lexes the simple query `sql` into its shape (the rewritten text,
@@ -304,7 +350,7 @@ impl Exchange {
         let auto = self.rewriting();
         let looked_up = match auto.lex(sql, ready, st.client_settings) {
             Ok(()) => {
-                let traits = TextTraits::of(auto.rewritten.as_bytes());
+                let traits = auto.traits.of(auto.lexed.shape_hash(), &auto.rewritten);
                 let context = self.context_for(traits, st);
                 self.rewriting().statement_for(sql, context, st.client_settings, st.registry, after)
             }
@@ -400,5 +446,36 @@ impl Exchange {
     pub(super) fn answers_rewritten_query(&self) -> bool {
         let end = self.due.iter().find(|d| d.ends_request());
         matches!(end, Some(Due::Server { request: Request::Sync { rewritten: true }, .. }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_traits_memo_answers_what_a_scan_would() {
+        let mut memo = TraitsMemo::default();
+        let texts = [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = $1",
+            "SELECT now() = '2020-01-01'::timestamptz",
+            "FETCH 10 FROM c",
+            "SELECT 'x' || $1",
+        ];
+        // Twice over, and all under one hash (the text decides, not the hash).
+        for _ in 0..2 {
+            for (i, text) in texts.iter().enumerate() {
+                assert_eq!(memo.of(i as u64, text), TextTraits::of(text.as_bytes()), "{text}");
+                assert_eq!(memo.of(7, text), TextTraits::of(text.as_bytes()), "{text}");
+            }
+        }
+        assert!(texts.iter().map(|t| TextTraits::of(t.as_bytes())).any(|t| t.literals));
+        assert!(texts.iter().map(|t| TextTraits::of(t.as_bytes())).any(|t| t.session_shaped));
+        // A long text is scanned, not kept.
+        let long = format!("SELECT '{}'", "x".repeat(TRAITS_TEXT_MAX));
+        let kept = memo.retained_bytes();
+        assert_eq!(memo.of(1, &long), TextTraits::of(long.as_bytes()));
+        assert_eq!(memo.retained_bytes(), kept);
+        assert!(kept <= TRAITS_SLOTS * TRAITS_TEXT_MAX);
     }
 }
