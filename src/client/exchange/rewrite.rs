@@ -88,7 +88,13 @@ pub(super) struct AutoPrepare {
     pub(super) spare: Vec<String>,
     /// The traits of the rewritten texts seen lately.
     pub(super) traits: TraitsMemo,
+    /// Where a negotiated rewritten query's Bind is written before it is
+    /// negotiated: kept, so that writing it allocates nothing.
+    pub(super) bind: BytesMut,
 }
+
+/// A larger scratch Bind (a query with large literals) is let go.
+const BIND_KEPT_MAX: usize = 8 * 1024;
 
 /// Slots of a [`TraitsMemo`]: a transaction's statements fit (pgbench's
 /// tpcb-like runs seven).
@@ -140,6 +146,7 @@ impl Default for AutoPrepare {
             running: VecDeque::new(),
             spare: Vec::new(),
             traits: TraitsMemo::default(),
+            bind: BytesMut::new(),
         }
     }
 }
@@ -152,6 +159,7 @@ impl AutoPrepare {
             + self.rewritten.capacity()
             + self.spare.iter().map(String::capacity).sum::<usize>()
             + self.traits.retained_bytes()
+            + self.bind.capacity()
     }
 
     /// Lexes the simple query `sql` into its shape (the rewritten text,
@@ -378,9 +386,10 @@ impl Exchange {
         let (plan, rows_of) = if st.negotiation.is_some() {
             // Negotiated like a client's Bind that asks for all text, as
             // the simple protocol returns it.
-            let mut bind = BytesMut::new();
+            let mut bind = std::mem::take(&mut auto.bind);
+            bind.clear();
             frontend::bind(&mut bind, "", &statement.server_name, &[], auto.lexed.params(), &[]);
-            match names::split_bind(&bind[HEADER_LEN..]) {
+            let sent = match names::split_bind(&bind[HEADER_LEN..]) {
                 Ok((_, _, rest)) => {
                     let (plan, rows_of) = self.send_bind(&statement, "", rest, st, to_server);
                     (plan.map(Rc::new), rows_of)
@@ -389,7 +398,11 @@ impl Exchange {
                     to_server.extend_from_slice(&bind);
                     (None, None)
                 }
+            };
+            if bind.capacity() <= BIND_KEPT_MAX {
+                self.rewriting().bind = bind;
             }
+            sent
         } else {
             frontend::bind(to_server, "", &statement.server_name, &[], auto.lexed.params(), &[]);
             (None, None)
