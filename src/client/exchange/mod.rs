@@ -39,7 +39,7 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 
 pub use super::negotiate::Negotiation;
-use super::negotiate::{self, NegotiateError, Negotiator, Plan};
+use super::negotiate::{self, NegotiateError, Negotiator, Plan, PlanMemo};
 use super::pinning::SessionFeature;
 use super::quiet::QuietTexts;
 use super::tracker::Tracker;
@@ -322,6 +322,8 @@ pub struct Exchange {
     /// Its rewritten queries' working state, lent with the server-side
     /// buffers (see [`InFlight`]); made on first use if none was lent.
     rewriting: Option<Box<AutoPrepare>>,
+    /// Negotiated plans made lately, lent the same way (see [`PlanMemo`]).
+    plans: Option<Box<PlanMemo>>,
     /// The client's statements are its own on its server connection
     /// (session mode): its messages pass through as sent
     /// ([`Exchange::passing_through`]). Else they are the pool's, shared.
@@ -395,13 +397,14 @@ const DUE_KEPT: usize = 64;
 pub struct InFlight {
     due: VecDeque<Due>,
     rewriting: Option<Box<AutoPrepare>>,
+    plans: Option<Box<PlanMemo>>,
 }
 
 impl InFlight {
     /// The bytes its buffers hold (auto-prepare's lexer keeps a query's
     /// literal values, whatever their size, until the next query).
     pub fn retained_bytes(&self) -> usize {
-        self.rewriting.as_ref().map_or(0, |r| r.retained_bytes())
+        self.rewriting.as_ref().map_or(0, |r| r.retained_bytes()) + self.plans.as_ref().map_or(0, |p| p.retained_bytes())
     }
 }
 
@@ -429,6 +432,9 @@ impl Exchange {
         if self.rewriting.is_none() {
             self.rewriting = lent.rewriting;
         }
+        if self.plans.is_none() {
+            self.plans = lent.plans;
+        }
     }
 
     /// Gives the lent part back when the server connection goes, unless
@@ -437,7 +443,7 @@ impl Exchange {
     pub fn park(&mut self) -> InFlight {
         let due = self.due.give_room();
         let idle = self.rewriting.as_ref().is_some_and(|r| r.running.is_empty());
-        InFlight { due, rewriting: if idle { self.rewriting.take() } else { None } }
+        InFlight { due, rewriting: if idle { self.rewriting.take() } else { None }, plans: self.plans.take() }
     }
 
     /// The named statements counted since the last call, for the pool's
@@ -488,6 +494,10 @@ impl Exchange {
             ddl_pending,
             auto: _,
             rewriting,
+            // Each plan is kept with everything it was made from, the
+            // connection's text settings too: nothing of it is about this
+            // server connection.
+            plans: _,
             passes_through: _,
             quiet: _,
             for_server,

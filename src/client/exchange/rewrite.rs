@@ -392,7 +392,7 @@ impl Exchange {
             let sent = match names::split_bind(&bind[HEADER_LEN..]) {
                 Ok((_, _, rest)) => {
                     let (plan, rows_of) = self.send_bind(&statement, "", rest, st, to_server);
-                    (plan.map(Rc::new), rows_of)
+                    (plan, rows_of)
                 }
                 Err(_) => {
                     to_server.extend_from_slice(&bind);
