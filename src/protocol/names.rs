@@ -37,7 +37,7 @@ pub fn parse_query(rest: &[u8]) -> &str {
 /// those before its terminating NUL (all of them if there is none). For
 /// cheap tests on every query that most texts fail before any decoding.
 pub fn query_bytes(body: &[u8]) -> &[u8] {
-    match body.iter().position(|&b| b == 0) {
+    match super::nul_at(body) {
         Some(end) => &body[..end],
         None => body,
     }
