@@ -842,8 +842,17 @@ impl Exchange {
         self.skip_to_sync = true;
     }
 
-    /// Writes the answers pglane owes that are next in line.
+    /// Writes the answers pglane owes that are next in line. Called before
+    /// every server message and most client ones, and most often with
+    /// nothing owed: that case is a look at the queue's front, inline.
+    #[inline]
     fn answer_local(&mut self, to_client: &mut BytesMut) {
+        if let Some(Due::Local(_)) = self.due.front() {
+            self.write_local_answers(to_client);
+        }
+    }
+
+    fn write_local_answers(&mut self, to_client: &mut BytesMut) {
         while let Some(Due::Local(_)) = self.due.front() {
             let Some(Due::Local(local)) = self.due.pop_front() else { break };
             match local {
