@@ -32,7 +32,6 @@ use crate::prepare::auto::{Job, Lookup, PassThrough, Spelling};
 use crate::prepare::lexer::{self, LexOptions, Lexed};
 use crate::prepare::{Context, Registry, Statement};
 use crate::protocol::backend;
-use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
 use crate::settings::{Settings, TextTraits, Value};
@@ -389,16 +388,8 @@ impl Exchange {
             let mut bind = std::mem::take(&mut auto.bind);
             bind.clear();
             frontend::bind(&mut bind, "", &statement.server_name, &[], auto.lexed.params(), &[]);
-            let sent = match names::split_bind(&bind[HEADER_LEN..]) {
-                Ok((_, _, rest)) => {
-                    let (plan, rows_of) = self.send_bind(&statement, "", rest, st, to_server);
-                    (plan, rows_of)
-                }
-                Err(_) => {
-                    to_server.extend_from_slice(&bind);
-                    (None, None)
-                }
-            };
+            let rest = &bind[names::bind_rest_at("", &statement.server_name)..];
+            let sent = self.send_bind(&statement, "", rest, st, to_server);
             if bind.capacity() <= BIND_KEPT_MAX {
                 self.rewriting().bind = bind;
             }
