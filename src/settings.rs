@@ -380,6 +380,12 @@ impl Settings {
             // common case: a client back on the connection it had).
             return None;
         }
+        if self.values == server.values {
+            // The same values under another version (clients with the same
+            // settings taking turns on a connection): one ordered walk of
+            // both maps, where the loops below look each name up.
+            return None;
+        }
         let kept = |name: &String| keep_unknown && server.values.get(name) == Some(&Value::Unknown);
         // statement_timeout last: PostgreSQL times each statement of a
         // query with the value in force as it starts, so the SETs before it

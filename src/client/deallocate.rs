@@ -9,14 +9,23 @@
 //! this (the server runs it), nor is anything with more than one statement or
 //! a comment: those pass through unchanged.
 
+/// Whether `text`, past leading whitespace, begins with the keyword
+/// `DEALLOCATE` in any case: the test every query fails first. It reads
+/// only that far, so a message body may be given whole (its NUL ends the
+/// whitespace like any other byte).
+pub fn begins_with_deallocate(text: &[u8]) -> bool {
+    text.iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .is_some_and(|start| text[start..].get(..10).is_some_and(|word| word.eq_ignore_ascii_case(b"deallocate")))
+}
+
 /// The statement name `text` deallocates, as PostgreSQL resolves it
 /// (unquoted names folded to lower case, `""` in a quoted name is `"`), or
 /// None if `text` is not a single `DEALLOCATE [PREPARE] name`. The text is
 /// the query's bytes, undecoded: every query and Parse of a client comes
 /// through here, and nearly none begins with the keyword.
 pub fn deallocated_name(text: &[u8]) -> Option<String> {
-    let start = text.iter().position(|b| !b.is_ascii_whitespace())?;
-    if !text[start..].get(..10).is_some_and(|word| word.eq_ignore_ascii_case(b"deallocate")) {
+    if !begins_with_deallocate(text) {
         return None;
     }
     let sql = std::str::from_utf8(text).ok()?.trim();
@@ -68,7 +77,26 @@ fn strip_keyword<'a>(text: &'a str, keyword: &str) -> Option<&'a str> {
 
 #[cfg(test)]
 mod tests {
-    use super::deallocated_name;
+    use super::{begins_with_deallocate, deallocated_name};
+
+    #[test]
+    fn the_keyword_is_recognized_in_a_whole_message_body() {
+        for (body, begins) in [
+            (&b"DEALLOCATE _pg3_1\0"[..], true),
+            (b"  \n deallocate prepare x;\0", true),
+            (b"DeAlLoCaTe", true),
+            (b"DEALLOCAT\0", false),
+            (b"\0DEALLOCATE x", false),
+            (b"select 1\0", false),
+            (b"", false),
+            (b"   ", false),
+        ] {
+            assert_eq!(begins_with_deallocate(body), begins, "{body:?}");
+            if !begins {
+                assert_eq!(deallocated_name(crate::protocol::names::query_bytes(body)), None);
+            }
+        }
+    }
 
     #[test]
     fn names() {

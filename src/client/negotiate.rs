@@ -365,6 +365,98 @@ pub fn plan_bind<'r>(
     Some((Plan::new(&types, &codes, settings, max_row, small_rows)?, params))
 }
 
+/// Slots of a [`PlanMemo`]: a transaction's statements fit (pgbench's
+/// tpcb-like binds five).
+const PLAN_SLOTS: usize = 8;
+/// Longer descriptions are planned each time and not kept.
+const PLAN_DESCRIPTION_MAX: usize = 2048;
+
+/// The plans made lately, each with everything it was made from: the
+/// statement's cached description, the Bind's result-format codes, the text
+/// settings, `max_row` and `small_rows`. A Bind that matches them all gets
+/// the same plan without the description being decoded or a plan built
+/// again; the match is by content, so a refreshed description or a changed
+/// setting plans anew. Lent with the exchange's other working state (see
+/// `exchange::InFlight`), so that an idle client holds none of it.
+#[derive(Debug, Default)]
+pub struct PlanMemo {
+    slots: [Option<Box<Planned>>; PLAN_SLOTS],
+}
+
+#[derive(Debug)]
+struct Planned {
+    description: Vec<u8>,
+    codes: Vec<u8>,
+    settings: TextSettings,
+    max_row: usize,
+    small_rows: bool,
+    plan: Option<Rc<Plan>>,
+}
+
+impl Planned {
+    fn made_from(&self, description: &[u8], codes: &[u8], settings: &TextSettings, max_row: usize, small_rows: bool) -> bool {
+        self.description == description
+            && self.codes == codes
+            && self.max_row == max_row
+            && self.small_rows == small_rows
+            && self.settings == *settings
+    }
+}
+
+impl PlanMemo {
+    /// [`plan_bind`], remembered in the slot `key` picks (any number: the
+    /// statement's address, say; the slot's content decides a hit).
+    pub fn plan_bind<'r>(
+        &mut self,
+        key: usize,
+        description: &[u8],
+        rest: &'r [u8],
+        settings: &TextSettings,
+        max_row: usize,
+        small_rows: bool,
+    ) -> Option<(Rc<Plan>, &'r [u8])> {
+        let (params, codes) = frontend::split_bind_result_codes(rest).ok()?;
+        if description.len() > PLAN_DESCRIPTION_MAX {
+            let plan =
+                Plan::new(&described_types(description)?, &frontend::decode_format_codes(codes), settings, max_row, small_rows)?;
+            return Some((Rc::new(plan), params));
+        }
+        let slot = &mut self.slots[key % PLAN_SLOTS];
+        if let Some(planned) = slot.as_deref() {
+            if planned.made_from(description, codes, settings, max_row, small_rows) {
+                return planned.plan.clone().map(|plan| (plan, params));
+            }
+        }
+        let plan = described_types(description)
+            .and_then(|types| Plan::new(&types, &frontend::decode_format_codes(codes), settings, max_row, small_rows))
+            .map(Rc::new);
+        let planned = slot.get_or_insert_with(|| {
+            Box::new(Planned {
+                description: Vec::new(),
+                codes: Vec::new(),
+                settings: TextSettings::default(),
+                max_row,
+                small_rows,
+                plan: None,
+            })
+        });
+        planned.description.clear();
+        planned.description.extend_from_slice(description);
+        planned.codes.clear();
+        planned.codes.extend_from_slice(codes);
+        planned.settings.clone_from(settings);
+        planned.max_row = max_row;
+        planned.small_rows = small_rows;
+        planned.plan = plan.clone();
+        plan.map(|plan| (plan, params))
+    }
+
+    /// The bytes it holds, for whoever keeps it between clients.
+    pub fn retained_bytes(&self) -> usize {
+        self.slots.iter().flatten().map(|p| p.description.capacity() + p.codes.capacity()).sum()
+    }
+}
+
 /// What transcoding one DataRow did, for the stats.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RowStats {
@@ -461,8 +553,8 @@ impl Negotiator {
 
     /// A Bind made `portal`, with `plan` or none, and the statement whose
     /// rows to watch or none (both none forgets an old portal of the name).
-    pub fn bound(&mut self, portal: &str, plan: Option<Plan>, rows_of: Option<Rc<Statement>>) {
-        let kept = (plan.is_some() || rows_of.is_some()).then(|| Portal { plan: plan.map(Rc::new), rows_of });
+    pub fn bound(&mut self, portal: &str, plan: Option<Rc<Plan>>, rows_of: Option<Rc<Statement>>) {
+        let kept = (plan.is_some() || rows_of.is_some()).then(|| Portal { plan, rows_of });
         match kept {
             Some(kept) if !portal.is_empty() => {
                 self.named.insert(portal.to_owned(), kept);
@@ -705,6 +797,59 @@ mod tests {
         assert!(plan_bind(b"", &rest, &settings(), 1 << 20, false).is_none());
     }
 
+    /// What [`plan_bind`] makes, as comparable values.
+    fn planned<P: std::borrow::Borrow<Plan>>(plan: Option<(P, &[u8])>) -> Option<(Vec<i16>, Vec<i16>, Vec<u8>)> {
+        plan.map(|(p, params)| {
+            let p = p.borrow();
+            (p.server_formats().to_vec(), p.client_formats.to_vec(), params.to_vec())
+        })
+    }
+
+    #[test]
+    fn the_plan_memo_answers_what_planning_again_would() {
+        let mut memo = PlanMemo::default();
+        let utc = settings();
+        let mut other_zone = settings();
+        other_zone.apply("TimeZone", "Europe/Paris");
+        let descriptions = [
+            description(&[oid::UUID, oid::INT4]),
+            description(&[oid::INT4]),
+            description(&[25]),
+            description(&[oid::TIMESTAMPTZ]),
+            BytesMut::from(&b"not a description"[..]),
+        ];
+        let rests = [bind_rest(&[]), bind_rest(&[1]), bind_rest(&[0, 1]), b"\0".to_vec()];
+        // Every mix twice over, all under one key and under their own: the
+        // inputs decide, never the slot.
+        for _ in 0..2 {
+            for (i, d) in descriptions.iter().enumerate() {
+                for rest in &rests {
+                    for s in [&utc, &other_zone] {
+                        for (max_row, small_rows) in [(1 << 20, false), (8, false), (8, true)] {
+                            let want = planned(plan_bind(d, rest, s, max_row, small_rows));
+                            assert_eq!(planned(memo.plan_bind(0, d, rest, s, max_row, small_rows)), want);
+                            assert_eq!(planned(memo.plan_bind(i, d, rest, s, max_row, small_rows)), want);
+                        }
+                    }
+                }
+            }
+        }
+        // A hit is the same plan, not a new one.
+        let d = &descriptions[0];
+        let first = memo.plan_bind(3, d, &rests[0], &utc, 1 << 20, false).unwrap().0;
+        let again = memo.plan_bind(3, d, &rests[0], &utc, 1 << 20, false).unwrap().0;
+        assert!(Rc::ptr_eq(&first, &again));
+        // A description over the memo's limit is planned, and not kept.
+        let wide = description(&[oid::INT4; 200]);
+        assert!(wide.len() > PLAN_DESCRIPTION_MAX);
+        let kept = memo.retained_bytes();
+        assert_eq!(
+            planned(memo.plan_bind(3, &wide, &rests[0], &utc, 1 << 20, false)),
+            planned(plan_bind(&wide, &rests[0], &utc, 1 << 20, false))
+        );
+        assert_eq!(memo.retained_bytes(), kept);
+    }
+
     #[test]
     fn rows_are_transcoded_field_by_field() {
         let plan =
@@ -782,19 +927,19 @@ mod tests {
         assert!(!n.group_is_clean());
         n.client_sent(frontend::SYNC);
         assert!(n.group_is_clean());
-        n.bound("", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
+        n.bound("", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false).map(Rc::new), None);
         assert!(n.plan("").is_some());
         n.bound("", None, None);
         assert!(n.plan("").is_none());
-        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
-        n.bound("", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
+        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false).map(Rc::new), None);
+        n.bound("", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false).map(Rc::new), None);
         assert!(n.plan("c").is_some() && n.plan("").is_some());
         n.closed("c");
         assert!(n.plan("c").is_none() && n.plan("").is_some(), "closing a named portal leaves the unnamed one");
-        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
+        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false).map(Rc::new), None);
         n.bound("c", None, None);
         assert!(n.plan("c").is_none(), "a Bind of nothing to negotiate replaces the old portal");
-        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false), None);
+        n.bound("c", Plan::new(&[oid::INT4], &[], &settings(), 1 << 20, false).map(Rc::new), None);
         n.transaction_ended();
         assert!(n.plan("c").is_none() && n.plan("").is_none());
     }

@@ -412,7 +412,7 @@ pub fn decode_row_description(body: &[u8]) -> Result<Vec<FieldDescription>, Prot
 /// The type OID of each column of a RowDescription body, read without
 /// decoding the column names.
 pub fn row_description_types(body: &[u8]) -> Result<Vec<u32>, ProtocolError> {
-    let mut types = Vec::new();
+    let mut types = Vec::with_capacity(body.len() / (FIELD_FIXED_LEN + 1));
     walk_row_description(body, |field| types.push(u32::from_be_bytes([field[6], field[7], field[8], field[9]])))?;
     Ok(types)
 }
@@ -420,15 +420,21 @@ pub fn row_description_types(body: &[u8]) -> Result<Vec<u32>, ProtocolError> {
 /// Appends RowDescription `body` as a whole message with each column's format
 /// code replaced by `formats[column]`; every other byte is kept.
 pub fn row_description_with_formats(out: &mut BytesMut, body: &[u8], formats: &[i16]) -> Result<(), ProtocolError> {
-    let mut offsets = Vec::with_capacity(formats.len());
-    walk_row_description(body, |field| offsets.push(field.as_ptr() as usize - body.as_ptr() as usize + FIELD_FORMAT_AT))?;
-    if offsets.len() != formats.len() {
-        return Err(ProtocolError::Malformed("RowDescription"));
-    }
-    let start = out.len() + HEADER_LEN;
+    let before = out.len();
+    let start = before + HEADER_LEN;
     put_message(out, ROW_DESCRIPTION, |b| b.put_slice(body));
-    for (at, format) in offsets.into_iter().zip(formats) {
-        out[start + at..start + at + 2].copy_from_slice(&format.to_be_bytes());
+    // One walk over the server's bytes, patching the copy as it goes.
+    let mut columns = 0;
+    let walked = walk_row_description(body, |field| {
+        if let Some(format) = formats.get(columns) {
+            let at = start + field.as_ptr() as usize - body.as_ptr() as usize + FIELD_FORMAT_AT;
+            out[at..at + 2].copy_from_slice(&format.to_be_bytes());
+        }
+        columns += 1;
+    });
+    if walked.is_err() || columns != formats.len() {
+        out.truncate(before);
+        return Err(ProtocolError::Malformed("RowDescription"));
     }
     Ok(())
 }
@@ -446,7 +452,7 @@ fn walk_row_description(body: &[u8], mut field: impl FnMut(&[u8])) -> Result<(),
     let mut r = Reader::new(body, WHAT);
     let count = read_count(&mut r, WHAT)?;
     for _ in 0..count {
-        r.cstr()?;
+        r.skip_cstr()?;
         field(r.bytes(FIELD_FIXED_LEN)?);
     }
     if !r.is_empty() {
@@ -674,6 +680,44 @@ mod tests {
         for bad in [&b"SERROR"[..], b"SERROR\0", b""] {
             assert!(error_field_list(bad).is_err());
         }
+    }
+
+    /// A RowDescription body of columns (name, type OID), text format.
+    fn described(columns: &[(&[u8], u32)]) -> Vec<u8> {
+        let mut body = (columns.len() as i16).to_be_bytes().to_vec();
+        for (name, oid) in columns {
+            body.extend_from_slice(name);
+            body.push(0);
+            body.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+            body.extend_from_slice(&oid.to_be_bytes());
+            body.extend_from_slice(&[0, 4, 0xff, 0xff, 0xff, 0xff, 0, 0]);
+        }
+        body
+    }
+
+    #[test]
+    fn row_descriptions_are_walked_once_and_names_passed_as_sent() {
+        // A name in the client's encoding (LATIN1 `é`) is not UTF-8: pglane
+        // forwards it and reads only the fixed part of each column.
+        let body = described(&[(b"caf\xe9", 23), (b"b", 25)]);
+        assert_eq!(row_description_types(&body).unwrap(), [23, 25]);
+        let mut out = BytesMut::from(&b"kept"[..]);
+        row_description_with_formats(&mut out, &body, &[1, 0]).unwrap();
+        assert_eq!(&out[..4], b"kept");
+        let mut rest = out.split_off(4);
+        let m = one(&mut rest);
+        let mut want = body.clone();
+        let first_format = 2 + 5 + FIELD_FORMAT_AT;
+        want[first_format..first_format + 2].copy_from_slice(&1i16.to_be_bytes());
+        assert_eq!((m.tag, &m.body[..]), (ROW_DESCRIPTION, &want[..]));
+        // Fewer or more formats than columns, or a truncated body: an error,
+        // and nothing written.
+        for (body, formats) in [(&body[..], &[0i16][..]), (&body[..], &[0, 0, 0][..]), (&body[..body.len() - 1], &[0, 0][..])] {
+            let mut out = BytesMut::from(&b"kept"[..]);
+            assert!(row_description_with_formats(&mut out, body, formats).is_err());
+            assert_eq!(&out[..], b"kept");
+        }
+        assert!(row_description_types(&body[..body.len() - 1]).is_err());
     }
 
     #[test]

@@ -107,6 +107,13 @@ pub fn decode_query(body: &[u8]) -> Result<&str, ProtocolError> {
 /// codes, each 0 (text) or 1 (binary): none means all text, one applies to
 /// every column, otherwise one per column.
 pub fn split_bind_results(rest: &[u8]) -> Result<(&[u8], Vec<i16>), ProtocolError> {
+    let (params, codes) = split_bind_result_codes(rest)?;
+    Ok((params, decode_format_codes(codes)))
+}
+
+/// [`split_bind_results`] with the result-format codes left as they came
+/// (two bytes each), for a caller that compares them before it decodes.
+pub fn split_bind_result_codes(rest: &[u8]) -> Result<(&[u8], &[u8]), ProtocolError> {
     const WHAT: &str = "Bind";
     let mut r = Reader::new(rest, WHAT);
     let formats = usize::from(r.u16()?);
@@ -123,8 +130,12 @@ pub fn split_bind_results(rest: &[u8]) -> Result<(&[u8], Vec<i16>), ProtocolErro
     if !r.is_empty() {
         return Err(ProtocolError::Malformed(WHAT));
     }
-    let codes = codes.chunks_exact(2).map(|c| i16::from_be_bytes([c[0], c[1]])).collect();
     Ok((&rest[..params_len], codes))
+}
+
+/// Format codes as sent (two bytes each, big-endian).
+pub fn decode_format_codes(codes: &[u8]) -> Vec<i16> {
+    codes.chunks_exact(2).map(|c| i16::from_be_bytes([c[0], c[1]])).collect()
 }
 
 /// An Execute body as `(portal, max rows)`.

@@ -92,15 +92,31 @@ impl<'a> Reader<'a> {
 
     /// A NUL-terminated string, returned without its terminator.
     pub(crate) fn cstr(&mut self) -> Result<&'a str, ProtocolError> {
-        let end = self.buf.iter().position(|&b| b == 0).ok_or(self.malformed())?;
+        let end = nul_at(self.buf).ok_or(self.malformed())?;
         let s = std::str::from_utf8(&self.buf[..end]).map_err(|_| self.malformed())?;
         self.buf = &self.buf[end + 1..];
         Ok(s)
     }
 
+    /// Steps over a NUL-terminated string without looking at its bytes (a
+    /// name pglane only forwards: its encoding is the client's business).
+    pub(crate) fn skip_cstr(&mut self) -> Result<(), ProtocolError> {
+        let end = nul_at(self.buf).ok_or(self.malformed())?;
+        self.buf = &self.buf[end + 1..];
+        Ok(())
+    }
+
     pub(crate) fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.buf)
     }
+}
+
+/// Where the first NUL byte of `bytes` is: found a word at a time (the
+/// standard library's memchr), not a byte at a time, since query texts are
+/// scanned for their terminator on every message.
+#[inline]
+pub(crate) fn nul_at(bytes: &[u8]) -> Option<usize> {
+    std::ffi::CStr::from_bytes_until_nul(bytes).ok().map(|s| s.to_bytes().len())
 }
 
 /// Appends a NUL-terminated string.
@@ -118,4 +134,28 @@ pub(crate) fn put_message(buf: &mut bytes::BytesMut, tag: u8, body: impl FnOnce(
     body(buf);
     let len = (buf.len() - len_at) as i32;
     buf[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+#[cfg(test)]
+mod nul_tests {
+    use super::*;
+
+    #[test]
+    fn the_first_nul_is_found_at_any_offset() {
+        for len in 0..40 {
+            for at in 0..len {
+                let mut bytes = vec![b'x'; len];
+                bytes[at] = 0;
+                if at + 1 < len {
+                    bytes[len - 1] = 0;
+                }
+                assert_eq!(nul_at(&bytes), Some(at), "{len} {at}");
+                let mut r = Reader::new(&bytes, "test");
+                assert_eq!(r.cstr().map(str::len), Ok(at));
+                assert_eq!(r.remaining(), len - at - 1);
+            }
+            assert_eq!(nul_at(&vec![b'x'; len]), None);
+            assert!(Reader::new(&vec![b'x'; len], "test").skip_cstr().is_err());
+        }
+    }
 }

@@ -37,7 +37,7 @@ pub fn parse_query(rest: &[u8]) -> &str {
 /// those before its terminating NUL (all of them if there is none). For
 /// cheap tests on every query that most texts fail before any decoding.
 pub fn query_bytes(body: &[u8]) -> &[u8] {
-    match body.iter().position(|&b| b == 0) {
+    match super::nul_at(body) {
         Some(end) => &body[..end],
         None => body,
     }
@@ -48,6 +48,13 @@ pub fn put_parse(out: &mut BytesMut, name: &str, rest: &[u8]) {
         put_cstr(b, name);
         b.put_slice(rest);
     });
+}
+
+/// Where the rest of a Bind message (header included) that pglane wrote
+/// itself with `portal` and `statement` begins, as [`split_bind`] would
+/// find it: names it made need no scan for their ends.
+pub fn bind_rest_at(portal: &str, statement: &str) -> usize {
+    super::frame::HEADER_LEN + portal.len() + 1 + statement.len() + 1
 }
 
 /// A Bind body as `(portal, statement name, rest)`.
@@ -101,6 +108,18 @@ mod tests {
     use super::*;
     use crate::protocol::frame::split_message;
     use crate::protocol::frontend::{close, describe, CLOSE, DESCRIBE};
+
+    #[test]
+    fn a_bind_pglane_wrote_has_its_rest_where_a_split_finds_it() {
+        for (portal, statement) in [("", "pglane_1_2"), ("p", ""), ("", ""), ("portal", "s")] {
+            let mut out = BytesMut::new();
+            let values: [Option<&[u8]>; 2] = [Some(b"7"), None];
+            crate::protocol::frontend::bind(&mut out, portal, statement, &[0], values.into_iter(), &[1]);
+            let (p, s, rest) = split_bind(&out[super::super::frame::HEADER_LEN..]).unwrap();
+            assert_eq!((p, s), (portal, statement));
+            assert_eq!(&out[bind_rest_at(portal, statement)..], rest);
+        }
+    }
 
     #[test]
     fn query_bytes_stop_at_the_nul() {

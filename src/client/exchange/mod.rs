@@ -39,7 +39,7 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 
 pub use super::negotiate::Negotiation;
-use super::negotiate::{self, NegotiateError, Negotiator, Plan};
+use super::negotiate::{self, NegotiateError, Negotiator, Plan, PlanMemo};
 use super::pinning::SessionFeature;
 use super::quiet::QuietTexts;
 use super::tracker::Tracker;
@@ -323,6 +323,8 @@ pub struct Exchange {
     /// Its rewritten queries' working state, lent with the server-side
     /// buffers (see [`InFlight`]); made on first use if none was lent.
     rewriting: Option<Box<AutoPrepare>>,
+    /// Negotiated plans made lately, lent the same way (see [`PlanMemo`]).
+    plans: Option<Box<PlanMemo>>,
     /// The client's statements are its own on its server connection
     /// (session mode): its messages pass through as sent
     /// ([`Exchange::passing_through`]). Else they are the pool's, shared.
@@ -401,13 +403,14 @@ const DUE_KEPT: usize = 64;
 pub struct InFlight {
     due: VecDeque<Due>,
     rewriting: Option<Box<AutoPrepare>>,
+    plans: Option<Box<PlanMemo>>,
 }
 
 impl InFlight {
     /// The bytes its buffers hold (auto-prepare's lexer keeps a query's
     /// literal values, whatever their size, until the next query).
     pub fn retained_bytes(&self) -> usize {
-        self.rewriting.as_ref().map_or(0, |r| r.retained_bytes())
+        self.rewriting.as_ref().map_or(0, |r| r.retained_bytes()) + self.plans.as_ref().map_or(0, |p| p.retained_bytes())
     }
 }
 
@@ -435,6 +438,9 @@ impl Exchange {
         if self.rewriting.is_none() {
             self.rewriting = lent.rewriting;
         }
+        if self.plans.is_none() {
+            self.plans = lent.plans;
+        }
     }
 
     /// Gives the lent part back when the server connection goes, unless
@@ -443,7 +449,7 @@ impl Exchange {
     pub fn park(&mut self) -> InFlight {
         let due = self.due.give_room();
         let idle = self.rewriting.as_ref().is_some_and(|r| r.running.is_empty());
-        InFlight { due, rewriting: if idle { self.rewriting.take() } else { None } }
+        InFlight { due, rewriting: if idle { self.rewriting.take() } else { None }, plans: self.plans.take() }
     }
 
     /// The client's unnamed statement is none pglane has (pglane answered
@@ -506,6 +512,10 @@ impl Exchange {
             ddl_pending,
             auto: _,
             rewriting,
+            // Each plan is kept with everything it was made from, the
+            // connection's text settings too: nothing of it is about this
+            // server connection.
+            plans: _,
             passes_through: _,
             quiet: _,
             for_server,
@@ -858,8 +868,17 @@ impl Exchange {
         self.skip_to_sync = true;
     }
 
-    /// Writes the answers pglane owes that are next in line.
+    /// Writes the answers pglane owes that are next in line. Called before
+    /// every server message and most client ones, and most often with
+    /// nothing owed: that case is a look at the queue's front, inline.
+    #[inline]
     fn answer_local(&mut self, to_client: &mut BytesMut) {
+        if let Some(Due::Local(_)) = self.due.front() {
+            self.write_local_answers(to_client);
+        }
+    }
+
+    fn write_local_answers(&mut self, to_client: &mut BytesMut) {
         while let Some(Due::Local(_)) = self.due.front() {
             let Some(Due::Local(local)) = self.due.pop_front() else { break };
             match local {

@@ -33,13 +33,13 @@ impl Exchange {
     /// The plan for a Bind of `s` as `portal`, and the Bind's parameter part,
     /// if negotiation is on and finds columns to ask binary for.
     pub(super) fn negotiate_bind<'r>(
-        &self,
+        &mut self,
         s: &Statement,
         portal: &str,
         rest: &'r [u8],
         small_rows: bool,
         st: &Statements<'_>,
-    ) -> Option<(Plan, &'r [u8])> {
+    ) -> Option<(Rc<Plan>, &'r [u8])> {
         let negotiation = st.negotiation?;
         let description = s.description.borrow();
         let description = description.as_deref()?;
@@ -53,7 +53,9 @@ impl Exchange {
         } else {
             &unknown
         };
-        let planned = negotiate::plan_bind(description, rest, settings, negotiation.max_row, small_rows)?;
+        let plans = self.plans.get_or_insert_with(Default::default);
+        let key = s as *const Statement as usize / std::mem::align_of::<Statement>();
+        let planned = plans.plan_bind(key, description, rest, settings, negotiation.max_row, small_rows)?;
         tracing::trace!(portal, statement = %s.server_name, columns = planned.0.transcoded_columns(), "negotiated binary results");
         st.registry.count(|c| c.portals_negotiated += 1);
         Some(planned)
@@ -104,7 +106,7 @@ impl Exchange {
         rest: &[u8],
         st: &mut Statements<'_>,
         to_server: &mut BytesMut,
-    ) -> (Option<Plan>, Option<Rc<Statement>>) {
+    ) -> (Option<Rc<Plan>>, Option<Rc<Statement>>) {
         self.learn_description(s, st, to_server);
         let record = s.rows.get();
         let plan = self.negotiate_bind(s, portal, rest, negotiate::small_rows(record), st);

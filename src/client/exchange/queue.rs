@@ -53,14 +53,17 @@ impl DueQueue {
         }
     }
 
+    #[inline]
     pub fn pop_front(&mut self) -> Option<Due> {
         self.entries.pop_front()
     }
 
+    #[inline]
     pub fn front(&self) -> Option<&Due> {
         self.entries.front()
     }
 
+    #[inline]
     pub fn back(&self) -> Option<&Due> {
         self.entries.back()
     }
@@ -69,6 +72,7 @@ impl DueQueue {
         self.entries.remove(at)
     }
 
+    #[inline]
     pub fn iter(&self) -> std::collections::vec_deque::Iter<'_, Due> {
         self.entries.iter()
     }
@@ -77,10 +81,12 @@ impl DueQueue {
         self.entries.as_slices()
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

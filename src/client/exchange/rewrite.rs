@@ -32,7 +32,6 @@ use crate::prepare::auto::{Job, Lookup, PassThrough, Spelling};
 use crate::prepare::lexer::{self, LexOptions, Lexed};
 use crate::prepare::{Context, Registry, Statement};
 use crate::protocol::backend;
-use crate::protocol::frame::HEADER_LEN;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
 use crate::settings::{Settings, TextTraits, Value};
@@ -86,6 +85,54 @@ pub(super) struct AutoPrepare {
     /// positions back, or run again), and spare buffers for the next ones.
     pub(super) running: VecDeque<Running>,
     pub(super) spare: Vec<String>,
+    /// The traits of the rewritten texts seen lately.
+    pub(super) traits: TraitsMemo,
+    /// Where a negotiated rewritten query's Bind is written before it is
+    /// negotiated: kept, so that writing it allocates nothing.
+    pub(super) bind: BytesMut,
+}
+
+/// A larger scratch Bind (a query with large literals) is let go.
+const BIND_KEPT_MAX: usize = 8 * 1024;
+
+/// Slots of a [`TraitsMemo`]: a transaction's statements fit (pgbench's
+/// tpcb-like runs seven).
+const TRAITS_SLOTS: usize = 8;
+/// Longer rewritten texts are scanned each time: the memo must not keep a
+/// large query's text alive after its client is gone.
+const TRAITS_TEXT_MAX: usize = 1024;
+
+/// The [`TextTraits`] of rewritten texts seen lately, by shape hash and
+/// checked against the text itself: a hot statement's traits cost a
+/// comparison of its bytes, not a scan of them.
+#[derive(Debug, Default)]
+pub(super) struct TraitsMemo {
+    slots: [Option<(u64, TextTraits, String)>; TRAITS_SLOTS],
+}
+
+impl TraitsMemo {
+    /// The traits of `text`, the rewritten text of shape `hash`.
+    pub(super) fn of(&mut self, hash: u64, text: &str) -> TextTraits {
+        if text.len() > TRAITS_TEXT_MAX {
+            return TextTraits::of(text.as_bytes());
+        }
+        let slot = &mut self.slots[(hash % TRAITS_SLOTS as u64) as usize];
+        if let Some((seen_hash, traits, seen)) = slot {
+            if *seen_hash == hash && seen == text {
+                return *traits;
+            }
+        }
+        let traits = TextTraits::of(text.as_bytes());
+        let mut seen = slot.take().map(|(_, _, seen)| seen).unwrap_or_default();
+        seen.clear();
+        seen.push_str(text);
+        *slot = Some((hash, traits, seen));
+        traits
+    }
+
+    fn retained_bytes(&self) -> usize {
+        self.slots.iter().flatten().map(|(_, _, seen)| seen.capacity()).sum()
+    }
 }
 
 impl Default for AutoPrepare {
@@ -97,6 +144,8 @@ impl Default for AutoPrepare {
             spelling: None,
             running: VecDeque::new(),
             spare: Vec::new(),
+            traits: TraitsMemo::default(),
+            bind: BytesMut::new(),
         }
     }
 }
@@ -105,7 +154,11 @@ impl AutoPrepare {
     /// The bytes its buffers hold, for whoever keeps it between clients
     /// (see `relay::Buffers::park_server_side`).
     pub(super) fn retained_bytes(&self) -> usize {
-        self.lexed.retained_bytes() + self.rewritten.capacity() + self.spare.iter().map(String::capacity).sum::<usize>()
+        self.lexed.retained_bytes()
+            + self.rewritten.capacity()
+            + self.spare.iter().map(String::capacity).sum::<usize>()
+            + self.traits.retained_bytes()
+            + self.bind.capacity()
     }
 
     /// Lexes the simple query `sql` into its shape (the rewritten text,
@@ -304,7 +357,7 @@ impl Exchange {
         let auto = self.rewriting();
         let looked_up = match auto.lex(sql, ready, st.client_settings) {
             Ok(()) => {
-                let traits = TextTraits::of(auto.rewritten.as_bytes());
+                let traits = auto.traits.of(auto.lexed.shape_hash(), &auto.rewritten);
                 let context = self.context_for(traits, st);
                 self.rewriting().statement_for(sql, context, st.client_settings, st.registry, after)
             }
@@ -332,18 +385,15 @@ impl Exchange {
         let (plan, rows_of) = if st.negotiation.is_some() {
             // Negotiated like a client's Bind that asks for all text, as
             // the simple protocol returns it.
-            let mut bind = BytesMut::new();
+            let mut bind = std::mem::take(&mut auto.bind);
+            bind.clear();
             frontend::bind(&mut bind, "", &statement.server_name, &[], auto.lexed.params(), &[]);
-            match names::split_bind(&bind[HEADER_LEN..]) {
-                Ok((_, _, rest)) => {
-                    let (plan, rows_of) = self.send_bind(&statement, "", rest, st, to_server);
-                    (plan.map(Rc::new), rows_of)
-                }
-                Err(_) => {
-                    to_server.extend_from_slice(&bind);
-                    (None, None)
-                }
+            let rest = &bind[names::bind_rest_at("", &statement.server_name)..];
+            let sent = self.send_bind(&statement, "", rest, st, to_server);
+            if bind.capacity() <= BIND_KEPT_MAX {
+                self.rewriting().bind = bind;
             }
+            sent
         } else {
             frontend::bind(to_server, "", &statement.server_name, &[], auto.lexed.params(), &[]);
             (None, None)
@@ -400,5 +450,36 @@ impl Exchange {
     pub(super) fn answers_rewritten_query(&self) -> bool {
         let end = self.due.iter().find(|d| d.ends_request());
         matches!(end, Some(Due::Server { request: Request::Sync { rewritten: true }, .. }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_traits_memo_answers_what_a_scan_would() {
+        let mut memo = TraitsMemo::default();
+        let texts = [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = $1",
+            "SELECT now() = '2020-01-01'::timestamptz",
+            "FETCH 10 FROM c",
+            "SELECT 'x' || $1",
+        ];
+        // Twice over, and all under one hash (the text decides, not the hash).
+        for _ in 0..2 {
+            for (i, text) in texts.iter().enumerate() {
+                assert_eq!(memo.of(i as u64, text), TextTraits::of(text.as_bytes()), "{text}");
+                assert_eq!(memo.of(7, text), TextTraits::of(text.as_bytes()), "{text}");
+            }
+        }
+        assert!(texts.iter().map(|t| TextTraits::of(t.as_bytes())).any(|t| t.literals));
+        assert!(texts.iter().map(|t| TextTraits::of(t.as_bytes())).any(|t| t.session_shaped));
+        // A long text is scanned, not kept.
+        let long = format!("SELECT '{}'", "x".repeat(TRAITS_TEXT_MAX));
+        let kept = memo.retained_bytes();
+        assert_eq!(memo.of(1, &long), TextTraits::of(long.as_bytes()));
+        assert_eq!(memo.retained_bytes(), kept);
+        assert!(kept <= TRAITS_SLOTS * TRAITS_TEXT_MAX);
     }
 }

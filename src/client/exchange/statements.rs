@@ -579,6 +579,11 @@ impl Exchange {
         if self.tracker.status() == backend::TransactionStatus::Failed {
             return false;
         }
+        // Nearly no query begins with the keyword: that is known before
+        // the text's end is looked for.
+        if !super::super::deallocate::begins_with_deallocate(body) {
+            return false;
+        }
         let Some(name) = super::super::deallocate::deallocated_name(names::query_bytes(body)) else { return false };
         // A malformed Query passes through, to fail at the server.
         if frontend::decode_query(body).is_err() || st.client.remove(&name).is_none() {
