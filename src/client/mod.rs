@@ -199,10 +199,20 @@ async fn admit_or_serve(
     };
     let mode = config.pool_mode_for(&entry.info.database, &entry.info.user);
     let auto_prepare = config.auto_prepare_policy();
+    // Read routing, for transaction-mode clients of a database that has it
+    // (a session-mode client keeps its one server connection: the primary).
+    let route = match mode {
+        PoolMode::Transaction => shard
+            .router(&config, &entry.info.database, &entry.info.user, &pool)
+            .map(|router| Box::new(crate::router::client::ClientRoute::new(router))),
+        PoolMode::Session => None,
+    };
     let exchange = match mode {
         // The client keeps its server connection: nothing to share or rename.
         PoolMode::Session => Exchange::passing_through(),
-        PoolMode::Transaction if config.server_pipelining => Exchange::new(auto_prepare).with_pipelining(),
+        // Server pipelining hands a connection over with a request behind
+        // it: not for a client whose connections come from several pools.
+        PoolMode::Transaction if config.server_pipelining && route.is_none() => Exchange::new(auto_prepare).with_pipelining(),
         PoolMode::Transaction => Exchange::new(auto_prepare),
     };
     let mut session = Session {
@@ -225,6 +235,8 @@ async fn admit_or_serve(
         offer: None,
         skip_ready: 0,
         notifications: None,
+        route,
+        routed: None,
         serial: NEXT_SESSION_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         _counted: counted,
     };
@@ -391,6 +403,10 @@ struct Session {
     /// for it (transaction mode; see `notifications`). Boxed, and none
     /// until it first LISTENs so: a client that never does pays a pointer.
     notifications: Option<Box<notifications::Notifications>>,
+    /// Its read routing (see `crate::router`), if its database has it.
+    route: Option<Box<crate::router::client::ClientRoute>>,
+    /// The standby's pool the current request goes to (read routing).
+    routed: Option<Rc<Pool>>,
 }
 
 /// Sends a cancel request for what `key`'s backend runs, on its own task,
@@ -516,6 +532,7 @@ impl Session {
     /// connection for it, the relay, and the connection given back.
     async fn transaction(&mut self) -> Result<Transaction, SessionError> {
         self.clear_the_way();
+        let one_request = self.route_request();
         let mut broken = 0;
         let mut lease = loop {
             let mut lease = match self.mode {
@@ -569,7 +586,11 @@ impl Session {
         // (Not borrowed in the struct below: that would last the relay.)
         let unsent = self.entry.server.borrow().is_none();
         let end = Relay {
-            intake: Intake::new(self.config.relay_buffer_size),
+            intake: if one_request && self.routed.is_some() {
+                Intake::one_request(self.config.relay_buffer_size)
+            } else {
+                Intake::new(self.config.relay_buffer_size)
+            },
             client: &mut self.client,
             server: &mut server.stream,
             buffers: &mut self.buffers,
@@ -613,9 +634,19 @@ impl Session {
         self.entry.unqueue();
         let offer = self.offer.take();
         self.flush_counters();
+        self.routed = None;
         match end {
             RelayEnd::Released => {
                 *self.entry.server.borrow_mut() = None;
+                if self.route.as_mut().is_some_and(|r| r.take_primary_transaction()) {
+                    // Boxed: it queries the server, once per transaction on the primary.
+                    if !Box::pin(self.learn_commit_position(&mut lease)).await {
+                        self.end_transaction();
+                        self.park_server_side();
+                        drop(lease); // closes it
+                        return Ok(Transaction::Over);
+                    }
+                }
                 self.pass_on(lease, offer, false).await;
                 Ok(Transaction::Over)
             }
@@ -695,6 +726,49 @@ impl Session {
         self.flush_counters();
         self.shard.shutdown.forget(self.waker_id());
         self.shard.unregister_client(self.process_id);
+    }
+
+    /// Read routing: where the client's next request goes (see
+    /// `crate::router`). Sets [`Session::routed`] to a standby's pool for a
+    /// read; true if only that one request may go there (the relay takes
+    /// no more of the client's messages until it ends).
+    fn route_request(&mut self) -> bool {
+        self.routed = None;
+        let Some(route) = self.route.as_deref_mut() else { return false };
+        // Only a request that starts outside a transaction block, on a
+        // client whose session state is not pinned to one connection.
+        if self.exchange.pinned.is_some() || !self.buffers.to_server.is_empty() || !self.exchange.is_quiet() {
+            return false;
+        }
+        let carried = self.settings.get(crate::router::MIN_LSN_SETTING).and_then(|v| v.plain());
+        match route.decide(self.buffers.from_client.pending(), self.config.max_message_size, carried) {
+            crate::router::client::Destination::Primary => false,
+            crate::router::client::Destination::Standby { pool, one_request, .. } => {
+                self.routed = Some(pool);
+                one_request
+            }
+        }
+    }
+
+    /// After a transaction on the primary: asks the connection where the
+    /// primary's WAL ends now (one round trip, after the client has its
+    /// answer), the position the client's later reads need a standby to
+    /// have replayed. False if the connection failed (it must be closed);
+    /// the client's reads then go to the primary until it next learns one.
+    async fn learn_commit_position(&mut self, lease: &mut Lease) -> bool {
+        let Some(route) = self.route.as_deref_mut() else { return true };
+        let asked = with_timeout(CLEANUP_TIMEOUT, lease.query_pairs(crate::router::COMMIT_POSITION_QUERY)).await;
+        match asked.and_then(Result::ok).and_then(Result::ok).as_deref().and_then(crate::router::client::read_commit_position) {
+            Some(position) => {
+                route.learn(position);
+                true
+            }
+            None => {
+                route.forget_position();
+                warn!("read routing: could not learn the primary's WAL position after a transaction; closing that connection");
+                false
+            }
+        }
     }
 
     /// Server pipelining applies to this client now (see `pool::Opening`).
@@ -945,35 +1019,57 @@ impl Session {
             }
             left = wait.saturating_sub(crate::rt::now().saturating_duration_since(started));
         }
-        let mut checkout = std::pin::pin!(until_cancelled(&self.entry, self.pool.checkout_or_follow(left, may_follow)));
-        // query_wait_notify: a client still waiting after it is told so
-        // once, as PgBouncer tells it. The timer is set only for a checkout
-        // that did not end at its first poll, which most do.
-        let checked_out = match Config::optional_secs(self.config.query_wait_notify).filter(|notify| *notify < left) {
-            Some(notify) => match futures_lite::future::poll_once(checkout.as_mut()).await {
-                Some(done) => done,
-                None => match with_timeout(notify, checkout.as_mut()).await {
-                    Some(done) => done,
-                    None => {
-                        // Only between whole messages to the client: with
-                        // replies still on their way to it, the notice is left out.
-                        if self.buffers.to_client.is_empty() {
-                            let mut notice = BytesMut::new();
-                            let text = "No server connection available in postgres backend, client being queued";
-                            backend::notice_response(&mut notice, &ErrorFields::notice(text));
-                            self.client.write_all(&notice).await?;
-                        }
-                        checkout.await
-                    }
-                },
-            },
-            None => checkout.await,
+        // A read routed to a standby: that host's pool, or, if it gives no
+        // connection (the host went down since the monitor last saw it),
+        // the primary's. Nothing of the request has gone anywhere yet.
+        let mut read = None;
+        if let Some(pool) = self.routed.clone() {
+            match until_cancelled(&self.entry, pool.checkout(left)).await {
+                None => {
+                    self.entry.set_state(ClientState::Idle);
+                    return Ok(None);
+                }
+                Some(Ok(lease)) => read = Some(Checkout::Lease(lease)),
+                Some(Err(e)) => {
+                    debug!("read routing: no connection from the standby's pool ({e}); the read goes to the primary");
+                    self.routed = None;
+                }
+            }
+        }
+        let got = match read {
+            Some(got) => got,
+            None => {
+                let mut checkout = std::pin::pin!(until_cancelled(&self.entry, self.pool.checkout_or_follow(left, may_follow)));
+                // query_wait_notify: a client still waiting after it is told so
+                // once, as PgBouncer tells it. The timer is set only for a checkout
+                // that did not end at its first poll, which most do.
+                let checked_out = match Config::optional_secs(self.config.query_wait_notify).filter(|notify| *notify < left) {
+                    Some(notify) => match futures_lite::future::poll_once(checkout.as_mut()).await {
+                        Some(done) => done,
+                        None => match with_timeout(notify, checkout.as_mut()).await {
+                            Some(done) => done,
+                            None => {
+                                // Only between whole messages to the client: with
+                                // replies still on their way to it, the notice is left out.
+                                if self.buffers.to_client.is_empty() {
+                                    let mut notice = BytesMut::new();
+                                    let text = "No server connection available in postgres backend, client being queued";
+                                    backend::notice_response(&mut notice, &ErrorFields::notice(text));
+                                    self.client.write_all(&notice).await?;
+                                }
+                                checkout.await
+                            }
+                        },
+                    },
+                    None => checkout.await,
+                };
+                let Some(got) = checked_out else {
+                    self.entry.set_state(ClientState::Idle);
+                    return Ok(None);
+                };
+                got?
+            }
         };
-        let Some(got) = checked_out else {
-            self.entry.set_state(ClientState::Idle);
-            return Ok(None);
-        };
-        let got = got?;
         let lent = self.buffers.attach_server_side(self.shard.take_buffers());
         self.exchange.attach(lent);
         let now = crate::rt::now();

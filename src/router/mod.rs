@@ -20,6 +20,7 @@
 //! a few ms old that is far enough is still far enough when the read runs.
 
 pub mod classify;
+pub mod client;
 pub mod lsn;
 
 use std::cell::{Cell, RefCell};

@@ -353,6 +353,11 @@ pub struct Shard {
     /// The pools of databases the `*` entry serves (see
     /// [`Shard::drop_unused_fallback_pools`]).
     fallback_pools: RefCell<std::collections::HashSet<(String, String)>>,
+    /// The read routers of pools whose database has read_routing (see
+    /// `crate::router`), with their pools of reads per host, and the
+    /// verdicts on statement texts all of them share.
+    routers: RefCell<HashMap<(String, String), Rc<crate::router::Router>>>,
+    classifier: Rc<crate::router::Classifier>,
     /// Inbox buffers given up by clients that went quiet, for the next
     /// client that speaks.
     spare_inboxes: RefCell<Vec<Vec<u8>>>,
@@ -490,6 +495,8 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 learned_logins: RefCell::default(),
                 hosts_checked: Cell::new(std::time::Instant::now()),
                 fallback_pools: RefCell::default(),
+                routers: RefCell::default(),
+                classifier: Rc::default(),
                 notify_hub: Default::default(),
             });
             peers::serve_peers(&shard, inbox);
@@ -715,6 +722,9 @@ impl Shard {
         for pool in self.pools.borrow().values() {
             pool.close_idle();
         }
+        for pool in self.read_pools() {
+            pool.close_idle();
+        }
         let (p, statements) = self.prepare_totals();
         info!(
             shard = self.id,
@@ -762,6 +772,51 @@ impl Shard {
         }));
         self.pools.borrow_mut().insert(key, pool.clone());
         Ok(pool)
+    }
+
+    /// The read router of (database, user), whose clients' pool is `pool`,
+    /// if its database has `read_routing = "standbys"`: made on first use,
+    /// with a pool per host for the reads sent there (sharing `pool`'s
+    /// statements; pool_size each, under a budget of their own) and the
+    /// monitor of the hosts. Not for databases of the `*` entry.
+    pub fn router(&self, config: &Config, database: &str, user: &str, pool: &Rc<Pool>) -> Option<Rc<crate::router::Router>> {
+        let db = config.databases.get(database)?;
+        if db.read_routing != crate::config::ReadRouting::Standbys {
+            return None;
+        }
+        let key = (database.to_owned(), user.to_owned());
+        if let Some(router) = self.routers.borrow().get(&key) {
+            return Some(router.clone());
+        }
+        let target = pool.target();
+        let size = config.pool_size(database);
+        let pools = (0..target.hosts.len())
+            .map(|host| {
+                let read = Pool::sharing(crate::router::host_target(&target, host), size, pool.registry.clone());
+                let what = BudgetOf::Pool { database: format!("{database} (reads on host {host})"), user: user.to_owned() };
+                let me = self.me.clone();
+                let news = move |news: BudgetNews, budgets: &Rc<[Arc<Budget>]>| {
+                    if let Some(shard) = me.upgrade() {
+                        shard.budget_news(news, budgets);
+                    }
+                };
+                read.share_budgets(vec![self.shared.budget(what, size)], self.keep(size), Box::new(news));
+                read
+            })
+            .collect();
+        let router = crate::router::Router::start(&target, pools, db.read_routing_max_lag, self.classifier.clone());
+        self.routers.borrow_mut().insert(key, router.clone());
+        Some(router)
+    }
+
+    /// The pools of reads of this shard's routers.
+    pub(crate) fn read_pools(&self) -> Vec<Rc<Pool>> {
+        self.routers.borrow().values().flat_map(|r| r.pools().iter().cloned()).collect()
+    }
+
+    /// The routers of this shard, by (database, user).
+    pub(crate) fn routers(&self) -> Vec<((String, String), Rc<crate::router::Router>)> {
+        self.routers.borrow().iter().map(|(k, r)| (k.clone(), r.clone())).collect()
     }
 
     /// The budgets a pool of (database, user) opens connections under, its
@@ -1027,6 +1082,10 @@ impl Shard {
                 let reserve_after = (config.reserve_pool_size(database) > 0).then(|| Config::secs(config.reserve_pool_timeout));
                 pool.tick(now, reserve_after);
             }
+            for pool in self.read_pools() {
+                pool.expire_waiters(now);
+                pool.tick(now, None);
+            }
             let tick = async {
                 rt::sleep(nudge::TICK).await;
                 true
@@ -1066,6 +1125,9 @@ impl Shard {
                 let (database, user) = (crate::logging::Escaped(database), crate::logging::Escaped(user));
                 tracing::debug!(shard = self.id, %database, %user, closed = n, "closed expired idle server connections");
             }
+        }
+        for pool in self.read_pools() {
+            pool.close_expired(idle, lifetime, 0);
         }
     }
 
