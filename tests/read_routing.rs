@@ -44,13 +44,32 @@ fn pglane(ports: &[u16]) -> Pglane {
     let ports = ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
     Pglane::start_with_args(
         &format!(
-            "pool_mode = \"transaction\"\nauth_type = \"trust\"\n\
+            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\n\
              [databases.app]\nhost = [{hosts}]\nport = [{ports}]\ndbname = \"postgres\"\nuser = \"trustuser\"\n\
              pool_size = 8\ntarget_session_attrs = \"read-write\"\nread_routing = \"standbys\"\n\
              [users.postgres]\n"
         ),
         &["--cores", "2"],
     )
+}
+
+/// SHOW ROUTING's `*` rows (one per shard whose clients routed), summed,
+/// and the reads each host's pool served, summed over shards.
+async fn show_routing(lane: &Pglane) -> (std::collections::HashMap<String, u64>, std::collections::HashMap<String, u64>) {
+    let console = common::connect(lane.port, "postgres", "", "pgbouncer").await;
+    let (mut totals, mut reads) = (std::collections::HashMap::new(), std::collections::HashMap::new());
+    for message in console.simple_query("SHOW ROUTING").await.unwrap() {
+        let tokio_postgres::SimpleQueryMessage::Row(r) = message else { continue };
+        let get = |name: &str| r.get(name).unwrap_or("").to_owned();
+        if get("host") == "*" {
+            for name in ["reads", "to_primary", "stale_reads_avoided", "no_standby"] {
+                *totals.entry(name.to_owned()).or_insert(0) += get(name).parse::<u64>().unwrap();
+            }
+        } else {
+            *reads.entry(get("host")).or_insert(0) += get("reads").parse::<u64>().unwrap();
+        }
+    }
+    (totals, reads)
 }
 
 async fn client(lane: &Pglane) -> tokio_postgres::Client {
@@ -141,6 +160,15 @@ async fn writers_read_their_writes_and_readers_use_the_standbys() {
     // primary only if the monitor lost sight of both for a moment).
     assert!(on_standbys * 100 >= served.len() * 95, "{on_standbys} of {} reads on standbys", served.len());
     assert!(on_fast > 0 && on_slow > 0, "fast {on_fast}, delayed {on_slow}");
+    // The console counts what the router did: the readers' reads and some
+    // of the writers' on standbys, stale reads avoided for the writers, the
+    // inserts on the primary.
+    let (totals, reads) = show_routing(&lane).await;
+    eprintln!("SHOW ROUTING: {totals:?}, reads per host: {reads:?}");
+    assert!(totals["reads"] >= (on_standbys + writer_reads_on_standbys) as u64, "{totals:?}");
+    assert!(totals["stale_reads_avoided"] > 0, "{totals:?}");
+    assert!(totals["to_primary"] >= (WRITERS * PAIRS) as u64, "{totals:?}");
+    assert!(reads[&format!("127.0.0.1:{}", fast.port)] > 0 && reads[&format!("127.0.0.1:{}", slow.port)] > 0, "{reads:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

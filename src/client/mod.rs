@@ -634,7 +634,6 @@ impl Session {
         self.entry.unqueue();
         let offer = self.offer.take();
         self.flush_counters();
-        self.routed = None;
         match end {
             RelayEnd::Released => {
                 *self.entry.server.borrow_mut() = None;
@@ -726,6 +725,12 @@ impl Session {
         self.flush_counters();
         self.shard.shutdown.forget(self.waker_id());
         self.shard.unregister_client(self.process_id);
+    }
+
+    /// The pool of the server connection the client holds or last held:
+    /// its own, or a standby's for a routed read (whose counts are its own).
+    fn serving_pool(&self) -> &Rc<Pool> {
+        self.routed.as_ref().unwrap_or(&self.pool)
     }
 
     /// Read routing: where the client's next request goes (see
@@ -978,7 +983,7 @@ impl Session {
     /// Moves the relay's byte and query counters into the pool's stats.
     fn flush_counters(&mut self) {
         let c = std::mem::take(&mut self.buffers.counters);
-        self.pool.count(|s| {
+        self.serving_pool().count(|s| {
             s.bytes_received += c.bytes_to_server;
             s.bytes_sent += c.bytes_to_client;
             s.bytes_from_server += c.bytes_from_server;
@@ -1225,7 +1230,7 @@ impl Session {
         self.entry.set_state(ClientState::Idle);
         let held = crate::rt::now().saturating_duration_since(self.lease_started);
         let statements = self.exchange.take_statement_counts();
-        self.pool.count(|s| {
+        self.serving_pool().count(|s| {
             s.xact_count += 1;
             s.xact_time_us += held.as_micros() as u64;
             s.statements.add(&statements);

@@ -108,6 +108,20 @@ pub fn choose(view: &[HostView], need: Option<Lsn>, max_lag: u64, now: Instant, 
     (0..n).map(|i| (start + i) % n).find(|&i| fits(&view[i]))
 }
 
+/// How far behind the newest fresh primary position each standby of `view`
+/// is, in bytes (`None` for a host that is not a standby, or when no
+/// primary position is known).
+pub fn lags(view: &[HostView]) -> Vec<Option<u64>> {
+    let now = crate::rt::now();
+    let primary = view.iter().filter(|h| h.role == Role::Primary && h.is_fresh(now)).filter_map(|h| h.position).max();
+    view.iter()
+        .map(|h| match (h.role, h.position, primary) {
+            (Role::Standby, Some(at), Some(p)) => Some(p.0.saturating_sub(at.0)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// What the router decided, per shard; summed over shards by the admin console.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RouterStats {
