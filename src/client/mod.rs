@@ -27,6 +27,7 @@ pub mod pinning;
 mod quiet;
 mod relay;
 pub mod replication;
+mod routing;
 mod sole_access;
 mod startup;
 
@@ -727,55 +728,6 @@ impl Session {
         self.shard.unregister_client(self.process_id);
     }
 
-    /// The pool of the server connection the client holds or last held:
-    /// its own, or a standby's for a routed read (whose counts are its own).
-    fn serving_pool(&self) -> &Rc<Pool> {
-        self.routed.as_ref().unwrap_or(&self.pool)
-    }
-
-    /// Read routing: where the client's next request goes (see
-    /// `crate::router`). Sets [`Session::routed`] to a standby's pool for a
-    /// read; true if only that one request may go there (the relay takes
-    /// no more of the client's messages until it ends).
-    fn route_request(&mut self) -> bool {
-        self.routed = None;
-        let Some(route) = self.route.as_deref_mut() else { return false };
-        // Only a request that starts outside a transaction block, on a
-        // client whose session state is not pinned to one connection.
-        if self.exchange.pinned.is_some() || !self.buffers.to_server.is_empty() || !self.exchange.is_quiet() {
-            return false;
-        }
-        let carried = self.settings.get(crate::router::MIN_LSN_SETTING).and_then(|v| v.plain());
-        match route.decide(self.buffers.from_client.pending(), self.config.max_message_size, carried) {
-            crate::router::client::Destination::Primary => false,
-            crate::router::client::Destination::Standby { pool, one_request, .. } => {
-                self.routed = Some(pool);
-                one_request
-            }
-        }
-    }
-
-    /// After a transaction on the primary: asks the connection where the
-    /// primary's WAL ends now (one round trip, after the client has its
-    /// answer), the position the client's later reads need a standby to
-    /// have replayed. False if the connection failed (it must be closed);
-    /// the client's reads then go to the primary until it next learns one.
-    async fn learn_commit_position(&mut self, lease: &mut Lease) -> bool {
-        let Some(route) = self.route.as_deref_mut() else { return true };
-        let asked = with_timeout(CLEANUP_TIMEOUT, lease.query_pairs(crate::router::COMMIT_POSITION_QUERY)).await;
-        match asked.and_then(Result::ok).and_then(Result::ok).as_deref().and_then(crate::router::client::read_commit_position) {
-            Some(position) => {
-                route.learn(position);
-                true
-            }
-            None => {
-                route.forget_position();
-                warn!("read routing: could not learn the primary's WAL position after a transaction; closing that connection");
-                false
-            }
-        }
-    }
-
     /// Server pipelining applies to this client now (see `pool::Opening`).
     fn may_pipeline(&self) -> bool {
         self.exchange.pipelining() && self.startup_applied
@@ -1024,23 +976,8 @@ impl Session {
             }
             left = wait.saturating_sub(crate::rt::now().saturating_duration_since(started));
         }
-        // A read routed to a standby: that host's pool, or, if it gives no
-        // connection (the host went down since the monitor last saw it),
-        // the primary's. Nothing of the request has gone anywhere yet.
-        let mut read = None;
-        if let Some(pool) = self.routed.clone() {
-            match until_cancelled(&self.entry, pool.checkout(left)).await {
-                None => {
-                    self.entry.set_state(ClientState::Idle);
-                    return Ok(None);
-                }
-                Some(Ok(lease)) => read = Some(Checkout::Lease(lease)),
-                Some(Err(e)) => {
-                    debug!("read routing: no connection from the standby's pool ({e}); the read goes to the primary");
-                    self.routed = None;
-                }
-            }
-        }
+        // A read routed to a standby: that host's pool first (see `routing`).
+        let Some(read) = self.checkout_read(left).await else { return Ok(None) };
         let got = match read {
             Some(got) => got,
             None => {
