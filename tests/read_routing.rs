@@ -8,7 +8,10 @@
 //! - what is not provably a read (`select nextval(...)`) runs on the
 //!   primary, and a `BEGIN READ ONLY` transaction on a standby;
 //! - a position carried in `pglane.min_lsn` keeps a client off a standby
-//!   that has not replayed it.
+//!   that has not replayed it;
+//! - readers go on when a standby stops and another is promoted: only
+//!   reads in flight on the stopped one fail (measured and bounded, not
+//!   zero: there is no retry yet), and their last reads are on the primary.
 //!
 //! The primary runs with `synchronous_commit = on` here (the harness's
 //! default is off), so that a commit's WAL reaches the standbys promptly.
@@ -221,4 +224,75 @@ async fn a_carried_position_keeps_a_client_off_a_standby_behind_it() {
     // its delay: the count it sees may be old, which is what min_lsn is for).
     let reader = client(&lane).await;
     assert_eq!(row(&reader, "select pg_is_in_recovery()").await.unwrap(), ["t"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_go_on_when_a_standby_stops_and_another_is_promoted() {
+    let (primary, fast, slow) = cluster();
+    let lane = pglane(&[primary.port, fast.port, slow.port]);
+    until_standbys_serve(&lane).await;
+    const READERS: usize = 4;
+    let port = lane.port;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..READERS)
+        .map(|_| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                // Reads (bounded), reconnecting after an error as
+                // applications do; what served each, and the errors.
+                let mut c = common::connect(port, "postgres", "", "app").await;
+                let (mut served, mut errors) = (Vec::new(), Vec::new());
+                for _ in 0..20_000 {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                    match row(&c, "select inet_server_port()").await {
+                        Ok(r) => served.push(r[0].parse::<u16>().unwrap()),
+                        Err(e) => {
+                            errors.push(e.code().map_or_else(|| e.to_string(), |c| c.code().to_owned()));
+                            c = common::connect(port, "postgres", "", "app").await;
+                        }
+                    }
+                }
+                (served, errors)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let at_stop = Instant::now();
+    tokio::task::block_in_place(|| slow.stop_server());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::task::block_in_place(|| fast.promote());
+    let promoted = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut served, mut errors) = (Vec::new(), Vec::new());
+    for r in readers {
+        let (s, e) = r.await.unwrap();
+        served.push(s);
+        errors.extend(e);
+    }
+    let total: usize = served.iter().map(Vec::len).sum();
+    let count = |port: u16| served.iter().flatten().filter(|p| **p == port).count();
+    eprintln!(
+        "{total} reads: primary {}, standby promoted {}, standby stopped {}; {} errors: {errors:?} \
+         (stop to promote {:?})",
+        count(primary.port),
+        count(fast.port),
+        count(slow.port),
+        errors.len(),
+        promoted - at_stop
+    );
+    // Reads went on, and ended on the primary: the promoted standby is a
+    // primary now (not a standby of it), the stopped one is gone.
+    for s in &served {
+        let last = &s[s.len().saturating_sub(20)..];
+        assert!(last.len() == 20 && last.iter().all(|p| *p == primary.port), "last reads served by {last:?}");
+    }
+    assert!(count(fast.port) > 0 && count(slow.port) > 0, "the standbys served no reads before the events");
+    // Only reads in flight on the stopped standby, or sent on one of its
+    // connections before pglane saw it close, may fail (see
+    // docs/read-routing.md): at most one per reader and per connection of
+    // its pools.
+    assert!(errors.len() <= READERS + 8, "{errors:?}");
 }
