@@ -37,8 +37,13 @@ struct Listener {
 }
 
 async fn listener(port: u16) -> Listener {
+    listener_to(port, "app").await
+}
+
+/// A [`Listener`] of database `dbname` (a direct connection's, say).
+async fn listener_to(port: u16, dbname: &str) -> Listener {
     let mut config = tokio_postgres::Config::new();
-    config.host("127.0.0.1").port(port).user("postgres").password("secret").dbname("app");
+    config.host("127.0.0.1").port(port).user("postgres").password("secret").dbname(dbname);
     let (client, mut connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
     let (tx, messages) = mpsc::unbounded_channel();
     let (deaf, mut deafened) = tokio::sync::oneshot::channel::<()>();
@@ -83,6 +88,18 @@ impl Listener {
             Ok(None) => panic!("the connection ended"),
             Err(_) => panic!("no notice within 10 s"),
         }
+    }
+
+    /// The notifications that come until none has for 400 ms, as
+    /// "channel payload" (notices skipped).
+    async fn drain(&mut self) -> Vec<String> {
+        let mut got = Vec::new();
+        while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(400), self.messages.recv()).await {
+            if let AsyncMessage::Notification(n) = m {
+                got.push(format!("{} {}", n.channel(), n.payload()));
+            }
+        }
+        got
     }
 
     /// Nothing arrives for `wait`.
@@ -202,6 +219,65 @@ async fn a_client_gets_its_own_notifications_and_unlisten_stops_them() {
     l.client.simple_query("LISTEN c").await.unwrap();
     l.client.simple_query("NOTIFY c, 'again'").await.unwrap();
     assert_eq!(l.notification().await, ("c".into(), "again".into()));
+}
+
+/// An UNLISTEN or DISCARD ALL among other statements goes to the server,
+/// and ends the client's subscription when its transaction commits, as
+/// direct (asyncpg's pool sends `... UNLISTEN *; RESET ALL;` on release):
+/// the same script, direct and through pglane, gets the same notifications.
+#[tokio::test]
+async fn unlisten_among_other_statements_ends_the_subscription_once_committed() {
+    let lane = start("notify_follow", 2, "");
+    let direct = postgres().port;
+    let through = script_of_unlistens(lane.port, "app").await;
+    assert_eq!(script_of_unlistens(direct, "notify_follow").await, through);
+    assert_eq!(through, ["a 1", "b 1", "c 1", "a 2", "a 3"].map(String::from));
+    // UNLISTEN * and DISCARD ALL left the subscription empty: the hub's
+    // listening connection goes.
+    wait_until("the listening connection closed", || listening_backends("notify_follow") == 0);
+}
+
+/// Listens to a, b and c on `port`'s `dbname`, unlistens them in several
+/// forms, another client notifying all three after each step; the
+/// notifications the listener got, as "channel payload".
+async fn script_of_unlistens(port: u16, dbname: &str) -> Vec<String> {
+    let mut l = listener_to(port, dbname).await;
+    let other = common::connect(port, "postgres", "secret", dbname).await;
+    for channel in ["a", "b", "c"] {
+        l.client.simple_query(&format!("LISTEN {channel}")).await.unwrap();
+    }
+    let notify_all = |round: u32| {
+        let other = &other;
+        async move { other.batch_execute(&format!("NOTIFY a, '{round}'; NOTIFY b, '{round}'; NOTIFY c, '{round}'")).await.unwrap() }
+    };
+    let mut seen = Vec::new();
+    // Rolled back: nothing ends.
+    l.client.batch_execute("BEGIN; UNLISTEN a; UNLISTEN b; ROLLBACK").await.unwrap();
+    notify_all(1).await;
+    l.client.simple_query("SELECT 1").await.unwrap();
+    seen.extend(l.drain().await);
+    // Committed, among other statements (asyncpg's pool reset); and one
+    // whose implicit transaction fails.
+    l.client.batch_execute("SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN b; RESET ALL;").await.unwrap();
+    assert!(l.client.batch_execute("UNLISTEN c; SELECT 1/0").await.is_err());
+    // In a block, with a notification committed while it is open: once
+    // the UNLISTEN commits, what was not delivered for c is not either.
+    l.client.simple_query("BEGIN").await.unwrap();
+    l.client.simple_query("unlisten \"c\"").await.unwrap();
+    notify_all(2).await;
+    l.client.simple_query("COMMIT").await.unwrap();
+    l.client.simple_query("SELECT 2").await.unwrap();
+    seen.extend(l.drain().await);
+    notify_all(3).await;
+    l.client.simple_query("SELECT 3").await.unwrap();
+    seen.extend(l.drain().await);
+    l.client.batch_execute("SELECT 4; UNLISTEN *").await.unwrap();
+    l.client.batch_execute("LISTEN a").await.unwrap();
+    l.client.batch_execute("DISCARD ALL").await.unwrap();
+    notify_all(4).await;
+    l.client.simple_query("SELECT 5").await.unwrap();
+    seen.extend(l.drain().await);
+    seen
 }
 
 #[tokio::test]

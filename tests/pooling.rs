@@ -712,3 +712,48 @@ async fn drop_database_works_with_idle_pooled_connections_to_it() {
     admin.batch_execute("drop database doomed_db").await.expect("once the client is done");
     assert!(lane.log().contains("closed idle server connections"), "{}", lane.log());
 }
+
+/// Instances peered as PgBouncer's (`peer_id`, `[peers]`) share the
+/// server: a DROP DATABASE through one instance asks the others to close
+/// their idle connections to that database too, before the statement
+/// runs, so it succeeds as it would direct. Without the ask, the other
+/// instance's idle connections make it fail with 55006.
+#[tokio::test]
+async fn drop_database_through_one_peer_closes_the_other_peers_idle_connections() {
+    let pg = postgres();
+    let ports = [common::free_port(), common::free_port()];
+    let body = |id: u16| {
+        format!(
+            "pool_mode = \"transaction\"\npeer_id = {id}\n\
+             [peers.1]\nhost = \"127.0.0.1\"\nport = {one}\n[peers.2]\nhost = \"127.0.0.1\"\nport = {two}\n\
+             [databases.doomed]\nhost = \"127.0.0.1\"\nport = {p}\ndbname = \"peered_db\"\npool_size = 4\n\
+             [databases.admin]\nhost = \"127.0.0.1\"\nport = {p}\ndbname = \"postgres\"\npool_size = 2\n\
+             [users.postgres]\npassword = \"secret\"\n",
+            one = ports[0],
+            two = ports[1],
+            p = pg.port
+        )
+    };
+    let start = |port: u16, id: u16| {
+        Pglane::try_start_on(port, &body(id), &["--cores", "2"], &[])
+            .unwrap_or_else(|(why, log)| panic!("pglane {id} did not start: {why}\n{log}"))
+    };
+    let (one, two) = (start(ports[0], 1), start(ports[1], 2));
+    let backends =
+        || -> usize { pg.psql("select count(*) from pg_stat_activity where datname = 'peered_db'").trim().parse().unwrap() };
+    let admin = connect(one.port, "postgres", "secret", "admin").await;
+    for round in 0..3 {
+        pg.psql("create database peered_db");
+        // Idle connections to it on both instances, on whichever shards
+        // the kernel gave their clients.
+        for lane in [&one, &two] {
+            let clients =
+                futures_util::future::join_all((0..6).map(|_| connect(lane.port, "postgres", "secret", "doomed"))).await;
+            futures_util::future::join_all(clients.iter().map(|c| c.batch_execute("begin; select pg_sleep(0.05); commit"))).await;
+        }
+        assert!(backends() > 0, "round {round}: the instances keep idle connections");
+        admin.batch_execute("drop database peered_db").await.unwrap_or_else(|e| panic!("round {round}: DROP DATABASE: {e}"));
+        assert_eq!(backends(), 0, "round {round}");
+    }
+    assert!(two.log().contains("closed idle server connections"), "{}", two.log());
+}

@@ -147,6 +147,14 @@ pub(super) async fn login(
                 shard.route_cancel(process_id, secret_key).await;
                 return Ok(None);
             }
+            StartupPacket::PeerCloseIdle { dbname } => {
+                match config.is_peer_address(peer.map(|p| p.ip())) {
+                    true => shard.close_idle_connections_to(&dbname, true),
+                    // Not INFO: anyone can send these.
+                    false => debug!(?peer, "a peer's request from an address [peers] does not list"),
+                }
+                return Ok(None);
+            }
             // libpq never uses TLS on a unix socket (`peer` is None there):
             // the mode is for TCP clients, as PgBouncer's.
             StartupPacket::Startup(_) if config.client_tls_sslmode.requires_tls() && !stream.is_tls() && peer.is_some() => {

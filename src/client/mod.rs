@@ -532,7 +532,7 @@ impl Session {
     /// One transaction (in session mode, the whole session): a server
     /// connection for it, the relay, and the connection given back.
     async fn transaction(&mut self) -> Result<Transaction, SessionError> {
-        self.clear_the_way();
+        self.clear_the_way().await;
         let one_request = self.route_request();
         let mut broken = 0;
         let mut lease = loop {
@@ -586,6 +586,7 @@ impl Session {
         }
         // (Not borrowed in the struct below: that would last the relay.)
         let unsent = self.entry.server.borrow().is_none();
+        self.exchange.follows_unlistens = self.notifications.as_ref().is_some_and(|n| n.subscription.is_some());
         let end = Relay {
             intake: if one_request && self.routed.is_some() {
                 Intake::one_request(self.config.relay_buffer_size)
@@ -635,6 +636,7 @@ impl Session {
         self.entry.unqueue();
         let offer = self.offer.take();
         self.flush_counters();
+        self.forget_ended_subscription();
         match end {
             RelayEnd::Released => {
                 *self.entry.server.borrow_mut() = None;
@@ -735,14 +737,16 @@ impl Session {
 
     /// If the client's request begins with a statement that needs a
     /// database free of other sessions (DROP DATABASE, see `sole_access`),
-    /// pglane's idle connections to it close on every shard first, as they
-    /// would fail it where a direct connection's would not.
-    fn clear_the_way(&self) {
+    /// pglane's idle connections to it close on every shard and every peer
+    /// instance first, as they would fail it where a direct connection's
+    /// would not.
+    async fn clear_the_way(&self) {
         let pending = self.buffers.from_client.pending();
         let Ok(Some(header)) = parse_header(pending, self.config.max_message_size) else { return };
         let Some(body) = pending.get(HEADER_LEN..HEADER_LEN + header.body_len) else { return };
         if let Some(dbname) = sole_access::database_needed_alone(header.tag, body) {
             self.shard.close_idle_connections_to(&dbname, true);
+            self.shard.ask_peers_to_close_idle(&dbname).await;
         }
     }
 

@@ -75,6 +75,19 @@ impl Notifications {
         subscription.watch(cx)
     }
 
+    /// Ends the subscriptions that UNLISTENs the client sent to a server
+    /// ended, once their transaction committed (`notify::follow`).
+    pub fn unlisten(&mut self, unlistens: Vec<ListenStatement>) {
+        let Some(subscription) = self.subscription.as_mut() else { return };
+        for unlisten in unlistens {
+            match unlisten {
+                ListenStatement::Unlisten(channel) => subscription.unlisten(&channel),
+                ListenStatement::UnlistenAll => subscription.unlisten_all(),
+                ListenStatement::Listen(_) => {}
+            }
+        }
+    }
+
     /// Writes everything the hub has for the client, waiting for the
     /// socket: before the client's next request goes anywhere.
     pub async fn deliver_all(&mut self, client: &mut Stream) -> Result<(), SessionError> {
@@ -152,17 +165,9 @@ impl Session {
                 backend::command_complete(&mut out, statement.command_tag());
             }
         }
-        if let Some(notifications) = self.notifications.as_deref_mut() {
-            if notifications.subscription.as_ref().is_some_and(Subscription::is_empty) {
-                // What it held is for channels the client no longer listens to.
-                notifications.subscription = None;
-            }
-        }
         // Run before this statement, `Session::run` wrote all it had to.
         debug_assert!(self.notifications.as_ref().is_none_or(|n| n.unsent.is_empty()));
-        if self.notifications.as_ref().is_some_and(|n| n.subscription.is_none()) {
-            self.notifications = None;
-        }
+        self.forget_ended_subscription();
         backend::ready_for_query(&mut out, TransactionStatus::Idle);
         // What the hub posted while the LISTEN was carried out goes after
         // its answer (what came before it went before: `Session::run`),
@@ -170,5 +175,18 @@ impl Session {
         self.client.write_all(&out).await?;
         self.client.flush().await?;
         Ok(())
+    }
+
+    /// Lets go of the client's subscription once it listens to nothing,
+    /// and of the session's notification state once nothing of it is left
+    /// to write.
+    pub(super) fn forget_ended_subscription(&mut self) {
+        let Some(notifications) = self.notifications.as_deref_mut() else { return };
+        if notifications.subscription.as_ref().is_some_and(Subscription::is_empty) {
+            notifications.subscription = None;
+        }
+        if notifications.subscription.is_none() && notifications.unsent.is_empty() {
+            self.notifications = None;
+        }
     }
 }

@@ -717,6 +717,9 @@ impl Relay<'_> {
             progress |= b.to_server.len() > queued;
         }
         if let Some(notifications) = self.notifications.as_deref_mut() {
+            if let Some(unlistens) = self.exchange.take_committed_unlistens() {
+                notifications.unlisten(unlistens);
+            }
             let between_transactions = self.exchange.pinned.is_some()
                 && self.saw_ready
                 && self.exchange.is_releasable()

@@ -1273,6 +1273,28 @@ impl Config {
         self.peers.iter().find(|(name, _)| name.parse::<u16>().ok() == Some(id)).map(|(_, peer)| peer)
     }
 
+    /// The other instances of the group (every `[peers]` entry but this
+    /// instance's own); none without `peer_id`.
+    pub fn other_peers(&self) -> impl Iterator<Item = &Peer> {
+        let me = self.peer_id;
+        self.peers.iter().filter(move |(name, _)| me != 0 && name.parse::<u16>().ok() != Some(me)).map(|(_, peer)| peer)
+    }
+
+    /// Whether a connection from `from` (None: the unix socket) may be a
+    /// peer instance's: its address is one `[peers]` lists as an IP address
+    /// (`localhost` standing for the loopback addresses), or it came over
+    /// the unix socket and a peer is listed by its socket directory. Host
+    /// names are not resolved for this: list peers by address.
+    pub fn is_peer_address(&self, from: Option<std::net::IpAddr>) -> bool {
+        self.other_peers().any(|peer| match (from, peer.address()) {
+            (None, ServerAddress::Unix(_)) => true,
+            (Some(ip), ServerAddress::Tcp { host, .. }) => {
+                host.parse::<std::net::IpAddr>().is_ok_and(|listed| listed == ip) || (host == "localhost" && ip.is_loopback())
+            }
+            _ => false,
+        })
+    }
+
     pub fn secs(seconds: f64) -> Duration {
         Duration::from_secs_f64(seconds)
     }
@@ -1503,6 +1525,32 @@ password = "secret"
             let text = MINIMAL.replace("[databases.app]", &format!("[peers.{bad}]\nhost = \"h\"\n[databases.app]"));
             assert!(Config::parse(&text).unwrap_err().to_string().contains("peer ids are numbers"), "{bad}");
         }
+    }
+
+    #[test]
+    fn only_the_addresses_of_other_peers_are_peers() {
+        let group = |me: u16, peers: &str| {
+            let text = MINIMAL.replace("admin_users", &format!("peer_id = {me}\nadmin_users"));
+            Config::parse(&text.replace("[databases.app]", &format!("{peers}[databases.app]"))).unwrap()
+        };
+        let ip = |s: &str| Some(s.parse::<std::net::IpAddr>().unwrap());
+        let c = group(1, "[peers.1]\nhost = \"10.0.0.1\"\n[peers.2]\nhost = \"10.0.0.2\"\n[peers.3]\nhost = \"::1\"\n");
+        let others: Vec<_> = c.other_peers().map(|p| p.address().to_string()).collect();
+        assert_eq!(others.len(), 2, "{others:?}");
+        assert!(c.is_peer_address(ip("10.0.0.2")) && c.is_peer_address(ip("::1")));
+        assert!(!c.is_peer_address(ip("10.0.0.1")), "this instance itself is not another peer");
+        assert!(!c.is_peer_address(ip("10.0.0.9")) && !c.is_peer_address(ip("127.0.0.1")));
+        assert!(!c.is_peer_address(None), "no peer listed by socket directory");
+        let c = group(
+            1,
+            "[peers.2]\nhost = \"localhost\"\n[peers.3]\nhost = \"db.example.com\"\n[peers.4]\nhost = \"/run/pglane\"\n",
+        );
+        assert!(c.is_peer_address(ip("127.0.0.1")) && c.is_peer_address(ip("::1")), "localhost is the loopback");
+        assert!(c.is_peer_address(None), "a peer on this host's socket");
+        assert!(!c.is_peer_address(ip("10.0.0.3")), "host names are not resolved");
+        let unpeered = group(0, "[peers.2]\nhost = \"10.0.0.2\"\n");
+        assert_eq!(unpeered.other_peers().count(), 0, "without peer_id there is no group");
+        assert!(!unpeered.is_peer_address(ip("10.0.0.2")));
     }
 
     #[test]

@@ -19,9 +19,12 @@
 //! `LISTEN name`, `UNLISTEN name` or `UNLISTEN *`, sent between
 //! transactions. The session answers it as PostgreSQL would
 //! (CommandComplete, ReadyForQuery 'I') once the listening connection has
-//! LISTENed (for LISTEN). Not handled yet, and so passed to the server,
-//! where LISTEN pins the client as before: LISTEN inside a transaction
-//! block, in a text of several statements, or by the extended protocol.
+//! LISTENed (for LISTEN). An UNLISTEN or DISCARD ALL among other
+//! statements goes to the server and is followed ([`follow`]): the
+//! client's subscriptions end when its transaction commits. Not handled
+//! yet, and so passed to the server, where LISTEN pins the client as
+//! before: LISTEN inside a transaction block, in a text of several
+//! statements, or by the extended protocol.
 //!
 //! Bounds: a mailbox holds at most `notify_client_buffer` bytes; past that
 //! it drops what it holds and says so ([`Mailbox::overflowed`]), and the
@@ -30,6 +33,7 @@
 //! notifications may have been missed. When no client of a (database,
 //! user) listens any more, its listening connection is closed.
 
+pub mod follow;
 mod listener;
 pub mod statement;
 
@@ -341,10 +345,13 @@ impl Subscription {
         result
     }
 
-    /// Unsubscribes from `channel` (nothing if it was not subscribed).
+    /// Unsubscribes from `channel` (nothing if it was not subscribed). What
+    /// the mailbox holds for it goes too: PostgreSQL checks, as it delivers
+    /// a notification, that the session still listens to its channel.
     pub fn unlisten(&mut self, channel: &str) {
         let Some(at) = self.channels.iter().position(|c| c == channel) else { return };
         self.channels.swap_remove(at);
+        drop_notifications_of(&mut self.mailbox.pending.borrow_mut(), channel);
         self.listening.remove(channel, &self.mailbox);
         if self.channels.is_empty() {
             self.listening.subscribers.set(self.listening.subscribers.get() - 1);
@@ -394,6 +401,23 @@ impl Drop for Subscription {
     }
 }
 
+/// Removes from `pending` (whole NotificationResponses, as posted) those
+/// for `channel`, keeping the others in order.
+fn drop_notifications_of(pending: &mut BytesMut, channel: &str) {
+    use crate::protocol::frame::HEADER_LEN;
+    let mut kept = BytesMut::new();
+    let mut rest = &pending[..];
+    while rest.len() >= HEADER_LEN {
+        let len = 1 + u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        let Some(message) = rest.get(..len) else { break };
+        if crate::protocol::backend::decode_notification_channel(&message[HEADER_LEN..]).ok() != Some(channel) {
+            kept.extend_from_slice(message);
+        }
+        rest = &rest[len..];
+    }
+    *pending = kept;
+}
+
 /// Quotes `channel` as an identifier for a LISTEN or UNLISTEN pglane sends.
 fn quoted(channel: &str) -> String {
     format!("\"{}\"", channel.replace('"', "\"\""))
@@ -410,6 +434,21 @@ mod tests {
     fn channels_are_quoted_as_identifiers() {
         assert_eq!(quoted("jobs"), "\"jobs\"");
         assert_eq!(quoted("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+
+    #[test]
+    fn an_unlistened_channels_notifications_leave_the_mailbox() {
+        let mut pending = BytesMut::new();
+        for (pid, channel, payload) in [(1, "a", "1"), (2, "b", "2"), (3, "a", "3"), (4, "c", "4")] {
+            crate::protocol::backend::notification_response(&mut pending, pid, channel, payload);
+        }
+        let mut expected = BytesMut::new();
+        crate::protocol::backend::notification_response(&mut expected, 2, "b", "2");
+        crate::protocol::backend::notification_response(&mut expected, 4, "c", "4");
+        drop_notifications_of(&mut pending, "a");
+        assert_eq!(pending, expected);
+        drop_notifications_of(&mut pending, "z");
+        assert_eq!(pending, expected, "nothing of another channel");
     }
 
     #[test]

@@ -563,6 +563,15 @@ pub fn command_complete(buf: &mut BytesMut, tag: &str) {
     put_message(buf, COMMAND_COMPLETE, |b| put_cstr(b, tag));
 }
 
+/// A NotificationResponse: from the backend `process_id`, on `channel`.
+pub fn notification_response(buf: &mut BytesMut, process_id: i32, channel: &str, payload: &str) {
+    put_message(buf, NOTIFICATION_RESPONSE, |b| {
+        b.put_i32(process_id);
+        put_cstr(b, channel);
+        put_cstr(b, payload);
+    });
+}
+
 /// The channel a NotificationResponse is for (its body: the notifying
 /// backend's process id, the channel, the payload).
 pub fn decode_notification_channel(body: &[u8]) -> Result<&str, ProtocolError> {

@@ -1,5 +1,6 @@
 //! The first packet of a connection, which has no tag byte: StartupMessage,
-//! SSLRequest, GSSENCRequest or CancelRequest; and the protocol version
+//! SSLRequest, GSSENCRequest or CancelRequest, and pglane's own
+//! PeerCloseIdle between peered instances; and the protocol version
 //! negotiation a StartupMessage may call for.
 //!
 //! pglane speaks protocol 3.0 with its clients, as PostgreSQL 15 to 17 do.
@@ -19,6 +20,11 @@ pub const MAX_STARTUP_PACKET: usize = 10_000;
 const CANCEL_REQUEST_CODE: i32 = 80_877_102;
 const SSL_REQUEST_CODE: i32 = 80_877_103;
 const GSSENC_REQUEST_CODE: i32 = 80_877_104;
+/// pglane's PeerCloseIdle: 1234 in the high half, as PostgreSQL's special
+/// requests, and "pl" in the low half, far from the codes PostgreSQL uses
+/// (5678 to 5680). PostgreSQL and PgBouncer refuse it as an unknown
+/// protocol version.
+const PEER_CLOSE_IDLE_CODE: i32 = (1234 << 16) | 0x706c;
 
 /// A decoded first packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +32,16 @@ pub enum StartupPacket {
     Startup(StartupParams),
     SslRequest,
     GssEncRequest,
-    Cancel { process_id: i32, secret_key: i32 },
+    Cancel {
+        process_id: i32,
+        secret_key: i32,
+    },
+    /// A peered pglane instance asks this one to close its idle server
+    /// connections to server database `dbname`, which a client of the peer
+    /// is about to DROP (or otherwise needs free of other sessions).
+    PeerCloseIdle {
+        dbname: String,
+    },
 }
 
 /// A StartupMessage of protocol 3.x: the minor version asked for and the
@@ -125,6 +140,10 @@ pub fn decode(packet: &[u8]) -> Result<StartupPacket, ProtocolError> {
             let secret_key = r.i32().map_err(cut_short)?;
             Ok(StartupPacket::Cancel { process_id, secret_key })
         }
+        PEER_CLOSE_IDLE_CODE => {
+            let dbname = r.cstr().map_err(|_| ProtocolError::Malformed("PeerCloseIdle"))?;
+            Ok(StartupPacket::PeerCloseIdle { dbname: dbname.to_owned() })
+        }
         // Any 3.x: a minor version pglane does not speak is negotiated down.
         version if version >> 16 == PROTOCOL_VERSION_3 >> 16 => {
             let params = decode_params(r)?;
@@ -201,6 +220,16 @@ pub fn encode_cancel(buf: &mut BytesMut, process_id: i32, secret_key: i32) {
     buf.put_i32(secret_key);
 }
 
+/// Encodes a PeerCloseIdle for server database `dbname`.
+pub fn encode_peer_close_idle(buf: &mut BytesMut, dbname: &str) {
+    let start = buf.len();
+    buf.put_i32(0);
+    buf.put_i32(PEER_CLOSE_IDLE_CODE);
+    put_cstr(buf, dbname);
+    let len = (buf.len() - start) as i32;
+    buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +265,18 @@ mod tests {
         assert_eq!(p.user(), Some("alice"));
         assert_eq!(p.database(), Some("app"));
         assert_eq!(p.get("application_name"), Some("t"));
+    }
+
+    #[test]
+    fn peer_close_idle_round_trip() {
+        let mut buf = BytesMut::new();
+        encode_peer_close_idle(&mut buf, "shop \"2\"");
+        assert_eq!(packet_length(&buf), Ok(Some(buf.len())));
+        assert_eq!(decode(&buf), Ok(StartupPacket::PeerCloseIdle { dbname: "shop \"2\"".into() }));
+        assert_eq!(PEER_CLOSE_IDLE_CODE >> 16, 1234, "a special request's major version, as PostgreSQL's");
+        for malformed in [&b""[..], b"no terminator", b"\xff\0"] {
+            assert_eq!(decode(&packet(PEER_CLOSE_IDLE_CODE, malformed)), Err(ProtocolError::Malformed("PeerCloseIdle")));
+        }
     }
 
     #[test]

@@ -912,8 +912,8 @@ impl Shard {
     /// pools close, and, if `tell_others`, the other shards' too (by
     /// message: the server waits a few seconds for sessions to leave).
     /// Pools of another server with a database of that name lose theirs
-    /// too, which costs them a reconnect only. Other pglane instances
-    /// ([peers]) are not told: their idle connections stay in the way.
+    /// too, which costs them a reconnect only. Other pglane instances are
+    /// told by [`Shard::ask_peers_to_close_idle`].
     pub fn close_idle_connections_to(&self, dbname: &str, tell_others: bool) {
         let closed: usize =
             self.pools.borrow().values().filter(|pool| pool.serves_dbname(dbname)).map(|pool| pool.close_idle()).sum();
@@ -922,6 +922,32 @@ impl Shard {
         }
         if tell_others {
             self.tell_other_shards(|| ShardMessage::CloseIdleTo { dbname: dbname.to_owned() });
+        }
+    }
+
+    /// Asks every other instance of the group (`[peers]`, with `peer_id`) to
+    /// close its idle server connections to `dbname`, as this one did its
+    /// own ([`Shard::close_idle_connections_to`]), and returns once each
+    /// has taken the request or `server_connect_timeout` has passed. A peer
+    /// that does not take it (down, or a PgBouncer, which does not know the
+    /// request) keeps its connections; that is logged, and the client's
+    /// statement runs regardless, as it would have.
+    pub async fn ask_peers_to_close_idle(&self, dbname: &str) {
+        let config = self.shared.config.load();
+        let timeout = Config::secs(config.server_connect_timeout);
+        let asks: Vec<_> = config
+            .other_peers()
+            .map(|peer| {
+                let (address, dbname, shard) = (peer.address(), dbname.to_owned(), self.id);
+                rt::spawn_local(async move {
+                    if let Err(e) = crate::server::send_peer_close_idle(&address, &dbname, timeout).await {
+                        warn!(shard, peer = %address, "asking a peer to close its idle connections to a database a client needs alone failed: {e}");
+                    }
+                })
+            })
+            .collect();
+        for ask in asks {
+            ask.await;
         }
     }
 

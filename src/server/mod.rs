@@ -596,14 +596,31 @@ pub async fn send_cancel_request(
     secret_key: i32,
     timeout: Duration,
 ) -> Result<(), ServerError> {
+    let mut packet = BytesMut::new();
+    startup::encode_cancel(&mut packet, process_id, secret_key);
+    send_request(address, &packet, timeout).await
+}
+
+/// Asks the peer pglane instance at `address` to close its idle server
+/// connections to server database `dbname` (PeerCloseIdle) and waits for it
+/// to close the connection, which it does once they are closing; all within
+/// `timeout`.
+pub async fn send_peer_close_idle(address: &ServerAddress, dbname: &str, timeout: Duration) -> Result<(), ServerError> {
+    let mut packet = BytesMut::new();
+    startup::encode_peer_close_idle(&mut packet, dbname);
+    send_request(address, &packet, timeout).await
+}
+
+/// Sends `packet`, a request that is a connection's whole first packet, and
+/// waits for the other side to close the connection: its answer that the
+/// request was taken.
+async fn send_request(address: &ServerAddress, packet: &[u8], timeout: Duration) -> Result<(), ServerError> {
     let deliver = async {
         // Lives for one round trip: keepalive and buffer sizes do not matter.
         let mut stream = Stream::connect(address, timeout, &crate::net::TcpTuning::default())
             .await
             .map_err(|source| ServerError::Connect { addr: address.clone(), source })?;
-        let mut out = BytesMut::new();
-        startup::encode_cancel(&mut out, process_id, secret_key);
-        stream.write_all(&out).await?;
+        stream.write_all(packet).await?;
         let mut rest = [0u8; 64];
         // Nothing is expected but the close; a reset is a close too.
         while let Ok(n) = futures_lite::AsyncReadExt::read(&mut stream, &mut rest).await {
@@ -616,7 +633,7 @@ pub async fn send_cancel_request(
     crate::rt::with_timeout(timeout, deliver).await.unwrap_or_else(|| {
         Err(ServerError::Connect {
             addr: address.clone(),
-            source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out waiting for the cancel request to be taken"),
+            source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out waiting for the request to be taken"),
         })
     })
 }

@@ -43,6 +43,7 @@ use super::negotiate::{self, NegotiateError, Negotiator, Plan};
 use super::pinning::SessionFeature;
 use super::quiet::QuietTexts;
 use super::tracker::Tracker;
+use crate::prepare::lexer::Mark;
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
@@ -373,6 +374,11 @@ pub struct Exchange {
     /// A cancel stopped the hidden query being answered, which runs again at
     /// its ReadyForQuery (see [`Request::Hidden`]).
     hidden_cancelled: bool,
+    /// The client listens through the notification hub: its texts' UNLISTENs
+    /// are followed (set by the session before each transaction).
+    pub follows_unlistens: bool,
+    /// Those UNLISTENs, until their transaction ends (`notify::follow`).
+    unlistens: crate::notify::follow::Unlistens,
 }
 
 /// SQLSTATE of a statement cancelled by statement_timeout or a cancel request.
@@ -442,6 +448,12 @@ impl Exchange {
 
     /// The named statements counted since the last call, for the pool's
     /// figures.
+    /// The hub subscriptions the client's committed texts ended (see
+    /// `notify::follow`), if any since last asked.
+    pub fn take_committed_unlistens(&mut self) -> Option<Vec<crate::notify::statement::ListenStatement>> {
+        self.unlistens.take_committed()
+    }
+
     pub fn take_statement_counts(&mut self) -> StatementCounts {
         std::mem::take(&mut self.counts)
     }
@@ -502,6 +514,8 @@ impl Exchange {
             reads_sequences: _,
             sequences_foreign,
             hidden_cancelled,
+            follows_unlistens: _,
+            unlistens,
         } = self;
         *tracker = Tracker::default();
         due.clear(DUE_KEPT);
@@ -532,6 +546,9 @@ impl Exchange {
         *followed = false;
         *sequences_foreign = false;
         *hidden_cancelled = false;
+        // A transaction left on that connection did not commit; what did
+        // commit is still the session's to take.
+        unlistens.server_failed();
     }
 
     /// Bytes of the client's messages held back while a result type is
@@ -651,6 +668,9 @@ impl Exchange {
                 sequences_kept = self.sequences_foreign && sql.is_some_and(session::leaves_sequences_alone);
                 if let Some(sql) = sql {
                     let watched = self.watch_text(sql, st);
+                    if self.follows_unlistens && watched.marks.any(&[Mark::Lis, Mark::Dis]) {
+                        self.unlistens.sent(sql);
+                    }
                     if watched.reads_sequences {
                         self.forget_foreign_sequences(to_server);
                     }
@@ -903,6 +923,7 @@ impl Exchange {
             }
             backend::ERROR_RESPONSE => {
                 self.pending_changes.clear();
+                self.unlistens.server_failed();
                 if let Some(Due::Server { request: Request::StaleResult, .. }) = self.due.front() {
                     forward = false;
                     stale_result_error(to_client);
@@ -1030,6 +1051,7 @@ impl Exchange {
                 }
             }
             backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
+                self.unlistens.command_completed(body);
                 if matches!(self.due.front(), Some(Due::Server { request: Request::Execute { .. }, .. })) {
                     self.rows_ended();
                     if let Some(Due::Server { request: Request::Execute { changes: Some(changes), .. }, .. }) =
@@ -1080,6 +1102,7 @@ impl Exchange {
                 if idle {
                     self.negotiator.transaction_ended();
                 }
+                self.unlistens.ready(idle);
                 if self.ddl_pending && idle {
                     // The DDL is committed (or rolled back): statements
                     // described and shapes validated while it was in flight
