@@ -35,6 +35,9 @@
 //!   subscriptions per shard, one listening server connection per (database,
 //!   user), notifications fanned out to clients' mailboxes; never touches a
 //!   client's socket.
+//! - [`router`]: read routing: which server a transaction goes to (the
+//!   primary or a standby that has replayed the client's last write), the
+//!   replay positions per standby, and the request classification.
 //! - [`admin`]: the admin console (PgBouncer's SHOW and commands) and the
 //!   metrics endpoint; off the query path.
 //! - [`runtime`]: the shards themselves: threads, listeners, client registry,
@@ -53,6 +56,7 @@ pub mod pool;
 pub mod prepare;
 pub mod process_files;
 pub mod protocol;
+pub mod router;
 pub mod rt;
 pub mod runtime;
 pub mod server;

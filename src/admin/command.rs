@@ -60,6 +60,8 @@ pub enum Show {
     PassThroughs,
     /// pglane's own: the notification hub per shard.
     Notify,
+    /// pglane's own: read routing, per shard, database, user and host.
+    Routing,
 }
 
 impl AdminCommand {
@@ -129,6 +131,7 @@ pub fn parse(sql: &str) -> Result<AdminCommand, String> {
             "PREPARED" => Show::Prepared,
             "PASS_THROUGHS" => Show::PassThroughs,
             "NOTIFY" => Show::Notify,
+            "ROUTING" => Show::Routing,
             _ => return Err(invalid()),
         }),
         ["PAUSE"] => AdminCommand::Pause(None),

@@ -385,6 +385,7 @@ mod tests {
             disabled: vec![],
             paused_all: false,
             notify: Default::default(),
+            routing: vec![],
         };
         shard.prepare.pass_through_reasons.count(PassThrough::QueueFull);
         shard.prepare.rewrite_ns = 5_500;

@@ -293,6 +293,7 @@ async fn show(shard: &Shard, what: Show, config: &crate::config::Config) -> Resu
         Show::Prepared => show::prepared_table(&snaps),
         Show::PassThroughs => show::pass_throughs_table(&snaps),
         Show::Notify => show::notify_table(&snaps),
+        Show::Routing => show::routing_table(&snaps),
     }))
 }
 
@@ -323,7 +324,7 @@ fn help_notice() -> ErrorFields {
         "SUSPEND",
         "SHUTDOWN",
         "WAIT_CLOSE [<db>]",
-        "SHOW SHARDS|PREPARED|PASS_THROUGHS|NOTIFY (pglane)",
+        "SHOW SHARDS|PREPARED|PASS_THROUGHS|NOTIFY|ROUTING (pglane)",
     ];
     let detail = lines.iter().map(|l| format!("\t{l}")).collect::<Vec<_>>().join("\n");
     ErrorFields::notice("Console usage").with_detail(detail)

@@ -563,6 +563,71 @@ pub fn notify_table(snapshots: &[ShardSnapshot]) -> Table {
     t
 }
 
+/// SHOW ROUTING: read routing (see `crate::router`). A row per shard,
+/// database, user and host (role and position as the monitor last saw
+/// them, lag behind the primary, transactions served from its pool of
+/// reads), then a row per router with host `*`: reads sent to standbys,
+/// transactions sent to the primary, of those the reads that went there
+/// because no standby had replayed the client's last write (stale reads
+/// avoided) or because no standby would do.
+pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
+    let mut t = Table::new(&[
+        ("shard", INT4),
+        ("database", TEXT),
+        ("user", TEXT),
+        ("host", TEXT),
+        ("role", TEXT),
+        ("position", TEXT),
+        ("lag_bytes", NUMERIC),
+        ("reads", NUMERIC),
+        ("to_primary", NUMERIC),
+        ("stale_reads_avoided", NUMERIC),
+        ("no_standby", NUMERIC),
+    ]);
+    let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
+    sorted.sort_by_key(|s| s.shard);
+    for sh in sorted {
+        let mut routers: Vec<&crate::runtime::snapshot::RoutingSnapshot> = sh.routing.iter().collect();
+        routers.sort_by(|a, b| (&a.database, &a.user).cmp(&(&b.database, &b.user)));
+        for r in routers {
+            for h in &r.hosts {
+                let role = match h.view.role {
+                    crate::router::Role::Primary => "primary",
+                    crate::router::Role::Standby => "standby",
+                    crate::router::Role::Unknown => "unknown",
+                };
+                t.push(vec![
+                    s(sh.shard),
+                    s(&r.database),
+                    s(&r.user),
+                    s(&h.address),
+                    s(role),
+                    h.view.position.map(|p| p.to_string()),
+                    h.lag.map(|l| l.to_string()),
+                    s(h.reads),
+                    None,
+                    None,
+                    None,
+                ]);
+            }
+            t.push(vec![
+                s(sh.shard),
+                s(&r.database),
+                s(&r.user),
+                s("*"),
+                s("router"),
+                None,
+                None,
+                s(r.stats.reads_to_standbys),
+                s(r.stats.to_primary),
+                s(r.stats.stale_reads_avoided),
+                s(r.stats.no_standby),
+            ]);
+        }
+    }
+    t
+}
+
 /// SHOW PREPARED: the statement registries.
 pub fn prepared_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
@@ -678,6 +743,7 @@ mod tests {
             disabled: vec![],
             paused_all: false,
             notify: Default::default(),
+            routing: vec![],
         }
     }
 

@@ -27,6 +27,7 @@ pub mod pinning;
 mod quiet;
 mod relay;
 pub mod replication;
+mod routing;
 mod sole_access;
 mod startup;
 
@@ -199,10 +200,20 @@ async fn admit_or_serve(
     };
     let mode = config.pool_mode_for(&entry.info.database, &entry.info.user);
     let auto_prepare = config.auto_prepare_policy();
+    // Read routing, for transaction-mode clients of a database that has it
+    // (a session-mode client keeps its one server connection: the primary).
+    let route = match mode {
+        PoolMode::Transaction => shard
+            .router(&config, &entry.info.database, &entry.info.user, &pool)
+            .map(|router| Box::new(crate::router::client::ClientRoute::new(router))),
+        PoolMode::Session => None,
+    };
     let exchange = match mode {
         // The client keeps its server connection: nothing to share or rename.
         PoolMode::Session => Exchange::passing_through(),
-        PoolMode::Transaction if config.server_pipelining => Exchange::new(auto_prepare).with_pipelining(),
+        // Server pipelining hands a connection over with a request behind
+        // it: not for a client whose connections come from several pools.
+        PoolMode::Transaction if config.server_pipelining && route.is_none() => Exchange::new(auto_prepare).with_pipelining(),
         PoolMode::Transaction => Exchange::new(auto_prepare),
     };
     let mut session = Session {
@@ -225,6 +236,8 @@ async fn admit_or_serve(
         offer: None,
         skip_ready: 0,
         notifications: None,
+        route,
+        routed: None,
         serial: NEXT_SESSION_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         _counted: counted,
     };
@@ -391,6 +404,10 @@ struct Session {
     /// for it (transaction mode; see `notifications`). Boxed, and none
     /// until it first LISTENs so: a client that never does pays a pointer.
     notifications: Option<Box<notifications::Notifications>>,
+    /// Its read routing (see `crate::router`), if its database has it.
+    route: Option<Box<crate::router::client::ClientRoute>>,
+    /// The standby's pool the current request goes to (read routing).
+    routed: Option<Rc<Pool>>,
 }
 
 /// Sends a cancel request for what `key`'s backend runs, on its own task,
@@ -516,6 +533,7 @@ impl Session {
     /// connection for it, the relay, and the connection given back.
     async fn transaction(&mut self) -> Result<Transaction, SessionError> {
         self.clear_the_way().await;
+        let one_request = self.route_request();
         let mut broken = 0;
         let mut lease = loop {
             let mut lease = match self.mode {
@@ -570,7 +588,11 @@ impl Session {
         let unsent = self.entry.server.borrow().is_none();
         self.exchange.follows_unlistens = self.notifications.as_ref().is_some_and(|n| n.subscription.is_some());
         let end = Relay {
-            intake: Intake::new(self.config.relay_buffer_size),
+            intake: if one_request && self.routed.is_some() {
+                Intake::one_request(self.config.relay_buffer_size)
+            } else {
+                Intake::new(self.config.relay_buffer_size)
+            },
             client: &mut self.client,
             server: &mut server.stream,
             buffers: &mut self.buffers,
@@ -618,6 +640,15 @@ impl Session {
         match end {
             RelayEnd::Released => {
                 *self.entry.server.borrow_mut() = None;
+                if self.route.as_mut().is_some_and(|r| r.take_primary_transaction()) {
+                    // Boxed: it queries the server, once per transaction on the primary.
+                    if !Box::pin(self.learn_commit_position(&mut lease)).await {
+                        self.end_transaction();
+                        self.park_server_side();
+                        drop(lease); // closes it
+                        return Ok(Transaction::Over);
+                    }
+                }
                 self.pass_on(lease, offer, false).await;
                 Ok(Transaction::Over)
             }
@@ -908,7 +939,7 @@ impl Session {
     /// Moves the relay's byte and query counters into the pool's stats.
     fn flush_counters(&mut self) {
         let c = std::mem::take(&mut self.buffers.counters);
-        self.pool.count(|s| {
+        self.serving_pool().count(|s| {
             s.bytes_received += c.bytes_to_server;
             s.bytes_sent += c.bytes_to_client;
             s.bytes_from_server += c.bytes_from_server;
@@ -949,35 +980,42 @@ impl Session {
             }
             left = wait.saturating_sub(crate::rt::now().saturating_duration_since(started));
         }
-        let mut checkout = std::pin::pin!(until_cancelled(&self.entry, self.pool.checkout_or_follow(left, may_follow)));
-        // query_wait_notify: a client still waiting after it is told so
-        // once, as PgBouncer tells it. The timer is set only for a checkout
-        // that did not end at its first poll, which most do.
-        let checked_out = match Config::optional_secs(self.config.query_wait_notify).filter(|notify| *notify < left) {
-            Some(notify) => match futures_lite::future::poll_once(checkout.as_mut()).await {
-                Some(done) => done,
-                None => match with_timeout(notify, checkout.as_mut()).await {
-                    Some(done) => done,
-                    None => {
-                        // Only between whole messages to the client: with
-                        // replies still on their way to it, the notice is left out.
-                        if self.buffers.to_client.is_empty() {
-                            let mut notice = BytesMut::new();
-                            let text = "No server connection available in postgres backend, client being queued";
-                            backend::notice_response(&mut notice, &ErrorFields::notice(text));
-                            self.client.write_all(&notice).await?;
-                        }
-                        checkout.await
-                    }
-                },
-            },
-            None => checkout.await,
+        // A read routed to a standby: that host's pool first (see `routing`).
+        let Some(read) = self.checkout_read(left).await else { return Ok(None) };
+        let got = match read {
+            Some(got) => got,
+            None => {
+                let mut checkout = std::pin::pin!(until_cancelled(&self.entry, self.pool.checkout_or_follow(left, may_follow)));
+                // query_wait_notify: a client still waiting after it is told so
+                // once, as PgBouncer tells it. The timer is set only for a checkout
+                // that did not end at its first poll, which most do.
+                let checked_out = match Config::optional_secs(self.config.query_wait_notify).filter(|notify| *notify < left) {
+                    Some(notify) => match futures_lite::future::poll_once(checkout.as_mut()).await {
+                        Some(done) => done,
+                        None => match with_timeout(notify, checkout.as_mut()).await {
+                            Some(done) => done,
+                            None => {
+                                // Only between whole messages to the client: with
+                                // replies still on their way to it, the notice is left out.
+                                if self.buffers.to_client.is_empty() {
+                                    let mut notice = BytesMut::new();
+                                    let text = "No server connection available in postgres backend, client being queued";
+                                    backend::notice_response(&mut notice, &ErrorFields::notice(text));
+                                    self.client.write_all(&notice).await?;
+                                }
+                                checkout.await
+                            }
+                        },
+                    },
+                    None => checkout.await,
+                };
+                let Some(got) = checked_out else {
+                    self.entry.set_state(ClientState::Idle);
+                    return Ok(None);
+                };
+                got?
+            }
         };
-        let Some(got) = checked_out else {
-            self.entry.set_state(ClientState::Idle);
-            return Ok(None);
-        };
-        let got = got?;
         let lent = self.buffers.attach_server_side(self.shard.take_buffers());
         self.exchange.attach(lent);
         let now = crate::rt::now();
@@ -1133,7 +1171,7 @@ impl Session {
         self.entry.set_state(ClientState::Idle);
         let held = crate::rt::now().saturating_duration_since(self.lease_started);
         let statements = self.exchange.take_statement_counts();
-        self.pool.count(|s| {
+        self.serving_pool().count(|s| {
             s.xact_count += 1;
             s.xact_time_us += held.as_micros() as u64;
             s.statements.add(&statements);

@@ -59,11 +59,30 @@ pub struct Intake {
     paused: bool,
     /// The Flush for this pause was sent.
     flushed: bool,
+    /// Take one request only (up to its Query or Sync), then nothing until
+    /// the relay ends: a read routed to a standby (see `crate::router`),
+    /// whose next request may not be a read.
+    one_request: bool,
+    /// That request has been taken.
+    request_taken: bool,
 }
 
 impl Intake {
     pub fn new(buffer: usize) -> Intake {
-        Intake { buffer, paused: false, flushed: false }
+        Intake { buffer, paused: false, flushed: false, one_request: false, request_taken: false }
+    }
+
+    /// An intake that takes the client's next request and no more.
+    pub fn one_request(buffer: usize) -> Intake {
+        Intake { one_request: true, ..Intake::new(buffer) }
+    }
+
+    /// A message tagged `tag` was taken (or began to be).
+    #[inline]
+    fn took(&mut self, tag: u8) {
+        if self.one_request && (tag == frontend::QUERY || tag == frontend::SYNC) {
+            self.request_taken = true;
+        }
     }
 
     /// Whether more of the client's messages may be taken now: `due`
@@ -75,6 +94,9 @@ impl Intake {
     /// from the limit) is two compares and no store.
     #[inline]
     pub(super) fn open(&mut self, due: usize, outgoing: usize, replies: usize) -> bool {
+        if self.request_taken {
+            return false;
+        }
         if self.paused {
             if due > MAX_IN_FLIGHT / 2 {
                 return false;
@@ -408,8 +430,14 @@ pub(super) fn take_client_messages(
         match piece {
             Piece::Whole(frontend::TERMINATE, _) => break ClientStop::Terminate,
             Piece::Whole(tag, _) | Piece::Start(tag, _) if !frontend::is_known_tag(tag) => break ClientStop::BadTag(tag),
-            Piece::Whole(tag, message) => exchange.from_client(tag, message, st, to_server),
-            Piece::Start(tag, bytes) => exchange.from_client_stream(tag, bytes, to_server),
+            Piece::Whole(tag, message) => {
+                intake.took(tag);
+                exchange.from_client(tag, message, st, to_server)
+            }
+            Piece::Start(tag, bytes) => {
+                intake.took(tag);
+                exchange.from_client_stream(tag, bytes, to_server)
+            }
             Piece::More(bytes) => exchange.from_client_stream_more(bytes, to_server),
         }
     };

@@ -555,6 +555,9 @@ mod defaults {
     pub fn hosts() -> Vec<String> {
         vec!["127.0.0.1".into()]
     }
+    pub fn read_routing_max_lag() -> u64 {
+        16 * 1024 * 1024
+    }
     pub fn ports() -> Vec<u16> {
         vec![5432]
     }
@@ -671,6 +674,14 @@ pub struct Database {
     /// In which order a new server connection tries the hosts.
     #[serde(default)]
     pub load_balance_hosts: LoadBalanceHosts,
+    /// Whether transactions that only read go to the standbys among the
+    /// hosts (see `crate::router`).
+    #[serde(default)]
+    pub read_routing: ReadRouting,
+    /// With read_routing: bytes of WAL a standby may be behind the primary
+    /// and still serve reads.
+    #[serde(default = "defaults::read_routing_max_lag")]
+    pub read_routing_max_lag: u64,
     /// The database's name on the server; defaults to the name clients use.
     pub dbname: Option<String>,
     /// Server connections for this database and one user, **over all
@@ -787,6 +798,18 @@ impl Database {
         if self.port.contains(&0) || self.port.is_empty() {
             return Err(invalid(format!("databases.{name}.port must be a port number (1-65535)")));
         }
+        if self.read_routing == ReadRouting::Standbys {
+            if self.host.len() < 2 {
+                return Err(invalid(format!(
+                    "databases.{name}.read_routing = \"standbys\" needs a host list: a primary and its standbys"
+                )));
+            }
+            if !matches!(self.target_session_attrs, TargetSessionAttrs::ReadWrite | TargetSessionAttrs::Primary) {
+                return Err(invalid(format!(
+                    "databases.{name}.read_routing = \"standbys\" needs target_session_attrs = \"read-write\" or \"primary\": what is not a read goes to the primary"
+                )));
+            }
+        }
         if self.port.len() != 1 && self.port.len() != self.host.len() {
             return Err(invalid(format!(
                 "databases.{name}.port lists {} ports for {} hosts: give one port for all hosts, or one per host",
@@ -840,6 +863,18 @@ impl std::fmt::Display for TargetSessionAttrs {
             TargetSessionAttrs::PreferStandby => "prefer-standby",
         })
     }
+}
+
+/// `read_routing`: where a database's transactions go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadRouting {
+    /// Every transaction to the server target_session_attrs picks.
+    #[default]
+    Off,
+    /// Transactions proven read-only to a standby that has replayed the
+    /// client's last write, the others to the primary (see `crate::router`).
+    Standbys,
 }
 
 /// `load_balance_hosts`: the order in which a new server connection tries a
@@ -1374,6 +1409,19 @@ password = "secret"
         assert!(bad("port = [5432, \"x\"]").contains("expected u16"), "{}", bad("port = [5432, \"x\"]"));
         assert!(bad("target_session_attrs = \"read_write\"").contains("read-write"));
         assert!(bad("load_balance_hosts = \"yes\"").contains("random"));
+    }
+
+    #[test]
+    fn read_routing_needs_a_primary_and_standbys() {
+        let with = |lines: &str| Config::parse(&MINIMAL.replace("host = \"127.0.0.1\"\nport = 5432", lines));
+        let bad = |lines: &str| with(lines).unwrap_err().to_string();
+        let c = with("host = [\"db1\", \"db2\"]\ntarget_session_attrs = \"read-write\"\nread_routing = \"standbys\"").unwrap();
+        assert_eq!(c.databases["app"].read_routing, ReadRouting::Standbys);
+        assert_eq!(c.databases["app"].read_routing_max_lag, 16 * 1024 * 1024);
+        assert_eq!(with("host = [\"db1\", \"db2\"]").unwrap().databases["app"].read_routing, ReadRouting::Off);
+        assert!(bad("read_routing = \"standbys\"\ntarget_session_attrs = \"read-write\"").contains("host list"));
+        assert!(bad("host = [\"db1\", \"db2\"]\nread_routing = \"standbys\"").contains("read-write"));
+        assert!(bad("host = [\"db1\", \"db2\"]\nread_routing = \"on\"").contains("standbys"));
     }
 
     #[test]

@@ -210,8 +210,10 @@ pub struct Pool {
     /// `UTF8`), learned the first time a client gives it.
     reported_as: RefCell<std::collections::HashMap<(String, String), String>>,
     stats: Cell<PoolStats>,
-    /// The prepared statements shared by this pool's clients (see `prepare`).
-    pub registry: crate::prepare::Registry,
+    /// The prepared statements shared by this pool's clients (see
+    /// `prepare`); shared with the pools a read router sends the same
+    /// clients' reads to (see `router`).
+    pub registry: Rc<crate::prepare::Registry>,
     census: Rc<Census>,
     /// The limits over all shards this pool opens connections under (see
     /// [`Pool::share_budgets`]); none for a pool of its own.
@@ -282,6 +284,12 @@ struct Waiter {
 
 impl Pool {
     pub fn new(target: ServerTarget, max_size: usize, registry: crate::prepare::Registry) -> Rc<Pool> {
+        Self::sharing(target, max_size, Rc::new(registry))
+    }
+
+    /// A pool whose clients' statements are another pool's: the pool of a
+    /// standby that serves the reads of the clients of `registry`'s pool.
+    pub fn sharing(target: ServerTarget, max_size: usize, registry: Rc<crate::prepare::Registry>) -> Rc<Pool> {
         Rc::new_cyclic(|me| Pool {
             hosts: hosts::HostBook::new(target.hosts.len()),
             checking: Cell::new(false),

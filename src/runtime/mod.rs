@@ -16,6 +16,7 @@ pub mod listeners;
 mod notify;
 mod nudge;
 mod peers;
+mod routing;
 mod shutdown;
 pub mod snapshot;
 
@@ -353,6 +354,11 @@ pub struct Shard {
     /// The pools of databases the `*` entry serves (see
     /// [`Shard::drop_unused_fallback_pools`]).
     fallback_pools: RefCell<std::collections::HashSet<(String, String)>>,
+    /// The read routers of pools whose database has read_routing (see
+    /// `crate::router`), with their pools of reads per host, and the
+    /// verdicts on statement texts all of them share.
+    routers: RefCell<HashMap<(String, String), Rc<crate::router::Router>>>,
+    classifier: Rc<crate::router::Classifier>,
     /// Inbox buffers given up by clients that went quiet, for the next
     /// client that speaks.
     spare_inboxes: RefCell<Vec<Vec<u8>>>,
@@ -490,6 +496,8 @@ pub fn run(shared: Arc<Shared>, cpus: &[usize]) -> Result<(), String> {
                 learned_logins: RefCell::default(),
                 hosts_checked: Cell::new(std::time::Instant::now()),
                 fallback_pools: RefCell::default(),
+                routers: RefCell::default(),
+                classifier: Rc::default(),
                 notify_hub: Default::default(),
             });
             peers::serve_peers(&shard, inbox);
@@ -713,6 +721,9 @@ impl Shard {
             );
         }
         for pool in self.pools.borrow().values() {
+            pool.close_idle();
+        }
+        for pool in self.read_pools() {
             pool.close_idle();
         }
         let (p, statements) = self.prepare_totals();
@@ -1053,6 +1064,10 @@ impl Shard {
                 let reserve_after = (config.reserve_pool_size(database) > 0).then(|| Config::secs(config.reserve_pool_timeout));
                 pool.tick(now, reserve_after);
             }
+            for pool in self.read_pools() {
+                pool.expire_waiters(now);
+                pool.tick(now, None);
+            }
             let tick = async {
                 rt::sleep(nudge::TICK).await;
                 true
@@ -1092,6 +1107,9 @@ impl Shard {
                 let (database, user) = (crate::logging::Escaped(database), crate::logging::Escaped(user));
                 tracing::debug!(shard = self.id, %database, %user, closed = n, "closed expired idle server connections");
             }
+        }
+        for pool in self.read_pools() {
+            pool.close_expired(idle, lifetime, 0);
         }
     }
 

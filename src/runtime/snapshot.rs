@@ -22,6 +22,28 @@ pub struct ShardSnapshot {
     pub paused_all: bool,
     /// The notification hub's clients, channels and counters.
     pub notify: crate::notify::HubSnapshot,
+    /// The read routers (see `crate::router`).
+    pub routing: Vec<RoutingSnapshot>,
+}
+
+/// One read router: its hosts as its monitor last saw them, and its counters.
+#[derive(Debug, Clone)]
+pub struct RoutingSnapshot {
+    pub database: String,
+    pub user: String,
+    pub hosts: Vec<RoutedHost>,
+    pub stats: crate::router::RouterStats,
+}
+
+/// One host of a read router.
+#[derive(Debug, Clone)]
+pub struct RoutedHost {
+    pub address: String,
+    pub view: crate::router::HostView,
+    /// Bytes behind the newest primary position seen, for a standby.
+    pub lag: Option<u64>,
+    /// Transactions its pool of reads served.
+    pub reads: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -144,6 +166,30 @@ impl Shard {
             disabled: self.disabled_databases(),
             paused_all: self.is_paused_all(),
             notify: self.notify_hub.snapshot(),
+            routing: self.routing_snapshot(),
         }
+    }
+
+    fn routing_snapshot(&self) -> Vec<RoutingSnapshot> {
+        self.routers()
+            .into_iter()
+            .map(|((database, user), router)| {
+                let view = router.view();
+                let lags = crate::router::lags(&view);
+                let hosts = router
+                    .pools()
+                    .iter()
+                    .zip(view)
+                    .zip(lags)
+                    .map(|((pool, view), lag)| RoutedHost {
+                        address: pool.target().hosts.first().map(|h| h.address.to_string()).unwrap_or_default(),
+                        view,
+                        lag,
+                        reads: pool.stats().xact_count,
+                    })
+                    .collect();
+                RoutingSnapshot { database, user, hosts, stats: router.stats() }
+            })
+            .collect()
     }
 }

@@ -1,0 +1,86 @@
+//! A session's side of read routing (see `crate::router`): where its next
+//! request goes, and the primary's WAL position learned after its
+//! transactions there. The decisions are the router's; this file only
+//! hands them the session's bytes and settings, and never blocks.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use super::{until_cancelled, Session, CLEANUP_TIMEOUT};
+use crate::pool::{Checkout, Lease, Pool};
+use crate::rt::with_timeout;
+use crate::runtime::ClientState;
+
+impl Session {
+    /// A connection from the standby's pool a read was routed to, if any
+    /// ([`Session::routed`]); if that pool gives none (the host went down
+    /// since the monitor last saw it), `Some(None)` and the read goes to the
+    /// primary: nothing of it has gone anywhere. `None` if a cancel request
+    /// came for it meanwhile (the client is idle again).
+    pub(super) async fn checkout_read(&mut self, wait: Duration) -> Option<Option<Checkout>> {
+        let Some(pool) = self.routed.clone() else { return Some(None) };
+        match until_cancelled(&self.entry, pool.checkout(wait)).await {
+            None => {
+                self.entry.set_state(ClientState::Idle);
+                None
+            }
+            Some(Ok(lease)) => Some(Some(Checkout::Lease(lease))),
+            Some(Err(e)) => {
+                debug!("read routing: no connection from the standby's pool ({e}); the read goes to the primary");
+                self.routed = None;
+                Some(None)
+            }
+        }
+    }
+
+    /// The pool of the server connection the client holds or last held:
+    /// its own, or a standby's for a routed read (whose counts are its own).
+    pub(super) fn serving_pool(&self) -> &Rc<Pool> {
+        self.routed.as_ref().unwrap_or(&self.pool)
+    }
+
+    /// Read routing: where the client's next request goes (see
+    /// `crate::router`). Sets [`Session::routed`] to a standby's pool for a
+    /// read; true if only that one request may go there (the relay takes
+    /// no more of the client's messages until it ends).
+    pub(super) fn route_request(&mut self) -> bool {
+        self.routed = None;
+        let Some(route) = self.route.as_deref_mut() else { return false };
+        // Only a request that starts outside a transaction block, on a
+        // client whose session state is not pinned to one connection.
+        if self.exchange.pinned.is_some() || !self.buffers.to_server.is_empty() || !self.exchange.is_quiet() {
+            return false;
+        }
+        let carried = self.settings.get(crate::router::MIN_LSN_SETTING).and_then(|v| v.plain());
+        match route.decide(self.buffers.from_client.pending(), self.config.max_message_size, carried) {
+            crate::router::client::Destination::Primary => false,
+            crate::router::client::Destination::Standby { pool, one_request, .. } => {
+                self.routed = Some(pool);
+                one_request
+            }
+        }
+    }
+
+    /// After a transaction on the primary: asks the connection where the
+    /// primary's WAL ends now (one round trip, after the client has its
+    /// answer), the position the client's later reads need a standby to
+    /// have replayed. False if the connection failed (it must be closed);
+    /// the client's reads then go to the primary until it next learns one.
+    pub(super) async fn learn_commit_position(&mut self, lease: &mut Lease) -> bool {
+        let Some(route) = self.route.as_deref_mut() else { return true };
+        let asked = with_timeout(CLEANUP_TIMEOUT, lease.query_pairs(crate::router::COMMIT_POSITION_QUERY)).await;
+        match asked.and_then(Result::ok).and_then(Result::ok).as_deref().and_then(crate::router::client::read_commit_position) {
+            Some(position) => {
+                route.learn(position);
+                true
+            }
+            None => {
+                route.forget_position();
+                warn!("read routing: could not learn the primary's WAL position after a transaction; closing that connection");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! The read router: which server a client's transaction goes to when its
+//! database has `read_routing = "standbys"`.
+//!
+//! This module owns, per shard and per (database, user) pool that routes:
+//! the view of each host (primary or standby, and its WAL position, kept
+//! fresh by a monitor task with a connection of its own per host), one
+//! pool per host for the reads sent there, the choice of a standby for a
+//! read, and the counters of what it decided. [`classify`] says what a
+//! request is; [`lsn`] spells WAL positions.
+//!
+//! A client session asks it ([`Router::standby_for`]) and keeps its own
+//! "min LSN" (the position its last write committed at, or what it set
+//! as `pglane.min_lsn`); the router never reaches into a session, never
+//! touches a client's traffic, and never blocks the shard.
+//!
+//! The rule for a read: a standby the monitor saw in recovery within
+//! [`FRESH_FOR`], whose replay position is at or past the client's min LSN,
+//! and no more than `read_routing_max_lag` bytes behind the primary's last
+//! seen position. Positions only grow on a running standby, so a position
+//! a few ms old that is far enough is still far enough when the read runs.
+
+pub mod classify;
+pub mod client;
+pub mod lsn;
+
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info};
+
+use crate::pool::Pool;
+use crate::server::{ServerConn, ServerTarget};
+pub use classify::{Classifier, Kind};
+pub use lsn::Lsn;
+
+/// How often the monitor asks each host where it is.
+pub const POLL_EVERY: Duration = Duration::from_millis(5);
+
+/// A host not heard from for this long is not chosen for reads.
+pub const FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// How long the monitor waits before reconnecting to a host it lost.
+const RECONNECT_AFTER: Duration = Duration::from_millis(250);
+
+/// The monitor's question: in recovery, and the position (a standby's
+/// replay position, a primary's current write position).
+pub const POSITION_QUERY: &str = "SELECT pg_catalog.pg_is_in_recovery()::pg_catalog.text, \
+     (CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() \
+     ELSE pg_catalog.pg_current_wal_lsn() END)::pg_catalog.text";
+
+/// Asked on the primary after a client's transaction there: where its WAL
+/// ends, which a standby must have replayed to show that client its writes.
+pub const COMMIT_POSITION_QUERY: &str = "SELECT 'lsn', pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text";
+
+/// The session setting a client may carry a position in (startup packet or SET).
+pub const MIN_LSN_SETTING: &str = "pglane.min_lsn";
+
+/// What a host is, as the monitor last saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    #[default]
+    Unknown,
+    Primary,
+    Standby,
+}
+
+/// One host as the monitor last saw it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostView {
+    pub role: Role,
+    /// Replay position of a standby, write position of a primary.
+    pub position: Option<Lsn>,
+    /// When it last answered.
+    pub seen: Option<Instant>,
+}
+
+impl HostView {
+    fn is_fresh(&self, now: Instant) -> bool {
+        self.seen.is_some_and(|seen| now.saturating_duration_since(seen) <= FRESH_FOR)
+    }
+}
+
+/// Reads the monitor's answer: `("t", "0/3000148")`.
+pub fn read_position(pairs: &[(String, String)]) -> Option<(Role, Lsn)> {
+    let (recovery, position) = pairs.first()?;
+    let role = match recovery.as_str() {
+        "true" | "t" => Role::Standby,
+        "false" | "f" => Role::Primary,
+        _ => return None,
+    };
+    Some((role, position.parse().ok()?))
+}
+
+/// The standby a read may go to, trying hosts from `start` round: fresh,
+/// in recovery, replayed to `need` (if any), at most `max_lag` bytes behind
+/// the newest primary position seen (if any).
+pub fn choose(view: &[HostView], need: Option<Lsn>, max_lag: u64, now: Instant, start: usize) -> Option<usize> {
+    let primary = view.iter().filter(|h| h.role == Role::Primary && h.is_fresh(now)).filter_map(|h| h.position).max();
+    let fits = |h: &HostView| {
+        let Some(position) = h.position else { return false };
+        h.role == Role::Standby
+            && h.is_fresh(now)
+            && need.is_none_or(|need| position >= need)
+            && primary.is_none_or(|p| p.0.saturating_sub(position.0) <= max_lag)
+    };
+    let n = view.len();
+    (0..n).map(|i| (start + i) % n).find(|&i| fits(&view[i]))
+}
+
+/// How far behind the newest fresh primary position each standby of `view`
+/// is, in bytes (`None` for a host that is not a standby, or when no
+/// primary position is known).
+pub fn lags(view: &[HostView]) -> Vec<Option<u64>> {
+    let now = crate::rt::now();
+    let primary = view.iter().filter(|h| h.role == Role::Primary && h.is_fresh(now)).filter_map(|h| h.position).max();
+    view.iter()
+        .map(|h| match (h.role, h.position, primary) {
+            (Role::Standby, Some(at), Some(p)) => Some(p.0.saturating_sub(at.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What the router decided, per shard; summed over shards by the admin console.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RouterStats {
+    /// Transactions sent to a standby.
+    pub reads_to_standbys: u64,
+    /// Transactions sent to the primary (not reads, or no standby would do).
+    pub to_primary: u64,
+    /// Reads sent to the primary because no standby had replayed the
+    /// client's last write (a stale read avoided).
+    pub stale_reads_avoided: u64,
+    /// Reads sent to the primary because no standby was up, in recovery
+    /// and within the lag bound.
+    pub no_standby: u64,
+}
+
+impl RouterStats {
+    pub fn add(&mut self, o: &RouterStats) {
+        self.reads_to_standbys += o.reads_to_standbys;
+        self.to_primary += o.to_primary;
+        self.stale_reads_avoided += o.stale_reads_avoided;
+        self.no_standby += o.no_standby;
+    }
+}
+
+/// One shard's router for one (database, user) pool.
+pub struct Router {
+    view: RefCell<Vec<HostView>>,
+    /// The pool of reads for each host (index: the host's in the list).
+    pools: Vec<Rc<Pool>>,
+    max_lag: u64,
+    next: Cell<usize>,
+    stats: Cell<RouterStats>,
+    pub classifier: Rc<Classifier>,
+}
+
+impl Router {
+    /// A router over `pools` (one per host of `target`'s list, in order),
+    /// with a monitor task per host, which ends when the router goes.
+    pub fn start(target: &ServerTarget, pools: Vec<Rc<Pool>>, max_lag: u64, classifier: Rc<Classifier>) -> Rc<Router> {
+        let router = Rc::new(Router {
+            view: RefCell::new(vec![HostView::default(); pools.len()]),
+            pools,
+            max_lag,
+            next: Cell::new(0),
+            stats: Cell::new(RouterStats::default()),
+            classifier,
+        });
+        for host in 0..target.hosts.len() {
+            let one = host_target(target, host);
+            crate::rt::spawn_local(monitor(Rc::downgrade(&router), one, host)).detach();
+        }
+        router
+    }
+
+    /// The pool of a standby that may serve a read of a client whose
+    /// writes reached `need`, or `None`: the read goes to the primary
+    /// (counted as a stale read avoided if only `need` stood in the way).
+    pub fn standby_for(&self, need: Option<Lsn>) -> Option<(usize, Rc<Pool>)> {
+        let now = crate::rt::now();
+        let view = self.view.borrow();
+        let start = self.next.get();
+        let chosen = choose(&view, need, self.max_lag, now, start);
+        let mut stats = self.stats.get();
+        match chosen {
+            Some(host) => {
+                self.next.set(host + 1);
+                stats.reads_to_standbys += 1;
+            }
+            None => {
+                stats.to_primary += 1;
+                if need.is_some() && choose(&view, None, self.max_lag, now, start).is_some() {
+                    stats.stale_reads_avoided += 1;
+                } else {
+                    stats.no_standby += 1;
+                }
+            }
+        }
+        self.stats.set(stats);
+        chosen.and_then(|host| Some((host, self.pools.get(host)?.clone())))
+    }
+
+    /// A transaction that was not a read went to the primary.
+    pub fn count_primary(&self) {
+        let mut stats = self.stats.get();
+        stats.to_primary += 1;
+        self.stats.set(stats);
+    }
+
+    pub fn stats(&self) -> RouterStats {
+        self.stats.get()
+    }
+
+    /// The hosts as last seen.
+    pub fn view(&self) -> Vec<HostView> {
+        self.view.borrow().clone()
+    }
+
+    pub fn pools(&self) -> &[Rc<Pool>] {
+        &self.pools
+    }
+
+    fn saw(&self, host: usize, seen: HostView) {
+        if let Some(slot) = self.view.borrow_mut().get_mut(host) {
+            if slot.role != seen.role && seen.role != Role::Unknown {
+                info!(host, role = ?seen.role, "read routing: host seen as {:?}", seen.role);
+            }
+            *slot = seen;
+        }
+    }
+}
+
+/// `target` narrowed to its host `host`, any session, no output settings
+/// learned, no waiting for a host that will not do: what the monitor and a
+/// host's read pool connect with.
+pub fn host_target(target: &ServerTarget, host: usize) -> ServerTarget {
+    ServerTarget {
+        hosts: target.hosts.get(host).cloned().into_iter().collect(),
+        target_session_attrs: crate::config::TargetSessionAttrs::Any,
+        retry_timeout: Duration::ZERO,
+        ..target.clone()
+    }
+}
+
+/// Asks host `host` where it is every [`POLL_EVERY`] on a connection of its
+/// own, and tells the router, until the router is gone. A host that cannot
+/// be reached is seen as such at once (no role, no position).
+async fn monitor(router: Weak<Router>, target: ServerTarget, host: usize) {
+    let mut conn: Option<ServerConn> = None;
+    let timeout = target.connect_timeout;
+    loop {
+        if router.strong_count() == 0 {
+            return;
+        }
+        let current = match conn.as_mut() {
+            Some(c) => c,
+            None => match crate::rt::with_timeout(timeout, ServerConn::connect(&target, 0, 0)).await {
+                Some(Ok(c)) => conn.insert(c),
+                failed => {
+                    debug!(host, ok = failed.is_some(), "read routing: monitor cannot connect");
+                    if let Some(router) = router.upgrade() {
+                        router.saw(host, HostView::default());
+                    }
+                    crate::rt::sleep(RECONNECT_AFTER).await;
+                    continue;
+                }
+            },
+        };
+        let answer = crate::rt::with_timeout(timeout, current.query_pairs(POSITION_QUERY)).await;
+        let Some(router) = router.upgrade() else { return };
+        match answer {
+            Some(Ok(Ok(pairs))) => {
+                let seen = match read_position(&pairs) {
+                    Some((role, position)) => HostView { role, position: Some(position), seen: Some(crate::rt::now()) },
+                    // A standby that has replayed nothing yet.
+                    None => HostView { role: Role::Unknown, position: None, seen: Some(crate::rt::now()) },
+                };
+                router.saw(host, seen);
+                drop(router);
+                crate::rt::sleep(POLL_EVERY).await;
+            }
+            _ => {
+                router.saw(host, HostView::default());
+                drop(router);
+                conn = None;
+                crate::rt::sleep(RECONNECT_AFTER).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(role: Role, position: u64, seen: Instant) -> HostView {
+        HostView { role, position: Some(Lsn(position)), seen: Some(seen) }
+    }
+
+    #[test]
+    fn a_read_goes_to_a_fresh_standby_that_has_replayed_far_enough() {
+        let now = Instant::now();
+        let view = [at(Role::Primary, 1000, now), at(Role::Standby, 900, now), at(Role::Standby, 500, now)];
+        assert_eq!(choose(&view, None, 1 << 20, now, 0), Some(1));
+        assert_eq!(choose(&view, None, 1 << 20, now, 2), Some(2));
+        // Round: from host 2, wrapping past the primary.
+        assert_eq!(choose(&view, Some(Lsn(600)), 1 << 20, now, 2), Some(1));
+        assert_eq!(choose(&view, Some(Lsn(900)), 1 << 20, now, 0), Some(1));
+        assert_eq!(choose(&view, Some(Lsn(901)), 1 << 20, now, 0), None);
+        // Lag past the bound.
+        assert_eq!(choose(&view, None, 99, now, 0), None);
+        assert_eq!(choose(&view, None, 100, now, 2), Some(1));
+    }
+
+    #[test]
+    fn stale_unknown_and_promoted_hosts_serve_no_reads() {
+        let now = Instant::now() + FRESH_FOR * 3;
+        let old = now - FRESH_FOR * 2;
+        assert_eq!(choose(&[at(Role::Standby, 900, old)], None, u64::MAX, now, 0), None);
+        assert_eq!(choose(&[HostView::default()], None, u64::MAX, now, 0), None);
+        assert_eq!(choose(&[at(Role::Primary, 900, now)], None, u64::MAX, now, 0), None);
+        let no_position = HostView { role: Role::Standby, position: None, seen: Some(now) };
+        assert_eq!(choose(&[no_position], None, u64::MAX, now, 0), None);
+        // No primary seen (down, or failing over): the lag cannot be known, reads go on.
+        assert_eq!(choose(&[HostView::default(), at(Role::Standby, 5, now)], None, 1, now, 0), Some(1));
+        assert_eq!(choose(&[], None, 1, now, 0), None);
+    }
+
+    #[test]
+    fn the_monitor_answer_is_read() {
+        let pair = |a: &str, b: &str| vec![(a.to_owned(), b.to_owned())];
+        assert_eq!(read_position(&pair("true", "0/3000148")), Some((Role::Standby, Lsn(0x300_0148))));
+        assert_eq!(read_position(&pair("false", "1/0")), Some((Role::Primary, Lsn(1 << 32))));
+        assert_eq!(read_position(&pair("maybe", "1/0")), None);
+        assert_eq!(read_position(&pair("true", "nope")), None);
+        assert_eq!(read_position(&[]), None);
+    }
+}

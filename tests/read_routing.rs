@@ -1,0 +1,298 @@
+//! Read routing (`read_routing = "standbys"`, issue 41) against a real
+//! primary and two real streaming standbys made with `pg_basebackup -R`,
+//! one of them replaying with `recovery_min_apply_delay`. What each shows:
+//!
+//! - many clients each writing a row and reading it back at once never read
+//!   a stale count (read-your-writes), while the reads of clients that never
+//!   wrote are served by the standbys, both of them;
+//! - what is not provably a read (`select nextval(...)`) runs on the
+//!   primary, and a `BEGIN READ ONLY` transaction on a standby;
+//! - a position carried in `pglane.min_lsn` keeps a client off a standby
+//!   that has not replayed it;
+//! - readers go on when a standby stops and another is promoted: only
+//!   reads in flight on the stopped one fail (measured and bounded, not
+//!   zero: there is no retry yet), and their last reads are on the primary.
+//!
+//! The primary runs with `synchronous_commit = on` here (the harness's
+//! default is off), so that a commit's WAL reaches the standbys promptly.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Pglane, Postgres};
+
+/// The standbys' apply delay.
+const DELAY: &str = "300ms";
+
+/// A primary with table `kv` and sequence `seq`, a standby, and a standby
+/// replaying `DELAY` behind.
+fn cluster() -> (Postgres, Postgres, Postgres) {
+    let primary = Postgres::start_new_with("synchronous_commit = on\nwal_writer_delay = 10ms", "");
+    primary.psql("create table kv(client int, n int); create sequence seq; grant all on kv, seq to public");
+    let fast = Postgres::start_standby_of(&primary);
+    let slow = Postgres::start_standby_of(&primary);
+    slow.psql(&format!("alter system set recovery_min_apply_delay = '{DELAY}'"));
+    slow.psql("select pg_reload_conf()");
+    primary.wait_for_standby(&fast, Duration::from_secs(60));
+    primary.wait_for_standby(&slow, Duration::from_secs(60));
+    assert!(fast.is_in_recovery() && slow.is_in_recovery() && !primary.is_in_recovery());
+    (primary, fast, slow)
+}
+
+/// pglane on two shards routing the reads of database `app` (on `ports`,
+/// the primary first) to its standbys.
+fn pglane(ports: &[u16]) -> Pglane {
+    let hosts = vec!["\"127.0.0.1\""; ports.len()].join(", ");
+    let ports = ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
+    Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\n\
+             [databases.app]\nhost = [{hosts}]\nport = [{ports}]\ndbname = \"postgres\"\nuser = \"trustuser\"\n\
+             pool_size = 8\ntarget_session_attrs = \"read-write\"\nread_routing = \"standbys\"\n\
+             [users.postgres]\n"
+        ),
+        &["--cores", "2"],
+    )
+}
+
+/// SHOW ROUTING's `*` rows (one per shard whose clients routed), summed,
+/// and the reads each host's pool served, summed over shards.
+async fn show_routing(lane: &Pglane) -> (std::collections::HashMap<String, u64>, std::collections::HashMap<String, u64>) {
+    let console = common::connect(lane.port, "postgres", "", "pgbouncer").await;
+    let (mut totals, mut reads) = (std::collections::HashMap::new(), std::collections::HashMap::new());
+    for message in console.simple_query("SHOW ROUTING").await.unwrap() {
+        let tokio_postgres::SimpleQueryMessage::Row(r) = message else { continue };
+        let get = |name: &str| r.get(name).unwrap_or("").to_owned();
+        if get("host") == "*" {
+            for name in ["reads", "to_primary", "stale_reads_avoided", "no_standby"] {
+                *totals.entry(name.to_owned()).or_insert(0) += get(name).parse::<u64>().unwrap();
+            }
+        } else {
+            *reads.entry(get("host")).or_insert(0) += get("reads").parse::<u64>().unwrap();
+        }
+    }
+    (totals, reads)
+}
+
+async fn client(lane: &Pglane) -> tokio_postgres::Client {
+    common::connect(lane.port, "postgres", "", "app").await
+}
+
+/// The first row of a simple query's answer, as text.
+async fn row(c: &tokio_postgres::Client, sql: &str) -> Result<Vec<String>, tokio_postgres::Error> {
+    for message in c.simple_query(sql).await? {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = message {
+            return Ok((0..r.len()).map(|i| r.get(i).unwrap_or("").to_owned()).collect());
+        }
+    }
+    panic!("no row for {sql}");
+}
+
+/// Waits (up to 20 s) until a client that never wrote reads from a
+/// standby: the monitor has seen the standbys.
+async fn until_standbys_serve(lane: &Pglane) {
+    let c = client(lane).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while row(&c, "select pg_is_in_recovery()").await.unwrap()[0] != "t" {
+        assert!(Instant::now() < deadline, "no read reached a standby in 20 s\n{}", lane.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_read_their_writes_and_readers_use_the_standbys() {
+    let (primary, fast, slow) = cluster();
+    let lane = pglane(&[primary.port, fast.port, slow.port]);
+    until_standbys_serve(&lane).await;
+
+    const WRITERS: i32 = 12;
+    const PAIRS: i32 = 100;
+    const READERS: usize = 4;
+    const READS: usize = 150;
+    let port = lane.port;
+    let writers = (0..WRITERS).map(|w| {
+        tokio::spawn(async move {
+            let c = common::connect(port, "postgres", "", "app").await;
+            let (mut stale, mut on_standby) = (0, 0);
+            for i in 1..=PAIRS {
+                c.simple_query(&format!("insert into kv values ({w}, {i})")).await.unwrap();
+                let r = row(&c, &format!("select count(*), pg_is_in_recovery() from kv where client = {w}")).await.unwrap();
+                if r[0] != i.to_string() {
+                    stale += 1;
+                }
+                on_standby += usize::from(r[1] == "t");
+            }
+            (stale, on_standby)
+        })
+    });
+    let readers = (0..READERS).map(|_| {
+        tokio::spawn(async move {
+            let c = common::connect(port, "postgres", "", "app").await;
+            let mut ports = Vec::new();
+            for _ in 0..READS {
+                let r = row(&c, "select inet_server_port(), pg_is_in_recovery()").await.unwrap();
+                ports.push((r[0].parse::<u16>().unwrap(), r[1] == "t"));
+            }
+            ports
+        })
+    });
+    let readers: Vec<_> = readers.collect();
+    let (mut stale, mut writer_reads_on_standbys) = (0, 0);
+    for w in writers {
+        let (s, on) = w.await.unwrap();
+        stale += s;
+        writer_reads_on_standbys += on;
+    }
+    let mut served = Vec::new();
+    for r in readers {
+        served.extend(r.await.unwrap());
+    }
+    let on_standbys = served.iter().filter(|(_, recovery)| *recovery).count();
+    let on_fast = served.iter().filter(|(p, _)| *p == fast.port).count();
+    let on_slow = served.iter().filter(|(p, _)| *p == slow.port).count();
+    eprintln!(
+        "{} write-then-read pairs: {stale} stale, {writer_reads_on_standbys} reads on standbys; \
+         readers: {on_standbys} of {} reads on standbys ({on_fast} fast, {on_slow} delayed)",
+        WRITERS * PAIRS,
+        served.len()
+    );
+    assert_eq!(stale, 0, "a client read a count older than its own write");
+    assert_eq!(primary.psql("select count(*) from kv"), (WRITERS * PAIRS).to_string());
+    // Clients that never wrote read from the standbys, both of them (the
+    // primary only if the monitor lost sight of both for a moment).
+    assert!(on_standbys * 100 >= served.len() * 95, "{on_standbys} of {} reads on standbys", served.len());
+    assert!(on_fast > 0 && on_slow > 0, "fast {on_fast}, delayed {on_slow}");
+    // The console counts what the router did: the readers' reads and some
+    // of the writers' on standbys, stale reads avoided for the writers, the
+    // inserts on the primary.
+    let (totals, reads) = show_routing(&lane).await;
+    eprintln!("SHOW ROUTING: {totals:?}, reads per host: {reads:?}");
+    assert!(totals["reads"] >= (on_standbys + writer_reads_on_standbys) as u64, "{totals:?}");
+    assert!(totals["stale_reads_avoided"] > 0, "{totals:?}");
+    assert!(totals["to_primary"] >= (WRITERS * PAIRS) as u64, "{totals:?}");
+    assert!(reads[&format!("127.0.0.1:{}", fast.port)] > 0 && reads[&format!("127.0.0.1:{}", slow.port)] > 0, "{reads:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_not_a_read_runs_on_the_primary() {
+    let (primary, fast, slow) = cluster();
+    let lane = pglane(&[primary.port, fast.port, slow.port]);
+    until_standbys_serve(&lane).await;
+    let c = client(&lane).await;
+    // Looks like a read, writes: never sent to a standby, where it would fail.
+    for want in 1..=5 {
+        let r = row(&c, "select nextval('seq'), pg_is_in_recovery()").await.unwrap();
+        assert_eq!(r, [want.to_string(), "f".to_owned()]);
+    }
+    // A client that never wrote: a fresh one. Its read-only transaction runs
+    // on a standby, and a write in it fails as it would on the primary.
+    let c = client(&lane).await;
+    c.simple_query("begin read only").await.unwrap();
+    assert_eq!(row(&c, "select pg_is_in_recovery()").await.unwrap(), ["t"]);
+    let e = c.simple_query("insert into kv values (0, 0)").await.unwrap_err();
+    assert_eq!(e.code(), Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION), "{e}");
+    c.simple_query("rollback").await.unwrap();
+    // A plain BEGIN, and what follows it, goes to the primary.
+    c.simple_query("begin").await.unwrap();
+    assert_eq!(row(&c, "select pg_is_in_recovery()").await.unwrap(), ["f"]);
+    c.simple_query("commit").await.unwrap();
+    // Its unnamed extended-protocol reads go to a standby too.
+    let c = client(&lane).await;
+    let rows = c.query_typed("select pg_is_in_recovery()", &[]).await.unwrap();
+    assert!(rows[0].get::<_, bool>(0), "an unnamed-statement read went to the primary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_position_keeps_a_client_off_a_standby_behind_it() {
+    let (primary, _fast, slow) = cluster();
+    // Only the delayed standby: a read right after a write elsewhere finds
+    // it behind.
+    let lane = pglane(&[primary.port, slow.port]);
+    until_standbys_serve(&lane).await;
+    for i in 1..=5 {
+        let writer = client(&lane).await;
+        writer.simple_query(&format!("insert into kv values (-1, {i})")).await.unwrap();
+        let lsn = row(&writer, "select pg_current_wal_insert_lsn()").await.unwrap().remove(0);
+        // Another client, told where the write ended.
+        let reader = client(&lane).await;
+        reader.simple_query(&format!("set pglane.min_lsn = '{lsn}'")).await.unwrap();
+        let r = row(&reader, "select count(*) from kv where client = -1").await.unwrap();
+        assert_eq!(r[0], i.to_string(), "a read with pglane.min_lsn = {lsn} missed the write");
+    }
+    // Without it, such a client reads from the standby (which is behind by
+    // its delay: the count it sees may be old, which is what min_lsn is for).
+    let reader = client(&lane).await;
+    assert_eq!(row(&reader, "select pg_is_in_recovery()").await.unwrap(), ["t"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_go_on_when_a_standby_stops_and_another_is_promoted() {
+    let (primary, fast, slow) = cluster();
+    let lane = pglane(&[primary.port, fast.port, slow.port]);
+    until_standbys_serve(&lane).await;
+    const READERS: usize = 4;
+    let port = lane.port;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..READERS)
+        .map(|_| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                // Reads (bounded), reconnecting after an error as
+                // applications do; what served each, and the errors.
+                let mut c = common::connect(port, "postgres", "", "app").await;
+                let (mut served, mut errors) = (Vec::new(), Vec::new());
+                for _ in 0..20_000 {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                    match row(&c, "select inet_server_port()").await {
+                        Ok(r) => served.push(r[0].parse::<u16>().unwrap()),
+                        Err(e) => {
+                            errors.push(e.code().map_or_else(|| e.to_string(), |c| c.code().to_owned()));
+                            c = common::connect(port, "postgres", "", "app").await;
+                        }
+                    }
+                }
+                (served, errors)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let at_stop = Instant::now();
+    tokio::task::block_in_place(|| slow.stop_server());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::task::block_in_place(|| fast.promote());
+    let promoted = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut served, mut errors) = (Vec::new(), Vec::new());
+    for r in readers {
+        let (s, e) = r.await.unwrap();
+        served.push(s);
+        errors.extend(e);
+    }
+    let total: usize = served.iter().map(Vec::len).sum();
+    let count = |port: u16| served.iter().flatten().filter(|p| **p == port).count();
+    eprintln!(
+        "{total} reads: primary {}, standby promoted {}, standby stopped {}; {} errors: {errors:?} \
+         (stop to promote {:?})",
+        count(primary.port),
+        count(fast.port),
+        count(slow.port),
+        errors.len(),
+        promoted - at_stop
+    );
+    // Reads went on, and ended on the primary: the promoted standby is a
+    // primary now (not a standby of it), the stopped one is gone.
+    for s in &served {
+        let last = &s[s.len().saturating_sub(20)..];
+        assert!(last.len() == 20 && last.iter().all(|p| *p == primary.port), "last reads served by {last:?}");
+    }
+    assert!(count(fast.port) > 0 && count(slow.port) > 0, "the standbys served no reads before the events");
+    // Only reads in flight on the stopped standby, or sent on one of its
+    // connections before pglane saw it close, may fail (see
+    // docs/read-routing.md): at most one per reader and per connection of
+    // its pools.
+    assert!(errors.len() <= READERS + 8, "{errors:?}");
+}
