@@ -9,6 +9,7 @@
 //! here is on the per-query path except the lookups a session does once per
 //! login.
 
+mod cancel;
 mod clients;
 mod control;
 pub mod keys;
@@ -17,6 +18,7 @@ mod notify;
 mod nudge;
 mod peers;
 mod routing;
+mod shared;
 mod shutdown;
 pub mod snapshot;
 
@@ -24,11 +26,10 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use tracing::{debug, error, info, warn};
 
 use crate::auth::secret::ScramSecret;
@@ -39,11 +40,12 @@ use crate::pool::{Budget, BudgetNews, BudgetOf, Pool};
 use crate::prepare::Registry;
 use crate::rt;
 use crate::rt::net::Socket;
-use crate::server::{CancelKey, ServerHost, ServerTarget};
+use crate::server::{ServerHost, ServerTarget};
 
 pub use clients::{ClientEntry, ClientInfo, ClientState};
 use listeners::{adopt_unix_listener, bind_listener, ensure_port_free, Listener, UnixSocket};
 pub use peers::{Answer, Control, Question, ShardMessage};
+pub use shared::{ConfigSource, CountedClient, Shared};
 pub use shutdown::ShutdownSignal;
 
 /// Statements a pool's registry keeps before it drops those no client uses.
@@ -91,231 +93,6 @@ fn lower_priority_once() {
             let tid = libc::gettid();
             libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BLOCKING_NICE);
         }
-    }
-}
-
-/// Where the config came from, so RELOAD and SIGHUP can read it again.
-#[derive(Debug, Clone, Default)]
-pub struct ConfigSource {
-    pub toml: Option<std::path::PathBuf>,
-    pub pgbouncer_ini: Option<std::path::PathBuf>,
-    /// `--cores` and `--cpus` from the command line (kept across reloads).
-    pub cores: Option<usize>,
-    pub cpus: Option<String>,
-}
-
-/// What all shards share. Read-mostly; never touched per query.
-pub struct Shared {
-    pub config: ArcSwap<Config>,
-    pub source: ConfigSource,
-    /// Bumped each time a new config is stored; shards apply it when they see
-    /// the number change.
-    pub config_generation: AtomicU64,
-    shutting_down: AtomicBool,
-    pub started: std::time::Instant,
-    /// Wakes the shards when something above changes (see [`nudge`]).
-    nudges: Arc<nudge::Nudges>,
-    /// The database names the `*` entry serves now: each name, with how
-    /// many shards have a pool of it. Touched only when a shard makes its
-    /// first pool of such a name or drops its last, never per query.
-    fallback_databases: std::sync::Mutex<HashMap<String, usize>>,
-    /// The connection limits that hold over all shards (see
-    /// `pool::budget`), made when a shard makes its first pool under one.
-    /// Locked only then and at reloads, never per query.
-    budgets: std::sync::Mutex<HashMap<crate::pool::BudgetOf, Arc<crate::pool::Budget>>>,
-    /// Client connections of each database and of each user, over all
-    /// shards, for max_db_client_connections and max_user_client_connections
-    /// (see [`Shared::count_client`]). Locked at a login and a logout, never
-    /// per query.
-    client_counts: std::sync::Mutex<ClientCounts>,
-    /// The warnings the config files gave when last read: a reload logs
-    /// only the ones that are new, not the same list every time.
-    warned: std::sync::Mutex<std::collections::BTreeSet<String>>,
-    /// The admin console's `SET key = value`s, in order, laid over the
-    /// files at each load until a RELOAD (see [`Shared::set`]).
-    console_sets: std::sync::Mutex<Vec<(String, String)>>,
-}
-
-/// Client connections by database and by user (see [`Shared::count_client`]).
-#[derive(Default)]
-struct ClientCounts {
-    databases: HashMap<String, usize>,
-    users: HashMap<String, usize>,
-}
-
-/// A client counted against max_db_client_connections and
-/// max_user_client_connections until this drops.
-pub struct CountedClient {
-    shared: Arc<Shared>,
-    database: String,
-    user: String,
-}
-
-impl Drop for CountedClient {
-    fn drop(&mut self) {
-        let mut counts = self.shared.client_counts.lock().unwrap_or_else(|e| e.into_inner());
-        let ClientCounts { databases, users } = &mut *counts;
-        for (map, name) in [(databases, &self.database), (users, &self.user)] {
-            if let Some(count) = map.get_mut(name) {
-                *count -= 1;
-                if *count == 0 {
-                    map.remove(name);
-                }
-            }
-        }
-    }
-}
-
-impl Shared {
-    pub fn new(config: Config, source: ConfigSource) -> Shared {
-        Shared {
-            config: ArcSwap::from_pointee(config),
-            source,
-            config_generation: AtomicU64::new(0),
-            shutting_down: AtomicBool::new(false),
-            started: std::time::Instant::now(),
-            nudges: Arc::default(),
-            fallback_databases: Default::default(),
-            budgets: Default::default(),
-            client_counts: Default::default(),
-            warned: Default::default(),
-            console_sets: Default::default(),
-        }
-    }
-
-    /// The config's warnings at start (logged by the caller), so that a
-    /// reload repeats none of them.
-    pub fn remember_warnings(&self, warnings: impl IntoIterator<Item = String>) {
-        *self.warned.lock().unwrap_or_else(|e| e.into_inner()) = warnings.into_iter().collect();
-    }
-
-    /// The budget of `what`, made if new, with `limit` (0: none) as of now.
-    fn budget(&self, what: crate::pool::BudgetOf, limit: usize) -> Arc<crate::pool::Budget> {
-        let limit = if limit == 0 { usize::MAX } else { limit };
-        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
-        let budget = budgets.entry(what.clone()).or_insert_with(|| Arc::new(crate::pool::Budget::new(what, limit)));
-        budget.set_limit(limit);
-        budget.clone()
-    }
-
-    /// Counts a client of `database` and `user` until the returned guard
-    /// drops, unless that would make more than their limits
-    /// (max_db_client_connections, max_user_client_connections; 0: none):
-    /// then nothing is counted, and the error names the limit.
-    pub fn count_client(self: &Arc<Self>, config: &Config, database: &str, user: &str) -> Result<CountedClient, &'static str> {
-        let mut counts = self.client_counts.lock().unwrap_or_else(|e| e.into_inner());
-        let full = |count: Option<&usize>, max: usize| max > 0 && count.copied().unwrap_or(0) >= max;
-        if full(counts.databases.get(database), config.max_db_client_connections(database)) {
-            return Err("max_db_client_connections");
-        }
-        if full(counts.users.get(user), config.max_user_client_connections(user)) {
-            return Err("max_user_client_connections");
-        }
-        *counts.databases.entry(database.to_owned()).or_default() += 1;
-        *counts.users.entry(user.to_owned()).or_default() += 1;
-        Ok(CountedClient { shared: self.clone(), database: database.to_owned(), user: user.to_owned() })
-    }
-
-    /// A shard makes its first pool of `name`, served by the `*` entry:
-    /// false, and nothing counted, if that would make more than `max` names.
-    fn claim_fallback(&self, name: &str, max: usize) -> bool {
-        let mut names = self.fallback_databases.lock().unwrap_or_else(|e| e.into_inner());
-        if !names.contains_key(name) && names.len() >= max {
-            return false;
-        }
-        *names.entry(name.to_owned()).or_default() += 1;
-        true
-    }
-
-    /// A shard dropped its last pool of `name` (see [`Shared::claim_fallback`]).
-    fn release_fallback(&self, name: &str) {
-        let mut names = self.fallback_databases.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(shards) = names.get_mut(name) {
-            *shards -= 1;
-            if *shards == 0 {
-                names.remove(name);
-            }
-        }
-    }
-
-    /// Asks every shard to stop accepting and drain. Returns whether a
-    /// shutdown had already begun.
-    pub fn begin_shutdown(&self) -> bool {
-        let already = self.shutting_down.swap(true, Ordering::SeqCst);
-        if !already {
-            notify::stopping();
-        }
-        self.nudges.nudge_all();
-        already
-    }
-
-    pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::SeqCst)
-    }
-
-    /// Reads the config files again, without the console's SETs; stores the
-    /// new config if it is valid and keeps the old one (returning why) if
-    /// not. Returns the warnings not given before.
-    pub fn reload(&self) -> Result<Vec<String>, String> {
-        notify::reloading();
-        let mut sets = self.console_sets.lock().unwrap_or_else(|e| e.into_inner());
-        let reloaded = self.load_again(&[]);
-        if reloaded.is_ok() {
-            sets.clear();
-        }
-        drop(sets);
-        match &reloaded {
-            Ok(_) => notify::ready("serving; config reloaded"),
-            Err(e) => notify::ready(&format!("serving; config not reloaded, the old one stays: {e}")),
-        }
-        reloaded
-    }
-
-    /// The admin console's `SET key = value`: the files read again with it
-    /// and the earlier SETs laid over them, applied as a reload is. Kept
-    /// until a RELOAD; refused, and forgotten, if the config it makes is
-    /// not valid or needs a restart. Returns the warnings not given before.
-    pub fn set(&self, key: &str, value: &str) -> Result<Vec<String>, String> {
-        let mut sets = self.console_sets.lock().unwrap_or_else(|e| e.into_inner());
-        let before = sets.clone();
-        sets.retain(|(k, _)| k != key);
-        sets.push((key.to_owned(), value.to_owned()));
-        let applied = self.load_again(&sets);
-        if applied.is_err() {
-            *sets = before;
-        }
-        applied
-    }
-
-    fn load_again(&self, sets: &[(String, String)]) -> Result<Vec<String>, String> {
-        let (mut config, warnings) =
-            crate::config::load_with_sets(self.source.toml.as_deref(), self.source.pgbouncer_ini.as_deref(), sets)?;
-        let old = self.config.load();
-        if self.source.cores.is_some() || self.source.cpus.is_some() {
-            config.cores = self.source.cores;
-            config.cpus = self.source.cpus.clone();
-        }
-        if config.listen != old.listen {
-            return Err(format!("listen cannot change without a restart ({} → {})", old.listen, config.listen));
-        }
-        if config.unix_socket_path() != old.unix_socket_path() {
-            return Err("unix_socket_dir cannot change without a restart".into());
-        }
-        if config.logfile != old.logfile || config.pidfile != old.pidfile {
-            return Err("logfile and pidfile cannot change without a restart".into());
-        }
-        if config.peer_id != old.peer_id {
-            // The cancel keys of the clients connected now name the old one.
-            return Err(format!("peer_id cannot change without a restart ({} → {})", old.peer_id, config.peer_id));
-        }
-        self.config.store(Arc::new(config));
-        self.config_generation.fetch_add(1, Ordering::SeqCst);
-        self.nudges.nudge_all();
-        let now: std::collections::BTreeSet<String> = warnings.iter().map(|w| w.to_string()).collect();
-        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
-        let new = now.iter().filter(|w| !warned.contains(*w)).cloned().collect();
-        *warned = now;
-        Ok(new)
     }
 }
 
@@ -1210,87 +987,6 @@ impl Shard {
 
     pub fn unregister_client(&self, process_id: i32) {
         self.clients.borrow_mut().remove(&process_id);
-    }
-
-    /// A CancelRequest arrived on this shard: handled here, by the shard
-    /// that owns the client, or by the peer instance that does. Returns once
-    /// the server (or the peer) has taken it, so that the client's cancel
-    /// connection closes only then, as PostgreSQL's does.
-    pub async fn route_cancel(&self, process_id: i32, secret_key: i32) {
-        match self.keys.route(process_id, secret_key) {
-            keys::Route::Shard { shard, secret } if shard == self.id => self.cancel_local(process_id, secret).await,
-            keys::Route::Shard { shard, secret } if shard < self.shards => {
-                // Not INFO: anyone can send these, as fast as they like.
-                debug!(shard = self.id, owner = shard, "passing a cancel request to the shard that owns the client");
-                let (done, taken) = flume::bounded(1);
-                let cancel = ShardMessage::Cancel { process_id, secret_key: secret, done };
-                if self.peers.send_to(shard, cancel).await.is_err() {
-                    return warn!(shard = self.id, owner = shard, "could not pass a cancel request to its shard");
-                }
-                // Answered (or dropped, if that shard stopped) once it is done.
-                let _ = taken.recv_async().await;
-            }
-            keys::Route::Peer { peer_id, secret } => self.forward_cancel(peer_id, process_id, secret).await,
-            _ => debug!(shard = self.id, process_id, "a cancel request with a key pglane did not hand out"),
-        }
-    }
-
-    /// Passes a CancelRequest for a client of peer instance `peer_id` on.
-    async fn forward_cancel(&self, peer_id: u16, process_id: i32, secret_key: i32) {
-        let config = self.shared.config.load();
-        let Some(peer) = config.peer_by_id(peer_id) else {
-            return debug!(shard = self.id, peer_id, "a cancel request for a peer that [peers] does not list");
-        };
-        let address = peer.address();
-        // Not INFO: anyone can send these, as fast as they like.
-        debug!(shard = self.id, peer_id, peer = %address, "forwarding a cancel request to the peer that owns the client");
-        let timeout = Config::secs(config.server_connect_timeout);
-        if let Err(e) = crate::server::send_cancel_request(&address, process_id, secret_key, timeout).await {
-            warn!(shard = self.id, peer_id, "forwarding a cancel request to peer {address} failed: {e}");
-        }
-    }
-
-    /// Cancels what the client with this key runs now, exactly as
-    /// PostgreSQL would: a request on a server is cancelled there; a request
-    /// still waiting in pglane is answered by its session (see
-    /// `ClientEntry::queued`); a client between requests has nothing to
-    /// cancel (and the connection it last held may serve another client by
-    /// now), so the cancel is dropped, never kept for its next request.
-    async fn cancel_local(&self, process_id: i32, secret_key: i32) {
-        let (key, queued): (Option<Rc<CancelKey>>, Option<Rc<ClientEntry>>) = {
-            let clients = self.clients.borrow();
-            let Some(client) = clients.get(&process_id).filter(|c| c.secret_key == secret_key) else { return };
-            let key = client.server.borrow().clone();
-            let mut queued = None;
-            if key.is_none() && client.following.get() {
-                // Sent when the connection is handed over (see `ClientEntry::following`).
-                client.cancel_held.set(true);
-            } else if key.is_none() && client.queued.get() {
-                client.cancel_queued();
-                queued = Some(client.clone());
-            }
-            (key, queued)
-        };
-        let timeout = Config::secs(self.shared.config.load().server_connect_timeout);
-        if let Some(client) = queued {
-            // Answered by the session, or sent to the server as the request
-            // is written: the cancel connection closes once that is done.
-            let settled = async {
-                client.cancel_settled().await;
-                let sent = client.server.borrow().clone();
-                if let Some(key) = sent {
-                    key.cancels_done().await;
-                }
-            };
-            let _ = rt::with_timeout(timeout, settled).await;
-            return;
-        }
-        let Some(key) = key else { return };
-        // Until the server has it, the connection goes to no other client.
-        let _under_way = key.cancel_under_way();
-        if let Err(e) = crate::server::send_cancel(&key, timeout).await {
-            warn!(shard = self.id, "cancel request to {} failed: {e}", key.address);
-        }
     }
 }
 

@@ -1,0 +1,96 @@
+//! A CancelRequest's way to what it cancels: this shard's client, another
+//! shard's (by message), or a peer instance's (forwarded). Where a key
+//! points is `keys`'; what a cancel does to a client's request is decided
+//! here, by the shard that owns the client, exactly as PostgreSQL would.
+
+use std::rc::Rc;
+
+use tracing::{debug, warn};
+
+use super::{keys, ClientEntry, Shard, ShardMessage};
+use crate::config::Config;
+use crate::rt;
+use crate::server::CancelKey;
+
+impl Shard {
+    /// A CancelRequest arrived on this shard: handled here, by the shard
+    /// that owns the client, or by the peer instance that does. Returns once
+    /// the server (or the peer) has taken it, so that the client's cancel
+    /// connection closes only then, as PostgreSQL's does.
+    pub async fn route_cancel(&self, process_id: i32, secret_key: i32) {
+        match self.keys.route(process_id, secret_key) {
+            keys::Route::Shard { shard, secret } if shard == self.id => self.cancel_local(process_id, secret).await,
+            keys::Route::Shard { shard, secret } if shard < self.shards => {
+                // Not INFO: anyone can send these, as fast as they like.
+                debug!(shard = self.id, owner = shard, "passing a cancel request to the shard that owns the client");
+                let (done, taken) = flume::bounded(1);
+                let cancel = ShardMessage::Cancel { process_id, secret_key: secret, done };
+                if self.peers.send_to(shard, cancel).await.is_err() {
+                    return warn!(shard = self.id, owner = shard, "could not pass a cancel request to its shard");
+                }
+                // Answered (or dropped, if that shard stopped) once it is done.
+                let _ = taken.recv_async().await;
+            }
+            keys::Route::Peer { peer_id, secret } => self.forward_cancel(peer_id, process_id, secret).await,
+            _ => debug!(shard = self.id, process_id, "a cancel request with a key pglane did not hand out"),
+        }
+    }
+
+    /// Passes a CancelRequest for a client of peer instance `peer_id` on.
+    async fn forward_cancel(&self, peer_id: u16, process_id: i32, secret_key: i32) {
+        let config = self.shared.config.load();
+        let Some(peer) = config.peer_by_id(peer_id) else {
+            return debug!(shard = self.id, peer_id, "a cancel request for a peer that [peers] does not list");
+        };
+        let address = peer.address();
+        // Not INFO: anyone can send these, as fast as they like.
+        debug!(shard = self.id, peer_id, peer = %address, "forwarding a cancel request to the peer that owns the client");
+        let timeout = Config::secs(config.server_connect_timeout);
+        if let Err(e) = crate::server::send_cancel_request(&address, process_id, secret_key, timeout).await {
+            warn!(shard = self.id, peer_id, "forwarding a cancel request to peer {address} failed: {e}");
+        }
+    }
+
+    /// Cancels what the client with this key runs now, exactly as
+    /// PostgreSQL would: a request on a server is cancelled there; a request
+    /// still waiting in pglane is answered by its session (see
+    /// `ClientEntry::queued`); a client between requests has nothing to
+    /// cancel (and the connection it last held may serve another client by
+    /// now), so the cancel is dropped, never kept for its next request.
+    pub(super) async fn cancel_local(&self, process_id: i32, secret_key: i32) {
+        let (key, queued): (Option<Rc<CancelKey>>, Option<Rc<ClientEntry>>) = {
+            let clients = self.clients.borrow();
+            let Some(client) = clients.get(&process_id).filter(|c| c.secret_key == secret_key) else { return };
+            let key = client.server.borrow().clone();
+            let mut queued = None;
+            if key.is_none() && client.following.get() {
+                // Sent when the connection is handed over (see `ClientEntry::following`).
+                client.cancel_held.set(true);
+            } else if key.is_none() && client.queued.get() {
+                client.cancel_queued();
+                queued = Some(client.clone());
+            }
+            (key, queued)
+        };
+        let timeout = Config::secs(self.shared.config.load().server_connect_timeout);
+        if let Some(client) = queued {
+            // Answered by the session, or sent to the server as the request
+            // is written: the cancel connection closes once that is done.
+            let settled = async {
+                client.cancel_settled().await;
+                let sent = client.server.borrow().clone();
+                if let Some(key) = sent {
+                    key.cancels_done().await;
+                }
+            };
+            let _ = rt::with_timeout(timeout, settled).await;
+            return;
+        }
+        let Some(key) = key else { return };
+        // Until the server has it, the connection goes to no other client.
+        let _under_way = key.cancel_under_way();
+        if let Err(e) = crate::server::send_cancel(&key, timeout).await {
+            warn!(shard = self.id, "cancel request to {} failed: {e}", key.address);
+        }
+    }
+}
