@@ -464,4 +464,7 @@ async fn bench_ten_thousand_listeners() {
          listener socket's kernel receive stamp\n"
     );
     println!("{}", table(&groups));
+    // The admin consoles' connection tasks close their sockets once polled:
+    // otherwise pglane waits shutdown_timeout for them at the end.
+    tokio::time::sleep(Duration::from_millis(200)).await;
 }
