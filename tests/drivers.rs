@@ -269,14 +269,32 @@ fn assert_psycopg_moved(summary: &serde_json::Value) {
 /// (no client is pinned).
 #[test]
 fn psycopg3_listen_notify_through_the_notification_hub() {
-    let db = "drivers_psycopg_notify";
-    postgres().fresh_database(db, None);
-    let command = |port: u16, db: &str| {
+    listen_notify_as_direct("drivers_psycopg_notify", |port, db| {
         let mut cmd = Command::new(python_with("psycopg", "python3-psycopg"));
         cmd.arg(script("psycopg_notify.py"))
             .arg(format!("host=127.0.0.1 port={port} user={SUPERUSER} password={SUPERUSER_PASSWORD} dbname={db}"));
         cmd
-    };
+    });
+}
+
+/// node-postgres' `on('notification')`, as psycopg's above.
+#[test]
+fn node_postgres_listen_notify_through_the_notification_hub() {
+    let modules = node_modules();
+    listen_notify_as_direct("drivers_node_notify", |port, db| {
+        let mut cmd = Command::new("node");
+        cmd.env("NODE_PATH", &modules)
+            .arg(script("node_pg_notify.js"))
+            .arg(format!("postgres://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"));
+        cmd
+    });
+}
+
+/// Runs a driver's LISTEN/NOTIFY script (`command(port, dbname)`) directly
+/// and through pglane: the same notifications in the same order, the hub
+/// listened, and no client was pinned.
+fn listen_notify_as_direct(db: &str, command: impl Fn(u16, &str) -> Command) {
+    postgres().fresh_database(db, None);
     let direct = run_suite("the script against PostgreSQL directly", command(postgres().port, db));
     let lane = start_pglane(db, Features::Plain);
     let through = run_suite_through(&lane, "the script through pglane", command(lane.port, "app"));

@@ -309,14 +309,16 @@ impl Gen {
             }
             Kind::AdvisoryLock => self.advisory(),
             Kind::Listen => match self.rng.below(4) {
-                // A lone LISTEN by the simple protocol goes to the
-                // notification hub, whose server connection listens instead
-                // of the client's (pg_listening_channels() differs, as
-                // docs/compatibility.md says; tests/notify.rs covers it):
-                // here LISTEN goes by the extended protocol, which pins.
+                // A lone LISTEN (simple protocol, or the extended
+                // protocol's one-shot request) goes to the notification hub,
+                // whose server connection listens instead of the client's
+                // (pg_listening_channels() differs, as docs/compatibility.md
+                // says; tests/notify.rs covers it): here LISTEN runs inside
+                // a transaction block, which pins.
                 0 | 1 => {
                     let sql = format!("listen {}", self.rng_pick(&["ch1", "ch2"]));
-                    Step::one(self.with_params(&sql, &[]))
+                    let listen = self.with_params(&sql, &[]);
+                    self.block(vec![listen], true)
                 }
                 2 => {
                     let sql = format!("unlisten {}", self.rng_pick(&["ch1", "ch2"]));
