@@ -244,11 +244,11 @@ fn asyncpg_command(port: u16, db: &str) -> Command {
     cmd
 }
 
-fn node_command(modules: &Path) -> impl Fn(u16, &str) -> Command + '_ {
+fn node_command<'a>(modules: &'a Path, script_name: &'a str) -> impl Fn(u16, &str) -> Command + 'a {
     move |port, db| {
         let mut cmd = Command::new("node");
         cmd.env("NODE_PATH", modules)
-            .arg(script("node_pg_suite.js"))
+            .arg(script(script_name))
             .arg(format!("postgres://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"));
         cmd
     }
@@ -281,13 +281,7 @@ fn psycopg3_listen_notify_through_the_notification_hub() {
 #[test]
 fn node_postgres_listen_notify_through_the_notification_hub() {
     let modules = node_modules();
-    listen_notify_as_direct("drivers_node_notify", |port, db| {
-        let mut cmd = Command::new("node");
-        cmd.env("NODE_PATH", &modules)
-            .arg(script("node_pg_notify.js"))
-            .arg(format!("postgres://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"));
-        cmd
-    });
+    listen_notify_as_direct("drivers_node_notify", node_command(&modules, "node_pg_notify.js"));
 }
 
 /// Runs a driver's LISTEN/NOTIFY script (`command(port, dbname)`) directly
@@ -331,13 +325,14 @@ fn asyncpg_with_auto_prepare_and_binary_negotiation() {
 #[test]
 fn node_postgres_through_transaction_pooling() {
     let modules = node_modules();
-    direct_then_pglane("drivers_node", Features::Plain, node_command(&modules));
+    direct_then_pglane("drivers_node", Features::Plain, node_command(&modules, "node_pg_suite.js"));
 }
 
 #[test]
 fn node_postgres_with_auto_prepare_and_binary_negotiation() {
     let modules = node_modules();
-    let (_, lane) = direct_then_pglane("drivers_node_auto", Features::AutoPrepareAndNegotiation, node_command(&modules));
+    let (_, lane) =
+        direct_then_pglane("drivers_node_auto", Features::AutoPrepareAndNegotiation, node_command(&modules, "node_pg_suite.js"));
     let stats = show_prepared(&lane);
     assert!(stats.get("portals_negotiated").is_some_and(|&n| n > 0), "{stats:?}");
 }
@@ -382,13 +377,7 @@ fn node_postgres_ending_while_connecting_reports_nothing() {
     let modules = node_modules();
     let db = "drivers_node_end";
     postgres().fresh_database(db, None);
-    let command = |port: u16, db: &str| {
-        let mut cmd = Command::new("node");
-        cmd.env("NODE_PATH", &modules)
-            .arg(script("node_end_while_connecting.js"))
-            .arg(format!("postgres://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"));
-        cmd
-    };
+    let command = node_command(&modules, "node_end_while_connecting.js");
     let direct = run_suite("ending while connecting, directly", command(postgres().port, db));
     let lane = start_pglane(db, Features::Plain);
     let through = run_suite_through(&lane, "ending while connecting, through pglane", command(lane.port, "app"));
@@ -475,12 +464,10 @@ fn psycopg_cancels_cancel_nothing_later() {
 #[test]
 fn node_postgres_cancels_cancel_nothing_later() {
     let modules = node_modules();
+    let node = node_command(&modules, "cancel_loop.js");
     cancel_loop_directly_and_in_both_modes("node-postgres", |port, db| {
-        let mut cmd = Command::new("node");
-        cmd.env("NODE_PATH", &modules)
-            .arg(script("cancel_loop.js"))
-            .arg(format!("postgres://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"))
-            .arg(CANCEL_ITERATIONS);
+        let mut cmd = node(port, db);
+        cmd.arg(CANCEL_ITERATIONS);
         cmd
     });
 }

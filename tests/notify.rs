@@ -124,19 +124,7 @@ fn listening_backends(dbname: &str) -> usize {
 
 /// SHOW NOTIFY's one row (one shard), by column name.
 async fn show_notify(port: u16) -> std::collections::HashMap<String, u64> {
-    let mut config = tokio_postgres::Config::new();
-    config.host("127.0.0.1").port(port).user("postgres").password("secret").dbname("pgbouncer");
-    let (console, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let rows = console.simple_query("SHOW NOTIFY").await.unwrap();
-    let row = rows
-        .iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
-            _ => None,
-        })
-        .expect("a row");
-    row.columns().iter().enumerate().map(|(i, c)| (c.name().to_owned(), row.get(i).unwrap().parse().unwrap())).collect()
+    common::show_numbers(port, "postgres", "secret", "SHOW NOTIFY").await
 }
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {

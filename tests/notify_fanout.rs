@@ -347,19 +347,7 @@ impl Bench {
 
     /// SHOW NOTIFY's row (one shard), by column name.
     async fn show_notify(&self) -> std::collections::HashMap<String, u64> {
-        let mut config = tokio_postgres::Config::new();
-        config.host("127.0.0.1").port(self.lane.port).user(USER).dbname("pgbouncer");
-        let (console, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(connection);
-        let rows = console.simple_query("SHOW NOTIFY").await.unwrap();
-        let row = rows
-            .iter()
-            .find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
-                _ => None,
-            })
-            .expect("a row");
-        row.columns().iter().enumerate().map(|(i, c)| (c.name().to_owned(), row.get(i).unwrap().parse().unwrap())).collect()
+        common::show_numbers(self.lane.port, USER, "", "SHOW NOTIFY").await
     }
 
     /// Until nobody listens through pglane any more (the last group left).

@@ -801,6 +801,21 @@ pub async fn connect(port: u16, user: &str, password: &str, db: &str) -> tokio_p
         .unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port} as {user} db {db} failed: {e}"))
 }
 
+/// An admin console SHOW whose one row is all numbers (SHOW NOTIFY on one
+/// shard), by column name.
+pub async fn show_numbers(port: u16, user: &str, password: &str, show: &str) -> std::collections::HashMap<String, u64> {
+    let console = connect(port, user, password, "pgbouncer").await;
+    let rows = console.simple_query(show).await.unwrap();
+    let row = rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .expect("a row");
+    row.columns().iter().enumerate().map(|(i, c)| (c.name().to_owned(), row.get(i).unwrap().parse().unwrap())).collect()
+}
+
 /// Like [`connect`] but returns the error (e.g. to check its SQLSTATE).
 pub async fn try_connect(
     port: u16,
