@@ -418,10 +418,7 @@ impl Exchange {
                 _ => None,
             },
             Ok((_, name, _)) => match st.client.get(name).cloned() {
-                Some(s) => {
-                    self.counts.binds += 1;
-                    Some((s, ClientName::Named((*name).to_owned())))
-                }
+                Some(s) => Some((s, ClientName::Named((*name).to_owned()))),
                 None => return self.refuse_unknown_statement(name),
             },
             Err(_) => None,
@@ -452,8 +449,12 @@ impl Exchange {
         let Ok((portal, _, rest)) = bind else { return false };
         let s = self.statement_for_use(s, &name, st);
         if self.prepare_here(&s, Check::Use, st, to_server) {
+            // Counted when it is let go, not twice.
             self.held.extend_from_slice(message);
             return false;
+        }
+        if matches!(name, ClientName::Named(_)) {
+            self.counts.binds += 1;
         }
         self.bound_changes(portal, statement_changes(&s));
         let (plan, rows_of) = self.send_bind(&s, portal, rest, st, to_server);

@@ -988,6 +988,8 @@ fn a_lazily_prepared_statement_must_keep_its_result_type() {
             let got = reply(&mut ex, &mut sides, &[(b'2', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
             assert_eq!(tags(&got), "2CZ");
             assert!(ex.is_quiet());
+            // SHOW STATS' bind_count: the held Bind once, not once more when let go.
+            assert_eq!(ex.take_statement_counts().binds, 1);
         }
     }
 }
