@@ -239,9 +239,15 @@ fn psycopg_command(port: u16, db: &str) -> Command {
 }
 
 fn asyncpg_command(port: u16, db: &str) -> Command {
-    let mut cmd = Command::new(python_with("asyncpg", "python3-asyncpg"));
-    cmd.arg(script("asyncpg_suite.py")).arg(format!("postgresql://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"));
-    cmd
+    asyncpg_script("asyncpg_suite.py")(port, db)
+}
+
+fn asyncpg_script(script_name: &str) -> impl Fn(u16, &str) -> Command + '_ {
+    move |port, db| {
+        let mut cmd = Command::new(python_with("asyncpg", "python3-asyncpg"));
+        cmd.arg(script(script_name)).arg(format!("postgresql://{SUPERUSER}:{SUPERUSER_PASSWORD}@127.0.0.1:{port}/{db}"));
+        cmd
+    }
 }
 
 fn node_command<'a>(modules: &'a Path, script_name: &'a str) -> impl Fn(u16, &str) -> Command + 'a {
@@ -282,6 +288,13 @@ fn psycopg3_listen_notify_through_the_notification_hub() {
 fn node_postgres_listen_notify_through_the_notification_hub() {
     let modules = node_modules();
     listen_notify_as_direct("drivers_node_notify", node_command(&modules, "node_pg_notify.js"));
+}
+
+/// asyncpg's `add_listener`, which prepares its LISTEN and runs it later,
+/// with and without asyncpg's statement cache, as psycopg's above.
+#[test]
+fn asyncpg_listen_notify_through_the_notification_hub() {
+    listen_notify_as_direct("drivers_asyncpg_notify", asyncpg_script("asyncpg_notify.py"));
 }
 
 /// Runs a driver's LISTEN/NOTIFY script (`command(port, dbname)`) directly

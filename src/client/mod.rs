@@ -508,11 +508,17 @@ impl Session {
                     }
                 }
             }
+            if self.notifications.is_some() {
+                self.kept_statements_before_server();
+            }
             // Boxed: what only a transaction needs (its server connection,
             // the relay) is allocated while one runs. Inline, an idle
             // client's task would be as big as a busy one's.
             if Box::pin(self.transaction()).await? == Transaction::SessionOver {
                 return Ok(());
+            }
+            if self.notifications.is_some() {
+                self.kept_statements_after_server();
             }
         }
     }

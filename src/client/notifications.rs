@@ -4,10 +4,18 @@
 //! client), and the delivery of what the hub posted for the client to its
 //! socket, only between its transactions.
 //!
-//! It owns the session's [`Subscription`] and the notification bytes taken
-//! from the mailbox and not yet written. The session holds them boxed, and
-//! only once the client LISTENs through the hub: a client that never does
-//! pays a pointer and one branch per wait.
+//! It owns the session's [`Subscription`], the notification bytes taken
+//! from the mailbox and not yet written, and the LISTEN statements the
+//! client prepared that no server has ([`KeptStatements`]). The session
+//! holds them boxed, and only once the client LISTENs through the hub: a
+//! client that never does pays a pointer and one branch per wait.
+//!
+//! A kept statement is the client's until it closes it, prepares the name
+//! again on a server, or a DISCARD ALL or DEALLOCATE ALL forgets every
+//! statement; the unnamed one until the client's next request that goes
+//! to a server. What this does not do yet: a kept statement bound, described
+//! or closed among other messages, or inside a transaction block, goes to
+//! the server, which does not have it (26000), where PostgreSQL would run it.
 //! What is not written whole yet is written before anything else goes to
 //! the client, so that a message is never cut by another.
 
@@ -18,7 +26,7 @@ use futures_lite::AsyncWriteExt;
 
 use super::{Session, SessionError};
 use crate::net::Stream;
-use crate::notify::request::{self, ListenRequest};
+use crate::notify::request::{self, KeptStatements, ListenRequest};
 use crate::notify::statement::ListenStatement;
 use crate::notify::Subscription;
 use crate::protocol::backend::TransactionStatus;
@@ -32,6 +40,12 @@ pub(super) struct Notifications {
     /// Taken from the mailbox and not written to the client yet (the
     /// front of it may be written already: it is written before anything else).
     pub unsent: BytesMut,
+    /// The LISTEN statements the client prepared here.
+    pub kept: KeptStatements,
+    /// The last request answered here ended with a Flush: PostgreSQL's
+    /// implicit transaction is open, and nothing is delivered until the
+    /// client's next request.
+    pub held: bool,
 }
 
 impl Notifications {
@@ -39,6 +53,9 @@ impl Notifications {
     /// it without waiting; the task is woken when more comes or the socket
     /// takes more. An error once the mailbox overflowed.
     pub fn poll_deliver(&mut self, cx: &mut Context<'_>, client: &mut Stream) -> Result<(), SessionError> {
+        if self.held {
+            return Ok(());
+        }
         loop {
             if let Some(subscription) = &self.subscription {
                 // What comes while the last is being written stays in the
@@ -91,6 +108,9 @@ impl Notifications {
     /// Writes everything the hub has for the client, waiting for the
     /// socket: before the client's next request goes anywhere.
     pub async fn deliver_all(&mut self, client: &mut Stream) -> Result<(), SessionError> {
+        if self.held {
+            return Ok(());
+        }
         if let Some(subscription) = &self.subscription {
             subscription.take(&mut self.unsent)?;
         }
@@ -110,22 +130,35 @@ impl From<crate::notify::Overflow> for SessionError {
 }
 
 impl Session {
-    /// The LISTEN or UNLISTEN the client's next request is, if it is one
-    /// and nothing else (see `notify::request`: a simple Query, or the
-    /// extended protocol's unnamed Parse, Bind, Describe, Execute, Sync) and
-    /// the client is between transactions: the session answers it here,
+    /// The LISTEN or UNLISTEN work the client's next request is, if it is
+    /// that and nothing else (see `notify::request`: a simple Query, or the
+    /// extended protocol's Parse, Bind, Describe, Execute, Close of a LISTEN)
+    /// and the client is between transactions: the session answers it here,
     /// with the hub ([`Session::answer_listen`]). For any other message, a
     /// few compares and no allocation.
     #[inline]
     pub(super) fn listen_request_ahead(&self) -> Option<ListenRequest> {
         let pending = self.buffers.from_client.pending();
-        if !matches!(pending.first(), Some(&frontend::QUERY | &frontend::PARSE))
+        let kept = self.notifications.as_ref().map(|n| &n.kept).filter(|kept| !kept.is_empty());
+        let looked_at = match pending.first() {
+            Some(&frontend::QUERY | &frontend::PARSE) => true,
+            Some(&frontend::BIND | &frontend::DESCRIBE | &frontend::CLOSE) => kept.is_some(),
+            _ => false,
+        };
+        if !looked_at
             || self.mode != crate::config::PoolMode::Transaction
             || self.exchange.tracker.status() != TransactionStatus::Idle
         {
             return None;
         }
-        request::listen_request(pending, self.config.max_message_size)
+        let none = KeptStatements::default();
+        let request = request::listen_request(pending, self.config.max_message_size, kept.unwrap_or(&none))?;
+        // A name the client prepared on a server: PostgreSQL's 42P05 comes
+        // from there.
+        match &request.prepares {
+            Some((name, _)) if !name.is_empty() && self.statements.get(name).is_some() => None,
+            _ => Some(request),
+        }
     }
 
     /// Answers `request`, the client's next (see
@@ -133,18 +166,26 @@ impl Session {
     /// hub's listening connection LISTENs to the channel, for a LISTEN.
     pub(super) async fn answer_listen(&mut self, request: ListenRequest) -> Result<(), SessionError> {
         // Its messages are taken: they are answered here.
-        for _ in 0..request.messages {
+        for _ in 0..request.messages() {
             let _ = self.buffers.from_client.next(|_| true);
         }
-        if matches!(request.protocol, request::Protocol::Extended { .. }) {
-            // PostgreSQL's unnamed statement is now the LISTEN, which no
-            // server has: the next Bind to it must not reach one.
-            self.exchange.forget_unnamed();
+        let notifications = self.notifications.get_or_insert_with(Box::default);
+        if let Some((name, statement)) = &request.prepares {
+            if name.is_empty() {
+                // PostgreSQL's unnamed statement is now the LISTEN, which no
+                // server has: a Bind to it must not reach one.
+                self.exchange.forget_unnamed();
+            }
+            notifications.kept.keep(name, statement.clone());
         }
+        if let Some(name) = &request.closes {
+            notifications.kept.forget(name);
+        }
+        notifications.held = request.flushed;
         let mut refused = None;
-        match &request.statement {
-            ListenStatement::Listen(channel) => {
-                let notifications = self.notifications.get_or_insert_with(Box::default);
+        match &request.runs {
+            None => {}
+            Some(ListenStatement::Listen(channel)) => {
                 let subscription = notifications.subscription.get_or_insert_with(|| {
                     self.shard.notify_hub.subscribe(
                         &self.entry.info.database,
@@ -155,13 +196,13 @@ impl Session {
                 });
                 refused = subscription.listen(channel).await.err();
             }
-            ListenStatement::Unlisten(channel) => {
-                if let Some(subscription) = self.notifications.as_mut().and_then(|n| n.subscription.as_mut()) {
+            Some(ListenStatement::Unlisten(channel)) => {
+                if let Some(subscription) = notifications.subscription.as_mut() {
                     subscription.unlisten(channel);
                 }
             }
-            ListenStatement::UnlistenAll => {
-                if let Some(subscription) = self.notifications.as_mut().and_then(|n| n.subscription.as_mut()) {
+            Some(ListenStatement::UnlistenAll) => {
+                if let Some(subscription) = notifications.subscription.as_mut() {
                     subscription.unlisten_all();
                 }
             }
@@ -181,14 +222,45 @@ impl Session {
 
     /// Lets go of the client's subscription once it listens to nothing,
     /// and of the session's notification state once nothing of it is left
-    /// to write.
+    /// to write or keep.
     pub(super) fn forget_ended_subscription(&mut self) {
         let Some(notifications) = self.notifications.as_deref_mut() else { return };
         if notifications.subscription.as_ref().is_some_and(Subscription::is_empty) {
             notifications.subscription = None;
         }
-        if notifications.subscription.is_none() && notifications.unsent.is_empty() {
+        if notifications.subscription.is_none()
+            && notifications.unsent.is_empty()
+            && notifications.kept.is_empty()
+            && !notifications.held
+        {
             self.notifications = None;
         }
+    }
+
+    /// The client's next request goes to a server: PostgreSQL's implicit
+    /// transaction a Flush left open ends with it, and its unnamed
+    /// statement is no longer known to be a kept one.
+    pub(super) fn kept_statements_before_server(&mut self) {
+        let Some(notifications) = self.notifications.as_deref_mut() else { return };
+        notifications.held = false;
+        notifications.kept.forget("");
+        // Statements the exchange closes that it does not know may be kept.
+        self.exchange.notes_foreign_closes = !notifications.kept.is_empty();
+    }
+
+    /// After a transaction: the kept statements the client closed on the
+    /// server, or prepared there again, or forgot with every statement.
+    pub(super) fn kept_statements_after_server(&mut self) {
+        let Some(notifications) = self.notifications.as_deref_mut() else { return };
+        let closed = self.exchange.take_foreign_closes();
+        if closed.all {
+            notifications.kept = KeptStatements::default();
+        }
+        for name in &closed.names {
+            notifications.kept.forget(name);
+        }
+        let statements = &self.statements;
+        notifications.kept.forget_if(|name| statements.get(name).is_some());
+        self.forget_ended_subscription();
     }
 }

@@ -381,6 +381,20 @@ pub struct Exchange {
     pub follows_unlistens: bool,
     /// Those UNLISTENs, until their transaction ends (`notify::follow`).
     unlistens: crate::notify::follow::Unlistens,
+    /// The session keeps statements of the client's that the exchange does
+    /// not know (`client::notifications`): Closes of names it does not know,
+    /// and DISCARD ALL, are noted for it (set before each transaction).
+    pub notes_foreign_closes: bool,
+    foreign_closes: ForeignCloses,
+}
+
+/// Closes of statements the exchange did not know, noted for their owner
+/// ([`Exchange::take_foreign_closes`]).
+#[derive(Debug, Default)]
+pub struct ForeignCloses {
+    pub names: Vec<String>,
+    /// Every statement was forgotten (DISCARD ALL, DEALLOCATE ALL).
+    pub all: bool,
 }
 
 /// SQLSTATE of a statement cancelled by statement_timeout or a cancel request.
@@ -458,6 +472,12 @@ impl Exchange {
         self.unnamed = Unnamed::None;
     }
 
+    /// The Closes of statements it did not know since the last call, while
+    /// [`Exchange::notes_foreign_closes`].
+    pub fn take_foreign_closes(&mut self) -> ForeignCloses {
+        std::mem::take(&mut self.foreign_closes)
+    }
+
     /// The hub subscriptions the client's committed texts ended (see
     /// `notify::follow`), if any since last asked.
     pub fn take_committed_unlistens(&mut self) -> Option<Vec<crate::notify::statement::ListenStatement>> {
@@ -532,6 +552,9 @@ impl Exchange {
             hidden_cancelled,
             follows_unlistens: _,
             unlistens,
+            notes_foreign_closes: _,
+            // Kept: the session's to take once its transaction is over.
+            foreign_closes: _,
         } = self;
         *tracker = Tracker::default();
         due.clear(DUE_KEPT);
@@ -1090,6 +1113,7 @@ impl Exchange {
                     st.server.clear();
                     st.client.clear();
                     self.unnamed = Unnamed::None;
+                    self.foreign_closes.all |= self.notes_foreign_closes;
                 }
                 if tag == backend::COMMAND_COMPLETE && body == b"DISCARD ALL\0" {
                     // And its settings went back to the server's defaults;

@@ -543,6 +543,9 @@ impl Exchange {
     ) -> bool {
         if !name.is_empty() {
             let restore = st.client.remove(name).map(|s| (name.to_owned(), s));
+            if restore.is_none() && self.notes_foreign_closes {
+                self.foreign_closes.names.push(name.to_owned());
+            }
             self.due.push_back(Due::Local(Local::CloseComplete { restore }));
             return false;
         }
