@@ -594,6 +594,10 @@ impl Session {
         // (Not borrowed in the struct below: that would last the relay.)
         let unsent = self.entry.server.borrow().is_none();
         self.exchange.follows_unlistens = self.notifications.as_ref().is_some_and(|n| n.subscription.is_some());
+        // Statements the exchange closes that it does not know may be kept
+        // ones (set for every transaction: a flag left on would note them
+        // with nobody to take them).
+        self.exchange.notes_foreign_closes = self.notifications.as_ref().is_some_and(|n| !n.kept.is_empty());
         let end = Relay {
             intake: if one_request && self.routed.is_some() {
                 Intake::one_request(self.config.relay_buffer_size)

@@ -244,8 +244,6 @@ impl Session {
         let Some(notifications) = self.notifications.as_deref_mut() else { return };
         notifications.held = false;
         notifications.kept.forget("");
-        // Statements the exchange closes that it does not know may be kept.
-        self.exchange.notes_foreign_closes = !notifications.kept.is_empty();
     }
 
     /// After a transaction: the kept statements the client closed on the
