@@ -268,6 +268,80 @@ async fn script_of_unlistens(port: u16, dbname: &str) -> Vec<String> {
     seen
 }
 
+/// A LISTEN inside a transaction block, or among other statements of a
+/// simple query, goes to the server and is followed: the client is not
+/// pinned, its subscription starts when the transaction commits and not if
+/// it rolls back, and it gets what commits after its LISTEN, not what
+/// committed while its block was open: the same script, direct and through
+/// pglane, gets the same notifications.
+#[tokio::test]
+async fn listen_in_a_transaction_block_applies_at_commit_without_pinning() {
+    let lane = start("notify_block", 2, "");
+    let direct = postgres().port;
+    let through = script_of_listens(lane.port, "app").await;
+    assert_eq!(script_of_listens(direct, "notify_block").await, through);
+    assert_eq!(
+        through,
+        ["a 2", "d 4", "e 5", "f mine", "g 6"].map(String::from),
+        "committed LISTENs only, and only what committed after them"
+    );
+    let log = lane.log();
+    assert!(!log.contains("client pinned"), "the listener was pinned:\n{log}");
+    // The server connection that ran the LISTENs listens to nothing now.
+    let other = common::connect(lane.port, "postgres", "secret", "app").await;
+    let channels: i64 = other.query_one("SELECT count(*) FROM pg_listening_channels()", &[]).await.unwrap().get(0);
+    assert_eq!(channels, 0, "a LISTEN outlived its client's transaction on a pooled connection");
+    assert!(log.contains("notification listener connected"), "the hub did not listen:\n{log}");
+}
+
+/// LISTENs in blocks and among other statements on `port`'s `dbname`, in
+/// every way a transaction can end, another client notifying around each;
+/// the notifications the listener got, as "channel payload".
+async fn script_of_listens(port: u16, dbname: &str) -> Vec<String> {
+    let mut l = listener_to(port, dbname).await;
+    let other = common::connect(port, "postgres", "secret", dbname).await;
+    let notify = |channel: &'static str, payload: &'static str| {
+        let other = &other;
+        async move { other.batch_execute(&format!("NOTIFY {channel}, '{payload}'")).await.unwrap() }
+    };
+    let mut seen = Vec::new();
+    // Committed: what committed while the block was open is not delivered.
+    l.client.simple_query("BEGIN").await.unwrap();
+    l.client.simple_query("LISTEN a").await.unwrap();
+    notify("a", "1").await;
+    l.client.simple_query("SELECT 1").await.unwrap();
+    l.client.simple_query("COMMIT").await.unwrap();
+    notify("a", "2").await;
+    l.client.simple_query("SELECT 2").await.unwrap();
+    seen.extend(l.drain().await);
+    // Rolled back, by ROLLBACK and by an error in the implicit transaction.
+    l.client.batch_execute("BEGIN; LISTEN b; ROLLBACK").await.unwrap();
+    assert!(l.client.batch_execute("LISTEN c; SELECT 1/0").await.is_err());
+    notify("b", "3").await;
+    notify("c", "3").await;
+    // Kept through a savepoint rolled back to after it.
+    l.client.batch_execute("BEGIN; LISTEN d; SAVEPOINT s").await.unwrap();
+    assert!(l.client.simple_query("SELECT 1/0").await.is_err());
+    l.client.batch_execute("ROLLBACK TO s; COMMIT").await.unwrap();
+    notify("d", "4").await;
+    // Among other statements, autocommitted; and a block of its own.
+    l.client.batch_execute("SELECT 1; LISTEN e").await.unwrap();
+    notify("e", "5").await;
+    l.client.batch_execute("BEGIN; LISTEN f; NOTIFY f, 'mine'; COMMIT").await.unwrap();
+    l.client.simple_query("SELECT 3").await.unwrap();
+    seen.extend(l.drain().await);
+    // UNLISTEN * then LISTEN in one transaction: only the LISTEN stands.
+    l.client.batch_execute("BEGIN; UNLISTEN *; LISTEN g; COMMIT").await.unwrap();
+    for channel in ["a", "d", "e", "f"] {
+        notify(channel, "after unlisten").await;
+    }
+    notify("g", "6").await;
+    l.client.simple_query("SELECT 4").await.unwrap();
+    seen.extend(l.drain().await);
+    l.client.batch_execute("UNLISTEN *").await.unwrap();
+    seen
+}
+
 #[tokio::test]
 async fn a_lost_listening_connection_is_reopened_and_its_clients_told() {
     let lane = start("notify_lost", 2, "");

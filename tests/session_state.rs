@@ -166,14 +166,15 @@ async fn connect_listening(
 
 /// LISTEN and session advisory locks live in one server session: the client
 /// that uses them keeps its server connection (is pinned) in transaction
-/// mode, so notifications reach it and its locks stay its own. (A lone
-/// LISTEN by the simple protocol goes to the notification hub instead,
-/// tests/notify.rs; one in a text of several statements still pins.)
+/// mode, so notifications reach it and its locks stay its own. (A LISTEN
+/// pglane sees, by the simple protocol or in asyncpg's and pgjdbc's forms,
+/// goes to the notification hub instead, tests/notify.rs; one run inside a
+/// function, as here, pins.)
 #[tokio::test]
 async fn listen_and_advisory_locks_pin_their_client() {
     let lane = start("state_listen");
     let (a, mut notes) = connect_listening(lane.port).await;
-    a.batch_execute("SELECT 1; LISTEN pglane_jobs").await.unwrap();
+    a.batch_execute("DO $$ BEGIN EXECUTE 'LISTEN pglane_jobs'; END $$").await.unwrap();
     let a_pid: i32 = a.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0);
 
     // Another client, with the pool's other connection, notifies.

@@ -1,6 +1,6 @@
 //! Giving a server connection back when the client is done with it: to
-//! the pool as it is when it is clean, after a ROLLBACK, a temporary-schema
-//! check and server_reset_query when it is not, closed when it was left
+//! the pool as it is when it is clean, after a ROLLBACK, an `UNLISTEN *`, a
+//! temporary-schema check and server_reset_query when it is not, closed when it was left
 //! mid-conversation or cleaning fails. It owns that decision and nothing
 //! else: the session's buffers and counters stay with `Session`.
 
@@ -54,8 +54,10 @@ impl Session {
         // A client that had the connection to itself may have left it a
         // temporary schema, which no reset removes.
         let temp_schema_check = pinned || self.mode == PoolMode::Session;
-        if rollback || reset {
-            return Some((server, Cleanup { rollback, temp_schema_check, reset }));
+        // A LISTEN of the client's ran there (`notify::follow`).
+        let unlisten = self.exchange.left_listening;
+        if rollback || reset || unlisten {
+            return Some((server, Cleanup { rollback, temp_schema_check, reset, unlisten }));
         }
         self.exchange.reset();
         server.release();
@@ -66,6 +68,9 @@ impl Session {
     /// fails or takes too long).
     async fn clean_and_release(&mut self, mut server: Lease, cleanup: Cleanup) {
         if cleanup.rollback && !run_cleanup(&mut server, "ROLLBACK").await {
+            return;
+        }
+        if cleanup.unlisten && !run_cleanup(&mut server, "UNLISTEN *").await {
             return;
         }
         if cleanup.temp_schema_check {
@@ -116,6 +121,8 @@ struct Cleanup {
     temp_schema_check: bool,
     /// server_reset_query runs (session mode, a pinned client, or _always).
     reset: bool,
+    /// It LISTENs for the client, whose notifications the hub delivers.
+    unlisten: bool,
 }
 
 /// Does this reset query drop the server's prepared statements?

@@ -509,7 +509,7 @@ impl Session {
                 }
             }
             if self.notifications.is_some() {
-                self.kept_statements_before_server();
+                self.notifications_before_server();
             }
             // Boxed: what only a transaction needs (its server connection,
             // the relay) is allocated while one runs. Inline, an idle
@@ -518,7 +518,7 @@ impl Session {
                 return Ok(());
             }
             if self.notifications.is_some() {
-                self.kept_statements_after_server();
+                self.notifications_after_server();
             }
         }
     }
@@ -636,7 +636,14 @@ impl Session {
             skip_ready: &mut self.skip_ready,
             server_said_fatal: false,
             server_write_failed: None,
-            notifications: self.notifications.as_deref_mut().filter(|n| n.subscription.is_some()),
+            notifications: &mut self.notifications,
+            hub: (self.mode == PoolMode::Transaction).then_some(notifications::HubDoor {
+                hub: &self.shard.notify_hub,
+                database: &self.entry.info.database,
+                user: &self.entry.info.user,
+                pool: &self.pool,
+                limit: self.config.notify_client_buffer,
+            }),
             unsent: unsent.then_some(relay::Unsent {
                 entry: &self.entry,
                 key: &server.cancel_key,

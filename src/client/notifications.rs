@@ -5,8 +5,10 @@
 //! socket, only between its transactions.
 //!
 //! It owns the session's [`Subscription`], the notification bytes taken
-//! from the mailbox and not yet written, and the LISTEN statements the
-//! client prepared that no server has ([`KeptStatements`]). The session
+//! from the mailbox and not yet written, the LISTEN statements the
+//! client prepared that no server has ([`KeptStatements`]), and the
+//! channels subscribed to ahead of a LISTEN the client sent to a server
+//! (`notify::follow`) until its transaction ends. The session
 //! holds them boxed, and only once the client LISTENs through the hub: a
 //! client that never does pays a pointer and one branch per wait.
 //!
@@ -26,9 +28,11 @@ use futures_lite::AsyncWriteExt;
 
 use super::{Session, SessionError};
 use crate::net::Stream;
+use crate::notify::follow::Outcome;
 use crate::notify::request::{self, KeptStatements, ListenRequest};
 use crate::notify::statement::ListenStatement;
-use crate::notify::Subscription;
+use crate::notify::{ListenWait, Subscription};
+use crate::protocol::backend::ErrorFields;
 use crate::protocol::backend::TransactionStatus;
 use crate::protocol::frontend;
 
@@ -46,6 +50,33 @@ pub(super) struct Notifications {
     /// implicit transaction is open, and nothing is delivered until the
     /// client's next request.
     pub held: bool,
+    /// Channels subscribed to ahead of a LISTEN the client sent to a server
+    /// (`notify::follow`), whose transaction has not ended yet.
+    ahead: Vec<String>,
+    /// The hub's LISTENs of those channels not answered yet: the text that
+    /// LISTENs waits for them (`Exchange::hub_listened`).
+    waits: Vec<ListenWait>,
+    /// Those the hub could not LISTEN to, not told yet.
+    refused: Vec<(String, ErrorFields)>,
+    /// Channels the client's own (pinned) server connection delivers, as
+    /// the hub could not LISTEN to them.
+    server_delivers: Vec<String>,
+}
+
+/// How a relay subscribes its client to the hub.
+pub(super) struct HubDoor<'a> {
+    pub hub: &'a crate::notify::Hub,
+    pub database: &'a str,
+    pub user: &'a str,
+    pub pool: &'a crate::pool::Pool,
+    /// notify_client_buffer.
+    pub limit: usize,
+}
+
+impl HubDoor<'_> {
+    pub fn subscribe(&self) -> Subscription {
+        self.hub.subscribe(self.database, self.user, self.pool.target(), self.limit)
+    }
 }
 
 impl Notifications {
@@ -92,15 +123,107 @@ impl Notifications {
         subscription.watch(cx)
     }
 
-    /// Ends the subscriptions that UNLISTENs the client sent to a server
-    /// ended, once their transaction committed (`notify::follow`).
-    pub fn unlisten(&mut self, unlistens: Vec<ListenStatement>) {
-        let Some(subscription) = self.subscription.as_mut() else { return };
-        for unlisten in unlistens {
-            match unlisten {
-                ListenStatement::Unlisten(channel) => subscription.unlisten(&channel),
-                ListenStatement::UnlistenAll => subscription.unlisten_all(),
-                ListenStatement::Listen(_) => {}
+    /// Subscribes ahead to `channels`, LISTENed to by a text the client
+    /// sends to a server (see `notify::follow`), with the subscription
+    /// `subscribe` makes if it has none; the text waits for
+    /// [`Notifications::poll_listened`].
+    pub fn listen_ahead(&mut self, channels: Vec<String>, subscribe: impl FnOnce() -> Subscription) {
+        let subscription = self.subscription.get_or_insert_with(subscribe);
+        for channel in channels {
+            if subscription.listens_to(&channel) {
+                continue;
+            }
+            if let Some(wait) = subscription.listen_ahead(&channel) {
+                self.waits.push(wait);
+            }
+            self.ahead.push(channel);
+        }
+    }
+
+    /// More of the client's transaction goes to the server: what the hub
+    /// posted until now for the channels subscribed to ahead was committed
+    /// before the client's LISTEN is (in this request or a later one), and
+    /// PostgreSQL delivers a session only what commits after its LISTEN.
+    #[inline]
+    pub fn forget_before_commit(&mut self) {
+        if let (false, Some(subscription)) = (self.ahead.is_empty(), &self.subscription) {
+            for channel in &self.ahead {
+                subscription.drop_pending(channel);
+            }
+        }
+    }
+
+    /// Ready once the hub has answered every LISTEN subscribed ahead, with
+    /// the channels it could not LISTEN to (their subscriptions ended: the
+    /// client's own server connection is to deliver them).
+    pub fn poll_listened(&mut self, cx: &Context<'_>) -> Poll<Vec<(String, ErrorFields)>> {
+        let mut i = 0;
+        while let Some(wait) = self.waits.get(i) {
+            match wait.poll(cx) {
+                Poll::Pending => i += 1,
+                Poll::Ready(result) => {
+                    let wait = self.waits.swap_remove(i);
+                    if let Err(e) = result {
+                        self.refused.push((wait.channel().to_owned(), e));
+                    }
+                }
+            }
+        }
+        if !self.waits.is_empty() {
+            return Poll::Pending;
+        }
+        let refused = std::mem::take(&mut self.refused);
+        for (channel, _) in &refused {
+            self.ahead.retain(|c| c != channel);
+            self.server_delivers.push(channel.clone());
+            if let Some(subscription) = self.subscription.as_mut() {
+                subscription.unlisten(channel);
+            }
+        }
+        Poll::Ready(refused)
+    }
+
+    /// Makes the subscriptions what the client's LISTENs and UNLISTENs
+    /// sent to a server made of its registrations, once their transactions
+    /// ended (`notify::follow`): in order, a committed LISTEN keeps its
+    /// subscription ahead, a rolled back one ends it (unless a later one of
+    /// the same channel committed), an UNLISTEN ends one.
+    pub fn apply(&mut self, outcomes: Vec<Outcome>) {
+        for (i, outcome) in outcomes.iter().enumerate() {
+            match outcome {
+                Outcome::Committed(ListenStatement::Listen(channel)) => {
+                    if let Some(at) = self.ahead.iter().position(|c| c == channel) {
+                        self.ahead.swap_remove(at);
+                    }
+                    // An UNLISTEN before it in the same transaction ended
+                    // the subscription ahead.
+                    let subscription = self.subscription.as_mut().filter(|_| !self.server_delivers.contains(channel));
+                    if let Some(subscription) = subscription.filter(|s| !s.listens_to(channel)) {
+                        // Not waited for: the hub listened to it a moment ago.
+                        drop(subscription.listen_ahead(channel));
+                    }
+                }
+                Outcome::RolledBack(channel) => {
+                    let Some(at) = self.ahead.iter().position(|c| c == channel) else { continue };
+                    self.ahead.swap_remove(at);
+                    self.waits.retain(|w| w.channel() != channel);
+                    let committed_later = outcomes[i + 1..]
+                        .iter()
+                        .any(|o| matches!(o, Outcome::Committed(ListenStatement::Listen(c)) if c == channel));
+                    if let Some(subscription) = self.subscription.as_mut().filter(|_| !committed_later) {
+                        subscription.unlisten(channel);
+                    }
+                }
+                Outcome::Committed(ListenStatement::Unlisten(channel)) => {
+                    if let Some(subscription) = self.subscription.as_mut() {
+                        subscription.unlisten(channel);
+                    }
+                }
+                Outcome::Committed(ListenStatement::UnlistenAll) => {
+                    if let Some(subscription) = self.subscription.as_mut() {
+                        subscription.unlisten_all();
+                    }
+                }
             }
         }
     }
@@ -186,14 +309,14 @@ impl Session {
         match &request.runs {
             None => {}
             Some(ListenStatement::Listen(channel)) => {
-                let subscription = notifications.subscription.get_or_insert_with(|| {
-                    self.shard.notify_hub.subscribe(
-                        &self.entry.info.database,
-                        &self.entry.info.user,
-                        self.pool.target(),
-                        self.config.notify_client_buffer,
-                    )
-                });
+                let door = HubDoor {
+                    hub: &self.shard.notify_hub,
+                    database: &self.entry.info.database,
+                    user: &self.entry.info.user,
+                    pool: &self.pool,
+                    limit: self.config.notify_client_buffer,
+                };
+                let subscription = notifications.subscription.get_or_insert_with(|| door.subscribe());
                 refused = subscription.listen(channel).await.err();
             }
             Some(ListenStatement::Unlisten(channel)) => {
@@ -232,6 +355,8 @@ impl Session {
             && notifications.unsent.is_empty()
             && notifications.kept.is_empty()
             && !notifications.held
+            && notifications.ahead.is_empty()
+            && notifications.waits.is_empty()
         {
             self.notifications = None;
         }
@@ -240,16 +365,20 @@ impl Session {
     /// The client's next request goes to a server: PostgreSQL's implicit
     /// transaction a Flush left open ends with it, and its unnamed
     /// statement is no longer known to be a kept one.
-    pub(super) fn kept_statements_before_server(&mut self) {
+    pub(super) fn notifications_before_server(&mut self) {
         let Some(notifications) = self.notifications.as_deref_mut() else { return };
         notifications.held = false;
         notifications.kept.forget("");
     }
 
     /// After a transaction: the kept statements the client closed on the
-    /// server, or prepared there again, or forgot with every statement.
-    pub(super) fn kept_statements_after_server(&mut self) {
+    /// server, or prepared there again, or forgot with every statement; and
+    /// what its LISTENs and UNLISTENs came to, if the relay did not take it.
+    pub(super) fn notifications_after_server(&mut self) {
         let Some(notifications) = self.notifications.as_deref_mut() else { return };
+        if let Some(outcomes) = self.exchange.take_listen_outcomes() {
+            notifications.apply(outcomes);
+        }
         let closed = self.exchange.take_foreign_closes();
         if closed.all {
             notifications.kept = KeptStatements::default();

@@ -9,7 +9,9 @@
 //! that connection before anyone else gets it. This module recognizes that
 //! SQL:
 //!
-//! - `LISTEN` (notifications arrive on the session that listens);
+//! - `LISTEN` (notifications arrive on the session that listens), unless
+//!   the caller follows it (`notify::follow`: a simple query's, in
+//!   transaction mode, [`session_feature_beside_listen`]);
 //! - session-level advisory locks (`pg_advisory_lock`, `pg_try_advisory_lock`
 //!   and their `_shared` forms; the `_xact_` ones end with the transaction);
 //! - temporary objects by any spelling: the keyword (`CREATE [LOCAL|GLOBAL]
@@ -65,7 +67,7 @@
 //! | settings (`RESET ALL`) | SET, set_config, startup packet, functions | followed and carried (`crate::settings`), else pins (here); inside functions: unseen (documented remedy) |
 //! | custom setting placeholders (nothing removes them) | any SET of `x.y` | not removable: documented (docs/compatibility.md) |
 //! | prepared statements (`DEALLOCATE ALL`) | SQL PREPARE, Parse | SQL: pins (here); protocol: the client's names, mapped (`prepare`) |
-//! | LISTEN registrations (`UNLISTEN *`) | LISTEN | pins (here) |
+//! | LISTEN registrations (`UNLISTEN *`) | LISTEN | the notification hub's (`notify`); by the simple protocol, followed (`notify::follow`) and the connection unlistened before reuse; else pins (here) |
 //! | session advisory locks (`pg_advisory_unlock_all()`) | pg_advisory_lock & co. | pins (here); inside functions: unseen |
 //! | cached plans (`DISCARD PLANS`) | any statement | change no result; shared statements are keyed by what changes parsing (`prepare::Context`) |
 //! | temporary objects and schema (`DISCARD TEMP`; the schema itself stays) | TEMP, `pg_temp.x`, search_path | pins (here); a backend left with a temporary schema is closed, not reused (`ServerConn::has_temp_schema`) |
@@ -280,6 +282,23 @@ pub fn session_feature_and_resets(text: &MarkedText<'_>, carried: impl Fn(&str) 
     scan_features_and_resets(text.sql, carried)
 }
 
+/// The first session feature of `text` but LISTEN, for a text whose
+/// LISTENs are followed (`notify::follow`) and which
+/// [`session_feature_and_resets`] found one in.
+pub fn session_feature_beside_listen(text: &MarkedText<'_>, carried: impl Fn(&str) -> bool) -> Option<SessionFeature> {
+    if names_temp_schema(text.sql) {
+        return Some(SessionFeature::TempObject);
+    }
+    let mut features = FeatureScan { skips_listen: true, ..FeatureScan::default() };
+    for item in Words::new(text.sql) {
+        features.feed(item, &carried);
+        if features.found.is_some() {
+            break;
+        }
+    }
+    features.found
+}
+
 /// [`session_feature_and_resets`] word by word, whatever the text.
 fn scan_features_and_resets(sql: &str, carried: impl Fn(&str) -> bool) -> (Option<SessionFeature>, Resets) {
     let (mut features, mut resets) = (FeatureScan::default(), ResetScan::default());
@@ -327,6 +346,8 @@ struct FeatureScan<'a> {
     previous: &'a str,
     index: usize,
     found: Option<SessionFeature>,
+    /// LISTEN is not looked for (it is followed).
+    skips_listen: bool,
 }
 
 impl<'a> FeatureScan<'a> {
@@ -353,7 +374,7 @@ impl<'a> FeatureScan<'a> {
     /// The session feature `word`, at `self.index` in its statement, shows.
     fn feature_at(&self, word: &str, carried: &impl Fn(&str) -> bool) -> Option<SessionFeature> {
         let is = |w: &str| word.eq_ignore_ascii_case(w);
-        if self.index == 0 && is("listen") {
+        if self.index == 0 && !self.skips_listen && is("listen") {
             return Some(SessionFeature::Listen);
         }
         // Its body may do anything below, unseen (a string it EXECUTEs).

@@ -325,7 +325,10 @@ pub struct Relay<'a> {
     /// The client's LISTENs through the notification hub, if it has any:
     /// a client pinned after it LISTENed gets its notifications here, when
     /// it is between transactions, since it never waits outside a relay.
-    pub notifications: Option<&'a mut super::notifications::Notifications>,
+    pub notifications: &'a mut Option<Box<super::notifications::Notifications>>,
+    /// Where a LISTEN the client sends to the server is subscribed to
+    /// ahead (transaction mode; see `notify::follow`).
+    pub hub: Option<super::notifications::HubDoor<'a>>,
 }
 
 /// Who to tell once the client's request is on the server (see
@@ -587,6 +590,23 @@ impl Relay<'_> {
                 frontend::flush(&mut b.to_server);
             }
         }
+        if self.exchange.awaits_hub() {
+            // A text that LISTENs waits until the hub listens too.
+            let notifications = self.notifications.get_or_insert_with(Box::default);
+            if let (Some(channels), Some(hub)) = (self.exchange.take_sent_listens(), &self.hub) {
+                notifications.listen_ahead(channels, || hub.subscribe());
+            }
+            if let Poll::Ready(refused) = notifications.poll_listened(cx) {
+                for (channel, e) in refused {
+                    // Its own server connection delivers them, as before the hub.
+                    tracing::warn!("the notification hub cannot LISTEN to {:?} ({}): the client is pinned", channel, e.message);
+                    self.exchange.hub_refused(&channel);
+                }
+                self.exchange.hub_listened(st);
+                self.exchange.take_for_server(&mut b.to_server);
+                progress = true;
+            }
+        }
         if let Some(offer) = self.offer.as_ref() {
             if b.to_server.len() < self.intake.buffer {
                 offer.move_outbox(&mut b.to_server);
@@ -597,6 +617,9 @@ impl Relay<'_> {
         }
         if self.server_write_failed.is_some() {
             b.to_server.clear();
+        }
+        if let (false, Some(notifications)) = (b.to_server.is_empty(), self.notifications.as_deref_mut()) {
+            notifications.forget_before_commit();
         }
         match poll_send(cx, self.server, &mut b.to_server, &mut b.counters.bytes_to_server) {
             Poll::Ready(Ok(wrote)) => {
@@ -716,9 +739,9 @@ impl Relay<'_> {
             self.exchange.take_for_server(&mut b.to_server);
             progress |= b.to_server.len() > queued;
         }
-        if let Some(notifications) = self.notifications.as_deref_mut() {
-            if let Some(unlistens) = self.exchange.take_committed_unlistens() {
-                notifications.unlisten(unlistens);
+        if let Some(notifications) = self.notifications.as_deref_mut().filter(|n| n.subscription.is_some()) {
+            if let Some(outcomes) = self.exchange.take_listen_outcomes() {
+                notifications.apply(outcomes);
             }
             let between_transactions = self.exchange.pinned.is_some()
                 && self.saw_ready

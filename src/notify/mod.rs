@@ -17,15 +17,15 @@
 //!
 //! What it answers (see [`statement`], [`request`]): a request that is
 //! exactly one `LISTEN name`, `UNLISTEN name` or `UNLISTEN *`, sent between
-//! transactions, as a simple Query or as the extended protocol's unnamed
-//! Parse, Bind, (Describe,) Execute, Sync that pgjdbc sends. The session answers it as PostgreSQL would
-//! (CommandComplete, ReadyForQuery 'I') once the listening connection has
-//! LISTENed (for LISTEN). An UNLISTEN or DISCARD ALL among other
-//! statements goes to the server and is followed ([`follow`]): the
-//! client's subscriptions end when its transaction commits. Not handled
+//! transactions, as a simple Query or as the extended protocol's requests
+//! that pgjdbc and asyncpg send. The session answers it as PostgreSQL
+//! would (CommandComplete, ReadyForQuery 'I') once the listening connection
+//! has LISTENed (for LISTEN). A LISTEN, UNLISTEN or DISCARD ALL in a simple
+//! query inside a transaction block or among other statements goes to the
+//! server and is followed ([`follow`]): the client is subscribed ahead, and
+//! its subscriptions start or end as its transaction commits. Not handled
 //! yet, and so passed to the server, where LISTEN pins the client as
-//! before: LISTEN inside a transaction block, in a text of several
-//! statements, or in any other extended-protocol request.
+//! before: LISTEN in any other extended-protocol request.
 //!
 //! Bounds: a mailbox holds at most `notify_client_buffer` bytes; past that
 //! it drops what it holds and says so ([`Mailbox::overflowed`]), and the
@@ -208,7 +208,10 @@ impl Listening {
     fn remove(&self, channel: &str, mailbox: &Rc<Mailbox>) {
         let mut channels = self.channels.borrow_mut();
         let Some(boxes) = channels.get_mut(channel) else { return };
-        boxes.retain(|b| !Rc::ptr_eq(b, mailbox));
+        // Which client gets a notification first does not matter: no shift.
+        if let Some(at) = boxes.iter().position(|b| Rc::ptr_eq(b, mailbox)) {
+            boxes.swap_remove(at);
+        }
         if boxes.is_empty() {
             channels.remove(channel);
             drop(channels);
@@ -242,10 +245,9 @@ impl Listening {
         let mut message = BytesMut::new();
         crate::protocol::backend::notice_response(&mut message, notice);
         let channels = self.channels.borrow();
-        let mut told: Vec<*const Mailbox> = Vec::new();
+        let mut told = std::collections::HashSet::new();
         for mailbox in channels.values().flatten() {
-            if !told.contains(&Rc::as_ptr(mailbox)) {
-                told.push(Rc::as_ptr(mailbox));
+            if told.insert(Rc::as_ptr(mailbox)) {
                 mailbox.post(&message);
             }
         }
@@ -320,7 +322,20 @@ impl Subscription {
     /// has LISTENed to it; its error (or the server's refusal to open it)
     /// otherwise, and then the client is not subscribed.
     pub async fn listen(&mut self, channel: &str) -> Result<(), ErrorFields> {
-        if !self.channels.iter().any(|c| c == channel) {
+        let Some(wait) = self.listen_ahead(channel) else { return Ok(()) };
+        let result = std::future::poll_fn(|cx| wait.poll(cx)).await;
+        if result.is_err() {
+            self.unlisten(channel);
+        }
+        result
+    }
+
+    /// Subscribes to `channel` at once: what the hub receives on it from
+    /// now on is posted to the mailbox. What to wait for until the
+    /// listening connection has LISTENed to it, unless it has already (on
+    /// an error, the caller unsubscribes).
+    pub fn listen_ahead(&mut self, channel: &str) -> Option<ListenWait> {
+        if !self.listens_to(channel) {
             if self.channels.is_empty() {
                 self.listening.subscribers.set(self.listening.subscribers.get() + 1);
             }
@@ -328,23 +343,22 @@ impl Subscription {
             self.listening.channels.borrow_mut().entry(channel.to_owned()).or_default().push(self.mailbox.clone());
         }
         if self.listening.listened.borrow().contains(channel) {
-            return Ok(());
+            return None;
         }
         let ack = Rc::new(Ack::default());
         self.listening.start();
         self.listening.command(Command::Listen { channel: channel.to_owned(), ack: ack.clone() });
-        let result = std::future::poll_fn(|cx| match ack.result.borrow_mut().take() {
-            Some(result) => Poll::Ready(result),
-            None => {
-                *ack.waker.borrow_mut() = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        })
-        .await;
-        if result.is_err() {
-            self.unlisten(channel);
-        }
-        result
+        Some(ListenWait { channel: channel.to_owned(), ack })
+    }
+
+    /// Drops what the mailbox holds for `channel`.
+    pub fn drop_pending(&self, channel: &str) {
+        drop_notifications_of(&mut self.mailbox.pending.borrow_mut(), channel);
+    }
+
+    /// It is subscribed to `channel`.
+    pub fn listens_to(&self, channel: &str) -> bool {
+        self.channels.iter().any(|c| c == channel)
     }
 
     /// Unsubscribes from `channel` (nothing if it was not subscribed). What
@@ -418,6 +432,32 @@ fn drop_notifications_of(pending: &mut BytesMut, channel: &str) {
         rest = &rest[len..];
     }
     *pending = kept;
+}
+
+/// A LISTEN of a listening connection that a subscription waits for
+/// ([`Subscription::listen_ahead`]).
+pub struct ListenWait {
+    channel: String,
+    ack: Rc<Ack>,
+}
+
+impl ListenWait {
+    /// The channel it is for.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// The listening connection's answer, once it came; until then the
+    /// task is woken when it comes.
+    pub fn poll(&self, cx: &Context<'_>) -> Poll<Result<(), ErrorFields>> {
+        match self.ack.result.borrow_mut().take() {
+            Some(result) => Poll::Ready(result),
+            None => {
+                *self.ack.waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
 }
 
 /// Quotes `channel` as an identifier for a LISTEN or UNLISTEN pglane sends.

@@ -2,7 +2,8 @@
 and against pglane (transaction mode, where the notification hub answers the
 LISTENs). A client listens on two channels (one name quoted), another
 notifies, in and out of a transaction block, and the listener notifies
-itself; the notifications the listener's handler saw, in order, are the last
+itself; another client LISTENs in a transaction block (psycopg's default,
+not autocommit); the notifications the listener's handler saw, in order, are the last
 line of stdout as JSON ({"results": ..., "failed": [...]}).
 
 Usage: python3 psycopg_notify.py DSN
@@ -41,7 +42,27 @@ def main():
     listener.execute("UNLISTEN *")
     expected = [["jobs", "one"], ["Mixed Case", "two"], ["jobs", "three"], ["jobs", "four"], ["jobs", "own"], ["jobs", "five"]]
     failed = [] if seen == expected else [f"notifications: got {seen!r}, expected {expected!r}"]
-    print(json.dumps({"results": {"notifications": seen}, "failed": failed}))
+
+    # psycopg's default, not autocommit: the LISTEN runs in the block
+    # psycopg opens, and takes effect when it commits. What committed
+    # before that is not delivered.
+    in_block = []
+    txn = psycopg.connect(DSN, connect_timeout=30)
+    txn.add_notify_handler(lambda n: in_block.append([n.channel, n.payload]))
+    txn.execute("LISTEN txn_jobs")
+    other.execute("NOTIFY txn_jobs, 'before commit'")
+    txn.commit()
+    other.execute("NOTIFY txn_jobs, 'after commit'")
+    deadline = time.monotonic() + 10
+    while not in_block and time.monotonic() < deadline:
+        txn.execute("SELECT 1")
+        txn.commit()
+        time.sleep(0.05)
+    txn.execute("UNLISTEN *")
+    txn.commit()
+    if in_block != [["txn_jobs", "after commit"]]:
+        failed.append(f"LISTEN in a block: got {in_block!r}")
+    print(json.dumps({"results": {"notifications": seen, "listen_in_a_block": in_block}, "failed": failed}))
 
 
 main()

@@ -379,8 +379,22 @@ pub struct Exchange {
     /// The client listens through the notification hub: its texts' UNLISTENs
     /// are followed (set by the session before each transaction).
     pub follows_unlistens: bool,
-    /// Those UNLISTENs, until their transaction ends (`notify::follow`).
-    unlistens: crate::notify::follow::Unlistens,
+    /// A LISTEN in the client's simple queries is followed, not pinned for
+    /// (transaction mode: [`Exchange::new`]).
+    follows_listens: bool,
+    /// Those LISTENs and UNLISTENs, until their transaction ends
+    /// (`notify::follow`).
+    registrations: crate::notify::follow::Registrations,
+    /// A text that LISTENs, translated, waits here until the session has
+    /// subscribed to its channels ahead ([`Exchange::hub_listened`]); the
+    /// client's messages after it are held (`holding`) meanwhile.
+    hub_hold: Option<BytesMut>,
+    /// A followed LISTEN went to this server connection: it runs `UNLISTEN
+    /// *` before another client gets it.
+    pub left_listening: bool,
+    /// The channels of those LISTENs, which the hub delivers to the client:
+    /// what the server connection sends of them is dropped.
+    hub_channels: Vec<String>,
     /// The session keeps statements of the client's that the exchange does
     /// not know (`client::notifications`): Closes of names it does not know,
     /// and DISCARD ALL, are noted for it (set before each transaction).
@@ -440,9 +454,14 @@ pub fn server_needs_whole(tag: u8) -> bool {
 
 impl Exchange {
     /// An exchange for a new client; `auto_prepare` is the policy (executions
-    /// of a new shape before it is validated), None to leave queries alone.
+    /// of a new shape before it is validated), None to leave queries alone. It
+    /// follows LISTENs (transaction mode: see `notify::follow`).
     pub fn new(auto_prepare: Option<u32>) -> Exchange {
-        Exchange { auto: auto_prepare.map(|after| AutoPolicy { after, looked_at: 0 }), ..Exchange::default() }
+        Exchange {
+            auto: auto_prepare.map(|after| AutoPolicy { after, looked_at: 0 }),
+            follows_listens: true,
+            ..Exchange::default()
+        }
     }
 
     /// Takes in the lent part of an exchange, with the server-side buffers
@@ -478,10 +497,48 @@ impl Exchange {
         std::mem::take(&mut self.foreign_closes)
     }
 
-    /// The hub subscriptions the client's committed texts ended (see
-    /// `notify::follow`), if any since last asked.
-    pub fn take_committed_unlistens(&mut self) -> Option<Vec<crate::notify::statement::ListenStatement>> {
-        self.unlistens.take_committed()
+    /// What the client's LISTENs and UNLISTENs sent to a server came to,
+    /// once their transactions ended (see `notify::follow`), if any since
+    /// last asked.
+    pub fn take_listen_outcomes(&mut self) -> Option<Vec<crate::notify::follow::Outcome>> {
+        self.registrations.take_ended()
+    }
+
+    /// The channels of the LISTENs just sent, for the session to subscribe
+    /// to ahead; the text waits for [`Exchange::hub_listened`].
+    pub fn take_sent_listens(&mut self) -> Option<Vec<String>> {
+        self.registrations.take_sent_listens()
+    }
+
+    /// The hub could not LISTEN to `channel`, which a text LISTENs to: the
+    /// client keeps this server connection, which delivers its
+    /// notifications of it.
+    pub fn hub_refused(&mut self, channel: &str) {
+        self.pin(Some(SessionFeature::Listen));
+        self.hub_channels.retain(|c| c != channel);
+    }
+
+    /// The hub delivers this server notification (`body`) to the client.
+    fn hub_delivers(&self, body: &[u8]) -> bool {
+        !self.hub_channels.is_empty()
+            && backend::decode_notification_channel(body).is_ok_and(|channel| self.hub_channels.iter().any(|c| c == channel))
+    }
+
+    /// A text that LISTENs waits for the hub ([`Exchange::hub_listened`]).
+    #[inline]
+    pub fn awaits_hub(&self) -> bool {
+        self.hub_hold.is_some()
+    }
+
+    /// The hub listens to the channels of the text that waited: it goes
+    /// to the server, and the client's messages held behind it are
+    /// translated (into [`Exchange::take_for_server`]'s buffer).
+    pub fn hub_listened(&mut self, st: &mut Statements<'_>) {
+        let Some(text) = self.hub_hold.take() else { return };
+        self.for_server.extend_from_slice(&text);
+        if self.holding && self.failure.is_none() && !self.due.iter().any(Due::holds_the_client) {
+            self.release_held(st);
+        }
     }
 
     /// The named statements counted since the last call, for the pool's
@@ -551,7 +608,11 @@ impl Exchange {
             sequences_foreign,
             hidden_cancelled,
             follows_unlistens: _,
-            unlistens,
+            follows_listens: _,
+            registrations,
+            hub_hold,
+            left_listening,
+            hub_channels,
             notes_foreign_closes: _,
             // Kept: the session's to take once its transaction is over.
             foreign_closes: _,
@@ -587,7 +648,10 @@ impl Exchange {
         *hidden_cancelled = false;
         // A transaction left on that connection did not commit; what did
         // commit is still the session's to take.
-        unlistens.server_failed();
+        registrations.abort();
+        *hub_hold = None;
+        *left_listening = false;
+        hub_channels.clear();
     }
 
     /// Bytes of the client's messages held back while a result type is
@@ -602,7 +666,9 @@ impl Exchange {
     /// The client's messages wait behind a query of pglane's own (see
     /// [`Exchange::align_settings`]): none of its request is on the server.
     pub fn waits_behind_pglane(&self) -> bool {
-        self.holding && self.due.iter().any(|d| matches!(d, Due::Server { request: Request::Hidden(Hidden::Alignment(_)), .. }))
+        self.hub_hold.is_some()
+            || self.holding
+                && self.due.iter().any(|d| matches!(d, Due::Server { request: Request::Hidden(Hidden::Alignment(_)), .. }))
     }
 
     /// ReadyForQuery messages the server still owes for what was sent.
@@ -702,13 +768,15 @@ impl Exchange {
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
             frontend::QUERY => {
                 self.simple_query_sent();
+                let start = to_server.len();
                 let mut plain = false;
                 let sql = frontend::decode_query(body).ok();
                 sequences_kept = self.sequences_foreign && sql.is_some_and(session::leaves_sequences_alone);
                 if let Some(sql) = sql {
-                    let watched = self.watch_text(sql, st);
-                    if self.follows_unlistens && watched.marks.any(&[Mark::Lis, Mark::Dis]) {
-                        self.unlistens.sent(sql);
+                    let watched = self.watch_text(sql, st, true);
+                    let listens = self.follows_unlistens || !self.hub_channels.is_empty();
+                    if !watched.listens_followed && listens && watched.marks.any(&[Mark::Lis, Mark::Dis]) {
+                        self.registrations.sent_text(sql);
                     }
                     if watched.reads_sequences {
                         self.forget_foreign_sequences(to_server);
@@ -725,13 +793,26 @@ impl Exchange {
                         None => self.pending_changes.clear(),
                     }
                 }
-                if self.passes_through {
+                let forwarded = if self.passes_through {
                     self.pass_query(message, plain, to_server)
                 } else {
                     self.deallocate(body, st, to_server)
                         || sql.is_some_and(|sql| self.rewrite_query(sql, st, to_server))
                         || self.pass_query(message, plain, to_server)
+                };
+                if let Some(channels) = self.registrations.sent_listens() {
+                    for channel in channels {
+                        if !self.hub_channels.contains(channel) {
+                            self.hub_channels.push(channel.clone());
+                        }
+                    }
+                    // Not before the hub listens to its channels: what
+                    // commits after the client's transaction must reach it.
+                    self.hub_hold = Some(to_server.split_off(start));
+                    self.holding = true;
+                    self.left_listening = true;
                 }
+                forwarded
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
             frontend::COPY_DONE | frontend::COPY_FAIL => {
@@ -805,7 +886,7 @@ impl Exchange {
         }
         // Failed for good: the session ends, and nothing of the client's
         // may run under what the connection has.
-        if self.holding && self.failure.is_none() && !self.due.iter().any(Due::holds_the_client) {
+        if self.holding && self.hub_hold.is_none() && self.failure.is_none() && !self.due.iter().any(Due::holds_the_client) {
             self.release_held(st);
         }
     }
@@ -962,6 +1043,10 @@ impl Exchange {
         }
         let mut forward = true;
         match tag {
+            // A followed LISTEN's channel: the hub delivers it too.
+            backend::NOTIFICATION_RESPONSE if self.hub_delivers(body) => {
+                forward = false;
+            }
             backend::PARAMETER_STATUS => {
                 if let Some((name, startup)) = self.reported(body, st, true) {
                     // What PostgreSQL would report after this RESET.
@@ -971,7 +1056,7 @@ impl Exchange {
             }
             backend::ERROR_RESPONSE => {
                 self.pending_changes.clear();
-                self.unlistens.server_failed();
+                self.registrations.server_failed();
                 if let Some(Due::Server { request: Request::StaleResult, .. }) = self.due.front() {
                     forward = false;
                     stale_result_error(to_client);
@@ -1099,7 +1184,7 @@ impl Exchange {
                 }
             }
             backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
-                self.unlistens.command_completed(body);
+                self.registrations.command_completed(body);
                 if matches!(self.due.front(), Some(Due::Server { request: Request::Execute { .. }, .. })) {
                     self.rows_ended();
                     if let Some(Due::Server { request: Request::Execute { changes: Some(changes), .. }, .. }) =
@@ -1151,7 +1236,8 @@ impl Exchange {
                 if idle {
                     self.negotiator.transaction_ended();
                 }
-                self.unlistens.ready(idle);
+                let due = &self.due;
+                self.registrations.ready(body.first().copied().unwrap_or(0), || due.iter().any(Due::ends_request));
                 if self.ddl_pending && idle {
                     // The DDL is committed (or rolled back): statements
                     // described and shapes validated while it was in flight
@@ -1173,7 +1259,7 @@ impl Exchange {
             to_client.extend_from_slice(message);
         }
         self.tracker.server_sent(tag, body);
-        if self.holding && !self.due.iter().any(Due::holds_the_client) {
+        if self.holding && self.hub_hold.is_none() && !self.due.iter().any(Due::holds_the_client) {
             // Checked (or skipped after an error): the client's messages go on.
             self.release_held(st);
         }

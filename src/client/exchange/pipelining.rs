@@ -73,6 +73,7 @@ impl Exchange {
             && self.pending_changes.is_empty()
             && !self.due.touched_session()
             && self.pinned.is_none()
+            && !self.left_listening
             && self.failure.is_none()
             && self.for_server.is_empty()
             && self.due.back().is_some_and(Due::ends_request);

@@ -39,6 +39,9 @@ pub(super) struct Watched {
     pub marks: Marks,
     /// It reads the session's sequence state (`lastval`, `currval`).
     pub reads_sequences: bool,
+    /// Its LISTENs, UNLISTENs and DISCARD ALLs are followed
+    /// (`notify::follow`), not pinned for.
+    pub listens_followed: bool,
 }
 
 /// The client's contexts for the settings it has now.
@@ -57,8 +60,10 @@ impl Exchange {
     /// server: it pins the client if it leaves state pglane cannot carry;
     /// until it is answered, the client's statements are not keyed by its
     /// settings if it may change one; output settings it may change are no
-    /// longer known on the server connection.
-    pub(super) fn watch_text(&mut self, sql: &str, st: &mut Statements<'_>) -> Watched {
+    /// longer known on the server connection. `simple`: a simple query's
+    /// text, whose LISTENs are followed rather than pinned for
+    /// ([`Exchange::follows_listens`]).
+    pub(super) fn watch_text(&mut self, sql: &str, st: &mut Statements<'_>, simple: bool) -> Watched {
         // One pass over the text tells which of the scans below can find
         // anything in it: most texts get none of them.
         let marks = Marks::of(sql.as_bytes());
@@ -72,6 +77,20 @@ impl Exchange {
         let (feature, resets) = match self.pinned {
             Some(pinned) if pinned.hides_meaning() => (None, pinning::resets(&text)),
             _ => pinning::session_feature_and_resets(&text, carried),
+        };
+        let mut listens_followed = false;
+        let feature = match feature {
+            Some(SessionFeature::Listen) if simple && self.follows_listens && self.pinned.is_none() => {
+                match crate::notify::follow::registrations_in(sql) {
+                    Some(statements) => {
+                        self.registrations.sent(statements);
+                        listens_followed = true;
+                        pinning::session_feature_beside_listen(&text, carried)
+                    }
+                    None => feature,
+                }
+            }
+            feature => feature,
         };
         // A followed SET or set_config is carried, not pinned for; what it
         // makes of search_path (naming pg_temp) still pins.
@@ -92,7 +111,7 @@ impl Exchange {
         self.reads_sequences |= reads_sequences;
         let plain =
             self.pipelining && self.pinned.is_none() && !followed && !reads_sequences && pinning::leaves_session_alone(&text);
-        Watched { changes, resets, plain, marks, reads_sequences }
+        Watched { changes, resets, plain, marks, reads_sequences, listens_followed }
     }
 
     /// Whether `sql`, a Parse's text just watched, gave no scan anything to

@@ -993,3 +993,66 @@ fn a_lazily_prepared_statement_must_keep_its_result_type() {
         }
     }
 }
+
+/// A LISTEN in a transaction block is followed, not pinned for: its text
+/// waits until the hub listens, the client's messages behind it wait too,
+/// the connection is marked to be unlistened, what it sends of the
+/// channel's notifications is dropped (another channel's is not), and the
+/// LISTEN is taken as committed with the block.
+#[test]
+fn a_listen_in_a_block_waits_for_the_hub_and_is_not_pinned_for() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(None).with_pipelining();
+    assert_eq!(tags(&query(&mut ex, &mut sides, "begin")), "Q");
+    reply_whole(&mut ex, &mut sides, &[(backend::COMMAND_COMPLETE, b"BEGIN\0"), (backend::READY_FOR_QUERY, b"T")]);
+
+    assert!(query(&mut ex, &mut sides, "LISTEN jobs; SELECT 1").is_empty(), "the text waits for the hub");
+    assert_eq!(ex.pinned, None);
+    assert!(ex.awaits_hub() && ex.left_listening && ex.waits_behind_pglane());
+    assert_eq!(ex.take_sent_listens(), Some(vec!["jobs".to_owned()]));
+    assert!(query(&mut ex, &mut sides, "commit").is_empty(), "held behind it");
+    ex.hub_listened(&mut sides.st());
+    let mut to_server = BytesMut::new();
+    ex.take_for_server(&mut to_server);
+    let sent = messages(to_server);
+    assert_eq!(sent.iter().map(query_text).collect::<Vec<_>>(), ["LISTEN jobs; SELECT 1", "commit"], "in order");
+
+    let mut own = BytesMut::new();
+    backend::notification_response(&mut own, 7, "jobs", "x");
+    let mut other = BytesMut::new();
+    backend::notification_response(&mut other, 7, "other", "y");
+    let got = reply_whole(
+        &mut ex,
+        &mut sides,
+        &[
+            (backend::COMMAND_COMPLETE, b"LISTEN\0"),
+            (backend::COMMAND_COMPLETE, b"SELECT 1\0"),
+            (backend::READY_FOR_QUERY, b"T"),
+            (backend::NOTIFICATION_RESPONSE, &own[HEADER_LEN..]),
+            (backend::NOTIFICATION_RESPONSE, &other[HEADER_LEN..]),
+            (backend::COMMAND_COMPLETE, b"COMMIT\0"),
+            (backend::READY_FOR_QUERY, b"I"),
+        ],
+    );
+    assert_eq!(tags(&got), "CCZACZ", "the followed channel's notification is the hub's to deliver");
+    assert_eq!(got[3].1, other[HEADER_LEN..].to_vec());
+    assert!(ex.is_releasable());
+    assert!(!ex.may_be_followed(), "no other client's request may go behind: the connection must be unlistened");
+    use crate::notify::{follow::Outcome, statement::ListenStatement};
+    assert_eq!(ex.take_listen_outcomes(), Some(vec![Outcome::Committed(ListenStatement::Listen("jobs".into()))]));
+    ex.reset();
+    assert!(!ex.left_listening, "the connection was unlistened as it went back");
+}
+
+/// Over the extended protocol, a LISTEN still pins (not followed).
+#[test]
+fn a_listen_over_the_extended_protocol_pins() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(None);
+    let mut parse = BytesMut::new();
+    frontend::parse(&mut parse, "", "LISTEN jobs", &[]);
+    let mut to_server = BytesMut::new();
+    ex.from_client(frontend::PARSE, &parse, &mut sides.st(), &mut to_server);
+    assert_eq!(ex.pinned, Some(SessionFeature::Listen));
+    assert!(!ex.awaits_hub() && !to_server.is_empty());
+}
