@@ -153,7 +153,8 @@ fn jdbc_query_timeouts_cancel_nothing_later() {
 /// ...")` over the extended protocol, `getNotifications(timeout)`) in
 /// transaction mode through the notification hub, on a pool of one server
 /// connection: the listener is not pinned (the notifier runs on the same
-/// pool), and it gets what it gets direct.
+/// pool), and it gets what it gets direct; also with autocommit off, where
+/// the LISTEN runs inside a transaction block.
 #[test]
 fn jdbc_listen_notify_through_the_notification_hub() {
     assert!(Path::new(DRIVER).exists(), "{DRIVER} missing: apt-get install libpostgresql-jdbc-java (tools/test does)");
@@ -163,6 +164,7 @@ fn jdbc_listen_notify_through_the_notification_hub() {
     let direct_url = format!("jdbc:postgresql://127.0.0.1:{}/jdbc_notify", pg.port);
     let direct = run_java(&dir, "Notify", &[&direct_url, "postgres", "secret"], String::new);
     assert!(direct.ends_with("ok\n") && direct.contains("4 notifications\n") && direct.contains("Mixed Case own"), "{direct}");
+    assert!(direct.contains("1 notifications\ntxn_jobs after commit\n"), "{direct}");
     let lane = Pglane::start_with_args(
         &format!(
             "pool_mode = \"transaction\"\nquery_wait_timeout = 5\n[databases.app]\nhost = \"127.0.0.1\"\n\

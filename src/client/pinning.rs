@@ -10,8 +10,8 @@
 //! SQL:
 //!
 //! - `LISTEN` (notifications arrive on the session that listens), unless
-//!   the caller follows it (`notify::follow`: a simple query's, in
-//!   transaction mode, [`session_feature_beside_listen`]);
+//!   the caller follows it (`notify::follow`, in transaction mode:
+//!   [`session_feature_beside_listen`]);
 //! - session-level advisory locks (`pg_advisory_lock`, `pg_try_advisory_lock`
 //!   and their `_shared` forms; the `_xact_` ones end with the transaction);
 //! - temporary objects by any spelling: the keyword (`CREATE [LOCAL|GLOBAL]
@@ -67,7 +67,7 @@
 //! | settings (`RESET ALL`) | SET, set_config, startup packet, functions | followed and carried (`crate::settings`), else pins (here); inside functions: unseen (documented remedy) |
 //! | custom setting placeholders (nothing removes them) | any SET of `x.y` | not removable: documented (docs/compatibility.md) |
 //! | prepared statements (`DEALLOCATE ALL`) | SQL PREPARE, Parse | SQL: pins (here); protocol: the client's names, mapped (`prepare`) |
-//! | LISTEN registrations (`UNLISTEN *`) | LISTEN | the notification hub's (`notify`); by the simple protocol, followed (`notify::follow`) and the connection unlistened before reuse; else pins (here) |
+//! | LISTEN registrations (`UNLISTEN *`) | LISTEN | the notification hub's (`notify`); in other SQL, followed (`notify::follow`) and the connection unlistened before reuse; inside a function: pins (here) |
 //! | session advisory locks (`pg_advisory_unlock_all()`) | pg_advisory_lock & co. | pins (here); inside functions: unseen |
 //! | cached plans (`DISCARD PLANS`) | any statement | change no result; shared statements are keyed by what changes parsing (`prepare::Context`) |
 //! | temporary objects and schema (`DISCARD TEMP`; the schema itself stays) | TEMP, `pg_temp.x`, search_path | pins (here); a backend left with a temporary schema is closed, not reused (`ServerConn::has_temp_schema`) |

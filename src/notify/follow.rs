@@ -1,5 +1,5 @@
 //! Following the LISTENs and UNLISTENs a transaction-mode client sends to a
-//! server inside other SQL, so that its hub subscriptions start and end
+//! server inside other SQL (a LISTEN by either protocol), so that its hub subscriptions start and end
 //! when PostgreSQL would start and end its registrations. Pure
 //! bookkeeping: texts and server answers in, what each transaction's end
 //! made of them out.
@@ -14,8 +14,9 @@
 //! would change once the transaction holding them commits. asyncpg's pool
 //! sends `... CLOSE ALL; UNLISTEN *; RESET ALL;` each time a connection
 //! goes back to it; psycopg in a transaction sends `LISTEN ch` between its
-//! `BEGIN` and `COMMIT`. So each simple query in which a statement begins
-//! with LISTEN (or, for a client that listens already, that may hold an
+//! `BEGIN` and `COMMIT`, pgjdbc the same as Parse, Bind, Execute. So each
+//! simple query or Parse in which a statement begins with LISTEN (or, for a
+//! simple query of a client that listens already, that may hold an
 //! UNLISTEN or DISCARD ALL: its text marked `lis` or `dis`, see
 //! `prepare::lexer::marks`) is parsed with `pg_query`
 //! ([`registrations_in`]), and what it does waits here until the server
@@ -48,10 +49,12 @@
 //! notification the client would not have got, never of losing one: an
 //! UNLISTEN before a savepoint that is rolled back to is dropped (direct,
 //! it would apply at commit), and a LISTEN after a savepoint that is rolled
-//! back to is kept (direct, it would not apply). Not followed: LISTEN and
-//! UNLISTEN over the extended protocol among other messages (a LISTEN
-//! there pins the client, `client::pinning`; a lone one is answered by the
-//! hub), and either run inside a function.
+//! back to is kept (direct, it would not apply). A Parse's LISTEN is
+//! followed as a simple query's is, for the run of it its own request
+//! makes; a LISTEN tag nothing waited for (the statement run again in a
+//! later request) pins the client ([`Registrations::command_completed`]).
+//! Not followed: UNLISTEN over the extended protocol among other messages
+//! (a lone one is answered by the hub), and either run inside a function.
 
 use super::statement::ListenStatement;
 
@@ -132,23 +135,30 @@ impl Registrations {
     }
 
     /// The server completed a command with `tag` (CommandComplete's body).
+    /// True for a LISTEN that ran unfollowed: none sent was waiting for it.
     #[inline]
-    pub fn command_completed(&mut self, tag: &[u8]) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let ran = |kind: fn(&ListenStatement) -> bool, pending: &mut Vec<Pending>| {
-            if let Some(p) = pending.iter_mut().find(|p| !p.ran && kind(&p.statement)) {
+    pub fn command_completed(&mut self, tag: &[u8]) -> bool {
+        let ran = |kind: fn(&ListenStatement) -> bool, pending: &mut Vec<Pending>| match pending
+            .iter_mut()
+            .find(|p| !p.ran && kind(&p.statement))
+        {
+            Some(p) => {
                 p.ran = true;
+                true
             }
+            None => false,
         };
         match tag {
-            b"LISTEN\0" => ran(|s| matches!(s, ListenStatement::Listen(_)), &mut self.pending),
-            b"UNLISTEN\0" | b"DISCARD ALL\0" => ran(|s| !matches!(s, ListenStatement::Listen(_)), &mut self.pending),
+            b"LISTEN\0" => return !ran(|s| matches!(s, ListenStatement::Listen(_)), &mut self.pending),
+            _ if self.pending.is_empty() => {}
+            b"UNLISTEN\0" | b"DISCARD ALL\0" => {
+                ran(|s| !matches!(s, ListenStatement::Listen(_)), &mut self.pending);
+            }
             b"ROLLBACK\0" => self.doubt(),
             b"COMMIT\0" => self.end_ran(true),
             _ => {}
         }
+        false
     }
 
     /// The server sent ReadyForQuery with `status` (`I`, `T` or `E`);
@@ -315,7 +325,7 @@ mod tests {
             match *step {
                 "error" => r.server_failed(),
                 "ROLLBACK" | "COMMIT" | "SELECT 1" | "LISTEN" | "UNLISTEN" | "DISCARD ALL" => {
-                    r.command_completed(format!("{step}\0").as_bytes())
+                    assert!(!r.command_completed(format!("{step}\0").as_bytes()), "{step}: unfollowed");
                 }
                 "I" | "T" | "E" => r.ready(step.as_bytes()[0], || false),
                 "I, more due" => r.ready(b'I', || true),
@@ -352,7 +362,7 @@ mod tests {
         assert_eq!(follow(&["discard all", "DISCARD ALL", "I"]), all());
         let mut r = Registrations::default();
         r.sent_text("discard all");
-        r.command_completed(b"DISCARD ALL\0");
+        assert!(!r.command_completed(b"DISCARD ALL\0"));
         r.ready(b'I', || false);
         assert_eq!(r.take_ended(), Some(all()));
         assert_eq!(r.take_ended(), None, "taken once");
@@ -403,5 +413,8 @@ mod tests {
         assert_eq!(r.sent_listens(), Some(&["a".to_owned(), "c".to_owned()][..]));
         assert_eq!(r.take_sent_listens(), Some(vec!["a".to_owned(), "c".to_owned()]));
         assert_eq!(r.take_sent_listens(), None);
+        assert!(!r.command_completed(b"LISTEN\0"), "a");
+        assert!(!r.command_completed(b"LISTEN\0"), "c");
+        assert!(r.command_completed(b"LISTEN\0"), "none left: a LISTEN run unfollowed");
     }
 }

@@ -20,12 +20,13 @@
 //! transactions, as a simple Query or as the extended protocol's requests
 //! that pgjdbc and asyncpg send. The session answers it as PostgreSQL
 //! would (CommandComplete, ReadyForQuery 'I') once the listening connection
-//! has LISTENed (for LISTEN). A LISTEN, UNLISTEN or DISCARD ALL in a simple
-//! query inside a transaction block or among other statements goes to the
-//! server and is followed ([`follow`]): the client is subscribed ahead, and
-//! its subscriptions start or end as its transaction commits. Not handled
-//! yet, and so passed to the server, where LISTEN pins the client as
-//! before: LISTEN in any other extended-protocol request.
+//! has LISTENed (for LISTEN). A LISTEN (by either protocol), UNLISTEN or
+//! DISCARD ALL (in a simple query) inside a transaction block or among
+//! other statements goes to the server and is followed ([`follow`]): the
+//! client is subscribed ahead, and its subscriptions start or end as its
+//! transaction commits. Not handled yet, and so passed to the server, where
+//! LISTEN pins the client as before: LISTEN inside a function, and a
+//! prepared LISTEN run again in a later request.
 //!
 //! Bounds: a mailbox holds at most `notify_client_buffer` bytes; past that
 //! it drops what it holds and says so ([`Mailbox::overflowed`]), and the

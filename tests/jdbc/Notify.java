@@ -50,8 +50,29 @@ public class Notify {
                 s.execute("SELECT 1");
             }
             print(receive(pg, 0));
-            System.out.println("ok");
         }
+        // Not in autocommit (a Spring @Transactional method, say): pgjdbc
+        // sends the LISTEN inside the block it opens, and it takes effect
+        // at commit.
+        try (Connection listener = DriverManager.getConnection(url, user, password);
+             Connection notifier = DriverManager.getConnection(url, user, password)) {
+            PGConnection pg = listener.unwrap(PGConnection.class);
+            listener.setAutoCommit(false);
+            try (Statement s = listener.createStatement()) {
+                s.execute("SELECT 1");
+                s.execute("LISTEN txn_jobs");
+            }
+            listener.commit();
+            try (Statement n = notifier.createStatement()) {
+                n.execute("NOTIFY txn_jobs, 'after commit'");
+            }
+            print(receive(pg, 1));
+            try (Statement s = listener.createStatement()) {
+                s.execute("UNLISTEN *");
+            }
+            listener.commit();
+        }
+        System.out.println("ok");
     }
 
     /// Waits for `count` notifications (at most 10 s), then 300 ms for any more.

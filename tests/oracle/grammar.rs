@@ -308,19 +308,30 @@ impl Gen {
                 self.block(stmts, commit)
             }
             Kind::AdvisoryLock => self.advisory(),
-            Kind::Listen => match self.rng.below(4) {
-                // A lone LISTEN (simple protocol, or the extended
-                // protocol's one-shot request) goes to the notification hub,
-                // whose server connection listens instead of the client's
+            Kind::Listen => match self.rng.below(5) {
+                // A LISTEN pglane sees goes to the notification hub, whose
+                // server connection listens instead of the client's
                 // (pg_listening_channels() differs, as docs/compatibility.md
-                // says; tests/notify.rs covers it): here LISTEN runs inside
-                // a transaction block, which pins.
+                // says; tests/notify.rs covers it). So the hub's forms end
+                // with UNLISTEN * in the same step: what the probes then see
+                // is the same direct, and a server connection left
+                // listening (a LISTEN that outlived its client's
+                // transaction) shows up in another client's probe.
                 0 | 1 => {
                     let sql = format!("listen {}", self.rng_pick(&["ch1", "ch2"]));
-                    let listen = self.with_params(&sql, &[]);
+                    let listen = if self.rng.chance(50) { self.with_params(&sql, &[]) } else { self.any(&sql) };
+                    let commit = self.rng.chance(70);
+                    let Step::Run(mut stmts) = self.block(vec![listen], commit) else { unreachable!() };
+                    stmts.push(self.any("unlisten *"));
+                    Step::Run(stmts)
+                }
+                // Run inside a function, unseen: it pins.
+                2 => {
+                    let sql = format!("do $$ begin execute 'listen {}'; end $$", self.rng_pick(&["ch1", "ch2"]));
+                    let listen = self.any(&sql);
                     self.block(vec![listen], true)
                 }
-                2 => {
+                3 => {
                     let sql = format!("unlisten {}", self.rng_pick(&["ch1", "ch2"]));
                     Step::one(self.any(&sql))
                 }

@@ -725,6 +725,7 @@ impl Exchange {
         // psycopg's BEGIN, a SET: the connection's sequence state is as it
         // was (a simple query's text is looked at below).
         let mut sequences_kept = false;
+        let start = to_server.len();
         let forwarded = match tag {
             frontend::BIND | frontend::DESCRIBE | frontend::CLOSE if self.passes_through => {
                 self.pass_through(tag, message, to_server)
@@ -768,12 +769,11 @@ impl Exchange {
             frontend::SYNC => self.pass_request(message, to_server, Request::Sync { rewritten: false }),
             frontend::QUERY => {
                 self.simple_query_sent();
-                let start = to_server.len();
                 let mut plain = false;
                 let sql = frontend::decode_query(body).ok();
                 sequences_kept = self.sequences_foreign && sql.is_some_and(session::leaves_sequences_alone);
                 if let Some(sql) = sql {
-                    let watched = self.watch_text(sql, st, true);
+                    let watched = self.watch_text(sql, st);
                     let listens = self.follows_unlistens || !self.hub_channels.is_empty();
                     if !watched.listens_followed && listens && watched.marks.any(&[Mark::Lis, Mark::Dis]) {
                         self.registrations.sent_text(sql);
@@ -793,26 +793,13 @@ impl Exchange {
                         None => self.pending_changes.clear(),
                     }
                 }
-                let forwarded = if self.passes_through {
+                if self.passes_through {
                     self.pass_query(message, plain, to_server)
                 } else {
                     self.deallocate(body, st, to_server)
                         || sql.is_some_and(|sql| self.rewrite_query(sql, st, to_server))
                         || self.pass_query(message, plain, to_server)
-                };
-                if let Some(channels) = self.registrations.sent_listens() {
-                    for channel in channels {
-                        if !self.hub_channels.contains(channel) {
-                            self.hub_channels.push(channel.clone());
-                        }
-                    }
-                    // Not before the hub listens to its channels: what
-                    // commits after the client's transaction must reach it.
-                    self.hub_hold = Some(to_server.split_off(start));
-                    self.holding = true;
-                    self.left_listening = true;
                 }
-                forwarded
             }
             frontend::FUNCTION_CALL => self.pass_request(message, to_server, Request::FunctionCall),
             frontend::COPY_DONE | frontend::COPY_FAIL => {
@@ -836,6 +823,27 @@ impl Exchange {
             self.negotiator.client_sent(tag);
             self.sequences_foreign &= sequences_kept;
         }
+        if self.registrations.sent_listens().is_some() && self.hub_hold.is_none() {
+            self.hold_for_hub(to_server.split_off(start));
+        }
+    }
+
+    /// A text that LISTENs (a simple query's, or a Parse's), translated into
+    /// `text`, waits until the session has subscribed to its channels
+    /// ahead: what commits after the client's transaction must reach the
+    /// hub. The client's messages behind it wait too.
+    #[cold]
+    fn hold_for_hub(&mut self, text: BytesMut) {
+        if let Some(channels) = self.registrations.sent_listens() {
+            for channel in channels {
+                if !self.hub_channels.contains(channel) {
+                    self.hub_channels.push(channel.clone());
+                }
+            }
+        }
+        self.hub_hold = Some(text);
+        self.holding = true;
+        self.left_listening = true;
     }
 
     /// A check is answered: the client's messages held meanwhile are
@@ -1184,7 +1192,12 @@ impl Exchange {
                 }
             }
             backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
-                self.registrations.command_completed(body);
+                if self.registrations.command_completed(body) {
+                    // A LISTEN pglane did not follow (a statement prepared
+                    // in an earlier request, run again): this connection
+                    // listens for the client, which keeps it.
+                    self.pin(Some(SessionFeature::Listen));
+                }
                 if matches!(self.due.front(), Some(Due::Server { request: Request::Execute { .. }, .. })) {
                     self.rows_ended();
                     if let Some(Due::Server { request: Request::Execute { changes: Some(changes), .. }, .. }) =

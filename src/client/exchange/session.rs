@@ -60,10 +60,9 @@ impl Exchange {
     /// server: it pins the client if it leaves state pglane cannot carry;
     /// until it is answered, the client's statements are not keyed by its
     /// settings if it may change one; output settings it may change are no
-    /// longer known on the server connection. `simple`: a simple query's
-    /// text, whose LISTENs are followed rather than pinned for
-    /// ([`Exchange::follows_listens`]).
-    pub(super) fn watch_text(&mut self, sql: &str, st: &mut Statements<'_>, simple: bool) -> Watched {
+    /// longer known on the server connection. Its LISTENs are followed
+    /// rather than pinned for ([`Exchange::follows_listens`]).
+    pub(super) fn watch_text(&mut self, sql: &str, st: &mut Statements<'_>) -> Watched {
         // One pass over the text tells which of the scans below can find
         // anything in it: most texts get none of them.
         let marks = Marks::of(sql.as_bytes());
@@ -80,7 +79,7 @@ impl Exchange {
         };
         let mut listens_followed = false;
         let feature = match feature {
-            Some(SessionFeature::Listen) if simple && self.follows_listens && self.pinned.is_none() => {
+            Some(SessionFeature::Listen) if self.follows_listens && self.pinned.is_none() => {
                 match crate::notify::follow::registrations_in(sql) {
                     Some(statements) => {
                         self.registrations.sent(statements);
@@ -120,6 +119,7 @@ impl Exchange {
     /// (see [`super::super::quiet`]).
     pub(super) fn is_quiet_text(&self, sql: &str, watched: &Watched) -> bool {
         self.pinned.is_none()
+            && !watched.listens_followed
             && watched.changes.is_none()
             && !watched.resets.touches
             && !watched.reads_sequences

@@ -295,7 +295,7 @@ impl Exchange {
             return Watched { plain: known.plain, ..Watched::default() };
         }
         let sql = names::parse_query(rest);
-        let watched = self.watch_text(sql, st, false);
+        let watched = self.watch_text(sql, st);
         if watched.reads_sequences {
             self.forget_foreign_sequences(to_server);
         }

@@ -1044,15 +1044,26 @@ fn a_listen_in_a_block_waits_for_the_hub_and_is_not_pinned_for() {
     assert!(!ex.left_listening, "the connection was unlistened as it went back");
 }
 
-/// Over the extended protocol, a LISTEN still pins (not followed).
+/// A Parse of a LISTEN is followed as a simple query's text is (pgjdbc in
+/// a transaction); a LISTEN that runs with none sent waiting for it (a
+/// statement prepared in an earlier request, run again) pins the client.
 #[test]
-fn a_listen_over_the_extended_protocol_pins() {
+fn a_listen_parsed_is_followed_and_one_run_unfollowed_pins() {
     let mut sides = Sides::new();
     let mut ex = Exchange::new(None);
     let mut parse = BytesMut::new();
     frontend::parse(&mut parse, "", "LISTEN jobs", &[]);
     let mut to_server = BytesMut::new();
     ex.from_client(frontend::PARSE, &parse, &mut sides.st(), &mut to_server);
-    assert_eq!(ex.pinned, Some(SessionFeature::Listen));
-    assert!(!ex.awaits_hub() && !to_server.is_empty());
+    assert_eq!(ex.pinned, None);
+    assert!(ex.awaits_hub() && to_server.is_empty());
+    assert_eq!(ex.take_sent_listens(), Some(vec!["jobs".to_owned()]));
+    ex.hub_listened(&mut sides.st());
+    let mut to_server = BytesMut::new();
+    ex.take_for_server(&mut to_server);
+    assert_eq!(tags(&messages(to_server)), "P");
+    reply_whole(&mut ex, &mut sides, &[(backend::PARSE_COMPLETE, b""), (backend::COMMAND_COMPLETE, b"LISTEN\0")]);
+    assert_eq!(ex.pinned, None, "the LISTEN it waited for");
+    reply_whole(&mut ex, &mut sides, &[(backend::COMMAND_COMPLETE, b"LISTEN\0")]);
+    assert_eq!(ex.pinned, Some(SessionFeature::Listen), "one nothing waited for");
 }
