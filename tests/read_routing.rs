@@ -65,7 +65,7 @@ async fn show_routing(lane: &Pglane) -> (std::collections::HashMap<String, u64>,
         let tokio_postgres::SimpleQueryMessage::Row(r) = message else { continue };
         let get = |name: &str| r.get(name).unwrap_or("").to_owned();
         if get("host") == "*" {
-            for name in ["reads", "to_primary", "stale_reads_avoided", "no_standby"] {
+            for name in ["reads", "to_primary", "stale_reads_avoided", "no_standby", "positions_asked"] {
                 *totals.entry(name.to_owned()).or_insert(0) += get(name).parse::<u64>().unwrap();
             }
         } else {
@@ -224,6 +224,19 @@ async fn a_carried_position_keeps_a_client_off_a_standby_behind_it() {
     // its delay: the count it sees may be old, which is what min_lsn is for).
     let reader = client(&lane).await;
     assert_eq!(row(&reader, "select pg_is_in_recovery()").await.unwrap(), ["t"]);
+    // Reads that go to the primary (no standby is that far) wrote nothing:
+    // the primary is not asked for its position after them.
+    reader.simple_query("set pglane.min_lsn = 'FFFFFFFF/FFFFFFFF'").await.unwrap();
+    let (before, _) = show_routing(&lane).await;
+    for _ in 0..20 {
+        assert_eq!(row(&reader, "select pg_is_in_recovery()").await.unwrap(), ["f"]);
+    }
+    let (after, _) = show_routing(&lane).await;
+    assert_eq!(after["to_primary"] - before["to_primary"], 20, "{before:?} {after:?}");
+    assert_eq!(after["positions_asked"], before["positions_asked"], "asked after a read: {before:?} {after:?}");
+    reader.simple_query("insert into kv values (-2, 0)").await.unwrap();
+    let (written, _) = show_routing(&lane).await;
+    assert_eq!(written["positions_asked"], after["positions_asked"] + 1, "not asked after a write");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -295,4 +308,128 @@ async fn readers_go_on_when_a_standby_stops_and_another_is_promoted() {
     // docs/read-routing.md): at most one per reader and per connection of
     // its pools.
     assert!(errors.len() <= READERS + 8, "{errors:?}");
+}
+
+/// Issue 41's benchmark (`bench/read-routing`; ignored, run on purpose):
+/// pgbench through one pglane, to a database served by the primary alone
+/// and to the same database with `read_routing = "standbys"` over the
+/// primary and the two standbys of [`cluster`] (one replaying 300 ms
+/// behind), select-only and a mixed script (a write, a read of it, three
+/// other reads), in interleaved rounds; tps of each, their ratio, and
+/// where the routed transactions ran (SHOW ROUTING). Prints a markdown
+/// table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn bench_read_routing() {
+    let seconds = std::env::var("PGLANE_ROUTING_SECONDS").unwrap_or_else(|_| "8".into());
+    let rounds: usize = std::env::var("PGLANE_ROUTING_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    let clients = std::env::var("PGLANE_ROUTING_CLIENTS").unwrap_or_else(|_| "8".into());
+    let (primary, fast, slow) = cluster();
+    primary.psql("create database bench");
+    common::pgbench(primary.port, common::SUPERUSER, &["-i", "-q", "-s", "4", "bench"]);
+    primary.psql_db("bench", "grant all on all tables in schema public to public");
+    primary.wait_for_standby(&fast, Duration::from_secs(60));
+    primary.wait_for_standby(&slow, Duration::from_secs(60));
+    let ports = [primary.port, fast.port, slow.port].map(|p| p.to_string()).join(", ");
+    let lane = Pglane::start_with_args(
+        &format!(
+            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\n\
+             [databases.routed]\nhost = [\"127.0.0.1\", \"127.0.0.1\", \"127.0.0.1\"]\nport = [{ports}]\n\
+             dbname = \"bench\"\nuser = \"trustuser\"\npool_size = 8\ntarget_session_attrs = \"read-write\"\n\
+             read_routing = \"standbys\"\n\
+             [databases.primary]\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"bench\"\nuser = \"trustuser\"\npool_size = 8\n\
+             [users.postgres]\n",
+            primary.port
+        ),
+        &["--cores", "2"],
+    );
+    let mixed = std::env::temp_dir().join(format!("pglane-routing-mixed-{}.sql", std::process::id()));
+    std::fs::write(
+        &mixed,
+        "\\set aid random(1, 100000 * :scale)\n\\set delta random(-5000, 5000)\n\
+         UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;\n\
+         SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n\
+         \\set a2 random(1, 100000 * :scale)\nSELECT abalance FROM pgbench_accounts WHERE aid = :a2;\n\
+         \\set a3 random(1, 100000 * :scale)\nSELECT abalance FROM pgbench_accounts WHERE aid = :a3;\n\
+         \\set a4 random(1, 100000 * :scale)\nSELECT abalance FROM pgbench_accounts WHERE aid = :a4;\n",
+    )
+    .unwrap();
+    let mixed_arg = format!("--file={}", mixed.display());
+    let scripts: [(&str, Vec<&str>); 2] =
+        [("select-only (-S)", vec!["-S"]), ("mixed: 1 write, its read, 3 reads", vec![&mixed_arg])];
+    let tps = |out: &str| -> f64 {
+        let line = out.lines().find(|l| l.starts_with("tps = ")).unwrap_or_else(|| panic!("no tps in {out}"));
+        line["tps = ".len()..].split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let mut table = String::from(
+        "| script | primary only, tps | primary + 2 standbys, tps | ratio | routed transactions: standby / delayed standby / primary | stale reads avoided |\n|---|---|---|---|---|---|\n",
+    );
+    for (name, args) in &scripts {
+        let (mut alone, mut routed) = (Vec::new(), Vec::new());
+        let (before, before_hosts) = show_routing_of(&lane, "routed").await;
+        for round in 0..rounds {
+            // Interleaved, the order turned each round.
+            for target in if round % 2 == 0 { ["primary", "routed"] } else { ["routed", "primary"] } {
+                let mut all = vec!["-n", "-M", "simple", "-c", &clients, "-j", "2", "-T", &seconds];
+                all.extend(args.iter().copied());
+                all.push(target);
+                let out = tokio::task::block_in_place(|| common::pgbench(lane.port, "postgres", &all));
+                if target == "primary" { &mut alone } else { &mut routed }.push(tps(&out));
+            }
+        }
+        let (after, after_hosts) = show_routing_of(&lane, "routed").await;
+        let delta = |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+        let served_by = |port: u16| -> u64 {
+            after_hosts
+                .iter()
+                .filter(|(host, _)| host.ends_with(&format!(":{port}")))
+                .map(|(host, n)| n - before_hosts.get(host).copied().unwrap_or(0))
+                .sum()
+        };
+        let (on_fast, on_slow) = (served_by(fast.port), served_by(slow.port));
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            v[v.len() / 2]
+        };
+        let (a, r) = (median(&mut alone), median(&mut routed));
+        let to_primary = delta("to_primary");
+        let share = |n: u64| 100.0 * n as f64 / (on_fast + on_slow + to_primary).max(1) as f64;
+        table.push_str(&format!(
+            "| {name} | {a:.0} | {r:.0} | {:.2}x | {:.0}% / {:.0}% / {:.0}% | {} |\n",
+            r / a,
+            share(on_fast),
+            share(on_slow),
+            share(to_primary),
+            delta("stale_reads_avoided"),
+        ));
+    }
+    let _ = std::fs::remove_file(&mixed);
+    println!(
+        "\npgbench -M simple -c {clients} -j 2 -T {seconds}, scale 4, {rounds} interleaved rounds (medians), one pglane on two shards, pool_size 8 per host:\n\n{table}"
+    );
+}
+
+/// [`show_routing`] of database `database` only: the `*` rows' counters
+/// summed, and the reads each standby's pool served.
+async fn show_routing_of(
+    lane: &Pglane,
+    database: &str,
+) -> (std::collections::HashMap<String, u64>, std::collections::HashMap<String, u64>) {
+    let console = common::connect(lane.port, "postgres", "", "pgbouncer").await;
+    let (mut totals, mut reads) = (std::collections::HashMap::new(), std::collections::HashMap::new());
+    for message in console.simple_query("SHOW ROUTING").await.unwrap() {
+        let tokio_postgres::SimpleQueryMessage::Row(r) = message else { continue };
+        let get = |name: &str| r.get(name).unwrap_or("").to_owned();
+        if get("database") != database {
+            continue;
+        }
+        if get("host") == "*" {
+            for name in ["reads", "to_primary", "stale_reads_avoided", "no_standby", "positions_asked"] {
+                *totals.entry(name.to_owned()).or_insert(0) += get(name).parse::<u64>().unwrap_or(0);
+            }
+        } else if get("role") == "standby" {
+            *reads.entry(get("host")).or_insert(0) += get("reads").parse::<u64>().unwrap_or(0);
+        }
+    }
+    (totals, reads)
 }

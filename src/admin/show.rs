@@ -569,7 +569,8 @@ pub fn notify_table(snapshots: &[ShardSnapshot]) -> Table {
 /// reads), then a row per router with host `*`: reads sent to standbys,
 /// transactions sent to the primary, of those the reads that went there
 /// because no standby had replayed the client's last write (stale reads
-/// avoided) or because no standby would do.
+/// avoided) or because no standby would do, and the times the primary was
+/// asked where its WAL ends after a client's transaction.
 pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
         ("shard", INT4),
@@ -583,6 +584,7 @@ pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
         ("to_primary", NUMERIC),
         ("stale_reads_avoided", NUMERIC),
         ("no_standby", NUMERIC),
+        ("positions_asked", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -608,6 +610,7 @@ pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
                     None,
                     None,
                     None,
+                    None,
                 ]);
             }
             t.push(vec![
@@ -622,6 +625,7 @@ pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
                 s(r.stats.to_primary),
                 s(r.stats.stale_reads_avoided),
                 s(r.stats.no_standby),
+                s(r.stats.positions_asked),
             ]);
         }
     }

@@ -599,7 +599,7 @@ impl Session {
         // with nobody to take them).
         self.exchange.notes_foreign_closes = self.notifications.as_ref().is_some_and(|n| !n.kept.is_empty());
         let end = Relay {
-            intake: if one_request && self.routed.is_some() {
+            intake: if one_request {
                 Intake::one_request(self.config.relay_buffer_size)
             } else {
                 Intake::new(self.config.relay_buffer_size)

@@ -43,8 +43,9 @@ impl Session {
 
     /// Read routing: where the client's next request goes (see
     /// `crate::router`). Sets [`Session::routed`] to a standby's pool for a
-    /// read; true if only that one request may go there (the relay takes
-    /// no more of the client's messages until it ends).
+    /// read; true for a read, wherever it goes: only that one request may
+    /// go there (the relay takes no more of the client's messages until it
+    /// ends).
     pub(super) fn route_request(&mut self) -> bool {
         self.routed = None;
         let Some(route) = self.route.as_deref_mut() else { return false };
@@ -55,7 +56,7 @@ impl Session {
         }
         let carried = self.settings.get(crate::router::MIN_LSN_SETTING).and_then(|v| v.plain());
         match route.decide(self.buffers.from_client.pending(), self.config.max_message_size, carried) {
-            crate::router::client::Destination::Primary => false,
+            crate::router::client::Destination::Primary { one_request } => one_request,
             crate::router::client::Destination::Standby { pool, one_request, .. } => {
                 self.routed = Some(pool);
                 one_request
@@ -70,6 +71,7 @@ impl Session {
     /// the client's reads then go to the primary until it next learns one.
     pub(super) async fn learn_commit_position(&mut self, lease: &mut Lease) -> bool {
         let Some(route) = self.route.as_deref_mut() else { return true };
+        route.asked_position();
         let asked = with_timeout(CLEANUP_TIMEOUT, lease.query_pairs(crate::router::COMMIT_POSITION_QUERY)).await;
         match asked.and_then(Result::ok).and_then(Result::ok).as_deref().and_then(crate::router::client::read_commit_position) {
             Some(position) => {

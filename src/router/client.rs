@@ -13,7 +13,10 @@ use crate::pool::Pool;
 /// Where a client's next transaction goes.
 pub enum Destination {
     /// The primary, the client's own pool, as without read routing.
-    Primary,
+    /// `one_request`: a read (no standby would do), after which the
+    /// client's next request is judged anew; the relay takes no more of its
+    /// messages, so that nothing but the read runs there unseen.
+    Primary { one_request: bool },
     /// A standby's pool. `one_request`: the request is an implicit
     /// transaction, and the client's next request is judged anew (the
     /// relay takes no more of its messages); else the transaction is a
@@ -65,9 +68,12 @@ impl ClientRoute {
                 self.on_primary = false;
                 Destination::Standby { pool, host, one_request: kind == Kind::Read }
             }
+            // A proven read writes nothing: the primary's position after
+            // it is not asked (a round trip saved), and only the read
+            // itself may run there.
             None => {
-                self.on_primary = true;
-                Destination::Primary
+                self.on_primary = kind == Kind::Other;
+                Destination::Primary { one_request: kind == Kind::Read }
             }
         }
     }
@@ -76,6 +82,11 @@ impl ClientRoute {
     /// its position should be learned); asked once per transaction.
     pub fn take_primary_transaction(&mut self) -> bool {
         std::mem::take(&mut self.on_primary)
+    }
+
+    /// The primary was asked where its WAL ends (counted).
+    pub fn asked_position(&self) {
+        self.router.count_position_asked();
     }
 
     /// The primary said where its WAL ended after the client's transaction.

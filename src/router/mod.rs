@@ -135,6 +135,9 @@ pub struct RouterStats {
     /// Reads sent to the primary because no standby was up, in recovery
     /// and within the lag bound.
     pub no_standby: u64,
+    /// Times the primary was asked where its WAL ends, after a client's
+    /// transaction there that was not a proven read (a round trip each).
+    pub positions_asked: u64,
 }
 
 impl RouterStats {
@@ -143,6 +146,7 @@ impl RouterStats {
         self.to_primary += o.to_primary;
         self.stale_reads_avoided += o.stale_reads_avoided;
         self.no_standby += o.no_standby;
+        self.positions_asked += o.positions_asked;
     }
 }
 
@@ -205,8 +209,17 @@ impl Router {
 
     /// A transaction that was not a read went to the primary.
     pub fn count_primary(&self) {
+        self.count(|s| s.to_primary += 1);
+    }
+
+    /// The primary was asked where its WAL ends, after a client's transaction.
+    pub fn count_position_asked(&self) {
+        self.count(|s| s.positions_asked += 1);
+    }
+
+    fn count(&self, f: impl FnOnce(&mut RouterStats)) {
         let mut stats = self.stats.get();
-        stats.to_primary += 1;
+        f(&mut stats);
         self.stats.set(stats);
     }
 
