@@ -204,6 +204,62 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
         "Listening connections lost (and opened again).",
         per_shard(&|s| s.notify.stats.connections_lost),
     );
+    let routers: Vec<_> = snapshots.iter().flat_map(|s| s.routing.iter().map(move |r| (s.shard, r))).collect();
+    let per_router = |f: &dyn Fn(&crate::router::RouterStats) -> u64| {
+        routers.iter().map(|(shard, r)| (labels(*shard, &r.database, &r.user), f(&r.stats))).collect::<Vec<_>>()
+    };
+    family(
+        "pglane_routing_reads_to_standbys_total",
+        "counter",
+        "Transactions read routing sent to a standby.",
+        per_router(&|r| r.reads_to_standbys),
+    );
+    family(
+        "pglane_routing_to_primary_total",
+        "counter",
+        "Transactions of a routed database sent to the primary.",
+        per_router(&|r| r.to_primary),
+    );
+    family(
+        "pglane_routing_stale_reads_avoided_total",
+        "counter",
+        "Reads sent to the primary because no standby had replayed the client's last write.",
+        per_router(&|r| r.stale_reads_avoided),
+    );
+    family(
+        "pglane_routing_no_standby_total",
+        "counter",
+        "Reads sent to the primary because no standby was up, in recovery and within the lag bound.",
+        per_router(&|r| r.no_standby),
+    );
+    family(
+        "pglane_routing_positions_asked_total",
+        "counter",
+        "Times the primary was asked its WAL position after a client's transaction.",
+        per_router(&|r| r.positions_asked),
+    );
+    let hosts: Vec<_> = routers.iter().flat_map(|(shard, r)| r.hosts.iter().map(move |h| (*shard, *r, h))).collect();
+    let host_labels = |shard: usize, r: &crate::runtime::snapshot::RoutingSnapshot, h: &crate::runtime::snapshot::RoutedHost| {
+        format!(
+            "{{shard=\"{shard}\",database=\"{}\",user=\"{}\",host=\"{}\",role=\"{}\"}}",
+            escape(&r.database),
+            escape(&r.user),
+            escape(&h.address),
+            h.view.role.as_str()
+        )
+    };
+    family(
+        "pglane_routing_host_reads_total",
+        "counter",
+        "Transactions a host's pool of reads served.",
+        hosts.iter().map(|(shard, r, h)| (host_labels(*shard, r, h), h.reads)).collect(),
+    );
+    family(
+        "pglane_routing_host_lag_bytes",
+        "gauge",
+        "A standby's replay position behind the newest primary position seen.",
+        hosts.iter().filter_map(|(shard, r, h)| Some((host_labels(*shard, r, h), h.lag?))).collect(),
+    );
     family("pglane_prepared_statements", "gauge", "Statements in the shard's registry.", per_shard(&|s| s.statements as u64));
     family(
         "pglane_prepared_client_parses_total",
@@ -397,6 +453,59 @@ mod tests {
         assert!(text
             .contains("pglane_auto_prepare_pass_throughs_by_reason_total{shard=\"2\",reason=\"lexer_multiple_statements\"} 0\n"));
         assert!(text.contains("pglane_auto_prepare_rewrite_timed_nanoseconds_total{shard=\"2\"} 5500\n"));
+    }
+
+    #[test]
+    fn read_routing_is_counted_per_router_and_host() {
+        use crate::router::{HostView, Role, RouterStats};
+        use crate::runtime::snapshot::{RoutedHost, RoutingSnapshot};
+        let host = |address: &str, role, lag, reads| RoutedHost {
+            address: address.into(),
+            view: HostView { role, ..HostView::default() },
+            lag,
+            reads,
+        };
+        let shard = ShardSnapshot {
+            shard: 1,
+            pools: vec![],
+            clients: vec![],
+            servers: vec![],
+            prepare: Default::default(),
+            statements: 0,
+            disabled: vec![],
+            paused_all: false,
+            notify: Default::default(),
+            routing: vec![RoutingSnapshot {
+                database: "app".into(),
+                user: "u".into(),
+                hosts: vec![host("10.0.0.1:5432", Role::Primary, None, 0), host("10.0.0.2:5432", Role::Standby, Some(4096), 70)],
+                stats: RouterStats {
+                    reads_to_standbys: 70,
+                    to_primary: 30,
+                    stale_reads_avoided: 12,
+                    no_standby: 1,
+                    positions_asked: 17,
+                },
+            }],
+        };
+        let text = render(&[shard], 0);
+        let router = "{shard=\"1\",database=\"app\",user=\"u\"}";
+        for (family, value) in [
+            ("reads_to_standbys_total", 70),
+            ("to_primary_total", 30),
+            ("stale_reads_avoided_total", 12),
+            ("no_standby_total", 1),
+            ("positions_asked_total", 17),
+        ] {
+            assert!(text.contains(&format!("pglane_routing_{family}{router} {value}\n")), "{family}:\n{text}");
+        }
+        let standby = "{shard=\"1\",database=\"app\",user=\"u\",host=\"10.0.0.2:5432\",role=\"standby\"}";
+        assert!(text.contains(&format!("pglane_routing_host_reads_total{standby} 70\n")), "{text}");
+        assert!(text.contains(&format!("pglane_routing_host_lag_bytes{standby} 4096\n")), "{text}");
+        assert!(
+            !text.contains("pglane_routing_host_lag_bytes{shard=\"1\",database=\"app\",user=\"u\",host=\"10.0.0.1"),
+            "no lag for the primary"
+        );
     }
 
     #[test]

@@ -593,11 +593,7 @@ pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
         routers.sort_by(|a, b| (&a.database, &a.user).cmp(&(&b.database, &b.user)));
         for r in routers {
             for h in &r.hosts {
-                let role = match h.view.role {
-                    crate::router::Role::Primary => "primary",
-                    crate::router::Role::Standby => "standby",
-                    crate::router::Role::Unknown => "unknown",
-                };
+                let role = h.view.role.as_str();
                 t.push(vec![
                     s(sh.shard),
                     s(&r.database),

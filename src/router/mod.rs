@@ -65,6 +65,17 @@ pub enum Role {
     Standby,
 }
 
+impl Role {
+    /// As the admin console and metrics spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Primary => "primary",
+            Role::Standby => "standby",
+            Role::Unknown => "unknown",
+        }
+    }
+}
+
 /// One host as the monitor last saw it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HostView {
