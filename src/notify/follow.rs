@@ -185,7 +185,15 @@ impl Registrations {
 
     /// The server connection's transaction ends without an answer (the
     /// connection was lost, or is rolled back as it goes back).
+    #[inline]
     pub fn abort(&mut self) {
+        if !self.pending.is_empty() || !self.sent_listens.is_empty() {
+            self.abort_pending();
+        }
+    }
+
+    #[cold]
+    fn abort_pending(&mut self) {
         self.doubt();
         self.end_ran(false);
         self.drop_unran();

@@ -649,9 +649,11 @@ impl Exchange {
         // A transaction left on that connection did not commit; what did
         // commit is still the session's to take.
         registrations.abort();
-        *hub_hold = None;
-        *left_listening = false;
-        hub_channels.clear();
+        if *left_listening {
+            *hub_hold = None;
+            *left_listening = false;
+            hub_channels.clear();
+        }
     }
 
     /// Bytes of the client's messages held back while a result type is
