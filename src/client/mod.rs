@@ -519,6 +519,10 @@ impl Session {
             }
             if self.notifications.is_some() {
                 self.notifications_after_server();
+            } else {
+                // Nothing is subscribed (the hub refused its LISTEN, say):
+                // what the client's LISTENs and UNLISTENs came to is moot.
+                let _ = self.exchange.take_listen_outcomes();
             }
         }
     }
