@@ -164,7 +164,7 @@ fn jdbc_listen_notify_through_the_notification_hub() {
     let direct_url = format!("jdbc:postgresql://127.0.0.1:{}/jdbc_notify", pg.port);
     let direct = run_java(&dir, "Notify", &[&direct_url, "postgres", "secret"], String::new);
     assert!(direct.ends_with("ok\n") && direct.contains("4 notifications\n") && direct.contains("Mixed Case own"), "{direct}");
-    assert!(direct.contains("1 notifications\ntxn_jobs after commit\n"), "{direct}");
+    assert!(direct.contains("1 notifications\ntxn_jobs after commit\n0 notifications\nok\n"), "{direct}");
     let lane = Pglane::start_with_args(
         &format!(
             "pool_mode = \"transaction\"\nquery_wait_timeout = 5\n[databases.app]\nhost = \"127.0.0.1\"\n\

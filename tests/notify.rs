@@ -309,6 +309,9 @@ async fn script_of_listens(port: u16, dbname: &str) -> Vec<String> {
     l.client.simple_query("BEGIN").await.unwrap();
     l.client.simple_query("LISTEN a").await.unwrap();
     notify("a", "1").await;
+    // Through pglane, one committed within the hub's delivery time (about
+    // a millisecond) before the client's next request may still come.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     l.client.simple_query("SELECT 1").await.unwrap();
     l.client.simple_query("COMMIT").await.unwrap();
     notify("a", "2").await;

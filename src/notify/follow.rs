@@ -16,7 +16,7 @@
 //! goes back to it; psycopg in a transaction sends `LISTEN ch` between its
 //! `BEGIN` and `COMMIT`, pgjdbc the same as Parse, Bind, Execute. So each
 //! simple query or Parse in which a statement begins with LISTEN (or, for a
-//! simple query of a client that listens already, that may hold an
+//! client that listens already, that may hold an
 //! UNLISTEN or DISCARD ALL: its text marked `lis` or `dis`, see
 //! `prepare::lexer::marks`) is parsed with `pg_query`
 //! ([`registrations_in`]), and what it does waits here until the server
@@ -41,7 +41,9 @@
 //! meanwhile waits in the client's mailbox, delivered only between
 //! transactions: what came before each later request of the transaction
 //! is sent to the server committed before the LISTEN did, and is dropped
-//! then (PostgreSQL delivers only what commits after it); all of it goes
+//! then (PostgreSQL delivers only what commits after it; what commits just
+//! before a request, but reaches the hub after it is sent, is not told
+//! apart and is delivered); all of it goes
 //! with the subscription if the LISTEN is rolled back
 //! ([`Outcome::RolledBack`]).
 //!
@@ -53,8 +55,9 @@
 //! followed as a simple query's is, for the run of it its own request
 //! makes; a LISTEN tag nothing waited for (the statement run again in a
 //! later request) pins the client ([`Registrations::command_completed`]).
-//! Not followed: UNLISTEN over the extended protocol among other messages
-//! (a lone one is answered by the hub), and either run inside a function.
+//! Not followed: either run inside a function, and an UNLISTEN prepared in
+//! an earlier request than the one that runs it (the client keeps that
+//! subscription: more notifications, never fewer).
 
 use super::statement::ListenStatement;
 
@@ -106,12 +109,17 @@ impl Registrations {
         }
     }
 
-    /// The client sent `sql`, a simple query's text marked as possibly
-    /// holding an UNLISTEN or a DISCARD ALL.
-    pub fn sent_text(&mut self, sql: &str) {
-        if may_unlisten(sql) {
-            self.sent(registrations_in(sql).unwrap_or_default());
+    /// The client sent `sql`, a text (a simple query's or a Parse's)
+    /// marked as possibly holding an UNLISTEN or a DISCARD ALL; whether it
+    /// holds one.
+    pub fn sent_text(&mut self, sql: &str) -> bool {
+        if !may_unlisten(sql) {
+            return false;
         }
+        let statements = registrations_in(sql).unwrap_or_default();
+        let any = !statements.is_empty();
+        self.sent(statements);
+        any
     }
 
     /// The channels of LISTENs sent since last asked, if any.

@@ -20,8 +20,8 @@
 //! transactions, as a simple Query or as the extended protocol's requests
 //! that pgjdbc and asyncpg send. The session answers it as PostgreSQL
 //! would (CommandComplete, ReadyForQuery 'I') once the listening connection
-//! has LISTENed (for LISTEN). A LISTEN (by either protocol), UNLISTEN or
-//! DISCARD ALL (in a simple query) inside a transaction block or among
+//! has LISTENed (for LISTEN). A LISTEN, UNLISTEN or
+//! DISCARD ALL (by either protocol) inside a transaction block or among
 //! other statements goes to the server and is followed ([`follow`]): the
 //! client is subscribed ahead, and its subscriptions start or end as its
 //! transaction commits. Not handled yet, and so passed to the server, where

@@ -51,6 +51,9 @@ def main():
     txn.add_notify_handler(lambda n: in_block.append([n.channel, n.payload]))
     txn.execute("LISTEN txn_jobs")
     other.execute("NOTIFY txn_jobs, 'before commit'")
+    # Through pglane, one committed within the hub's delivery time (about
+    # a millisecond) before the COMMIT may still come (docs/features.md).
+    time.sleep(0.2)
     txn.commit()
     other.execute("NOTIFY txn_jobs, 'after commit'")
     deadline = time.monotonic() + 10

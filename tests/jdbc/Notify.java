@@ -71,6 +71,14 @@ public class Notify {
                 s.execute("UNLISTEN *");
             }
             listener.commit();
+            try (Statement n = notifier.createStatement()) {
+                n.execute("NOTIFY txn_jobs, 'after unlisten'");
+            }
+            try (Statement s = listener.createStatement()) {
+                s.execute("SELECT 1");
+            }
+            listener.commit();
+            print(receive(pg, 0));
         }
         System.out.println("ok");
     }

@@ -43,7 +43,6 @@ use super::negotiate::{self, NegotiateError, Negotiator, Plan, PlanMemo};
 use super::pinning::SessionFeature;
 use super::quiet::QuietTexts;
 use super::tracker::Tracker;
-use crate::prepare::lexer::Mark;
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
@@ -776,10 +775,6 @@ impl Exchange {
                 sequences_kept = self.sequences_foreign && sql.is_some_and(session::leaves_sequences_alone);
                 if let Some(sql) = sql {
                     let watched = self.watch_text(sql, st);
-                    let listens = self.follows_unlistens || !self.hub_channels.is_empty();
-                    if !watched.listens_followed && listens && watched.marks.any(&[Mark::Lis, Mark::Dis]) {
-                        self.registrations.sent_text(sql);
-                    }
                     if watched.reads_sequences {
                         self.forget_foreign_sequences(to_server);
                     }

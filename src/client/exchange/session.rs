@@ -91,6 +91,11 @@ impl Exchange {
             }
             feature => feature,
         };
+        // A client that listens: its UNLISTENs and DISCARD ALLs end
+        // subscriptions when they commit.
+        if !listens_followed && (self.follows_unlistens || !self.hub_channels.is_empty()) && marks.any(&[Mark::Lis, Mark::Dis]) {
+            listens_followed = self.registrations.sent_text(sql);
+        }
         // A followed SET or set_config is carried, not pinned for; what it
         // makes of search_path (naming pg_temp) still pins.
         self.pin(feature.filter(|f| !followed || *f == SessionFeature::TempObject));

@@ -1067,3 +1067,24 @@ fn a_listen_parsed_is_followed_and_one_run_unfollowed_pins() {
     reply_whole(&mut ex, &mut sides, &[(backend::COMMAND_COMPLETE, b"LISTEN\0")]);
     assert_eq!(ex.pinned, Some(SessionFeature::Listen), "one nothing waited for");
 }
+
+/// A listening client's UNLISTEN in a Parse (pgjdbc in a transaction) is
+/// followed too: it ends the subscription once it ran and committed.
+#[test]
+fn an_unlisten_parsed_by_a_listening_client_applies_at_commit() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(None);
+    ex.follows_unlistens = true;
+    let mut parse = BytesMut::new();
+    frontend::parse(&mut parse, "", "UNLISTEN *", &[]);
+    let mut to_server = BytesMut::new();
+    ex.from_client(frontend::PARSE, &parse, &mut sides.st(), &mut to_server);
+    assert!(!ex.awaits_hub(), "nothing for the hub to listen to first");
+    reply_whole(
+        &mut ex,
+        &mut sides,
+        &[(backend::PARSE_COMPLETE, b""), (backend::COMMAND_COMPLETE, b"UNLISTEN\0"), (backend::COMMAND_COMPLETE, b"COMMIT\0")],
+    );
+    use crate::notify::{follow::Outcome, statement::ListenStatement};
+    assert_eq!(ex.take_listen_outcomes(), Some(vec![Outcome::Committed(ListenStatement::UnlistenAll)]));
+}
