@@ -59,20 +59,7 @@ fn pglane(ports: &[u16]) -> Pglane {
 /// SHOW ROUTING's `*` rows (one per shard whose clients routed), summed,
 /// and the reads each host's pool served, summed over shards.
 async fn show_routing(lane: &Pglane) -> (std::collections::HashMap<String, u64>, std::collections::HashMap<String, u64>) {
-    let console = common::connect(lane.port, "postgres", "", "pgbouncer").await;
-    let (mut totals, mut reads) = (std::collections::HashMap::new(), std::collections::HashMap::new());
-    for message in console.simple_query("SHOW ROUTING").await.unwrap() {
-        let tokio_postgres::SimpleQueryMessage::Row(r) = message else { continue };
-        let get = |name: &str| r.get(name).unwrap_or("").to_owned();
-        if get("host") == "*" {
-            for name in ["reads", "to_primary", "stale_reads_avoided", "no_standby", "positions_asked"] {
-                *totals.entry(name.to_owned()).or_insert(0) += get(name).parse::<u64>().unwrap();
-            }
-        } else {
-            *reads.entry(get("host")).or_insert(0) += get("reads").parse::<u64>().unwrap();
-        }
-    }
-    (totals, reads)
+    show_routing_of(lane, None).await
 }
 
 async fn client(lane: &Pglane) -> tokio_postgres::Client {
@@ -366,7 +353,7 @@ async fn bench_read_routing() {
     );
     for (name, args) in &scripts {
         let (mut alone, mut routed) = (Vec::new(), Vec::new());
-        let (before, before_hosts) = show_routing_of(&lane, "routed").await;
+        let (before, before_hosts) = show_routing_of(&lane, Some("routed")).await;
         for round in 0..rounds {
             // Interleaved, the order turned each round.
             for target in if round % 2 == 0 { ["primary", "routed"] } else { ["routed", "primary"] } {
@@ -377,7 +364,7 @@ async fn bench_read_routing() {
                 if target == "primary" { &mut alone } else { &mut routed }.push(tps(&out));
             }
         }
-        let (after, after_hosts) = show_routing_of(&lane, "routed").await;
+        let (after, after_hosts) = show_routing_of(&lane, Some("routed")).await;
         let delta = |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
         let served_by = |port: u16| -> u64 {
             after_hosts
@@ -409,26 +396,25 @@ async fn bench_read_routing() {
     );
 }
 
-/// [`show_routing`] of database `database` only: the `*` rows' counters
-/// summed, and the reads each standby's pool served.
+/// [`show_routing`] of database `database` only, or of every database.
 async fn show_routing_of(
     lane: &Pglane,
-    database: &str,
+    database: Option<&str>,
 ) -> (std::collections::HashMap<String, u64>, std::collections::HashMap<String, u64>) {
     let console = common::connect(lane.port, "postgres", "", "pgbouncer").await;
     let (mut totals, mut reads) = (std::collections::HashMap::new(), std::collections::HashMap::new());
     for message in console.simple_query("SHOW ROUTING").await.unwrap() {
         let tokio_postgres::SimpleQueryMessage::Row(r) = message else { continue };
         let get = |name: &str| r.get(name).unwrap_or("").to_owned();
-        if get("database") != database {
+        if database.is_some_and(|d| get("database") != d) {
             continue;
         }
         if get("host") == "*" {
             for name in ["reads", "to_primary", "stale_reads_avoided", "no_standby", "positions_asked"] {
-                *totals.entry(name.to_owned()).or_insert(0) += get(name).parse::<u64>().unwrap_or(0);
+                *totals.entry(name.to_owned()).or_insert(0) += get(name).parse::<u64>().unwrap();
             }
-        } else if get("role") == "standby" {
-            *reads.entry(get("host")).or_insert(0) += get("reads").parse::<u64>().unwrap_or(0);
+        } else {
+            *reads.entry(get("host")).or_insert(0) += get("reads").parse::<u64>().unwrap();
         }
     }
     (totals, reads)

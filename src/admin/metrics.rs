@@ -431,18 +431,7 @@ mod tests {
     #[test]
     fn pass_throughs_are_labelled_by_reason() {
         use crate::prepare::auto::PassThrough;
-        let mut shard = ShardSnapshot {
-            shard: 2,
-            pools: vec![],
-            clients: vec![],
-            servers: vec![],
-            prepare: Default::default(),
-            statements: 0,
-            disabled: vec![],
-            paused_all: false,
-            notify: Default::default(),
-            routing: vec![],
-        };
+        let mut shard = ShardSnapshot { shard: 2, ..ShardSnapshot::default() };
         shard.prepare.pass_through_reasons.count(PassThrough::QueueFull);
         shard.prepare.rewrite_ns = 5_500;
         let text = render(&[shard], 0);
@@ -467,14 +456,6 @@ mod tests {
         };
         let shard = ShardSnapshot {
             shard: 1,
-            pools: vec![],
-            clients: vec![],
-            servers: vec![],
-            prepare: Default::default(),
-            statements: 0,
-            disabled: vec![],
-            paused_all: false,
-            notify: Default::default(),
             routing: vec![RoutingSnapshot {
                 database: "app".into(),
                 user: "u".into(),
@@ -487,6 +468,7 @@ mod tests {
                     positions_asked: 17,
                 },
             }],
+            ..ShardSnapshot::default()
         };
         let text = render(&[shard], 0);
         let router = "{shard=\"1\",database=\"app\",user=\"u\"}";

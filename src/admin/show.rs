@@ -733,18 +733,7 @@ mod tests {
     }
 
     fn shard(id: usize, pools: Vec<PoolSnapshot>) -> ShardSnapshot {
-        ShardSnapshot {
-            shard: id,
-            pools,
-            clients: vec![],
-            servers: vec![],
-            prepare: Default::default(),
-            statements: 0,
-            disabled: vec![],
-            paused_all: false,
-            notify: Default::default(),
-            routing: vec![],
-        }
+        ShardSnapshot { shard: id, pools, ..ShardSnapshot::default() }
     }
 
     #[test]

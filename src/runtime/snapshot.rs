@@ -8,7 +8,7 @@ use crate::config::PoolMode;
 use crate::pool::{IdleServer, PoolStats};
 use crate::prepare::PrepareStats;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ShardSnapshot {
     pub shard: usize,
     pub pools: Vec<PoolSnapshot>,

@@ -535,9 +535,7 @@ impl Exchange {
     pub fn hub_listened(&mut self, st: &mut Statements<'_>) {
         let Some(text) = self.hub_hold.take() else { return };
         self.for_server.extend_from_slice(&text);
-        if self.holding && self.failure.is_none() && !self.due.iter().any(Due::holds_the_client) {
-            self.release_held(st);
-        }
+        self.release_held_if_free(st);
     }
 
     /// The named statements counted since the last call, for the pool's
@@ -891,6 +889,13 @@ impl Exchange {
         }
         // Failed for good: the session ends, and nothing of the client's
         // may run under what the connection has.
+        self.release_held_if_free(st);
+    }
+
+    /// The client's held messages go on once nothing holds them any more:
+    /// no check or alignment they wait behind, no text waiting for the hub,
+    /// and the session not failed.
+    fn release_held_if_free(&mut self, st: &mut Statements<'_>) {
         if self.holding && self.hub_hold.is_none() && self.failure.is_none() && !self.due.iter().any(Due::holds_the_client) {
             self.release_held(st);
         }
