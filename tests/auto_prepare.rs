@@ -822,3 +822,72 @@ fn an_error_position_points_into_the_clients_spelling() {
     assert_eq!(error_code(&want).as_deref(), Some("42703"));
     assert_eq!(through.iter().map(comparable).collect::<Vec<_>>(), want.iter().map(comparable).collect::<Vec<_>>());
 }
+
+/// Parse / Bind / Execute / Sync of a named statement, in one request (psycopg's `prepare=True`).
+fn named_round(client: &mut RawClient, name: &str, sql: &str, value: &str) -> Vec<Message> {
+    let mut out = BytesMut::new();
+    frontend::parse(&mut out, name, sql, &[]);
+    frontend::bind(&mut out, "", name, &[], [Some(value.as_bytes())].into_iter(), &[]);
+    frontend::execute(&mut out, "", 0);
+    frontend::sync(&mut out);
+    client.send(&out);
+    client.until_ready()
+}
+
+/// A type dropped and created again on the server directly (an enum, an
+/// extension's type) gets a new OID; a statement prepared before keeps the
+/// old one among its parameter types, and PostgreSQL answers every Bind of
+/// it with XX000 "cache lookup failed for type N", for good. pglane mapped
+/// later clients' Parses onto that statement, so every client failed on
+/// that server connection until the statement was evicted, where directly
+/// their fresh Parses succeed. Now the Bind's error retires the statement
+/// and a request that is just the Parse, Bind, Execute and Sync (nothing
+/// of it ran) is sent again, its Parse prepared afresh; a rewritten simple
+/// query is run again as it was.
+#[test]
+fn a_type_recreated_behind_pglanes_back_is_not_the_clients_error() {
+    let db = "autoprep_type_recreated";
+    postgres().fresh_database(db, Some(USER));
+    let pg = postgres();
+    let recreate =
+        format!("DROP TYPE IF EXISTS mood; CREATE TYPE mood AS ENUM ('sad', 'happy'); ALTER TYPE mood OWNER TO {USER}");
+    pg.psql_db(db, &recreate);
+    // One server connection: the statements stay prepared on it.
+    let lane = pglane(1, db);
+    let (unnamed, named, simple) = ("SELECT $1::mood::text", "SELECT $1::mood", "SELECT 'sad'::mood");
+    let mut first = RawClient::login(lane.port, USER, "app");
+    let same = |through: &[Message], direct: &[Message], what: &str| {
+        assert_eq!(
+            through.iter().map(comparable).collect::<Vec<_>>(),
+            direct.iter().map(comparable).collect::<Vec<_>>(),
+            "{what}"
+        );
+    };
+    for round in 0..4 {
+        if round > 0 {
+            pg.psql_db(db, &recreate);
+        }
+        let before = prepared_stats(lane.port);
+        // A new client each round: its Parses are answered from the
+        // statements the server connection has. The first to run finds its
+        // statement stale (and with it pglane forgets every statement and
+        // shape, as for DDL it sees); each kind goes first once.
+        let mut client = RawClient::login(lane.port, USER, "app");
+        let mut direct = RawClient::login(pg.port, USER, db);
+        for kind in (0..3).map(|k| (k + round) % 3) {
+            match kind {
+                0 => {
+                    same(&unnamed_round(&mut client, unnamed, "happy"), &unnamed_round(&mut direct, unnamed, "happy"), "unnamed")
+                }
+                1 => same(&named_round(&mut client, "s1", named, "sad"), &named_round(&mut direct, "s1", named, "sad"), "named"),
+                _ => same(&run_ok(&mut client, simple), &run_ok(&mut direct, simple), "rewritten"),
+            }
+        }
+        warm(&lane, &mut first, simple);
+        if round == 0 {
+            continue;
+        }
+        let after = prepared_stats(lane.port);
+        assert_eq!(after["reruns"], before["reruns"] + 1, "round {round}: sent again once: {after:?}");
+    }
+}

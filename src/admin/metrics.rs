@@ -376,7 +376,7 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
     family(
         "pglane_auto_prepare_reruns_total",
         "counter",
-        "Rewritten queries with a stale plan run again as plain queries.",
+        "Requests run again because their statement was stale on the server (DDL pglane did not see).",
         per_shard(&|s| s.prepare.reruns),
     );
     family(

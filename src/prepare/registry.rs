@@ -108,8 +108,10 @@ pub struct PrepareStats {
     pub validation_failures: u64,
     /// Unnamed statements (Parse "") run as a named statement of the registry.
     pub unnamed_mapped: u64,
-    /// Rewritten queries whose plan went stale (DDL pglane did not see), run
-    /// again as plain queries without the client seeing the error.
+    /// Requests run again, without the client seeing the error, because
+    /// their statement was stale on the server (DDL pglane did not see):
+    /// rewritten queries as plain queries, and a Parse pglane answered with
+    /// its Bind and Execute sent again, prepared afresh (`exchange::replay`).
     pub reruns: u64,
     /// Binds forwarded asking binary for columns the client wants as text
     /// (binary format negotiation).

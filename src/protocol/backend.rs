@@ -28,6 +28,13 @@ pub const CLOSE_COMPLETE: u8 = b'3';
 pub const PORTAL_SUSPENDED: u8 = b's';
 pub const NOTIFICATION_RESPONSE: u8 = b'A';
 
+/// A message the server may send whenever it likes, answering no request
+/// of the client's: NoticeResponse, NotificationResponse, ParameterStatus
+/// (protocol docs, "Asynchronous Operations").
+pub fn is_asynchronous(tag: u8) -> bool {
+    matches!(tag, NOTICE_RESPONSE | NOTIFICATION_RESPONSE | PARAMETER_STATUS)
+}
+
 /// Transaction status reported in ReadyForQuery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransactionStatus {
@@ -659,6 +666,16 @@ pub fn empty_query_response(buf: &mut BytesMut) {
 mod tests {
     use super::*;
     use crate::protocol::frame::split_message;
+
+    #[test]
+    fn asynchronous_messages_are_told_apart() {
+        for tag in [NOTICE_RESPONSE, NOTIFICATION_RESPONSE, PARAMETER_STATUS] {
+            assert!(is_asynchronous(tag));
+        }
+        for tag in [ERROR_RESPONSE, READY_FOR_QUERY, BIND_COMPLETE, DATA_ROW, ROW_DESCRIPTION, COMMAND_COMPLETE] {
+            assert!(!is_asynchronous(tag));
+        }
+    }
 
     fn one(buf: &mut BytesMut) -> crate::protocol::frame::Message {
         split_message(buf, 1 << 20).unwrap().unwrap()

@@ -19,13 +19,16 @@
 //!   aligned, pinning, the context statements are keyed by, DDL seen;
 //! - [`negotiation`]: binary format negotiation of a portal;
 //! - [`pipelining`]: whether another client's request may go right behind
-//!   this one's on the same server connection.
+//!   this one's on the same server connection;
+//! - [`replay`]: a request sent again when the statement its Parse was
+//!   mapped onto turned out stale on the server.
 //!
 //! The queue itself is [`queue`]'s.
 
 mod negotiation;
 mod pipelining;
 mod queue;
+mod replay;
 mod rewrite;
 mod session;
 mod statements;
@@ -51,10 +54,11 @@ use crate::protocol::names;
 use crate::server::{ConnectionOutput, ServerSession};
 use crate::settings::{Change, Settings};
 use queue::DueQueue;
+use replay::Replay;
 use rewrite::{AutoPolicy, AutoPrepare};
 use session::{changes_schema, Contexts};
 pub use statements::StatementCounts;
-use statements::{is_stale_plan, stale_result_error, ClientName, Unnamed};
+use statements::{is_stale_statement, stale_result_error, ClientName, Unnamed};
 
 /// The statement and settings state the exchange reads and changes.
 pub struct Statements<'a> {
@@ -349,6 +353,9 @@ pub struct Exchange {
     /// (see [`Exchange::may_be_followed`]): nothing of this one's may be
     /// sent any more, a stale plan's rerun included.
     pub followed: bool,
+    /// The client's last request, kept while it may have to be sent again
+    /// (see [`replay`]).
+    replay: Replay,
     /// Server pipelining may apply to this client: what passes through is
     /// scanned for whether it leaves the session alone (see
     /// [`Exchange::may_be_followed`]). Without it nothing is scanned for that.
@@ -599,6 +606,7 @@ impl Exchange {
             realign,
             resetting,
             followed,
+            replay,
             pipelining: _,
             slow_at: _,
             reads_sequences: _,
@@ -641,6 +649,7 @@ impl Exchange {
         *realign = false;
         *resetting = false;
         *followed = false;
+        replay.clear();
         *sequences_foreign = false;
         *hidden_cancelled = false;
         // A transaction left on that connection did not commit; what did
@@ -718,6 +727,7 @@ impl Exchange {
             }
         }
         let body = &message[HEADER_LEN..];
+        self.replay.client_sent(tag, message);
         if tag == frontend::BIND {
             self.note_bind(body);
         }
@@ -729,7 +739,13 @@ impl Exchange {
             frontend::BIND | frontend::DESCRIBE | frontend::CLOSE if self.passes_through => {
                 self.pass_through(tag, message, to_server)
             }
-            frontend::PARSE => self.parse(message, body, st, to_server),
+            frontend::PARSE => {
+                let forwarded = self.parse(message, body, st, to_server);
+                if !forwarded {
+                    self.may_replay(message);
+                }
+                forwarded
+            }
             frontend::BIND => self.bind(message, body, st, to_server),
             frontend::DESCRIBE => match names::split_target(body) {
                 Ok((Target::Statement, name)) => self.describe_statement(message, name, st, to_server),
@@ -901,6 +917,48 @@ impl Exchange {
         }
     }
 
+    /// A Parse pglane answered itself may start a request to send again if
+    /// its statement is stale on the server (see [`replay`]): outside a
+    /// transaction block, with nothing else of the client's in flight.
+    fn may_replay(&mut self, message: &[u8]) {
+        if self.due.len() != 1 || self.tracker.status() != backend::TransactionStatus::Idle {
+            return;
+        }
+        if let Some(Due::Local(Local::ParseComplete { statement, .. })) = self.due.back() {
+            self.replay.start(statement.id, message);
+        }
+    }
+
+    /// The server refused the Bind of the client's request as stale, and
+    /// nothing of the request ran: it goes again, its Parse prepared afresh
+    /// (the stale statement was retired) and that Parse's answer dropped
+    /// (the client has its ParseComplete). The messages after the Parse go
+    /// on as held ones, behind a check the Parse may need.
+    fn send_again(&mut self, st: &mut Statements<'_>) {
+        let Some((parse, rest)) = self.replay.take() else { return };
+        if let Ok((name, _)) = names::split_parse(&parse[HEADER_LEN..]) {
+            // The name is free again: the statement it meant is retired.
+            if !name.is_empty() {
+                st.client.remove(name);
+            }
+        }
+        let mark = self.due.len();
+        let mut out = std::mem::take(&mut self.for_server);
+        self.from_client_now(frontend::PARSE, &parse, st, &mut out);
+        self.for_server = out;
+        for due in self.due.range_mut(mark..) {
+            if let Due::Server { request: Request::Parse { .. }, forward } = due {
+                *forward = false;
+                break;
+            }
+        }
+        let mut held = rest;
+        held.extend_from_slice(&self.held);
+        self.held = held;
+        self.holding = true;
+        st.registry.count(|c| c.reruns += 1);
+    }
+
     /// The client's messages at hand have all been taken: what pglane
     /// answers itself goes out now, unless the next answer due after it is
     /// the server's. Then it waits and goes out with that reply
@@ -1009,6 +1067,9 @@ impl Exchange {
     pub fn from_server(&mut self, tag: u8, message: &[u8], st: &mut Statements<'_>, to_client: &mut BytesMut) -> bool {
         self.answer_local(to_client);
         let body = &message[HEADER_LEN..];
+        if self.replay.is_recorded() && !backend::is_asynchronous(tag) && tag != backend::ERROR_RESPONSE {
+            self.replay.answered();
+        }
         if let Some(Due::Server { request: Request::Hidden(hidden), .. }) = self.due.front() {
             // The reply to a hidden query: nothing of it reaches the client.
             let cancel_survived = match hidden {
@@ -1052,6 +1113,7 @@ impl Exchange {
             return false;
         }
         let mut forward = true;
+        let mut send_again = false;
         match tag {
             // A followed LISTEN's channel: the hub delivers it too.
             backend::NOTIFICATION_RESPONSE if self.hub_delivers(body) => {
@@ -1065,6 +1127,21 @@ impl Exchange {
                 }
             }
             backend::ERROR_RESPONSE => {
+                if self.replay.is_recorded() {
+                    let stale_bind = match self.due.front() {
+                        Some(Due::Server { request: Request::Bind { statement: Some(s), .. }, .. })
+                            if is_stale_statement(body) =>
+                        {
+                            Some(s.id)
+                        }
+                        _ => None,
+                    };
+                    match stale_bind {
+                        // Held back: the request goes again at its ReadyForQuery.
+                        Some(id) if self.replay.bind_failed_stale(id, message) => forward = false,
+                        _ => self.replay.answered(),
+                    }
+                }
                 self.pending_changes.clear();
                 self.registrations.server_failed();
                 if let Some(Due::Server { request: Request::StaleResult, .. }) = self.due.front() {
@@ -1074,7 +1151,7 @@ impl Exchange {
                 if self.answers_rewritten_query() {
                     let at_bind = matches!(self.due.front(), Some(Due::Server { request: Request::Bind { .. }, .. }));
                     if let Some(auto) = self.rewriting.as_deref_mut() {
-                        let stale = at_bind && is_stale_plan(body);
+                        let stale = at_bind && is_stale_statement(body);
                         match auto.running.front_mut() {
                             Some(running) if stale && running.may_rerun => running.stale = Some(body.to_vec()),
                             _ => auto.write_error(body, to_client),
@@ -1248,6 +1325,14 @@ impl Exchange {
                     }
                 }
                 let idle = body == b"I";
+                if self.replay.is_stale() {
+                    if idle && self.due.is_empty() && !self.followed {
+                        forward = false;
+                        send_again = true;
+                    } else {
+                        to_client.extend_from_slice(self.replay.give_up());
+                    }
+                }
                 if idle {
                     self.negotiator.transaction_ended();
                 }
@@ -1274,6 +1359,9 @@ impl Exchange {
             to_client.extend_from_slice(message);
         }
         self.tracker.server_sent(tag, body);
+        if send_again {
+            self.send_again(st);
+        }
         if self.holding && self.hub_hold.is_none() && !self.due.iter().any(Due::holds_the_client) {
             // Checked (or skipped after an error): the client's messages go on.
             self.release_held(st);
@@ -1326,7 +1414,7 @@ impl Exchange {
         ) {
             return;
         }
-        let stale_plan = backend::decode_error_fields(body).is_ok_and(|e| e.code == "0A000");
+        let stale_plan = is_stale_statement(body);
         let mut first = true;
         while let Some(due) = self.due.front() {
             if matches!(due, Due::Server { request: Request::Sync { .. }, .. }) {
@@ -1336,9 +1424,10 @@ impl Exchange {
             match due {
                 Due::Server { request: Request::Parse { parsed, .. }, .. } => self.undo_parse(parsed, first, st),
                 Due::Server { request: Request::Bind { statement: Some(s), .. }, .. } if first && stale_plan => {
-                    // "cached plan must not change result type": close it here,
-                    // and let new Parses of the text prepare it afresh. DDL
-                    // pglane did not see: every statement and shape too.
+                    // Prepared before DDL pglane did not see (0A000, or XX000
+                    // for a dropped type): close it here, and let new Parses
+                    // of the text prepare it afresh; every statement and
+                    // shape too.
                     st.server.mark_stale(s.id);
                     st.registry.retire(&s);
                     st.registry.ddl_seen();

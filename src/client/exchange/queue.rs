@@ -77,6 +77,10 @@ impl DueQueue {
         self.entries.iter()
     }
 
+    pub fn range_mut(&mut self, range: std::ops::RangeFrom<usize>) -> std::collections::vec_deque::IterMut<'_, Due> {
+        self.entries.range_mut(range)
+    }
+
     pub fn as_slices(&self) -> (&[Due], &[Due]) {
         self.entries.as_slices()
     }

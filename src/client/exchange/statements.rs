@@ -112,12 +112,22 @@ pub(super) enum ClientName {
     Unnamed,
 }
 
-/// "cached plan must not change result type": SQLSTATE 0A000 raised by the
-/// plan cache's revalidation (pgjdbc's test, `willHealViaReparse`).
-pub(super) fn is_stale_plan(body: &[u8]) -> bool {
+/// Is this error, answering a Bind, PostgreSQL saying the statement was
+/// prepared before DDL that pglane did not see? Two forms:
+/// - "cached plan must not change result type": SQLSTATE 0A000 raised by
+///   the plan cache's revalidation (pgjdbc's test, `willHealViaReparse`);
+/// - "cache lookup failed for type N": XX000, when a type the statement's
+///   parameters or result were resolved to was dropped (and perhaps created
+///   again under a new OID: an extension or an enum recreated). The plan
+///   cache keeps the parameter types of the Parse, so this never heals.
+pub(super) fn is_stale_statement(body: &[u8]) -> bool {
     let Ok(fields) = backend::error_field_list(body) else { return false };
     let field = |code| fields.iter().find(|(c, _)| *c == code).map(|(_, v)| *v);
-    field(b'C') == Some(b"0A000") && matches!(field(b'R'), Some(b"RevalidateCachedQuery" | b"RevalidateCachedPlan"))
+    match field(b'C') {
+        Some(b"0A000") => matches!(field(b'R'), Some(b"RevalidateCachedQuery" | b"RevalidateCachedPlan")),
+        Some(b"XX000") => field(b'M').is_some_and(|m| m.starts_with(b"cache lookup failed for type ")),
+        _ => false,
+    }
 }
 
 /// Does a statement Describe's answer (`tag`, `body`: RowDescription or
@@ -809,6 +819,30 @@ impl Exchange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stale_statements_are_told_by_code_and_routine_or_message() {
+        let stale: [&[u8]; 3] = [
+            b"SERROR\0C0A000\0Mcached plan must not change result type\0RRevalidateCachedQuery\0\0",
+            b"SERROR\0C0A000\0Mcached plan must not change result type\0RRevalidateCachedPlan\0\0",
+            // A parameter's type was dropped (the CONTEXT and routine PostgreSQL 15 sends).
+            b"SERROR\0VERROR\0CXX000\0Mcache lookup failed for type 16565\0Wunnamed portal parameter $1\0RgetTypeInputInfo\0\0",
+        ];
+        for body in stale {
+            assert!(is_stale_statement(body), "{:?}", String::from_utf8_lossy(body));
+        }
+        let not_stale: [&[u8]; 4] = [
+            // 0A000 of another routine: a feature PostgreSQL does not have.
+            b"SERROR\0C0A000\0Mcannot insert into view\0RrewriteTargetView\0\0",
+            // XX000 of another kind: a bug, not a stale statement.
+            b"SERROR\0CXX000\0Mcache lookup failed for relation 1\0\0",
+            b"SERROR\0C22P02\0Minvalid input syntax for type integer\0\0",
+            b"malformed",
+        ];
+        for body in not_stale {
+            assert!(!is_stale_statement(body), "{:?}", String::from_utf8_lossy(body));
+        }
+    }
 
     #[test]
     fn plannable_texts() {

@@ -572,6 +572,84 @@ fn the_unnamed_statement_is_the_registrys() {
     assert_eq!(sides.registry.stats().unnamed_mapped, 2);
 }
 
+/// PostgreSQL's answer to a Bind of a statement whose parameter's type was
+/// dropped and created again.
+const TYPE_GONE: &[u8] =
+    b"SERROR\0VERROR\0CXX000\0Mcache lookup failed for type 16565\0Wunnamed portal parameter $1\0RgetTypeInputInfo\0\0";
+
+/// psycopg's Parse, Bind, Execute and Sync of the unnamed statement.
+fn unnamed_request(sql: &str) -> BytesMut {
+    let mut p = BytesMut::new();
+    frontend::parse(&mut p, "", sql, &[]);
+    frontend::bind(&mut p, "", "", &[], [Some(&b"sad"[..])].into_iter(), &[]);
+    frontend::execute(&mut p, "", 0);
+    frontend::sync(&mut p);
+    p
+}
+
+#[test]
+fn a_request_whose_mapped_statement_is_stale_goes_again_with_a_fresh_parse() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(Some(1));
+    let sql = "SELECT $1::mood";
+    let (sent, _) = send(&mut ex, &mut sides, unnamed_request(sql));
+    assert_eq!(tags(&sent), "PBES");
+    let old = names::split_parse(&sent[0].1).unwrap().0.to_owned();
+    let rows: &[(u8, &[u8])] = &[(b'2', b""), (b'D', b"\0\x01\0\0\0\x03sad"), (b'C', b"SELECT 1\0"), (b'Z', b"I")];
+    reply(&mut ex, &mut sides, &[&[(b'1', &b""[..])][..], rows].concat());
+    // The type was dropped and created again on the server directly.
+    let (sent, answered) = send(&mut ex, &mut sides, unnamed_request(sql));
+    assert_eq!(tags(&sent), "BES", "the Parse answered by pglane");
+    assert!(answered.is_empty());
+    let got = reply(&mut ex, &mut sides, &[(b'E', TYPE_GONE), (b'Z', b"I")]);
+    assert_eq!(tags(&got), "1", "pglane's ParseComplete; the error and its ReadyForQuery held back");
+    assert!(!ex.is_quiet(), "the request is owed again");
+    let mut again = BytesMut::new();
+    ex.take_for_server(&mut again);
+    let again = messages(again);
+    assert_eq!(tags(&again), "CPBES", "the stale statement closed, the text prepared afresh, the rest as sent");
+    let fresh = names::split_parse(&again[1].1).unwrap().0.to_owned();
+    assert_ne!(fresh, old);
+    assert_eq!(names::split_bind(&again[2].1).unwrap().1, fresh);
+    let got = reply(&mut ex, &mut sides, &[&[(b'3', &b""[..]), (b'1', b"")][..], rows].concat());
+    assert_eq!(tags(&got), "2DCZ", "no second ParseComplete");
+    assert!(ex.is_releasable());
+    assert_eq!(sides.registry.stats().reruns, 1);
+    // The same stale error again is the client's: a request goes again once.
+    let (sent, _) = send(&mut ex, &mut sides, unnamed_request(sql));
+    assert_eq!(tags(&sent), "BES");
+    let got = reply(&mut ex, &mut sides, &[(b'E', TYPE_GONE), (b'Z', b"I")]);
+    assert_eq!(tags(&got), "1", "held back once more: each request may go again once");
+    let mut again = BytesMut::new();
+    ex.take_for_server(&mut again);
+    assert_eq!(tags(&messages(again)), "CPBES");
+    let got = reply(&mut ex, &mut sides, &[(b'3', b""), (b'1', b""), (b'E', TYPE_GONE), (b'Z', b"I")]);
+    assert_eq!(tags(&got), "EZ", "the second try's error is the client's");
+}
+
+#[test]
+fn a_stale_statement_in_a_transaction_block_is_the_clients_error() {
+    let mut sides = Sides::new();
+    let mut ex = Exchange::new(Some(1));
+    let sql = "SELECT $1::mood";
+    send(&mut ex, &mut sides, unnamed_request(sql));
+    reply(&mut ex, &mut sides, &[(b'1', b""), (b'2', b""), (b'C', b"SELECT 0\0"), (b'Z', b"I")]);
+    query(&mut ex, &mut sides, "BEGIN");
+    reply(&mut ex, &mut sides, &[(b'C', b"BEGIN\0"), (b'Z', b"T")]);
+    let (sent, _) = send(&mut ex, &mut sides, unnamed_request(sql));
+    assert_eq!(tags(&sent), "BES");
+    let got = reply(&mut ex, &mut sides, &[(b'E', TYPE_GONE), (b'Z', b"E")]);
+    assert_eq!(tags(&got), "1EZ", "the block failed: nothing can go again");
+    let mut again = BytesMut::new();
+    ex.take_for_server(&mut again);
+    assert!(again.is_empty());
+    // The statement is retired: the next Parse prepares the text afresh.
+    query(&mut ex, &mut sides, "ROLLBACK");
+    reply(&mut ex, &mut sides, &[(b'C', b"ROLLBACK\0"), (b'Z', b"I")]);
+    let (sent, _) = send(&mut ex, &mut sides, unnamed_request(sql));
+    assert_eq!(tags(&sent), "CPBES");
+}
+
 /// Sends the client's messages; returns what went to the server and what
 /// the client got at once.
 fn send(ex: &mut Exchange, sides: &mut Sides, mut messages_in: BytesMut) -> (Vec<(u8, Vec<u8>)>, Vec<(u8, Vec<u8>)>) {
