@@ -33,15 +33,21 @@ use crate::protocol::frontend;
 /// copy would cost more than the rare second try is worth).
 const KEPT_AT_MOST: usize = 16 * 1024;
 
+/// Boxed, and only once a client sends a request that may go again: an
+/// idle client's exchange stays as small as it was.
 #[derive(Debug, Default)]
-pub(super) struct Replay {
+pub(super) struct Replay(Option<Box<Kept>>);
+
+#[derive(Debug, Default)]
+struct Kept {
     state: State,
     /// The registry id of the statement the Parse was mapped onto.
     statement: u64,
-    /// The client's messages, as it sent them, from its Parse on.
+    /// The client's messages, as it sent them, from its Parse on; once the
+    /// Bind failed, the server's error (whole) after them.
     messages: BytesMut,
-    /// The server's error, whole, while it is held back.
-    error: BytesMut,
+    /// Where the request ends in `messages` (and the error begins).
+    request_len: usize,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +62,7 @@ enum State {
     Stale,
 }
 
-impl Replay {
+impl Kept {
     /// The client's Parse (`message`, whole) of statement `statement`,
     /// answered by pglane, starts a request that may be sent again.
     pub fn start(&mut self, statement: u64, message: &[u8]) {
@@ -109,8 +115,8 @@ impl Replay {
             self.state = State::Off;
             return false;
         }
-        self.error.clear();
-        self.error.extend_from_slice(error);
+        self.request_len = self.messages.len();
+        self.messages.extend_from_slice(error);
         self.state = State::Stale;
         true
     }
@@ -123,19 +129,17 @@ impl Replay {
     /// all; the attempt ends.
     pub fn give_up(&mut self) -> &[u8] {
         self.state = State::Off;
-        &self.error
+        &self.messages[self.request_len.min(self.messages.len())..]
     }
 
     /// Forgets the request (the server connection goes); lets a large
     /// buffer go.
     pub fn clear(&mut self) {
         self.state = State::Off;
-        for buffer in [&mut self.messages, &mut self.error] {
-            if buffer.capacity() > KEPT_AT_MOST {
-                *buffer = BytesMut::new();
-            }
-            buffer.clear();
+        if self.messages.capacity() > KEPT_AT_MOST {
+            self.messages = BytesMut::new();
         }
+        self.messages.clear();
     }
 
     /// The request to send again: its Parse and the messages after it. The
@@ -146,8 +150,59 @@ impl Replay {
         }
         let len = parse_len(&self.messages)?;
         let mut messages = std::mem::take(&mut self.messages);
+        messages.truncate(self.request_len);
         let parse = messages.split_to(len);
         Some((parse, messages))
+    }
+}
+
+impl Replay {
+    pub fn start(&mut self, statement: u64, message: &[u8]) {
+        self.0.get_or_insert_with(Default::default).start(statement, message);
+    }
+
+    #[inline]
+    pub fn client_sent(&mut self, tag: u8, message: &[u8]) {
+        if let Some(kept) = self.0.as_deref_mut() {
+            kept.client_sent(tag, message);
+        }
+    }
+
+    #[inline]
+    pub fn answered(&mut self) {
+        if let Some(kept) = self.0.as_deref_mut() {
+            kept.answered();
+        }
+    }
+
+    #[inline]
+    pub fn is_recorded(&self) -> bool {
+        self.0.as_deref().is_some_and(Kept::is_recorded)
+    }
+
+    pub fn bind_failed_stale(&mut self, statement: u64, error: &[u8]) -> bool {
+        self.0.as_deref_mut().is_some_and(|k| k.bind_failed_stale(statement, error))
+    }
+
+    pub fn is_stale(&self) -> bool {
+        self.0.as_deref().is_some_and(Kept::is_stale)
+    }
+
+    pub fn give_up(&mut self) -> &[u8] {
+        match self.0.as_deref_mut() {
+            Some(kept) => kept.give_up(),
+            None => &[],
+        }
+    }
+
+    pub fn clear(&mut self) {
+        if let Some(kept) = self.0.as_deref_mut() {
+            kept.clear();
+        }
+    }
+
+    pub fn take(&mut self) -> Option<(BytesMut, BytesMut)> {
+        self.0.as_deref_mut()?.take()
     }
 }
 
@@ -270,7 +325,7 @@ mod tests {
         replay.client_sent(bind[0].0, &bind[0].1);
         assert!(!replay.is_recorded());
         replay.clear();
-        assert!(replay.messages.capacity() <= KEPT_AT_MOST);
+        assert!(replay.0.as_ref().unwrap().messages.capacity() <= KEPT_AT_MOST);
     }
 
     #[test]
