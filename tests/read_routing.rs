@@ -6,7 +6,8 @@
 //!   a stale count (read-your-writes), while the reads of clients that never
 //!   wrote are served by the standbys, both of them;
 //! - what is not provably a read (`select nextval(...)`) runs on the
-//!   primary, and a `BEGIN READ ONLY` transaction on a standby;
+//!   primary, and a `BEGIN READ ONLY` transaction on a standby; named
+//!   statements are judged by their text, whichever request binds them;
 //! - a position carried in `pglane.min_lsn` keeps a client off a standby
 //!   that has not replayed it;
 //! - readers go on when a standby stops and another is promoted: only
@@ -188,6 +189,29 @@ async fn what_is_not_a_read_runs_on_the_primary() {
     let c = client(&lane).await;
     let rows = c.query_typed("select pg_is_in_recovery()", &[]).await.unwrap();
     assert!(rows[0].get::<_, bool>(0), "an unnamed-statement read went to the primary");
+
+    // Named statements (tokio-postgres prepares every query so, as asyncpg
+    // and pgjdbc do after a few runs) are judged by their text: prepared in
+    // one request, bound in later ones, reads on a standby and the rest on
+    // the primary.
+    let c = client(&lane).await;
+    let recovery = c.prepare("select pg_is_in_recovery()").await.unwrap();
+    let next = c.prepare("select nextval('seq')::int, pg_is_in_recovery()").await.unwrap();
+    for _ in 0..5 {
+        assert!(c.query_one(&recovery, &[]).await.unwrap().get::<_, bool>(0), "a named read went to the primary");
+        assert!(!c.query_one(&next, &[]).await.unwrap().get::<_, bool>(1), "nextval went to a standby");
+    }
+    // And a client's named reads see its named writes.
+    let insert = c.prepare("insert into kv values ($1, $2)").await.unwrap();
+    let count = c.prepare("select count(*)::int from kv where client = $1").await.unwrap();
+    let mut on_standby = 0;
+    for i in 1..=30 {
+        c.execute(&insert, &[&-3i32, &i]).await.unwrap();
+        let row = c.query_one(&count, &[&-3i32]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), i, "a named read missed the client's own write");
+        on_standby += i32::from(c.query_one(&recovery, &[]).await.unwrap().get::<_, bool>(0));
+    }
+    eprintln!("named statements: {on_standby} of 30 reads after a write on a standby");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,8 +325,8 @@ async fn readers_go_on_when_a_standby_stops_and_another_is_promoted() {
 /// pgbench through one pglane, to a database served by the primary alone
 /// and to the same database with `read_routing = "standbys"` over the
 /// primary and the two standbys of [`cluster`] (one replaying 300 ms
-/// behind), select-only and a mixed script (a write, a read of it, three
-/// other reads), in interleaved rounds; tps of each, their ratio, and
+/// behind), select-only (simple and named statements) and a mixed script
+/// (a write, a read of it, three other reads), in interleaved rounds; tps of each, their ratio, and
 /// where the routed transactions ran (SHOW ROUTING). Prints a markdown
 /// table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,8 +366,13 @@ async fn bench_read_routing() {
     )
     .unwrap();
     let mixed_arg = format!("--file={}", mixed.display());
-    let scripts: [(&str, Vec<&str>); 2] =
-        [("select-only (-S)", vec!["-S"]), ("mixed: 1 write, its read, 3 reads", vec![&mixed_arg])];
+    // (name, pgbench -M, arguments): -M prepared is server-side named
+    // statements, as most drivers use them.
+    let scripts: [(&str, &str, Vec<&str>); 3] = [
+        ("select-only (-S)", "simple", vec!["-S"]),
+        ("select-only (-S), -M prepared", "prepared", vec!["-S"]),
+        ("mixed: 1 write, its read, 3 reads", "simple", vec![&mixed_arg]),
+    ];
     let tps = |out: &str| -> f64 {
         let line = out.lines().find(|l| l.starts_with("tps = ")).unwrap_or_else(|| panic!("no tps in {out}"));
         line["tps = ".len()..].split_whitespace().next().unwrap().parse().unwrap()
@@ -351,13 +380,13 @@ async fn bench_read_routing() {
     let mut table = String::from(
         "| script | primary only, tps | primary + 2 standbys, tps | ratio | routed transactions: standby / delayed standby / primary | stale reads avoided |\n|---|---|---|---|---|---|\n",
     );
-    for (name, args) in &scripts {
+    for (name, mode, args) in &scripts {
         let (mut alone, mut routed) = (Vec::new(), Vec::new());
         let (before, before_hosts) = show_routing_of(&lane, Some("routed")).await;
         for round in 0..rounds {
             // Interleaved, the order turned each round.
             for target in if round % 2 == 0 { ["primary", "routed"] } else { ["routed", "primary"] } {
-                let mut all = vec!["-n", "-M", "simple", "-c", &clients, "-j", "2", "-T", &seconds];
+                let mut all = vec!["-n", "-M", mode, "-c", &clients, "-j", "2", "-T", &seconds];
                 all.extend(args.iter().copied());
                 all.push(target);
                 let out = tokio::task::block_in_place(|| common::pgbench(lane.port, "postgres", &all));
@@ -392,7 +421,7 @@ async fn bench_read_routing() {
     }
     let _ = std::fs::remove_file(&mixed);
     println!(
-        "\npgbench -M simple -c {clients} -j 2 -T {seconds}, scale 4, {rounds} interleaved rounds (medians), one pglane on two shards, pool_size 8 per host:\n\n{table}"
+        "\npgbench -c {clients} -j 2 -T {seconds}, scale 4, {rounds} interleaved rounds (medians), one pglane on two shards, pool_size 8 per host:\n\n{table}"
     );
 }
 

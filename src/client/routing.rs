@@ -55,7 +55,12 @@ impl Session {
             return false;
         }
         let carried = self.settings.get(crate::router::MIN_LSN_SETTING).and_then(|v| v.plain());
-        match route.decide(self.buffers.from_client.pending(), self.config.max_message_size, carried) {
+        let statements = &self.statements;
+        let prepared = |name: &[u8]| {
+            let statement = statements.get(std::str::from_utf8(name).ok()?)?;
+            Some(crate::protocol::names::query_bytes(&statement.key))
+        };
+        match route.decide(self.buffers.from_client.pending(), self.config.max_message_size, carried, prepared) {
             crate::router::client::Destination::Primary { one_request } => one_request,
             crate::router::client::Destination::Standby { pool, one_request, .. } => {
                 self.routed = Some(pool);

@@ -3,9 +3,11 @@
 //!
 //! The rule is no false positives: a request is a read only if pg_query's
 //! parse proves it. Anything this module cannot prove (a statement it does
-//! not know, a function not on its list, a Bind of a statement Parsed in an
-//! earlier request, an incomplete request) is not a read, and goes to the
-//! primary. It owns no state but the cache; it never looks at a session.
+//! not know, a function not on its list, a Bind of the unnamed statement
+//! Parsed in an earlier request, a Bind of a name the client has not
+//! prepared, an incomplete request) is not a read, and goes to the primary.
+//! It owns no state but the cache; it never looks at a session (the text of
+//! a client's named statement is handed in).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -279,26 +281,35 @@ fn text_of(tag: u8, body: &[u8]) -> Option<&[u8]> {
     Some(&body[..end])
 }
 
-/// Whether a Parse message body prepares the unnamed statement.
-fn parses_unnamed(body: &[u8]) -> bool {
-    body.first() == Some(&0)
+/// The statement name a Parse message body prepares (empty: the unnamed one).
+fn parse_name(body: &[u8]) -> Option<&[u8]> {
+    body.iter().position(|&b| b == 0).map(|end| &body[..end])
 }
 
-/// Whether a Bind message body binds the unnamed statement.
-fn binds_unnamed(body: &[u8]) -> bool {
-    // Portal name, then statement name.
-    body.iter().position(|&b| b == 0).and_then(|p| body.get(p + 1)) == Some(&0)
+/// The statement name a Bind message body binds (after the portal name).
+fn bind_statement(body: &[u8]) -> Option<&[u8]> {
+    let portal_end = body.iter().position(|&b| b == 0)?;
+    parse_name(body.get(portal_end + 1..)?)
 }
 
 /// What the client's first request in `pending` is: a Query, or extended
 /// messages up to and including a Sync. Every statement it Parses (or
-/// queries) is judged by `judge`; an unnamed-statement Bind must follow a
-/// Parse of the same request (a named statement from an earlier request
-/// is not known here). The request must be whole in `pending`.
-pub fn classify_request(pending: &[u8], max_body: usize, mut judge: impl FnMut(&[u8]) -> Kind) -> Kind {
+/// queries) is judged by `judge`. A Bind must bind a statement Parsed
+/// earlier in the same request, or a named statement the client prepared
+/// in an earlier request, whose text `prepared` gives (the client's own
+/// names: a name it does not give is not a read); the unnamed statement of
+/// an earlier request is not known here. The request must be whole in
+/// `pending`.
+pub fn classify_request<'s>(
+    pending: &[u8],
+    max_body: usize,
+    mut judge: impl FnMut(&[u8]) -> Kind,
+    prepared: impl Fn(&[u8]) -> Option<&'s [u8]>,
+) -> Kind {
     let mut at = 0;
     let mut verdict: Option<Kind> = None;
-    let mut parsed_unnamed = false;
+    // The statements this request Parses, each proven a read.
+    let mut parsed: Vec<&[u8]> = Vec::new();
     loop {
         let Ok(Some(header)) = parse_header(&pending[at..], max_body) else { return Kind::Other };
         let Some(body) = pending.get(at + HEADER_LEN..at + HEADER_LEN + header.body_len) else { return Kind::Other };
@@ -308,20 +319,25 @@ pub fn classify_request(pending: &[u8], max_body: usize, mut judge: impl FnMut(&
                 return text_of(header.tag, body).map_or(Kind::Other, &mut judge);
             }
             frontend::PARSE => {
-                if !parses_unnamed(body) {
-                    // A named statement outlives the request: later Binds of
-                    // it could come in a request that is not a read.
+                let (Some(name), Some(text)) = (parse_name(body), text_of(header.tag, body)) else { return Kind::Other };
+                if judge(text) != Kind::Read {
                     return Kind::Other;
                 }
-                let kind = text_of(header.tag, body).map_or(Kind::Other, &mut judge);
-                if kind != Kind::Read {
-                    return Kind::Other;
-                }
-                parsed_unnamed = true;
+                parsed.push(name);
                 verdict = Some(Kind::Read);
             }
-            frontend::BIND if parsed_unnamed && binds_unnamed(body) => {}
-            frontend::DESCRIBE | frontend::EXECUTE | frontend::FLUSH if parsed_unnamed => {}
+            frontend::BIND => {
+                let Some(name) = bind_statement(body) else { return Kind::Other };
+                // A name Parsed here is a read; if the client also had it
+                // from before, that Parse fails and so does this Bind.
+                let known =
+                    parsed.contains(&name) || (!name.is_empty() && prepared(name).is_some_and(|text| judge(text) == Kind::Read));
+                if !known {
+                    return Kind::Other;
+                }
+                verdict = Some(Kind::Read);
+            }
+            frontend::DESCRIBE | frontend::EXECUTE | frontend::FLUSH if verdict.is_some() => {}
             frontend::SYNC => return verdict.unwrap_or(Kind::Other),
             _ => return Kind::Other,
         }
@@ -353,9 +369,11 @@ impl Classifier {
         kind
     }
 
-    /// The verdict on the client's first request in `pending` (see [`classify_request`]).
-    pub fn request(&self, pending: &[u8], max_body: usize) -> Kind {
-        classify_request(pending, max_body, |sql| self.judge(sql))
+    /// The verdict on the client's first request in `pending`, whose named
+    /// statements from earlier requests `prepared` gives the text of (see
+    /// [`classify_request`]).
+    pub fn request<'s>(&self, pending: &[u8], max_body: usize, prepared: impl Fn(&[u8]) -> Option<&'s [u8]>) -> Kind {
+        classify_request(pending, max_body, |sql| self.judge(sql), prepared)
     }
 
     pub fn cached(&self) -> usize {
@@ -492,30 +510,77 @@ mod tests {
         out
     }
 
+    /// No statement prepared in an earlier request.
+    fn none(_: &[u8]) -> Option<&'static [u8]> {
+        None
+    }
+
     #[test]
     fn a_request_is_judged_whole() {
         let c = Classifier::default();
-        assert_eq!(c.request(&query("select 1"), 1 << 20), Kind::Read);
-        assert_eq!(c.request(&query("begin read only"), 1 << 20), Kind::ReadOnlyBlock);
-        assert_eq!(c.request(&query("select nextval('s')"), 1 << 20), Kind::Other);
-        assert_eq!(c.request(&extended("", "select $1::int", ""), 1 << 20), Kind::Read);
-        assert_eq!(c.request(&extended("", "insert into t values ($1)", ""), 1 << 20), Kind::Other);
-        // A named statement, or a Bind of one not Parsed here.
-        assert_eq!(c.request(&extended("s1", "select 1", "s1"), 1 << 20), Kind::Other);
-        assert_eq!(c.request(&extended("", "select 1", "s1"), 1 << 20), Kind::Other);
+        assert_eq!(c.request(&query("select 1"), 1 << 20, none), Kind::Read);
+        assert_eq!(c.request(&query("begin read only"), 1 << 20, none), Kind::ReadOnlyBlock);
+        assert_eq!(c.request(&query("select nextval('s')"), 1 << 20, none), Kind::Other);
+        assert_eq!(c.request(&extended("", "select $1::int", ""), 1 << 20, none), Kind::Read);
+        assert_eq!(c.request(&extended("", "insert into t values ($1)", ""), 1 << 20, none), Kind::Other);
+        // A Bind of a statement neither Parsed here nor prepared before.
+        assert_eq!(c.request(&extended("", "select 1", "s1"), 1 << 20, none), Kind::Other);
+        assert_eq!(c.request(&extended("s1", "select 1", ""), 1 << 20, none), Kind::Other);
         // A second statement in the same request must be a read too.
         let mut two = extended("", "select 1", "");
         two.truncate(two.len() - 5);
         two.extend_from_slice(&extended("", "update t set x = 1", ""));
-        assert_eq!(c.request(&two, 1 << 20), Kind::Other);
+        assert_eq!(c.request(&two, 1 << 20, none), Kind::Other);
         // Incomplete requests, and other messages, are not reads.
         let whole = extended("", "select 1", "");
-        assert_eq!(c.request(&whole[..whole.len() - 5], 1 << 20), Kind::Other);
-        assert_eq!(c.request(&whole[..7], 1 << 20), Kind::Other);
+        assert_eq!(c.request(&whole[..whole.len() - 5], 1 << 20, none), Kind::Other);
+        assert_eq!(c.request(&whole[..7], 1 << 20, none), Kind::Other);
         let mut call = BytesMut::new();
         message(&mut call, b'F', b"\0\0\0\x01");
-        assert_eq!(c.request(&call, 1 << 20), Kind::Other);
-        assert_eq!(c.request(b"", 1 << 20), Kind::Other);
+        assert_eq!(c.request(&call, 1 << 20, none), Kind::Other);
+        assert_eq!(c.request(b"", 1 << 20, none), Kind::Other);
+    }
+
+    #[test]
+    fn a_named_statement_is_judged_by_its_text() {
+        let c = Classifier::default();
+        // Prepared in the request (Parse, Describe of it, Sync: how drivers
+        // prepare), and Parsed and run in one request.
+        let mut prepare = BytesMut::new();
+        message(&mut prepare, b'P', b"s1\0select $1::int\0\0\0");
+        message(&mut prepare, b'D', b"Ss1\0");
+        message(&mut prepare, b'S', b"");
+        assert_eq!(c.request(&prepare, 1 << 20, none), Kind::Read);
+        assert_eq!(c.request(&extended("s1", "select 1", "s1"), 1 << 20, none), Kind::Read);
+        assert_eq!(c.request(&extended("s1", "delete from t", "s1"), 1 << 20, none), Kind::Other);
+        // Bound in a later request: the client's text for the name decides.
+        let mut bind = BytesMut::new();
+        message(&mut bind, b'B', b"\0s1\0\0\0\0\0\0\0");
+        message(&mut bind, b'E', b"\0\0\0\0\0");
+        message(&mut bind, b'S', b"");
+        let read = |name: &[u8]| (name == b"s1").then_some(&b"select * from t where id = $1"[..]);
+        let write = |name: &[u8]| (name == b"s1").then_some(&b"select nextval('s')"[..]);
+        assert_eq!(c.request(&bind, 1 << 20, read), Kind::Read);
+        assert_eq!(c.request(&bind, 1 << 20, write), Kind::Other);
+        assert_eq!(c.request(&bind, 1 << 20, none), Kind::Other);
+        // The unnamed statement of an earlier request is not known, even if
+        // the lookup would answer for it.
+        let mut unnamed = BytesMut::new();
+        message(&mut unnamed, b'B', b"\0\0\0\0\0\0\0\0");
+        message(&mut unnamed, b'E', b"\0\0\0\0\0");
+        message(&mut unnamed, b'S', b"");
+        assert_eq!(c.request(&unnamed, 1 << 20, |_: &[u8]| Some(&b"select 1"[..])), Kind::Other);
+        // A read Parse, then a Bind of a statement that writes.
+        let mut mixed = extended("s2", "select 1", "s2");
+        mixed.truncate(mixed.len() - 5);
+        mixed.extend_from_slice(&bind);
+        assert_eq!(c.request(&mixed, 1 << 20, write), Kind::Other);
+        assert_eq!(c.request(&mixed, 1 << 20, read), Kind::Read);
+        // A Describe or Execute before anything proven is not a read.
+        let mut describe = BytesMut::new();
+        message(&mut describe, b'D', b"Ss1\0");
+        message(&mut describe, b'S', b"");
+        assert_eq!(c.request(&describe, 1 << 20, read), Kind::Other);
     }
 
     #[test]

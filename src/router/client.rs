@@ -53,9 +53,16 @@ impl ClientRoute {
         self.written.max(carried)
     }
 
-    /// Where the request at the front of `pending` goes.
-    pub fn decide(&mut self, pending: &[u8], max_body: usize, carried: Option<&str>) -> Destination {
-        let kind = self.router.classifier.request(pending, max_body);
+    /// Where the request at the front of `pending` goes; `prepared` gives
+    /// the text of a statement the client named in an earlier request.
+    pub fn decide<'s>(
+        &mut self,
+        pending: &[u8],
+        max_body: usize,
+        carried: Option<&str>,
+        prepared: impl Fn(&[u8]) -> Option<&'s [u8]>,
+    ) -> Destination {
+        let kind = self.router.classifier.request(pending, max_body, prepared);
         let destination = match kind {
             Kind::Other => {
                 self.router.count_primary();

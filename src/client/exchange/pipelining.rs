@@ -12,8 +12,8 @@ use crate::protocol::backend;
 /// See [`pinning::leaves_session_alone`]; worked out once per statement.
 pub(super) fn leaves_session_alone(s: &Statement) -> bool {
     *s.leaves_session_alone.get_or_init(|| {
-        let text = s.key.split(|&b| b == 0).next().unwrap_or_default();
-        std::str::from_utf8(text).is_ok_and(|sql| pinning::leaves_session_alone(&pinning::MarkedText::of(sql)))
+        std::str::from_utf8(crate::protocol::names::query_bytes(&s.key))
+            .is_ok_and(|sql| pinning::leaves_session_alone(&pinning::MarkedText::of(sql)))
     })
 }
 
