@@ -44,10 +44,13 @@ async fn show_commands_have_pgbouncers_columns_and_real_figures() {
     for _ in 0..20 {
         c.simple_query("select 1").await.unwrap();
     }
+    // A named statement of the client's, prepared on the server it runs on.
+    let statement = c.prepare("select $1::int").await.unwrap();
+    c.query(&statement, &[&1i32]).await.unwrap();
     let pools = admin(lane.port, "postgres", "secret", "SHOW POOLS").unwrap();
     assert_eq!(
         pools[0],
-        "database|user|cl_active|cl_waiting|cl_active_cancel_req|cl_waiting_cancel_req|sv_active|sv_active_cancel|sv_being_canceled|sv_idle|sv_used|sv_tested|sv_login|maxwait|maxwait_us|pool_mode"
+        "database|user|cl_active|cl_waiting|cl_active_cancel_req|cl_waiting_cancel_req|sv_active|sv_active_cancel|sv_being_canceled|sv_idle|sv_used|sv_tested|sv_login|maxwait|maxwait_us|pool_mode|load_balance_hosts"
     );
     assert_eq!(column(&pools, "pool_mode", |r| r[0] == "app"), vec!["transaction"]);
     assert_eq!(column(&pools, "cl_active", |r| r[0] == "app"), vec!["1"]);
@@ -69,11 +72,25 @@ async fn show_commands_have_pgbouncers_columns_and_real_figures() {
     assert!(sent > 0);
 
     let clients = admin(lane.port, "postgres", "secret", "SHOW CLIENTS").unwrap();
-    assert!(clients[0].starts_with("type|user|database|state|addr|port|local_addr|local_port|connect_time|request_time|wait|wait_us|close_needed|ptr|link|remote_pid|tls|application_name"));
+    assert!(clients[0].starts_with(
+        "type|user|database|replication|state|addr|port|local_addr|local_port|connect_time|request_time|wait|wait_us|\
+         close_needed|ptr|link|remote_pid|tls|application_name|prepared_statements|id"
+    ));
     assert_eq!(column(&clients, "state", |r| r[2] == "app"), vec!["idle"]);
+    assert_eq!(column(&clients, "replication", |r| r[2] == "app"), vec!["none"]);
+    assert_eq!(column(&clients, "prepared_statements", |r| r[2] == "app"), vec!["1"]);
+    let ids = column(&clients, "id", |_| true);
+    assert!(ids.iter().all(|id| id.parse::<u64>().is_ok_and(|id| id > 0)) && ids.len() == 2, "{clients:?}");
+    assert_ne!(ids[0], ids[1]);
 
     let servers = admin(lane.port, "postgres", "secret", "SHOW SERVERS").unwrap();
     assert!(!column(&servers, "remote_pid", |r| r[2] == "app").is_empty());
+    // The statement is prepared on one of app's connections.
+    let prepared: u64 =
+        column(&servers, "prepared_statements", |r| r[2] == "app").iter().map(|n| n.parse::<u64>().unwrap()).sum();
+    assert!(prepared >= 1, "{servers:?}");
+    let users = admin(lane.port, "postgres", "secret", "SHOW USERS").unwrap();
+    assert_eq!(column(&users, "current_client_connections", |r| r[0] == "postgres"), vec!["2"], "app's and the console's");
     let backend_pids: Vec<String> = postgres()
         .psql("select pid from pg_stat_activity where backend_type = 'client backend'")
         .lines()

@@ -289,7 +289,7 @@ impl ConsoleTables {
         ConsoleTables {
             databases: show::databases_table(snapshots, config),
             stats_totals: show::stats_totals_table(snapshots),
-            pools: show::pools_table(snapshots),
+            pools: show::pools_table(snapshots, config),
             lists: show::lists_table(snapshots, config),
             config: show_config::config_table(config),
             version: show::version_table(),

@@ -257,7 +257,6 @@ async fn show(shard: &Shard, what: Show, config: &crate::config::Config) -> Resu
     let snaps = match what {
         Show::Help
         | Show::Fds
-        | Show::Users
         | Show::Config
         | Show::Version
         | Show::Peers
@@ -269,7 +268,7 @@ async fn show(shard: &Shard, what: Show, config: &crate::config::Config) -> Resu
     Ok(Outcome::Table(match what {
         Show::Help => return Ok(Outcome::Notices(vec![help_notice()], "SHOW".into())),
         Show::Fds => return Err(NO_ONLINE_RESTART.into()),
-        Show::Pools => show::pools_table(&snaps),
+        Show::Pools => show::pools_table(&snaps, config),
         Show::Stats => show::stats_table(&snaps, uptime),
         Show::StatsAverages => show::stats_averages_table(&snaps, uptime),
         Show::Totals => show::totals_table(&snaps, uptime),
@@ -285,7 +284,7 @@ async fn show(shard: &Shard, what: Show, config: &crate::config::Config) -> Resu
         Show::Clients => show::clients_table(&snaps, config.listen.first()),
         Show::Servers => show::servers_table(&snaps),
         Show::Databases => show::databases_table(&snaps, config),
-        Show::Users => show::users_table(config),
+        Show::Users => show::users_table(&snaps, config),
         Show::Config => show_config::config_table(config),
         Show::Version => show::version_table(),
         Show::Lists => show::lists_table(&snaps, config),

@@ -1,10 +1,14 @@
 //! The SHOW tables, as pure functions of the shards' snapshots and the
-//! config, with PgBouncer's column names and types (checked against
-//! PgBouncer 1.18) so existing dashboards and exporters read them.
+//! config, with PgBouncer's column names and types, in its order, so
+//! existing dashboards and exporters read them. Checked against PgBouncer
+//! 1.18 (Debian 12's, in CI) and 1.24.1 (built from Debian's source: no
+//! 1.25 is packaged) by tests/pgbouncer_parity.rs; where the two differ,
+//! both columns are given (1.18's `reserve_pool` after 1.24's
+//! `reserve_pool_size`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::show_config::pool_mode_name;
+use super::show_config::{load_balance_hosts_name, pool_mode_name};
 use crate::config::Config;
 use crate::pool::PoolStats;
 use crate::runtime::snapshot::ShardSnapshot;
@@ -75,7 +79,14 @@ fn pools(snapshots: &[ShardSnapshot]) -> Vec<crate::runtime::snapshot::PoolSnaps
     merged.into_values().collect()
 }
 
-pub fn pools_table(snapshots: &[ShardSnapshot]) -> Table {
+/// A database's `load_balance_hosts`, as PgBouncer shows it: NULL for a
+/// database of one host.
+fn load_balance_hosts_of(config: &Config, database: &str) -> Option<String> {
+    let db = config.database(database)?;
+    (db.host.len() > 1).then(|| load_balance_hosts_name(db.load_balance_hosts).to_owned())
+}
+
+pub fn pools_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
     let mut t = Table::new(&[
         ("database", TEXT),
         ("user", TEXT),
@@ -93,6 +104,7 @@ pub fn pools_table(snapshots: &[ShardSnapshot]) -> Table {
         ("maxwait", INT4),
         ("maxwait_us", INT4),
         ("pool_mode", TEXT),
+        ("load_balance_hosts", TEXT),
     ]);
     for p in pools(snapshots) {
         let active_servers = snapshots
@@ -118,6 +130,7 @@ pub fn pools_table(snapshots: &[ShardSnapshot]) -> Table {
             s(p.max_wait.as_secs()),
             s(p.max_wait.subsec_micros()),
             s(pool_mode_name(p.mode)),
+            load_balance_hosts_of(config, &p.database),
         ]);
     }
     t
@@ -278,10 +291,11 @@ fn figure_row(db: String, figures: impl Iterator<Item = u64>) -> Vec<Option<Stri
     std::iter::once(s(db)).chain(figures.map(s)).collect()
 }
 
-const CONNECTION_COLUMNS: [(&str, u32); 18] = [
+const CONNECTION_COLUMNS: [(&str, u32); 21] = [
     ("type", TEXT),
     ("user", TEXT),
     ("database", TEXT),
+    ("replication", TEXT),
     ("state", TEXT),
     ("addr", TEXT),
     ("port", INT4),
@@ -297,7 +311,13 @@ const CONNECTION_COLUMNS: [(&str, u32); 18] = [
     ("remote_pid", INT4),
     ("tls", TEXT),
     ("application_name", TEXT),
+    ("prepared_statements", INT4),
+    ("id", INT8),
 ];
+
+/// Where SHOW CLIENTS' state and link are in [`CONNECTION_COLUMNS`].
+const STATE_COLUMN: usize = 4;
+const LINK_COLUMN: usize = 15;
 
 pub fn clients_table(snapshots: &[ShardSnapshot], listen: &str) -> Table {
     let mut t = Table::new(&CONNECTION_COLUMNS);
@@ -310,6 +330,7 @@ pub fn clients_table(snapshots: &[ShardSnapshot], listen: &str) -> Table {
             s("C"),
             s(&c.info.user),
             s(&c.info.database),
+            s(c.info.replication),
             s(c.state.as_str()),
             s(c.info.addr()),
             s(c.info.port()),
@@ -325,6 +346,8 @@ pub fn clients_table(snapshots: &[ShardSnapshot], listen: &str) -> Table {
             s(c.process_id),
             s(c.info.tls.as_deref().unwrap_or("")),
             s(&c.info.application_name),
+            s(c.prepared_statements),
+            s(c.id),
         ]);
     }
     t
@@ -338,6 +361,7 @@ pub fn servers_table(snapshots: &[ShardSnapshot]) -> Table {
             s("S"),
             s(&v.user),
             s(&v.database),
+            s("none"),
             s(if v.active { "active" } else { "idle" }),
             s(addr),
             s(port),
@@ -353,6 +377,8 @@ pub fn servers_table(snapshots: &[ShardSnapshot]) -> Table {
             s(v.remote_pid),
             s(v.tls.as_deref().unwrap_or("")),
             s(v.application_name.as_deref().unwrap_or("")),
+            v.prepared_statements.map(|n| n.to_string()),
+            s(v.id),
         ]);
     }
     t
@@ -379,9 +405,9 @@ pub fn sockets_table(snapshots: &[ShardSnapshot], listen: &str, active_only: boo
     columns.extend(BUFFER_COLUMNS);
     let mut t = Table::new(&columns);
     let (clients, servers) = (clients_table(snapshots, listen), servers_table(snapshots));
-    let in_flight = |row: &[Option<String>]| match row[3].as_deref() {
+    let in_flight = |row: &[Option<String>]| match row[STATE_COLUMN].as_deref() {
         Some("waiting") => true,
-        Some("active") => row[0].as_deref() == Some("S") || row[14].is_some(),
+        Some("active") => row[0].as_deref() == Some("S") || row[LINK_COLUMN].is_some(),
         _ => false,
     };
     for mut row in clients.rows.into_iter().chain(servers.rows) {
@@ -389,7 +415,7 @@ pub fn sockets_table(snapshots: &[ShardSnapshot], listen: &str, active_only: boo
             continue;
         }
         let prefix = if row[0].as_deref() == Some("C") { "cl_" } else { "sv_" };
-        row[3] = row[3].take().map(|state| format!("{prefix}{state}"));
+        row[STATE_COLUMN] = row[STATE_COLUMN].take().map(|state| format!("{prefix}{state}"));
         row.extend([None, None, None, None, None, None, None]);
         t.push(row);
     }
@@ -412,10 +438,16 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
         ("force_user", TEXT),
         ("pool_size", INT4),
         ("min_pool_size", INT4),
+        ("reserve_pool_size", INT4),
+        // PgBouncer 1.18's name for it, which pgbouncer_exporter reads.
         ("reserve_pool", INT4),
+        ("server_lifetime", INT4),
         ("pool_mode", TEXT),
+        ("load_balance_hosts", TEXT),
         ("max_connections", INT4),
         ("current_connections", INT4),
+        ("max_client_connections", INT4),
+        ("current_client_connections", INT4),
         ("paused", INT4),
         ("disabled", INT4),
     ]);
@@ -435,6 +467,7 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
         let current: usize = mine.clone().map(|p| p.open).sum();
         let paused = mine.clone().any(|p| p.paused);
         let disabled = snapshots.iter().any(|s| s.disabled.contains(name));
+        let clients = snapshots.iter().flat_map(|s| &s.clients).filter(|c| !c.info.admin && &c.info.database == name).count();
         t.push(vec![
             s(name),
             // PgBouncer's columns: the host list, and one port; hosts on
@@ -449,9 +482,15 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
             s(config.pool_size(name)),
             s(config.min_pool_size(name)),
             s(config.reserve_pool_size(name)),
+            s(config.reserve_pool_size(name)),
+            // pglane has only the global server_lifetime (whole seconds).
+            s(config.server_lifetime as i64),
             db.pool_mode.map(pool_mode_name).map(str::to_owned),
+            load_balance_hosts_of(config, name),
             s(config.max_db_connections(name)),
             s(current),
+            s(config.max_db_client_connections(name)),
+            s(clients),
             s(i32::from(paused)),
             s(i32::from(disabled)),
         ]);
@@ -459,10 +498,43 @@ pub fn databases_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
     t
 }
 
-pub fn users_table(config: &Config) -> Table {
-    let mut t = Table::new(&[("name", TEXT), ("pool_mode", TEXT)]);
-    for (name, user) in &config.users {
-        t.push(vec![s(name), user.pool_mode.map(pool_mode_name).map(str::to_owned)]);
+/// The users SHOW USERS lists: those the config names, and those logged in
+/// through auth_query that have a pool (PgBouncer 1.24 lists them too), by
+/// name.
+fn user_names(snapshots: &[ShardSnapshot], config: &Config) -> std::collections::BTreeSet<String> {
+    let pooled = snapshots.iter().flat_map(|s| &s.pools).map(|p| &p.user);
+    config.users.keys().chain(pooled).cloned().collect()
+}
+
+/// SHOW USERS, PgBouncer 1.24's columns. pglane has no pool_size or
+/// reserve_pool_size per user: those are empty, as PgBouncer leaves a
+/// user's that is not set.
+pub fn users_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
+    let mut t = Table::new(&[
+        ("name", TEXT),
+        ("pool_size", TEXT),
+        ("reserve_pool_size", TEXT),
+        ("pool_mode", TEXT),
+        ("max_user_connections", INT4),
+        ("current_connections", INT4),
+        ("max_user_client_connections", INT4),
+        ("current_client_connections", INT4),
+    ]);
+    let all = pools(snapshots);
+    for name in user_names(snapshots, config) {
+        let servers: usize = all.iter().filter(|p| p.user == name).map(|p| p.open).sum();
+        let clients = snapshots.iter().flat_map(|s| &s.clients).filter(|c| c.info.user == name).count();
+        let user = config.users.get(&name);
+        t.push(vec![
+            s(&name),
+            s(""),
+            s(""),
+            user.and_then(|u| u.pool_mode).map(pool_mode_name).map(str::to_owned),
+            s(config.max_user_connections(&name)),
+            s(servers),
+            s(config.max_user_client_connections(&name)),
+            s(clients),
+        ]);
     }
     t
 }
@@ -480,8 +552,10 @@ pub fn lists_table(snapshots: &[ShardSnapshot], config: &Config) -> Table {
     let idle = snapshots.iter().flat_map(|s| &s.servers).filter(|v| !v.active).count();
     for (name, n) in [
         ("databases", config.databases.len()),
-        ("users", config.users.len()),
+        ("users", user_names(snapshots, config).len()),
+        ("peers", super::show_process::peer_count(config)),
         ("pools", pools(snapshots).len()),
+        ("peer_pools", super::show_process::peer_count(config)),
         ("free_clients", 0),
         ("used_clients", clients),
         ("login_clients", 0),
@@ -714,7 +788,7 @@ pub fn pass_throughs_table(snapshots: &[ShardSnapshot]) -> Table {
 mod tests {
     use super::*;
     use crate::config::PoolMode;
-    use crate::runtime::snapshot::PoolSnapshot;
+    use crate::runtime::snapshot::{ClientSnapshot, PoolSnapshot};
 
     fn pool(db: &str, open: usize, stats: PoolStats) -> PoolSnapshot {
         PoolSnapshot {
@@ -740,7 +814,7 @@ mod tests {
     fn pools_are_merged_over_shards() {
         let st = PoolStats { xact_count: 5, query_count: 7, ..Default::default() };
         let snaps = [shard(0, vec![pool("app", 2, st)]), shard(1, vec![pool("app", 3, st), pool("b", 1, st)])];
-        let t = pools_table(&snaps);
+        let t = pools_table(&snaps, &Config::parse("listen = \"127.0.0.1:6432\"\n[databases.app]\n").unwrap());
         assert_eq!(t.rows.len(), 2);
         assert_eq!(t.rows[0][0].as_deref(), Some("app"));
         assert_eq!(t.rows[0][2].as_deref(), Some("2"), "cl_active summed");
@@ -750,12 +824,167 @@ mod tests {
         assert_eq!(t.rows[0][3].as_deref(), Some("14"));
     }
 
+    fn names(t: &Table) -> Vec<&'static str> {
+        t.columns.iter().map(|(name, _)| *name).collect()
+    }
+
+    /// PgBouncer 1.24.1's columns, as it answered (built from Debian's
+    /// source); pglane's own follow or sit between, and 1.18's are a
+    /// subsequence of them (tests/pgbouncer_parity.rs runs the machine's).
     #[test]
-    fn column_layouts_match_pgbouncer() {
-        assert_eq!(pools_table(&[]).columns.len(), 16);
+    fn column_layouts_are_pgbouncer_1_24s() {
+        let config = Config::parse("listen = \"127.0.0.1:6432\"\n[databases.app]\n").unwrap();
+        let connection = [
+            "type",
+            "user",
+            "database",
+            "replication",
+            "state",
+            "addr",
+            "port",
+            "local_addr",
+            "local_port",
+            "connect_time",
+            "request_time",
+            "wait",
+            "wait_us",
+            "close_needed",
+            "ptr",
+            "link",
+            "remote_pid",
+            "tls",
+            "application_name",
+            "prepared_statements",
+            "id",
+        ];
+        assert_eq!(names(&clients_table(&[], "127.0.0.1:6432")), connection);
+        assert_eq!(names(&servers_table(&[])), connection);
+        assert_eq!(names(&sockets_table(&[], "127.0.0.1:6432", false))[..connection.len()], connection);
+        assert_eq!(
+            names(&pools_table(&[], &config)),
+            [
+                "database",
+                "user",
+                "cl_active",
+                "cl_waiting",
+                "cl_active_cancel_req",
+                "cl_waiting_cancel_req",
+                "sv_active",
+                "sv_active_cancel",
+                "sv_being_canceled",
+                "sv_idle",
+                "sv_used",
+                "sv_tested",
+                "sv_login",
+                "maxwait",
+                "maxwait_us",
+                "pool_mode",
+                "load_balance_hosts",
+            ]
+        );
+        let databases: Vec<_> = names(&databases_table(&[], &config)).into_iter().filter(|&n| n != "reserve_pool").collect();
+        assert_eq!(
+            databases,
+            [
+                "name",
+                "host",
+                "port",
+                "database",
+                "force_user",
+                "pool_size",
+                "min_pool_size",
+                "reserve_pool_size",
+                "server_lifetime",
+                "pool_mode",
+                "load_balance_hosts",
+                "max_connections",
+                "current_connections",
+                "max_client_connections",
+                "current_client_connections",
+                "paused",
+                "disabled",
+            ]
+        );
+        assert_eq!(
+            names(&users_table(&[], &config)),
+            [
+                "name",
+                "pool_size",
+                "reserve_pool_size",
+                "pool_mode",
+                "max_user_connections",
+                "current_connections",
+                "max_user_client_connections",
+                "current_client_connections",
+            ]
+        );
         assert_eq!(stats_table(&[], Duration::from_secs(1)).columns.len(), 23);
-        assert_eq!(clients_table(&[], "127.0.0.1:6432").columns.len(), 18);
-        assert_eq!(servers_table(&[]).columns[17], ("application_name", TEXT));
+    }
+
+    fn client(user: &str, database: &str, prepared_statements: u32, id: u64) -> ClientSnapshot {
+        ClientSnapshot {
+            process_id: id as i32,
+            info: crate::runtime::ClientInfo {
+                user: user.into(),
+                database: database.into(),
+                peer: None,
+                application_name: String::new(),
+                admin: false,
+                tls: None,
+                replication: "none",
+            },
+            state: crate::runtime::ClientState::Idle,
+            connected_at: SystemTime::now(),
+            state_for: Duration::ZERO,
+            server_pid: None,
+            id,
+            prepared_statements,
+        }
+    }
+
+    fn column<'t>(t: &'t Table, row: usize, name: &str) -> Option<&'t str> {
+        let i = t.columns.iter().position(|(n, _)| *n == name).unwrap_or_else(|| panic!("no column {name}"));
+        t.rows[row][i].as_deref()
+    }
+
+    #[test]
+    fn databases_users_and_clients_show_what_pgbouncer_1_24_added() {
+        let config = Config::parse(
+            "listen = \"127.0.0.1:6432\"\nserver_lifetime = 600\nmax_user_client_connections = 5\n\
+             [databases.one]\nhost = \"db\"\nreserve_pool_size = 2\nmax_db_client_connections = 9\n\
+             [databases.many]\nhost = [\"a\", \"b\"]\nload_balance_hosts = \"round-robin\"\n\
+             [users.alice]\nmax_user_connections = 3\n",
+        )
+        .unwrap();
+        let mut one = shard(0, vec![PoolSnapshot { user: "alice".into(), ..pool("one", 2, PoolStats::default()) }]);
+        one.clients = vec![client("alice", "one", 4, 7), client("alice", "one", 0, 8), client("bob", "many", 0, 9)];
+        let snaps = [one];
+        let t = databases_table(&snaps, &config);
+        let row = |name: &str| t.rows.iter().position(|r| r[0].as_deref() == Some(name)).unwrap();
+        let (r1, rm) = (row("one"), row("many"));
+        assert_eq!(column(&t, r1, "reserve_pool_size"), Some("2"));
+        assert_eq!(column(&t, r1, "reserve_pool"), Some("2"), "1.18's name, for the exporter");
+        assert_eq!(column(&t, r1, "server_lifetime"), Some("600"));
+        assert_eq!(column(&t, r1, "load_balance_hosts"), None, "one host: NULL, as PgBouncer");
+        assert_eq!(column(&t, rm, "load_balance_hosts"), Some("round-robin"));
+        assert_eq!(column(&t, r1, "max_client_connections"), Some("9"));
+        assert_eq!(column(&t, r1, "current_client_connections"), Some("2"));
+        assert_eq!(column(&t, rm, "current_client_connections"), Some("1"));
+        let t = users_table(&snaps, &config);
+        assert_eq!(t.rows.len(), 1);
+        assert_eq!(column(&t, 0, "pool_size"), Some(""), "unset, as PgBouncer leaves it");
+        assert_eq!(column(&t, 0, "max_user_connections"), Some("3"));
+        assert_eq!(column(&t, 0, "current_connections"), Some("2"));
+        assert_eq!(column(&t, 0, "max_user_client_connections"), Some("5"));
+        assert_eq!(column(&t, 0, "current_client_connections"), Some("2"));
+        let t = clients_table(&snaps, "127.0.0.1:6432");
+        assert_eq!(column(&t, 0, "replication"), Some("none"));
+        assert_eq!(column(&t, 0, "prepared_statements"), Some("4"));
+        assert_eq!(column(&t, 0, "id"), Some("7"));
+        // ACTIVE_SOCKETS finds the state and link where they moved to.
+        let t = sockets_table(&snaps, "127.0.0.1:6432", false);
+        assert_eq!(column(&t, 0, "state"), Some("cl_idle"));
+        assert!(sockets_table(&snaps, "127.0.0.1:6432", true).rows.is_empty());
     }
 
     #[test]

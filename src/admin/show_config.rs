@@ -111,6 +111,15 @@ pub fn pool_mode_name(mode: PoolMode) -> &'static str {
     }
 }
 
+/// A database's `load_balance_hosts` as PgBouncer spells it.
+pub fn load_balance_hosts_name(order: crate::config::LoadBalanceHosts) -> &'static str {
+    match order {
+        crate::config::LoadBalanceHosts::Disable => "disable",
+        crate::config::LoadBalanceHosts::Random => "random",
+        crate::config::LoadBalanceHosts::RoundRobin => "round-robin",
+    }
+}
+
 /// Seconds as PgBouncer prints a time setting: whole ones without a fraction.
 fn seconds(value: f64) -> String {
     if value.fract() == 0.0 {

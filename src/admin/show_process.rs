@@ -76,6 +76,12 @@ pub fn peer_pools_table(config: &Config) -> Table {
     t
 }
 
+/// How many other instances the group has (SHOW LISTS' peers and
+/// peer_pools: one pool row per peer).
+pub fn peer_count(config: &Config) -> usize {
+    peers(config).len()
+}
+
 /// The other instances of the group, in peer-id order.
 fn peers(config: &Config) -> Vec<(u16, &crate::config::Peer)> {
     let mut peers: Vec<(u16, &crate::config::Peer)> = config

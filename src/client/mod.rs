@@ -145,6 +145,11 @@ async fn admit_or_serve(
         application_name: params.get("application_name").unwrap_or_default().to_owned(),
         admin: matches!(target, Target::Admin { .. }),
         tls: stream.tls_description(),
+        replication: match params.get("replication").and_then(|v| replication::mode(v).ok().flatten()) {
+            None => "none",
+            Some(replication::Mode::Physical) => "physical",
+            Some(replication::Mode::Logical) => "logical",
+        },
     };
     if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&info.database) {
         // DISABLE in the admin console; PgBouncer's words.
@@ -960,6 +965,7 @@ impl Session {
 
     /// Moves the relay's byte and query counters into the pool's stats.
     fn flush_counters(&mut self) {
+        self.entry.prepared_statements.set(u32::try_from(self.statements.len()).unwrap_or(u32::MAX));
         let c = std::mem::take(&mut self.buffers.counters);
         self.serving_pool().count(|s| {
             s.bytes_received += c.bytes_to_server;

@@ -141,6 +141,9 @@ pub struct IdleServer {
     pub tls: Option<String>,
     /// The application_name the server connection has (its last client's).
     pub application_name: Option<String>,
+    pub id: u64,
+    /// Statements prepared on it.
+    pub prepared_statements: usize,
 }
 
 /// How many of a pool's server connections are open, by the generation they
@@ -557,13 +560,18 @@ impl Pool {
         self.idle
             .borrow()
             .iter()
-            .map(|c| IdleServer {
-                remote_pid: c.cancel_key.process_id,
-                address: c.cancel_key.address.to_string(),
-                local_addr: c.cancel_key.local_addr,
-                connected_at: c.cancel_key.connected_at,
-                tls: c.cancel_key.tls.clone(),
-                application_name: c.session.borrow().settings.get("application_name").and_then(|v| v.plain()).map(str::to_owned),
+            .map(|c| {
+                let session = c.session.borrow();
+                IdleServer {
+                    remote_pid: c.cancel_key.process_id,
+                    address: c.cancel_key.address.to_string(),
+                    local_addr: c.cancel_key.local_addr,
+                    connected_at: c.cancel_key.connected_at,
+                    tls: c.cancel_key.tls.clone(),
+                    application_name: session.settings.get("application_name").and_then(|v| v.plain()).map(str::to_owned),
+                    id: c.cancel_key.id,
+                    prepared_statements: session.statements.len(),
+                }
             })
             .collect()
     }

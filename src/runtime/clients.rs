@@ -6,6 +6,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::{Instant, SystemTime};
 
@@ -32,6 +33,14 @@ impl ClientState {
     }
 }
 
+/// A number no other client or server connection of this process has had
+/// (SHOW CLIENTS' and SERVERS' `id`, as PgBouncer's). Taken once per login
+/// and per server connection opened, never on the query path.
+pub fn next_connection_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Who a client is, fixed at login.
 #[derive(Debug, Clone)]
 pub struct ClientInfo {
@@ -43,6 +52,8 @@ pub struct ClientInfo {
     pub admin: bool,
     /// Protocol and cipher when the client came in over TLS (SHOW CLIENTS' tls).
     pub tls: Option<String>,
+    /// SHOW CLIENTS' `replication`: "none", "physical" or "logical".
+    pub replication: &'static str,
 }
 
 impl ClientInfo {
@@ -61,6 +72,11 @@ pub struct ClientEntry {
     pub info: ClientInfo,
     pub secret_key: i32,
     pub connected_at: SystemTime,
+    /// See [`next_connection_id`].
+    pub id: u64,
+    /// The named statements the client has prepared, as of its last
+    /// transaction's end (SHOW CLIENTS' `prepared_statements`).
+    pub prepared_statements: Cell<u32>,
     state: Cell<ClientState>,
     state_since: Cell<Instant>,
     /// The server connection the client's request runs on: set once the
@@ -95,6 +111,8 @@ impl ClientEntry {
             info,
             secret_key,
             connected_at: SystemTime::now(),
+            id: next_connection_id(),
+            prepared_statements: Cell::new(0),
             state: Cell::new(ClientState::Idle),
             state_since: Cell::new(Instant::now()),
             server: RefCell::new(None),

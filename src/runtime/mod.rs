@@ -42,7 +42,7 @@ use crate::rt;
 use crate::rt::net::Socket;
 use crate::server::{ServerHost, ServerTarget};
 
-pub use clients::{ClientEntry, ClientInfo, ClientState};
+pub use clients::{next_connection_id, ClientEntry, ClientInfo, ClientState};
 use listeners::{adopt_unix_listener, bind_listener, ensure_port_free, Listener, UnixSocket};
 pub use peers::{Answer, Control, Question, ShardMessage};
 pub use shared::{ConfigSource, CountedClient, Shared};

@@ -71,6 +71,9 @@ pub struct ClientSnapshot {
     /// Time in the current state.
     pub state_for: Duration,
     pub server_pid: Option<i32>,
+    /// See `runtime::next_connection_id`.
+    pub id: u64,
+    pub prepared_statements: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +90,10 @@ pub struct ServerSnapshot {
     pub local_addr: Option<std::net::SocketAddr>,
     /// Its application_name: its client's, or its last client's when idle.
     pub application_name: Option<String>,
+    /// See `runtime::next_connection_id`.
+    pub id: u64,
+    /// Statements prepared on it (None: its session was being changed).
+    pub prepared_statements: Option<usize>,
 }
 
 impl Shard {
@@ -102,6 +109,8 @@ impl Shard {
                 connected_at: c.connected_at,
                 state_for: c.state_since().elapsed(),
                 server_pid: c.server.borrow().as_ref().map(|k| k.process_id),
+                id: c.id,
+                prepared_statements: c.prepared_statements.get(),
             })
             .collect();
         let mut servers: Vec<ServerSnapshot> = self
@@ -120,6 +129,8 @@ impl Shard {
                     tls: key.tls.clone(),
                     local_addr: key.local_addr,
                     application_name: Some(c.info.application_name.clone()),
+                    id: key.id,
+                    prepared_statements: key.session.upgrade().and_then(|s| s.try_borrow().ok().map(|s| s.statements.len())),
                 })
             })
             .collect();
@@ -128,17 +139,21 @@ impl Shard {
             let mine = |c: &&ClientSnapshot| &c.info.database == database && &c.info.user == user;
             let waiting: Vec<&ClientSnapshot> = clients.iter().filter(mine).filter(|c| c.state == ClientState::Waiting).collect();
             servers.extend(pool.idle_servers().into_iter().map(
-                |IdleServer { remote_pid, address, local_addr, connected_at, tls, application_name }| ServerSnapshot {
-                    database: database.clone(),
-                    user: user.clone(),
-                    active: false,
-                    address,
-                    remote_pid,
-                    connected_at,
-                    client_pid: None,
-                    tls,
-                    local_addr,
-                    application_name,
+                |IdleServer { remote_pid, address, local_addr, connected_at, tls, application_name, id, prepared_statements }| {
+                    ServerSnapshot {
+                        database: database.clone(),
+                        user: user.clone(),
+                        active: false,
+                        address,
+                        remote_pid,
+                        connected_at,
+                        client_pid: None,
+                        tls,
+                        local_addr,
+                        application_name,
+                        id,
+                        prepared_statements: Some(prepared_statements),
+                    }
                 },
             ));
             pools.push(PoolSnapshot {

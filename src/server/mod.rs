@@ -135,6 +135,11 @@ pub struct CancelKey {
     pub tls: Option<String>,
     /// pglane's end of a TCP connection (SHOW SERVERS' local_addr).
     pub local_addr: Option<std::net::SocketAddr>,
+    /// SHOW SERVERS' `id` (see `runtime::next_connection_id`).
+    pub id: u64,
+    /// The connection's session, for SHOW SERVERS' `prepared_statements`
+    /// while a client holds it.
+    pub session: std::rc::Weak<RefCell<ServerSession>>,
     /// Cancel requests on their way to this backend. While there is one,
     /// the connection goes to no other client (see `pool::Lease::release`):
     /// a cancel that arrives after the query it was sent for ended must find
@@ -152,6 +157,8 @@ impl CancelKey {
             connected_at: std::time::SystemTime::now(),
             tls,
             local_addr: None,
+            id: crate::runtime::next_connection_id(),
+            session: std::rc::Weak::new(),
             cancels: Cell::new(0),
             cancels_done: RefCell::new(Vec::new()),
         }
@@ -311,26 +318,30 @@ impl ServerConn {
             },
             tls => open(target, address, tls.as_ref(), startup).await,
         };
-        let mut conn = opened.map(|(stream, (process_id, secret_key, params))| ServerConn {
-            cancel_key: Rc::new(CancelKey {
-                local_addr: stream.local_addr(),
-                ..CancelKey::new(address.clone(), process_id, secret_key, stream.tls_description())
-            }),
-            stream,
-            params,
-            created: Instant::now(),
-            idle_since: Instant::now(),
-            session: Rc::new(RefCell::new(ServerSession {
+        let mut conn = opened.map(|(stream, (process_id, secret_key, params))| {
+            let session = Rc::new(RefCell::new(ServerSession {
                 statements: ServerStatements::new(target.max_prepared_statements),
                 settings: Default::default(),
                 last_client: 0,
-            })),
-            generation,
-            host,
-            role: None,
-            refused_a_write: false,
-            census: None,
-            output: Rc::default(),
+            }));
+            ServerConn {
+                cancel_key: Rc::new(CancelKey {
+                    local_addr: stream.local_addr(),
+                    session: Rc::downgrade(&session),
+                    ..CancelKey::new(address.clone(), process_id, secret_key, stream.tls_description())
+                }),
+                stream,
+                params,
+                created: Instant::now(),
+                idle_since: Instant::now(),
+                session,
+                generation,
+                host,
+                role: None,
+                refused_a_write: false,
+                census: None,
+                output: Rc::default(),
+            }
         })?;
         if target.target_session_attrs != TargetSessionAttrs::Any {
             conn.role = match Role::from_params(&conn.params) {
