@@ -1,7 +1,8 @@
 //! PgBouncer and pglane run from the same production-like pgbouncer.ini and
 //! userlist, on the same PostgreSQL, and are compared key by key. The
-//! PgBouncer is the one on PATH: 1.18 on Debian 12, in CI; 1.24.1 built from
-//! Debian's source passes too (no 1.25 is packaged). What it shows, pglane
+//! PgBouncers are the one on PATH (1.18 on Debian 12) and, one after the
+//! other, 1.24.1, which tools/test builds from Debian's source (no 1.25 is
+//! packaged) and names in `PGLANE_NEWER_PGBOUNCER`. What each shows, pglane
 //! must show too, and where they differ the test says how and why.
 //!
 //! - [`pglane_does_what_pgbouncer_does_from_the_same_ini`]: plaintext, md5
@@ -280,12 +281,32 @@ async fn wait_for_no_backends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pglane_does_what_pgbouncer_does_from_the_same_ini() {
-    if std::process::Command::new("pgbouncer").arg("--version").output().is_err() {
-        panic!("pgbouncer is not installed: tools/test installs it");
+    for program in pgbouncers() {
+        Box::pin(same_ini_as(&program)).await;
     }
+}
+
+/// The PgBouncers pglane is compared with, one after the other: the one on
+/// PATH (Debian 12's 1.18 in CI) and the one `PGLANE_NEWER_PGBOUNCER` names
+/// (tools/test builds 1.24.1 from Debian's source and sets it).
+fn pgbouncers() -> Vec<String> {
+    let mut all = vec!["pgbouncer".to_owned()];
+    all.extend(std::env::var("PGLANE_NEWER_PGBOUNCER").ok().filter(|p| !p.is_empty()));
+    for program in &all {
+        match std::process::Command::new(program).arg("--version").output() {
+            Ok(out) => eprintln!("comparing with {}", String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or(program)),
+            Err(e) => panic!("cannot run {program} ({e}): tools/test installs PgBouncer and builds the newer one"),
+        }
+    }
+    all
+}
+
+async fn same_ini_as(program: &str) {
+    // The last run's pglane may still be closing its connections.
+    wait_for_no_backends().await;
     postgres().fresh_database(DB, None);
 
-    let bouncer = Pgbouncer::start_with_users(free_port(), &databases(), SETTINGS, &userlist());
+    let bouncer = Pgbouncer::start_program(program, free_port(), &databases(), SETTINGS, &userlist());
     let bouncer_logins = logins(bouncer.port).await;
     let bouncer_most = most_backends_under_load(bouncer.port).await;
     let mut bouncer_console = Vec::new();
@@ -664,10 +685,16 @@ fn by_name(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tls_auth_query_and_the_star_database_as_pgbouncer_does() {
+    for program in pgbouncers() {
+        Box::pin(tls_as(&program)).await;
+    }
+}
+
+async fn tls_as(program: &str) {
     let started = Instant::now();
     let server = TlsServer::start();
 
-    let bouncer = Pgbouncer::start_with_users(free_port(), &server.databases(), &server.settings(), &server.userlist());
+    let bouncer = Pgbouncer::start_program(program, free_port(), &server.databases(), &server.settings(), &server.userlist());
     let bouncer_seen = seen(&server, &At::socket(bouncer.socket_dir(), bouncer.port), bouncer.port).await;
     drop(bouncer);
     wait_for_no_backends_on(&server).await;

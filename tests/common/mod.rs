@@ -702,13 +702,19 @@ impl Pgbouncer {
     /// come after the harness's own (`auth_type = trust` among them), so a
     /// setting given there wins, as in PgBouncer.
     pub fn start_with_users(port: u16, databases: &str, settings: &str, users: &str) -> Pgbouncer {
+        Pgbouncer::start_program("pgbouncer", port, databases, settings, users)
+    }
+
+    /// [`Pgbouncer::start_with_users`] with the PgBouncer at `program` (a
+    /// path, or a name on PATH).
+    pub fn start_program(program: &str, port: u16, databases: &str, settings: &str, users: &str) -> Pgbouncer {
         let dir = make_temp_dir("pgbouncer");
         give_to_pg_user(&dir);
         let mut bouncer = Pgbouncer { port, dir, child: None };
         bouncer.write_config(databases, settings);
         fs::write(bouncer.dir.join("users.txt"), users).unwrap();
         give_to_pg_user(&bouncer.dir.join("users.txt"));
-        let mut cmd = pg_user_command("pgbouncer", &bouncer.dir);
+        let mut cmd = pg_user_command(program, &bouncer.dir);
         cmd.arg(bouncer.dir.join("pgbouncer.ini")).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         bouncer.child = Some(cmd.spawn().expect("spawn pgbouncer"));
         // Its own log says so: another PgBouncer may answer on the port.
