@@ -384,10 +384,10 @@ fn show_clients_and_servers_name_the_tls_in_use() {
     let lane = pglane(&settings, "localhost", pg.port);
     // One query through a TLS client leaves a TLS server connection idle in the pool.
     assert_eq!(psql(lane.port, "postgres", "sslmode=require", &["select 1"]).unwrap(), "1");
-    // The tls column is the 17th of SHOW CLIENTS / SHOW SERVERS.
+    // The tls column is the 18th of SHOW CLIENTS / SHOW SERVERS (PgBouncer 1.24's).
     let tls_column = |mode: &str, show: &str| -> Vec<String> {
         let out = psql(lane.port, "postgres", &format!("sslmode={mode} dbname=pgbouncer"), &[show]).unwrap();
-        out.lines().map(|row| row.split('|').nth(16).unwrap_or("?").to_owned()).collect()
+        out.lines().map(|row| row.split('|').nth(17).unwrap_or("?").to_owned()).collect()
     };
     let clients = tls_column("require", "SHOW CLIENTS");
     assert_eq!(clients.len(), 1, "the console's own client: {clients:?}");
