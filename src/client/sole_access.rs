@@ -35,14 +35,14 @@ pub fn database_needed_alone(tag: u8, body: &[u8]) -> Option<String> {
     let text = match tag {
         frontend::QUERY => body,
         // Parse: statement name, then the text.
-        frontend::PARSE => &body[body.iter().position(|&b| b == 0)? + 1..],
+        frontend::PARSE => &body[crate::protocol::nul_at(body)? + 1..],
         _ => return None,
     };
     let first = text.iter().find(|b| !b.is_ascii_whitespace())?;
     if !matches!(first.to_ascii_lowercase(), b'd' | b'a' | b'c') {
         return None;
     }
-    let sql = std::str::from_utf8(&text[..text.iter().position(|&b| b == 0)?]).ok()?;
+    let sql = std::str::from_utf8(&text[..crate::protocol::nul_at(text)?]).ok()?;
     may_need_a_database_alone(sql).then(|| parsed_database(sql)).flatten()
 }
 

@@ -198,7 +198,7 @@ pub fn listen_request(pending: &[u8], max_body: usize, kept: &KeptStatements) ->
 /// A Parse's name and LISTEN or UNLISTEN statement, if it is one without
 /// parameter types.
 fn parsed_listen(body: &[u8]) -> Option<(&str, ListenStatement)> {
-    let at = body.iter().position(|&b| b == 0)?;
+    let at = crate::protocol::nul_at(body)?;
     if !statement::may_be_listen(&body[at + 1..]) {
         return None;
     }

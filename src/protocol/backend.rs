@@ -327,7 +327,7 @@ pub fn error_field_list(body: &[u8]) -> Result<Vec<(u8, &[u8])>, ProtocolError> 
         if code == 0 {
             return Ok(fields);
         }
-        let end = after.iter().position(|&b| b == 0).ok_or(ProtocolError::Malformed(WHAT))?;
+        let end = super::nul_at(after).ok_or(ProtocolError::Malformed(WHAT))?;
         fields.push((code, &after[..end]));
         rest = &after[end + 1..];
     }

@@ -17,6 +17,7 @@ use pg_query::NodeRef;
 
 use crate::protocol::frame::{parse_header, HEADER_LEN};
 use crate::protocol::frontend;
+use crate::protocol::nul_at;
 
 /// What a request (or one statement text) is, for routing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,23 +273,23 @@ fn text_of(tag: u8, body: &[u8]) -> Option<&[u8]> {
     let body = match tag {
         frontend::QUERY => body,
         frontend::PARSE => {
-            let name_end = body.iter().position(|&b| b == 0)?;
+            let name_end = nul_at(body)?;
             body.get(name_end + 1..)?
         }
         _ => return None,
     };
-    let end = body.iter().position(|&b| b == 0)?;
+    let end = nul_at(body)?;
     Some(&body[..end])
 }
 
 /// The statement name a Parse message body prepares (empty: the unnamed one).
 fn parse_name(body: &[u8]) -> Option<&[u8]> {
-    body.iter().position(|&b| b == 0).map(|end| &body[..end])
+    nul_at(body).map(|end| &body[..end])
 }
 
 /// The statement name a Bind message body binds (after the portal name).
 fn bind_statement(body: &[u8]) -> Option<&[u8]> {
-    let portal_end = body.iter().position(|&b| b == 0)?;
+    let portal_end = nul_at(body)?;
     parse_name(body.get(portal_end + 1..)?)
 }
 
