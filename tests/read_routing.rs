@@ -10,6 +10,8 @@
 //!   statements are judged by their text, whichever request binds them;
 //! - a position carried in `pglane.min_lsn` keeps a client off a standby
 //!   that has not replayed it;
+//! - a RELOAD that removes a standby from the host list, or turns routing
+//!   off, is followed by clients connected before it and after;
 //! - readers go on when a standby stops and another is promoted: only
 //!   reads in flight on the stopped one fail (measured and bounded, not
 //!   zero: there is no retry yet), and their last reads are on the primary.
@@ -44,16 +46,18 @@ fn cluster() -> (Postgres, Postgres, Postgres) {
 /// pglane on two shards routing the reads of database `app` (on `ports`,
 /// the primary first) to its standbys.
 fn pglane(ports: &[u16]) -> Pglane {
+    Pglane::start_with_args(&config(ports, "standbys"), &["--cores", "2"])
+}
+
+/// The config of [`pglane`], with `read_routing` set to `routing`.
+fn config(ports: &[u16], routing: &str) -> String {
     let hosts = vec!["\"127.0.0.1\""; ports.len()].join(", ");
     let ports = ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
-    Pglane::start_with_args(
-        &format!(
-            "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\n\
-             [databases.app]\nhost = [{hosts}]\nport = [{ports}]\ndbname = \"postgres\"\nuser = \"trustuser\"\n\
-             pool_size = 8\ntarget_session_attrs = \"read-write\"\nread_routing = \"standbys\"\n\
-             [users.postgres]\n"
-        ),
-        &["--cores", "2"],
+    format!(
+        "pool_mode = \"transaction\"\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\n\
+         [databases.app]\nhost = [{hosts}]\nport = [{ports}]\ndbname = \"postgres\"\nuser = \"trustuser\"\n\
+         pool_size = 8\ntarget_session_attrs = \"read-write\"\nread_routing = \"{routing}\"\n\
+         [users.postgres]\n"
     )
 }
 
@@ -248,6 +252,45 @@ async fn a_carried_position_keeps_a_client_off_a_standby_behind_it() {
     reader.simple_query("insert into kv values (-2, 0)").await.unwrap();
     let (written, _) = show_routing(&lane).await;
     assert_eq!(written["positions_asked"], after["positions_asked"] + 1, "not asked after a write");
+}
+
+/// The ports of the servers `n` reads of `c` ran on.
+async fn read_ports(c: &tokio_postgres::Client, n: usize) -> Vec<u16> {
+    let mut ports = Vec::new();
+    for _ in 0..n {
+        ports.push(row(c, "select inet_server_port()").await.unwrap()[0].parse().unwrap());
+    }
+    ports
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_where_reads_go() {
+    let (primary, fast, slow) = cluster();
+    let lane = pglane(&[primary.port, fast.port, slow.port]);
+    until_standbys_serve(&lane).await;
+    let before = client(&lane).await;
+    let ports = read_ports(&before, 40).await;
+    assert!(ports.contains(&slow.port) && ports.contains(&fast.port), "both standbys serve reads: {ports:?}");
+
+    // The delayed standby leaves the host list: no read goes there, from a
+    // client that connected before the reload or after it.
+    lane.write_config(&config(&[primary.port, fast.port], "standbys"));
+    let console = common::connect(lane.port, "postgres", "", "pgbouncer").await;
+    console.simple_query("RELOAD").await.unwrap();
+    let after = client(&lane).await;
+    // A new router finds the standby again within a few of its monitor's polls.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for c in [&before, &after] {
+        let ports = read_ports(c, 40).await;
+        assert!(!ports.contains(&slow.port), "a read went to the host the reload removed: {ports:?}");
+        assert!(ports.contains(&fast.port), "no read on the standby left: {ports:?}");
+    }
+    // Read routing turned off: every read goes to the primary.
+    lane.write_config(&config(&[primary.port, fast.port], "off"));
+    console.simple_query("RELOAD").await.unwrap();
+    for c in [&before, &after] {
+        assert!(read_ports(c, 20).await.iter().all(|&p| p == primary.port), "a read left the primary with routing off");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,9 @@ impl Session {
     /// ends).
     pub(super) fn route_request(&mut self) -> bool {
         self.routed = None;
+        if self.route.as_ref().is_some_and(|r| r.is_retired()) {
+            self.take_new_router();
+        }
         let Some(route) = self.route.as_deref_mut() else { return false };
         // Only a request that starts outside a transaction block, on a
         // client whose session state is not pinned to one connection.
@@ -66,6 +69,22 @@ impl Session {
                 self.routed = Some(pool);
                 one_request
             }
+        }
+    }
+
+    /// A reload retired the session's router: the shard's router for its
+    /// database as the config now has it, keeping the client's min LSN, or
+    /// none if the database no longer routes reads.
+    fn take_new_router(&mut self) {
+        let config = self.shard.shared.config.load_full();
+        let info = &self.entry.info;
+        match self.shard.router(&config, &info.database, &info.user, &self.pool) {
+            Some(router) => {
+                if let Some(route) = self.route.as_deref_mut() {
+                    route.rebind(router);
+                }
+            }
+            None => self.route = None,
         }
     }
 

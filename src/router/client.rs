@@ -42,6 +42,17 @@ impl ClientRoute {
         ClientRoute { router, written: None, on_primary: false, lost: false }
     }
 
+    /// Whether a reload retired its router (see [`Router::retire`]).
+    pub fn is_retired(&self) -> bool {
+        self.router.is_retired()
+    }
+
+    /// Routes through `router` from now on (the shard's new one for the
+    /// database), keeping what the client wrote.
+    pub fn rebind(&mut self, router: Rc<Router>) {
+        self.router = router;
+    }
+
     /// What the standby must have replayed for this client: the later of
     /// its last write and the position it carries itself (`carried`, its
     /// `pglane.min_lsn` setting; a value that is not a position is ignored).

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info};
 
+use crate::config::ServerAddress;
 use crate::pool::Pool;
 use crate::server::{ServerConn, ServerTarget};
 pub use classify::{Classifier, Kind};
@@ -170,12 +171,26 @@ pub struct Router {
     next: Cell<usize>,
     stats: Cell<RouterStats>,
     pub classifier: Rc<Classifier>,
+    /// What it was made from: its hosts, in order, and its pools' size. A
+    /// reload that changes either, or the lag bound, retires it
+    /// ([`Router::retire`]).
+    made_from: (Vec<ServerAddress>, usize),
+    /// A reload changed its database: it routes nothing more, its monitors
+    /// stop, and its sessions take the shard's new router (or none).
+    retired: Cell<bool>,
 }
 
 impl Router {
-    /// A router over `pools` (one per host of `target`'s list, in order),
-    /// with a monitor task per host, which ends when the router goes.
-    pub fn start(target: &ServerTarget, pools: Vec<Rc<Pool>>, max_lag: u64, classifier: Rc<Classifier>) -> Rc<Router> {
+    /// A router over `pools` (one per host of `target`'s list, in order,
+    /// `size` connections each), with a monitor task per host, which ends
+    /// when the router goes or is retired.
+    pub fn start(
+        target: &ServerTarget,
+        pools: Vec<Rc<Pool>>,
+        size: usize,
+        max_lag: u64,
+        classifier: Rc<Classifier>,
+    ) -> Rc<Router> {
         let router = Rc::new(Router {
             view: RefCell::new(vec![HostView::default(); pools.len()]),
             pools,
@@ -183,12 +198,34 @@ impl Router {
             next: Cell::new(0),
             stats: Cell::new(RouterStats::default()),
             classifier,
+            made_from: (addresses(target), size),
+            retired: Cell::new(false),
         });
         for host in 0..target.hosts.len() {
             let one = host_target(target, host);
             crate::rt::spawn_local(monitor(Rc::downgrade(&router), one, host)).detach();
         }
         router
+    }
+
+    /// Whether it still fits its database as the config now has it: the
+    /// same hosts, in order, the same pools' size and lag bound.
+    pub fn fits(&self, target: &ServerTarget, size: usize, max_lag: u64) -> bool {
+        self.made_from == (addresses(target), size) && self.max_lag == max_lag
+    }
+
+    /// A reload changed its database: no more reads go through it, its
+    /// read pools close their connections as they come back, and its
+    /// monitors stop at their next poll.
+    pub fn retire(&self) {
+        self.retired.set(true);
+        for pool in &self.pools {
+            pool.reconnect();
+        }
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.get()
     }
 
     /// The pool of a standby that may serve a read of a client whose
@@ -257,6 +294,11 @@ impl Router {
     }
 }
 
+/// The addresses of `target`'s hosts, in order.
+fn addresses(target: &ServerTarget) -> Vec<ServerAddress> {
+    target.hosts.iter().map(|h| h.address.clone()).collect()
+}
+
 /// `target` narrowed to its host `host`, any session, no output settings
 /// learned, no waiting for a host that will not do: what the monitor and a
 /// host's read pool connect with.
@@ -276,7 +318,7 @@ async fn monitor(router: Weak<Router>, target: ServerTarget, host: usize) {
     let mut conn: Option<ServerConn> = None;
     let timeout = target.connect_timeout;
     loop {
-        if router.strong_count() == 0 {
+        if router.upgrade().is_none_or(|r| r.is_retired()) {
             return;
         }
         let current = match conn.as_mut() {

@@ -154,6 +154,7 @@ impl Shard {
                 None => pool.reconnect(),
             }
         }
+        self.reload_routers(&config);
         self.applied_generation.set(generation);
         info!(shard = self.id, generation, "applied the reloaded config");
     }

@@ -5,6 +5,8 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
+use tracing::info;
+
 use super::Shard;
 use crate::config::Config;
 use crate::pool::{Budget, BudgetNews, BudgetOf, Pool};
@@ -40,9 +42,30 @@ impl Shard {
                 read
             })
             .collect();
-        let router = crate::router::Router::start(&target, pools, db.read_routing_max_lag, self.classifier.clone());
+        let router = crate::router::Router::start(&target, pools, size, db.read_routing_max_lag, self.classifier.clone());
         self.routers.borrow_mut().insert(key, router.clone());
         Some(router)
+    }
+
+    /// After a reload (the pools reconfigured already): retires the routers
+    /// whose database no longer routes, or routes over other hosts or with
+    /// another pool size or lag bound. Their sessions take the router
+    /// [`Shard::router`] makes anew, on their next request.
+    pub(super) fn reload_routers(&self, config: &Config) {
+        let pools = self.pools();
+        self.routers.borrow_mut().retain(|key, router| {
+            let fits = config.databases.get(&key.0).is_some_and(|db| {
+                db.read_routing == crate::config::ReadRouting::Standbys
+                    && pools.get(key).is_some_and(|pool| {
+                        router.fits(&pool.target(), config.pool_size(&key.0), db.read_routing_max_lag)
+                    })
+            });
+            if !fits {
+                info!(shard = self.id, database = %key.0, user = %key.1, "read routing: the reload changed the database; its router is made anew");
+                router.retire();
+            }
+            fits
+        });
     }
 
     /// The pools of reads of this shard's routers.
