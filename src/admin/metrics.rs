@@ -233,10 +233,10 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
         per_router(&|r| r.no_standby),
     );
     family(
-        "pglane_routing_positions_asked_total",
+        "pglane_routing_positions_learned_total",
         "counter",
-        "Times the primary was asked its WAL position after a client's transaction.",
-        per_router(&|r| r.positions_asked),
+        "Clients' positions after their transactions on the primary, learned from the monitor's next look at it.",
+        per_router(&|r| r.positions_learned),
     );
     let hosts: Vec<_> = routers.iter().flat_map(|(shard, r)| r.hosts.iter().map(move |h| (*shard, *r, h))).collect();
     let host_labels = |shard: usize, r: &crate::runtime::snapshot::RoutingSnapshot, h: &crate::runtime::snapshot::RoutedHost| {
@@ -465,7 +465,7 @@ mod tests {
                     to_primary: 30,
                     stale_reads_avoided: 12,
                     no_standby: 1,
-                    positions_asked: 17,
+                    positions_learned: 17,
                 },
             }],
             ..ShardSnapshot::default()
@@ -477,7 +477,7 @@ mod tests {
             ("to_primary_total", 30),
             ("stale_reads_avoided_total", 12),
             ("no_standby_total", 1),
-            ("positions_asked_total", 17),
+            ("positions_learned_total", 17),
         ] {
             assert!(text.contains(&format!("pglane_routing_{family}{router} {value}\n")), "{family}:\n{text}");
         }

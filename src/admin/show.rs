@@ -658,7 +658,7 @@ pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
         ("to_primary", NUMERIC),
         ("stale_reads_avoided", NUMERIC),
         ("no_standby", NUMERIC),
-        ("positions_asked", NUMERIC),
+        ("positions_learned", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -695,7 +695,7 @@ pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
                 s(r.stats.to_primary),
                 s(r.stats.stale_reads_avoided),
                 s(r.stats.no_standby),
-                s(r.stats.positions_asked),
+                s(r.stats.positions_learned),
             ]);
         }
     }

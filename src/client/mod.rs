@@ -667,14 +667,9 @@ impl Session {
         match end {
             RelayEnd::Released => {
                 *self.entry.server.borrow_mut() = None;
-                if self.route.as_mut().is_some_and(|r| r.take_primary_transaction()) {
-                    // Boxed: it queries the server, once per transaction on the primary.
-                    if !Box::pin(self.learn_commit_position(&mut lease)).await {
-                        self.end_transaction();
-                        self.park_server_side();
-                        drop(lease); // closes it
-                        return Ok(Transaction::Over);
-                    }
+                if let Some(route) = self.route.as_mut() {
+                    // The clock itself: see `Router::primary_position_after`.
+                    route.transaction_ended(std::time::Instant::now());
                 }
                 self.pass_on(lease, offer, false).await;
                 Ok(Transaction::Over)

@@ -1,16 +1,15 @@
 //! A session's side of read routing (see `crate::router`): where its next
-//! request goes, and the primary's WAL position learned after its
-//! transactions there. The decisions are the router's; this file only
-//! hands them the session's bytes and settings, and never blocks.
+//! request goes, and which router it asks after a reload. The decisions are
+//! the router's; this file only hands them the session's bytes and
+//! settings, and never blocks.
 
 use std::rc::Rc;
 use std::time::Duration;
 
-use tracing::{debug, warn};
+use tracing::debug;
 
-use super::{until_cancelled, Session, CLEANUP_TIMEOUT};
-use crate::pool::{Checkout, Lease, Pool};
-use crate::rt::with_timeout;
+use super::{until_cancelled, Session};
+use crate::pool::{Checkout, Pool};
 use crate::runtime::ClientState;
 
 impl Session {
@@ -85,28 +84,6 @@ impl Session {
                 }
             }
             None => self.route = None,
-        }
-    }
-
-    /// After a transaction on the primary: asks the connection where the
-    /// primary's WAL ends now (one round trip, after the client has its
-    /// answer), the position the client's later reads need a standby to
-    /// have replayed. False if the connection failed (it must be closed);
-    /// the client's reads then go to the primary until it next learns one.
-    pub(super) async fn learn_commit_position(&mut self, lease: &mut Lease) -> bool {
-        let Some(route) = self.route.as_deref_mut() else { return true };
-        route.asked_position();
-        let asked = with_timeout(CLEANUP_TIMEOUT, lease.query_pairs(crate::router::COMMIT_POSITION_QUERY)).await;
-        match asked.and_then(Result::ok).and_then(Result::ok).as_deref().and_then(crate::router::client::read_commit_position) {
-            Some(position) => {
-                route.learn(position);
-                true
-            }
-            None => {
-                route.forget_position();
-                warn!("read routing: could not learn the primary's WAL position after a transaction; closing that connection");
-                false
-            }
         }
     }
 }

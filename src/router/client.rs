@@ -6,6 +6,7 @@
 //! it owns no socket and no server connection, and never waits.
 
 use std::rc::Rc;
+use std::time::Instant;
 
 use super::{Kind, Lsn, Router};
 use crate::pool::Pool;
@@ -30,16 +31,18 @@ pub struct ClientRoute {
     /// The WAL position after the client's last transaction on the primary.
     written: Option<Lsn>,
     /// The transaction under way went to the primary and its end position
-    /// is to be learned ([`ClientRoute::learn`]).
+    /// is to be learned ([`ClientRoute::transaction_ended`]).
     on_primary: bool,
-    /// The position after a transaction on the primary could not be
-    /// learned: every read goes to the primary until one is.
-    lost: bool,
+    /// When the client's last transaction on the primary ended, while the
+    /// position after it is not known yet: the monitor's first look at the
+    /// primary that began later tells it ([`Router::primary_position_after`]).
+    /// Until then every read goes to the primary.
+    ended_at: Option<Instant>,
 }
 
 impl ClientRoute {
     pub fn new(router: Rc<Router>) -> ClientRoute {
-        ClientRoute { router, written: None, on_primary: false, lost: false }
+        ClientRoute { router, written: None, on_primary: false, ended_at: None }
     }
 
     /// Whether a reload retired its router (see [`Router::retire`]).
@@ -56,9 +59,12 @@ impl ClientRoute {
     /// What the standby must have replayed for this client: the later of
     /// its last write and the position it carries itself (`carried`, its
     /// `pglane.min_lsn` setting; a value that is not a position is ignored).
-    pub fn need(&self, carried: Option<&str>) -> Option<Lsn> {
-        if self.lost {
-            return Some(Lsn(u64::MAX));
+    pub fn need(&mut self, carried: Option<&str>) -> Option<Lsn> {
+        if let Some(ended) = self.ended_at {
+            let Some(position) = self.router.primary_position_after(ended) else { return Some(Lsn(u64::MAX)) };
+            self.written = self.written.max(Some(position));
+            self.ended_at = None;
+            self.router.count_position_learned();
         }
         let carried = carried.and_then(|c| c.parse::<Lsn>().ok());
         self.written.max(carried)
@@ -79,7 +85,10 @@ impl ClientRoute {
                 self.router.count_primary();
                 None
             }
-            Kind::Read | Kind::ReadOnlyBlock => self.router.standby_for(self.need(carried)),
+            Kind::Read | Kind::ReadOnlyBlock => {
+                let need = self.need(carried);
+                self.router.standby_for(need)
+            }
         };
         match destination {
             Some((host, pool)) => {
@@ -87,8 +96,7 @@ impl ClientRoute {
                 Destination::Standby { pool, host, one_request: kind == Kind::Read }
             }
             // A proven read writes nothing: the primary's position after
-            // it is not asked (a round trip saved), and only the read
-            // itself may run there.
+            // it is not needed, and only the read itself may run there.
             None => {
                 self.on_primary = kind == Kind::Other;
                 Destination::Primary { one_request: kind == Kind::Read }
@@ -96,26 +104,15 @@ impl ClientRoute {
         }
     }
 
-    /// Whether the transaction that just ended went to the primary (and
-    /// its position should be learned); asked once per transaction.
-    pub fn take_primary_transaction(&mut self) -> bool {
-        std::mem::take(&mut self.on_primary)
-    }
-
-    /// The primary was asked where its WAL ends (counted).
-    pub fn asked_position(&self) {
-        self.router.count_position_asked();
-    }
-
-    /// The primary said where its WAL ended after the client's transaction.
-    pub fn learn(&mut self, position: Lsn) {
-        self.written = self.written.max(Some(position));
-        self.lost = false;
-    }
-
-    /// The position after a transaction on the primary is not known.
-    pub fn forget_position(&mut self) {
-        self.lost = true;
+    /// The client's transaction ended (its server connection is given
+    /// back) at `now`: if it went to the primary and may have written, the
+    /// client's reads wait for the primary's position after `now`, which the
+    /// primary's monitor is asked to look for at once.
+    pub fn transaction_ended(&mut self, now: Instant) {
+        if std::mem::take(&mut self.on_primary) {
+            self.ended_at = Some(now);
+            self.router.look_at_the_primary();
+        }
     }
 
     pub fn written(&self) -> Option<Lsn> {
@@ -123,19 +120,43 @@ impl ClientRoute {
     }
 }
 
-/// Reads the answer to [`super::COMMIT_POSITION_QUERY`].
-pub fn read_commit_position(pairs: &[(String, String)]) -> Option<Lsn> {
-    pairs.first().and_then(|(_, lsn)| lsn.parse().ok())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::router::{HostView, Role};
+    use std::time::Duration;
+
+    fn router() -> Rc<Router> {
+        Router::for_tests(2)
+    }
 
     #[test]
-    fn the_commit_position_is_read() {
-        assert_eq!(read_commit_position(&[("lsn".into(), "0/3000060".into())]), Some(Lsn(0x300_0060)));
-        assert_eq!(read_commit_position(&[("lsn".into(), "x".into())]), None);
-        assert_eq!(read_commit_position(&[]), None);
+    fn after_a_transaction_on_the_primary_reads_wait_for_a_later_look_at_it() {
+        let router = router();
+        let mut route = ClientRoute::new(router.clone());
+        let t0 = Instant::now();
+        let seen = |position: u64, asked: Instant| HostView {
+            role: Role::Primary,
+            position: Some(Lsn(position)),
+            seen: Some(asked),
+            asked: Some(asked),
+        };
+        router.saw(0, seen(100, t0));
+        assert_eq!(route.need(None), None, "a client that never wrote");
+        route.on_primary = true;
+        let ended = t0 + Duration::from_millis(1);
+        route.transaction_ended(ended);
+        // The monitor's last look began before the transaction ended: the
+        // position is not known, and the read goes to the primary.
+        assert_eq!(route.need(None), Some(Lsn(u64::MAX)));
+        router.saw(0, seen(200, ended));
+        assert_eq!(route.need(None), Some(Lsn(u64::MAX)), "a look begun in the same instant does not count");
+        router.saw(0, seen(300, ended + Duration::from_millis(1)));
+        assert_eq!(route.need(None), Some(Lsn(300)));
+        assert_eq!(route.need(Some("0/500")), Some(Lsn(0x500)), "the later of the two");
+        assert_eq!(router.stats().positions_learned, 1);
+        // A transaction that was a read on the primary leaves nothing to learn.
+        route.transaction_ended(ended + Duration::from_millis(5));
+        assert_eq!(route.need(None), Some(Lsn(300)));
     }
 }

@@ -24,7 +24,9 @@ pub mod client;
 pub mod lsn;
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::rc::{Rc, Weak};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use tracing::{debug, info};
@@ -45,14 +47,11 @@ pub const FRESH_FOR: Duration = Duration::from_secs(1);
 const RECONNECT_AFTER: Duration = Duration::from_millis(250);
 
 /// The monitor's question: in recovery, and the position (a standby's
-/// replay position, a primary's current write position).
+/// replay position; a primary's insert position, past every record of
+/// every transaction that had committed when the question was asked).
 pub const POSITION_QUERY: &str = "SELECT pg_catalog.pg_is_in_recovery()::pg_catalog.text, \
      (CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() \
-     ELSE pg_catalog.pg_current_wal_lsn() END)::pg_catalog.text";
-
-/// Asked on the primary after a client's transaction there: where its WAL
-/// ends, which a standby must have replayed to show that client its writes.
-pub const COMMIT_POSITION_QUERY: &str = "SELECT 'lsn', pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text";
+     ELSE pg_catalog.pg_current_wal_insert_lsn() END)::pg_catalog.text";
 
 /// The session setting a client may carry a position in (startup packet or SET).
 pub const MIN_LSN_SETTING: &str = "pglane.min_lsn";
@@ -81,10 +80,13 @@ impl Role {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HostView {
     pub role: Role,
-    /// Replay position of a standby, write position of a primary.
+    /// Replay position of a standby, insert position of a primary.
     pub position: Option<Lsn>,
     /// When it last answered.
     pub seen: Option<Instant>,
+    /// When the question it last answered was asked: its position is at
+    /// least what it was then.
+    pub asked: Option<Instant>,
 }
 
 impl HostView {
@@ -147,9 +149,9 @@ pub struct RouterStats {
     /// Reads sent to the primary because no standby was up, in recovery
     /// and within the lag bound.
     pub no_standby: u64,
-    /// Times the primary was asked where its WAL ends, after a client's
-    /// transaction there that was not a proven read (a round trip each).
-    pub positions_asked: u64,
+    /// Positions of clients after their transactions on the primary, taken
+    /// from the monitor's next look at it (no question of their own).
+    pub positions_learned: u64,
 }
 
 impl RouterStats {
@@ -158,7 +160,7 @@ impl RouterStats {
         self.to_primary += o.to_primary;
         self.stale_reads_avoided += o.stale_reads_avoided;
         self.no_standby += o.no_standby;
-        self.positions_asked += o.positions_asked;
+        self.positions_learned += o.positions_learned;
     }
 }
 
@@ -178,6 +180,10 @@ pub struct Router {
     /// A reload changed its database: it routes nothing more, its monitors
     /// stop, and its sessions take the shard's new router (or none).
     retired: Cell<bool>,
+    /// Per host: a client waits for the primary's position after its
+    /// transaction, so the host's monitor looks now rather than at its next
+    /// poll ([`Router::look_at_the_primary`]); and the monitor's waker.
+    look_now: RefCell<Vec<(bool, Option<Waker>)>>,
 }
 
 impl Router {
@@ -200,6 +206,7 @@ impl Router {
             classifier,
             made_from: (addresses(target), size),
             retired: Cell::new(false),
+            look_now: RefCell::new(vec![(false, None); target.hosts.len()]),
         });
         for host in 0..target.hosts.len() {
             let one = host_target(target, host);
@@ -226,6 +233,23 @@ impl Router {
 
     pub fn is_retired(&self) -> bool {
         self.retired.get()
+    }
+
+    /// A router over `hosts` hosts with no pools and no monitor, whose view
+    /// a test sets with `saw`.
+    #[cfg(test)]
+    pub(crate) fn for_tests(hosts: usize) -> Rc<Router> {
+        Rc::new(Router {
+            view: RefCell::new(vec![HostView::default(); hosts]),
+            pools: Vec::new(),
+            max_lag: u64::MAX,
+            next: Cell::new(0),
+            stats: Cell::new(RouterStats::default()),
+            classifier: Rc::new(Classifier::default()),
+            made_from: (Vec::new(), 0),
+            retired: Cell::new(false),
+            look_now: RefCell::new(vec![(false, None); hosts]),
+        })
     }
 
     /// The pool of a standby that may serve a read of a client whose
@@ -260,9 +284,49 @@ impl Router {
         self.count(|s| s.to_primary += 1);
     }
 
-    /// The primary was asked where its WAL ends, after a client's transaction.
-    pub fn count_position_asked(&self) {
-        self.count(|s| s.positions_asked += 1);
+    /// A client's transaction on the primary ended: the primary's monitor
+    /// looks at once (one question for every client waiting, never one of
+    /// the client's own), so that its next read may find a standby.
+    pub fn look_at_the_primary(&self) {
+        let view = self.view.borrow();
+        let mut look_now = self.look_now.borrow_mut();
+        for (host, slot) in look_now.iter_mut().enumerate() {
+            if view.get(host).is_some_and(|h| h.role == Role::Primary) {
+                slot.0 = true;
+                if let Some(waker) = slot.1.take() {
+                    waker.wake();
+                }
+            }
+        }
+    }
+
+    /// Whether host `host`'s monitor is asked to look now (and forgets it);
+    /// else keeps `waker` to be woken when it is.
+    fn asked_to_look(&self, host: usize, waker: &Waker) -> bool {
+        let mut look_now = self.look_now.borrow_mut();
+        let Some(slot) = look_now.get_mut(host) else { return false };
+        if std::mem::take(&mut slot.0) {
+            return true;
+        }
+        slot.1 = Some(waker.clone());
+        false
+    }
+
+    /// A client's position after its transaction on the primary was learned.
+    pub fn count_position_learned(&self) {
+        self.count(|s| s.positions_learned += 1);
+    }
+
+    /// The primary's position as the monitor saw it in a look asked after
+    /// `after` (so past everything committed by then), if it has looked
+    /// since. Both instants are read from the clock itself.
+    pub fn primary_position_after(&self, after: Instant) -> Option<Lsn> {
+        self.view
+            .borrow()
+            .iter()
+            .filter(|h| h.role == Role::Primary && h.asked.is_some_and(|asked| asked > after))
+            .filter_map(|h| h.position)
+            .max()
     }
 
     fn count(&self, f: impl FnOnce(&mut RouterStats)) {
@@ -315,6 +379,7 @@ pub fn host_target(target: &ServerTarget, host: usize) -> ServerTarget {
 /// own, and tells the router, until the router is gone. A host that cannot
 /// be reached is seen as such at once (no role, no position).
 async fn monitor(router: Weak<Router>, target: ServerTarget, host: usize) {
+    let router_ref = router.clone();
     let mut conn: Option<ServerConn> = None;
     let timeout = target.connect_timeout;
     loop {
@@ -335,18 +400,23 @@ async fn monitor(router: Weak<Router>, target: ServerTarget, host: usize) {
                 }
             },
         };
+        // The clock itself, not the runtime's once-a-turn reading: a look
+        // counts for a client only if it was asked after the client's
+        // transaction was seen to end (`primary_position_after`).
+        let asked = Instant::now();
         let answer = crate::rt::with_timeout(timeout, current.query_pairs(POSITION_QUERY)).await;
         let Some(router) = router.upgrade() else { return };
         match answer {
             Some(Ok(Ok(pairs))) => {
+                let now = crate::rt::now();
                 let seen = match read_position(&pairs) {
-                    Some((role, position)) => HostView { role, position: Some(position), seen: Some(crate::rt::now()) },
+                    Some((role, position)) => HostView { role, position: Some(position), seen: Some(now), asked: Some(asked) },
                     // A standby that has replayed nothing yet.
-                    None => HostView { role: Role::Unknown, position: None, seen: Some(crate::rt::now()) },
+                    None => HostView { role: Role::Unknown, position: None, seen: Some(now), asked: Some(asked) },
                 };
                 router.saw(host, seen);
                 drop(router);
-                crate::rt::sleep(POLL_EVERY).await;
+                next_look(&router_ref, host).await;
             }
             _ => {
                 router.saw(host, HostView::default());
@@ -358,12 +428,28 @@ async fn monitor(router: Weak<Router>, target: ServerTarget, host: usize) {
     }
 }
 
+/// Waits [`POLL_EVERY`], or less if a client asks for a look at the
+/// primary ([`Router::look_at_the_primary`]) meanwhile.
+async fn next_look(router: &Weak<Router>, host: usize) {
+    let mut timer = std::pin::pin!(crate::rt::sleep(POLL_EVERY));
+    std::future::poll_fn(|cx| {
+        if timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        match router.upgrade() {
+            Some(router) if !router.asked_to_look(host, cx.waker()) => Poll::Pending,
+            _ => Poll::Ready(()),
+        }
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn at(role: Role, position: u64, seen: Instant) -> HostView {
-        HostView { role, position: Some(Lsn(position)), seen: Some(seen) }
+        HostView { role, position: Some(Lsn(position)), seen: Some(seen), asked: Some(seen) }
     }
 
     #[test]
@@ -388,7 +474,7 @@ mod tests {
         assert_eq!(choose(&[at(Role::Standby, 900, old)], None, u64::MAX, now, 0), None);
         assert_eq!(choose(&[HostView::default()], None, u64::MAX, now, 0), None);
         assert_eq!(choose(&[at(Role::Primary, 900, now)], None, u64::MAX, now, 0), None);
-        let no_position = HostView { role: Role::Standby, position: None, seen: Some(now) };
+        let no_position = HostView { role: Role::Standby, position: None, seen: Some(now), asked: Some(now) };
         assert_eq!(choose(&[no_position], None, u64::MAX, now, 0), None);
         // No primary seen (down, or failing over): the lag cannot be known, reads go on.
         assert_eq!(choose(&[HostView::default(), at(Role::Standby, 5, now)], None, 1, now, 0), Some(1));
