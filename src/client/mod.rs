@@ -145,11 +145,10 @@ async fn admit_or_serve(
         application_name: params.get("application_name").unwrap_or_default().to_owned(),
         admin: matches!(target, Target::Admin { .. }),
         tls: stream.tls_description(),
-        replication: match params.get("replication").and_then(|v| replication::mode(v).ok().flatten()) {
-            None => "none",
-            Some(replication::Mode::Physical) => "physical",
-            Some(replication::Mode::Logical) => "logical",
-        },
+        replication: params
+            .get("replication")
+            .and_then(|v| replication::mode(v).ok().flatten())
+            .map_or("none", replication::Mode::as_str),
     };
     if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&info.database) {
         // DISABLE in the admin console; PgBouncer's words.

@@ -36,6 +36,16 @@ pub enum Mode {
     Logical,
 }
 
+impl Mode {
+    /// As PgBouncer's SHOW CLIENTS spells it (`none` for no replication).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Physical => "physical",
+            Mode::Logical => "logical",
+        }
+    }
+}
+
 /// The `replication` startup parameter as PostgreSQL reads it: `database`
 /// (so spelled), or a boolean (`true`, `on`, `yes`, `1` and their prefixes,
 /// any case); `None` for false. Anything else is PostgreSQL's FATAL 22023.

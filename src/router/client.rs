@@ -59,6 +59,9 @@ impl ClientRoute {
     /// What the standby must have replayed for this client: the later of
     /// its last write and the position it carries itself (`carried`, its
     /// `pglane.min_lsn` setting; a value that is not a position is ignored).
+    /// A position still to be learned after its last transaction on the
+    /// primary is taken from the router if the monitor has it (else no
+    /// standby will do).
     pub fn need(&mut self, carried: Option<&str>) -> Option<Lsn> {
         if let Some(ended) = self.ended_at {
             let Some(position) = self.router.primary_position_after(ended) else { return Some(Lsn(u64::MAX)) };
@@ -113,10 +116,6 @@ impl ClientRoute {
             self.ended_at = Some(now);
             self.router.look_at_the_primary();
         }
-    }
-
-    pub fn written(&self) -> Option<Lsn> {
-        self.written
     }
 }
 

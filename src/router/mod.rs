@@ -197,17 +197,7 @@ impl Router {
         max_lag: u64,
         classifier: Rc<Classifier>,
     ) -> Rc<Router> {
-        let router = Rc::new(Router {
-            view: RefCell::new(vec![HostView::default(); pools.len()]),
-            pools,
-            max_lag,
-            next: Cell::new(0),
-            stats: Cell::new(RouterStats::default()),
-            classifier,
-            made_from: (addresses(target), size),
-            retired: Cell::new(false),
-            look_now: RefCell::new(vec![(false, None); target.hosts.len()]),
-        });
+        let router = Rc::new(Router::new(pools, target.hosts.len(), (addresses(target), size), max_lag, classifier));
         for host in 0..target.hosts.len() {
             let one = host_target(target, host);
             crate::rt::spawn_local(monitor(Rc::downgrade(&router), one, host)).detach();
@@ -235,21 +225,33 @@ impl Router {
         self.retired.get()
     }
 
+    /// A router over `hosts` hosts (its pools, if any, one per host), before
+    /// any monitor looks at them.
+    fn new(
+        pools: Vec<Rc<Pool>>,
+        hosts: usize,
+        made_from: (Vec<ServerAddress>, usize),
+        max_lag: u64,
+        classifier: Rc<Classifier>,
+    ) -> Router {
+        Router {
+            view: RefCell::new(vec![HostView::default(); hosts]),
+            pools,
+            max_lag,
+            next: Cell::new(0),
+            stats: Cell::new(RouterStats::default()),
+            classifier,
+            made_from,
+            retired: Cell::new(false),
+            look_now: RefCell::new(vec![(false, None); hosts]),
+        }
+    }
+
     /// A router over `hosts` hosts with no pools and no monitor, whose view
     /// a test sets with `saw`.
     #[cfg(test)]
     pub(crate) fn for_tests(hosts: usize) -> Rc<Router> {
-        Rc::new(Router {
-            view: RefCell::new(vec![HostView::default(); hosts]),
-            pools: Vec::new(),
-            max_lag: u64::MAX,
-            next: Cell::new(0),
-            stats: Cell::new(RouterStats::default()),
-            classifier: Rc::new(Classifier::default()),
-            made_from: (Vec::new(), 0),
-            retired: Cell::new(false),
-            look_now: RefCell::new(vec![(false, None); hosts]),
-        })
+        Rc::new(Router::new(Vec::new(), hosts, (Vec::new(), 0), u64::MAX, Rc::new(Classifier::default())))
     }
 
     /// The pool of a standby that may serve a read of a client whose
@@ -379,7 +381,6 @@ pub fn host_target(target: &ServerTarget, host: usize) -> ServerTarget {
 /// own, and tells the router, until the router is gone. A host that cannot
 /// be reached is seen as such at once (no role, no position).
 async fn monitor(router: Weak<Router>, target: ServerTarget, host: usize) {
-    let router_ref = router.clone();
     let mut conn: Option<ServerConn> = None;
     let timeout = target.connect_timeout;
     loop {
@@ -405,7 +406,7 @@ async fn monitor(router: Weak<Router>, target: ServerTarget, host: usize) {
         // transaction was seen to end (`primary_position_after`).
         let asked = Instant::now();
         let answer = crate::rt::with_timeout(timeout, current.query_pairs(POSITION_QUERY)).await;
-        let Some(router) = router.upgrade() else { return };
+        let Some(strong) = router.upgrade() else { return };
         match answer {
             Some(Ok(Ok(pairs))) => {
                 let now = crate::rt::now();
@@ -414,13 +415,13 @@ async fn monitor(router: Weak<Router>, target: ServerTarget, host: usize) {
                     // A standby that has replayed nothing yet.
                     None => HostView { role: Role::Unknown, position: None, seen: Some(now), asked: Some(asked) },
                 };
-                router.saw(host, seen);
-                drop(router);
-                next_look(&router_ref, host).await;
+                strong.saw(host, seen);
+                drop(strong);
+                next_look(&router, host).await;
             }
             _ => {
-                router.saw(host, HostView::default());
-                drop(router);
+                strong.saw(host, HostView::default());
+                drop(strong);
                 conn = None;
                 crate::rt::sleep(RECONNECT_AFTER).await;
             }
