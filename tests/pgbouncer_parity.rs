@@ -198,17 +198,51 @@ async fn most_backends_at(at: &At, monitor_at: &At, db: &'static str, other: (&'
     most.load(Ordering::SeqCst)
 }
 
-/// A console command's column names and rows.
-async fn console(port: u16, command: &str) -> (Vec<String>, Vec<Vec<Option<String>>>) {
-    console_at(&At::tcp(port), command).await
+/// Whether PgBouncer's most server connections at once, as PostgreSQL
+/// counts them, is its `limit`, or one more for a moment: under
+/// max_db_connections PgBouncer closes one user's idle connection and opens
+/// another's at once, and PostgreSQL lists the closed backend until it has
+/// exited. pglane frees the slot only once the old backend has ended
+/// (`Pool::close`), so its most is the limit exactly.
+fn within_a_closing_backend(most: usize, limit: usize) -> bool {
+    (limit..=limit + 1).contains(&most)
 }
 
-/// [`console`] through `at`.
-async fn console_at(at: &At, command: &str) -> (Vec<String>, Vec<Vec<Option<String>>>) {
+/// A console command's column names and rows.
+async fn console(port: u16, command: &str) -> Table {
+    let c = connect(port, "postgres", "secret", "pgbouncer").await;
+    ask_console(&c, command).await
+}
+
+/// The console's answers to `commands`, over one connection, once every
+/// other client has gone: a client the test dropped a moment before may
+/// still be counted (each pooler handles the close when it gets to it), and
+/// its count in SHOW USERS or POOLS would then be a matter of timing.
+async fn console_when_quiet(at: &At, commands: &[&'static str]) -> Vec<(&'static str, Table)> {
     let c = at.connect("postgres", "secret", "pgbouncer").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, clients) = ask_console(&c, "SHOW CLIENTS").await;
+        if clients.len() == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{at:?}: clients still connected besides the console: {clients:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut answers = Vec::new();
+    for &command in commands {
+        answers.push((command, ask_console(&c, command).await));
+    }
+    answers
+}
+
+/// A console command's columns and rows: what [`console`] returns.
+type Table = (Vec<String>, Vec<Vec<Option<String>>>);
+
+async fn ask_console(c: &tokio_postgres::Client, command: &str) -> Table {
     let mut columns = Vec::new();
     let mut rows = Vec::new();
-    for message in c.simple_query(command).await.unwrap_or_else(|e| panic!("{command} on {at:?}: {e}")) {
+    for message in c.simple_query(command).await.unwrap_or_else(|e| panic!("{command}: {e}")) {
         match message {
             SimpleQueryMessage::RowDescription(cols) => columns = cols.iter().map(|c| c.name().to_owned()).collect(),
             SimpleQueryMessage::Row(row) => rows.push((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect()),
@@ -301,6 +335,27 @@ fn pgbouncers() -> Vec<String> {
     all
 }
 
+/// What [`same_ini_as`] asks each console, in PgBouncer's order.
+const CONSOLE_COMMANDS: &[&str] = &[
+    "SHOW DATABASES",
+    "SHOW POOLS",
+    "SHOW STATS",
+    "SHOW STATS_TOTALS",
+    "SHOW CLIENTS",
+    "SHOW SERVERS",
+    "SHOW USERS",
+    "SHOW LISTS",
+    "SHOW VERSION",
+    "SHOW CONFIG",
+    "SHOW STATS_AVERAGES",
+    "SHOW TOTALS",
+    "SHOW SOCKETS",
+    "SHOW ACTIVE_SOCKETS",
+    "SHOW MEM",
+    "SHOW DNS_HOSTS",
+    "SHOW DNS_ZONES",
+];
+
 async fn same_ini_as(program: &str) {
     // The last run's pglane may still be closing its connections.
     wait_for_no_backends().await;
@@ -309,28 +364,7 @@ async fn same_ini_as(program: &str) {
     let bouncer = Pgbouncer::start_program(program, free_port(), &databases(), SETTINGS, &userlist());
     let bouncer_logins = logins(bouncer.port).await;
     let bouncer_most = most_backends_under_load(bouncer.port).await;
-    let mut bouncer_console = Vec::new();
-    for command in [
-        "SHOW DATABASES",
-        "SHOW POOLS",
-        "SHOW STATS",
-        "SHOW STATS_TOTALS",
-        "SHOW CLIENTS",
-        "SHOW SERVERS",
-        "SHOW USERS",
-        "SHOW LISTS",
-        "SHOW VERSION",
-        "SHOW CONFIG",
-        "SHOW STATS_AVERAGES",
-        "SHOW TOTALS",
-        "SHOW SOCKETS",
-        "SHOW ACTIVE_SOCKETS",
-        "SHOW MEM",
-        "SHOW DNS_HOSTS",
-        "SHOW DNS_ZONES",
-    ] {
-        bouncer_console.push((command, console(bouncer.port, command).await));
-    }
+    let bouncer_console = console_when_quiet(&At::tcp(bouncer.port), CONSOLE_COMMANDS).await;
     let bouncer_set = set_and_show(bouncer.port).await;
     drop(bouncer);
     wait_for_no_backends().await;
@@ -346,14 +380,15 @@ async fn same_ini_as(program: &str) {
     assert_eq!(outcome(&lane_logins), outcome(&bouncer_logins), "logins: pglane (left) and PgBouncer (right)");
     assert!(lane_logins.iter().all(|(_, _, a)| a.as_ref().err().is_none_or(|code| code == "28P01")), "{lane_logins:?}");
     let lane_most = most_backends_under_load(lane.port).await;
-    assert_eq!(lane_most, bouncer_most, "the most server connections at once, pglane and PgBouncer");
     assert_eq!(lane_most, 3, "max_db_connections = 3");
+    assert!(within_a_closing_backend(bouncer_most, 3), "PgBouncer's most server connections at once: {bouncer_most}");
 
-    for (command, (bouncer_columns, bouncer_rows)) in &bouncer_console {
+    let lane_console = console_when_quiet(&At::tcp(lane.port), CONSOLE_COMMANDS).await;
+    for ((command, (bouncer_columns, bouncer_rows)), (_, (lane_columns, lane_rows))) in bouncer_console.iter().zip(&lane_console)
+    {
         assert!(!bouncer_columns.is_empty(), "PgBouncer's {command} has columns");
-        let (lane_columns, lane_rows) = console(lane.port, command).await;
         if *command == "SHOW VERSION" {
-            assert_eq!(&lane_columns, bouncer_columns, "{command}");
+            assert_eq!(lane_columns, bouncer_columns, "{command}");
             continue;
         }
         if let Err(missing) = in_order(bouncer_columns, &lane_columns) {
@@ -364,7 +399,7 @@ async fn same_ini_as(program: &str) {
                 continue;
             }
             let i = lane_columns.iter().position(|c| c == name).expect("checked above");
-            for row in &lane_rows {
+            for row in lane_rows {
                 let value = row[i].as_deref().unwrap_or("");
                 assert!(value.parse::<f64>().is_ok(), "{command}: {name} = {value:?} is no number for pgbouncer_exporter");
             }
@@ -380,13 +415,13 @@ async fn same_ini_as(program: &str) {
             // pglane has no slab caches of buffers or variable lists: each
             // cache it names is one of PgBouncer's, in its order.
             let first = |rows: &[Vec<Option<String>>]| rows.iter().filter_map(|r| r[0].clone()).collect::<Vec<String>>();
-            if let Err(unknown) = in_order(&first(&lane_rows), &first(bouncer_rows)) {
+            if let Err(unknown) = in_order(&first(lane_rows), &first(bouncer_rows)) {
                 panic!("SHOW MEM: pglane's row {unknown} is not one of PgBouncer's, in its order");
             }
         }
         if matches!(*command, "SHOW LISTS" | "SHOW TOTALS") {
             let first = |rows: &[Vec<Option<String>>]| rows.iter().filter_map(|r| r[0].clone()).collect::<Vec<String>>();
-            if let Err(missing) = in_order(&first(bouncer_rows), &first(&lane_rows)) {
+            if let Err(missing) = in_order(&first(bouncer_rows), &first(lane_rows)) {
                 panic!("{command}: PgBouncer's row {missing} is not in pglane's, in PgBouncer's order");
             }
         }
@@ -394,7 +429,7 @@ async fn same_ini_as(program: &str) {
         // name); 1.24 put a few elsewhere. Every one of PgBouncer's is there.
         if *command == "SHOW CONFIG" {
             let first = |rows: &[Vec<Option<String>>]| rows.iter().filter_map(|r| r[0].clone()).collect::<Vec<String>>();
-            let lane_keys = first(&lane_rows);
+            let lane_keys = first(lane_rows);
             if let Some(missing) = first(bouncer_rows).into_iter().find(|k| !lane_keys.contains(k)) {
                 panic!("SHOW CONFIG: PgBouncer's key {missing} is not in pglane's");
             }
@@ -643,7 +678,7 @@ struct Seen {
     tls_logins: Vec<(String, Result<(bool, String), String>)>,
     hosts: Vec<String>,
     most: usize,
-    console: Vec<(&'static str, (Vec<String>, Vec<Vec<Option<String>>>))>,
+    console: Vec<(&'static str, Table)>,
 }
 
 async fn seen(server: &TlsServer, socket: &At, port: u16) -> Seen {
@@ -652,10 +687,7 @@ async fn seen(server: &TlsServer, socket: &At, port: u16) -> Seen {
     let logins = logins_at(socket, port).await;
     let tls_logins = tokio::task::block_in_place(|| tls_logins(port));
     let most = most_backends_at(socket, &server.monitor(), TLS_DB, ("md5user", "md5pass")).await;
-    let mut console = Vec::new();
-    for command in ["SHOW DATABASES", "SHOW POOLS", "SHOW USERS", "SHOW SERVERS"] {
-        console.push((command, console_at(socket, command).await));
-    }
+    let console = console_when_quiet(socket, &["SHOW DATABASES", "SHOW POOLS", "SHOW USERS", "SHOW SERVERS"]).await;
     Seen { logins, tls_logins, hosts, most, console }
 }
 
@@ -788,8 +820,8 @@ fn compare(bouncer: &Seen, lane: &Seen) {
     // (aq_user's, and auth_user's for the lookup) left idle beside them.
     assert_eq!(lane.hosts, bouncer.hosts, "the hosts of two clients at once: pglane (left), PgBouncer (right)");
     assert_eq!(lane.hosts, ["127.0.0.1", "127.0.0.2"]);
-    assert_eq!(lane.most, bouncer.most, "the most server connections to {TLS_DB} at once: pglane, PgBouncer");
-    assert_eq!(lane.most, 3 + 2);
+    assert_eq!(lane.most, 3 + 2, "the most server connections to {TLS_DB} at once");
+    assert!(within_a_closing_backend(bouncer.most, 3 + 2), "PgBouncer's most server connections at once: {}", bouncer.most);
 
     let console = |seen: &Seen, command: &str| seen.console.iter().find(|(c, _)| *c == command).map(|(_, t)| t.clone()).unwrap();
     for (command, key) in [("SHOW DATABASES", &["name"][..]), ("SHOW POOLS", &["database", "user"]), ("SHOW USERS", &["name"])] {
