@@ -209,6 +209,45 @@ async fn a_client_gets_its_own_notifications_and_unlisten_stops_them() {
     assert_eq!(l.notification().await, ("c".into(), "again".into()));
 }
 
+/// A notification committed before the client's UNLISTEN reaches it, as
+/// direct: PostgreSQL's backend sends an idle client what was committed
+/// before it reads the client's next command. Through pglane the hub's
+/// listening connection may not have read it yet when the UNLISTEN comes
+/// (the race behind a lost asyncpg notification in CI); the hub answers the
+/// UNLISTEN once it has. Another client notifies, and the listener
+/// UNLISTENs at once and LISTENs again, many times; alone on the channel,
+/// and beside a second listener (then the hub's connection keeps listening).
+#[tokio::test]
+async fn a_notification_committed_before_unlisten_is_delivered() {
+    const ROUNDS: usize = 150;
+    let lane = start("notify_unlisten_race", 2, "");
+    let direct = postgres().port;
+    for beside_another in [false, true] {
+        let mut got = Vec::new();
+        for (port, dbname) in [(direct, "notify_unlisten_race"), (lane.port, "app")] {
+            let mut l = listener_to(port, dbname).await;
+            let other = listener_to(port, dbname).await;
+            if beside_another {
+                other.client.simple_query("LISTEN race").await.unwrap();
+            }
+            // The notifier goes straight to PostgreSQL: its answer comes
+            // while the listening backend may still be sending.
+            let notifier = common::connect(direct, "postgres", "secret", "notify_unlisten_race").await;
+            l.client.simple_query("LISTEN race").await.unwrap();
+            for round in 0..ROUNDS {
+                notifier.simple_query(&format!("NOTIFY race, '{round}'")).await.unwrap();
+                l.client.simple_query("UNLISTEN race").await.unwrap();
+                l.client.simple_query("LISTEN race").await.unwrap();
+            }
+            l.client.simple_query("UNLISTEN *").await.unwrap();
+            got.push(l.drain().await);
+        }
+        let expected: Vec<String> = (0..ROUNDS).map(|round| format!("race {round}")).collect();
+        assert_eq!(got[0], expected, "direct, beside another listener: {beside_another}");
+        assert_eq!(got[1], expected, "through pglane, beside another listener: {beside_another}");
+    }
+}
+
 /// An UNLISTEN or DISCARD ALL among other statements goes to the server,
 /// and ends the client's subscription when its transaction commits, as
 /// direct (asyncpg's pool sends `... UNLISTEN *; RESET ALL;` on release):

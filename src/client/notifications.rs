@@ -246,6 +246,20 @@ impl Notifications {
     }
 }
 
+/// What the client is to get before the answer to its UNLISTEN: everything
+/// committed before it came ([`Subscription::catch_up`]), as PostgreSQL
+/// would have sent it while the client was idle; nothing if the request
+/// ended with a Flush (PostgreSQL's implicit transaction is open, and it
+/// delivers nothing until it ends, by when the UNLISTEN holds).
+async fn catch_up(subscription: &Subscription, flushed: bool) -> Result<BytesMut, SessionError> {
+    let mut taken = BytesMut::new();
+    if !flushed {
+        subscription.catch_up().await;
+        subscription.take(&mut taken)?;
+    }
+    Ok(taken)
+}
+
 impl From<crate::notify::Overflow> for SessionError {
     fn from(e: crate::notify::Overflow) -> SessionError {
         SessionError::NotificationsOverflow(e)
@@ -320,24 +334,28 @@ impl Session {
                 refused = subscription.listen(channel).await.err();
             }
             Some(ListenStatement::Unlisten(channel)) => {
-                if let Some(subscription) = notifications.subscription.as_mut() {
+                if let Some(subscription) = notifications.subscription.as_mut().filter(|s| s.listens_to(channel)) {
+                    notifications.unsent = catch_up(subscription, request.flushed).await?;
                     subscription.unlisten(channel);
                 }
             }
             Some(ListenStatement::UnlistenAll) => {
-                if let Some(subscription) = notifications.subscription.as_mut() {
+                if let Some(subscription) = notifications.subscription.as_mut().filter(|s| !s.is_empty()) {
+                    notifications.unsent = catch_up(subscription, request.flushed).await?;
                     subscription.unlisten_all();
                 }
             }
         }
-        // Run before this request, `Session::run` wrote all it had to.
-        debug_assert!(self.notifications.as_ref().is_none_or(|n| n.unsent.is_empty()));
+        let mut out = match self.notifications.as_deref_mut() {
+            Some(notifications) => std::mem::take(&mut notifications.unsent),
+            None => BytesMut::new(),
+        };
         self.forget_ended_subscription();
-        let mut out = BytesMut::new();
         request.answer(&mut out, refused.as_ref());
-        // What the hub posted while the LISTEN was carried out goes after
-        // its answer (what came before it went before: `Session::run`),
-        // once the client waits again.
+        // What was committed before an UNLISTEN goes before its answer;
+        // what the hub posted while a LISTEN was carried out goes after it
+        // (what came before it went before: `Session::run`), once the
+        // client waits again.
         self.client.write_all(&out).await?;
         self.client.flush().await?;
         Ok(())

@@ -156,6 +156,8 @@ impl Listening {
         for command in waiting {
             match command {
                 Command::Listen { ack, .. } => ack.answer(Err(error.clone())),
+                // Nothing more comes until it is open again.
+                Command::CatchUp { ack } => ack.answer(Ok(())),
                 // The connection is to be opened again: it will LISTEN to
                 // what is wanted then.
                 Command::Unlisten { .. } => {}
@@ -239,6 +241,9 @@ impl Connection {
             // Someone subscribed again meanwhile: their LISTEN follows.
             Command::Unlisten { channel } if listening.channels.borrow().contains_key(channel) => return Ok(()),
             Command::Unlisten { channel } => format!("UNLISTEN {}", quoted(channel)),
+            // An empty query: EmptyQueryResponse and ReadyForQuery, after
+            // whatever the server sent before.
+            Command::CatchUp { .. } => String::new(),
         };
         let answer = match self.run(listening, hub, &sql).await {
             Ok(answer) => answer,
@@ -247,11 +252,15 @@ impl Connection {
                 return Err(e);
             }
         };
-        if let Command::Listen { channel, ack } = command {
-            if answer.is_ok() && listening.channels.borrow().contains_key(&channel) {
-                listening.listened.borrow_mut().insert(channel);
+        match command {
+            Command::Listen { channel, ack } => {
+                if answer.is_ok() && listening.channels.borrow().contains_key(&channel) {
+                    listening.listened.borrow_mut().insert(channel);
+                }
+                ack.answer(answer);
             }
-            ack.answer(answer);
+            Command::CatchUp { ack } => ack.answer(Ok(())),
+            Command::Unlisten { .. } => {}
         }
         Ok(())
     }

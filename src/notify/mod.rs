@@ -151,8 +151,18 @@ struct Listening {
 }
 
 enum Command {
-    Listen { channel: String, ack: Rc<Ack> },
-    Unlisten { channel: String },
+    Listen {
+        channel: String,
+        ack: Rc<Ack>,
+    },
+    Unlisten {
+        channel: String,
+    },
+    /// A round trip, answered once every notification the server sent
+    /// before it has been fanned out ([`Subscription::catch_up`]).
+    CatchUp {
+        ack: Rc<Ack>,
+    },
 }
 
 /// The answer to one LISTEN a client waits for.
@@ -167,6 +177,17 @@ impl Ack {
         *self.result.borrow_mut() = Some(result);
         if let Some(waker) = self.waker.borrow_mut().take() {
             waker.wake();
+        }
+    }
+
+    /// The answer, once it came; until then the task is woken when it comes.
+    fn poll(&self, cx: &Context<'_>) -> Poll<Result<(), ErrorFields>> {
+        match self.result.borrow_mut().take() {
+            Some(result) => Poll::Ready(result),
+            None => {
+                *self.waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
         }
     }
 }
@@ -352,6 +373,23 @@ impl Subscription {
         Some(ListenWait { channel: channel.to_owned(), ack })
     }
 
+    /// Waits until the listening connection has received, and posted to
+    /// the mailbox, every notification committed before now: one round
+    /// trip on it. PostgreSQL's own backend sends an idle client what was
+    /// committed before it reads the client's next command, so an UNLISTEN
+    /// the hub answers waits for this, or a notification committed before
+    /// it and not read from the listening connection yet would be lost.
+    /// Nothing to wait for while it listens to nothing; a lost connection
+    /// answers at once (its clients are told notifications may be missed).
+    pub async fn catch_up(&self) {
+        if self.channels.is_empty() {
+            return;
+        }
+        let ack = Rc::new(Ack::default());
+        self.listening.command(Command::CatchUp { ack: ack.clone() });
+        let _ = std::future::poll_fn(|cx| ack.poll(cx)).await;
+    }
+
     /// Drops what the mailbox holds for `channel`.
     pub fn drop_pending(&self, channel: &str) {
         drop_notifications_of(&mut self.mailbox.pending.borrow_mut(), channel);
@@ -451,13 +489,7 @@ impl ListenWait {
     /// The listening connection's answer, once it came; until then the
     /// task is woken when it comes.
     pub fn poll(&self, cx: &Context<'_>) -> Poll<Result<(), ErrorFields>> {
-        match self.ack.result.borrow_mut().take() {
-            Some(result) => Poll::Ready(result),
-            None => {
-                *self.ack.waker.borrow_mut() = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
+        self.ack.poll(cx)
     }
 }
 
