@@ -238,6 +238,12 @@ pub fn render(snapshots: &[ShardSnapshot], clients: usize) -> String {
         "Clients' positions after their transactions on the primary, learned from the monitor's next look at it.",
         per_router(&|r| r.positions_learned),
     );
+    family(
+        "pglane_routing_retried_on_primary_total",
+        "counter",
+        "Reads a standby refused as writes or could not answer, run again on the primary before anything reached the client.",
+        per_router(&|r| r.retried_on_primary),
+    );
     let hosts: Vec<_> = routers.iter().flat_map(|(shard, r)| r.hosts.iter().map(move |h| (*shard, *r, h))).collect();
     let host_labels = |shard: usize, r: &crate::runtime::snapshot::RoutingSnapshot, h: &crate::runtime::snapshot::RoutedHost| {
         format!(
@@ -466,6 +472,7 @@ mod tests {
                     stale_reads_avoided: 12,
                     no_standby: 1,
                     positions_learned: 17,
+                    retried_on_primary: 2,
                 },
             }],
             ..ShardSnapshot::default()
@@ -478,6 +485,7 @@ mod tests {
             ("stale_reads_avoided_total", 12),
             ("no_standby_total", 1),
             ("positions_learned_total", 17),
+            ("retried_on_primary_total", 2),
         ] {
             assert!(text.contains(&format!("pglane_routing_{family}{router} {value}\n")), "{family}:\n{text}");
         }

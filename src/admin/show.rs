@@ -643,8 +643,9 @@ pub fn notify_table(snapshots: &[ShardSnapshot]) -> Table {
 /// reads), then a row per router with host `*`: reads sent to standbys,
 /// transactions sent to the primary, of those the reads that went there
 /// because no standby had replayed the client's last write (stale reads
-/// avoided) or because no standby would do, and the times the primary was
-/// asked where its WAL ends after a client's transaction.
+/// avoided) or because no standby would do, the clients' positions learned
+/// from the primary's monitor after their transactions there, and the reads
+/// run again on the primary after a standby refused or lost them.
 pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
     let mut t = Table::new(&[
         ("shard", INT4),
@@ -659,6 +660,7 @@ pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
         ("stale_reads_avoided", NUMERIC),
         ("no_standby", NUMERIC),
         ("positions_learned", NUMERIC),
+        ("retried_on_primary", NUMERIC),
     ]);
     let mut sorted: Vec<&ShardSnapshot> = snapshots.iter().collect();
     sorted.sort_by_key(|s| s.shard);
@@ -681,6 +683,7 @@ pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
                     None,
                     None,
                     None,
+                    None,
                 ]);
             }
             t.push(vec![
@@ -696,6 +699,7 @@ pub fn routing_table(snapshots: &[ShardSnapshot]) -> Table {
                 s(r.stats.stale_reads_avoided),
                 s(r.stats.no_standby),
                 s(r.stats.positions_learned),
+                s(r.stats.retried_on_primary),
             ]);
         }
     }

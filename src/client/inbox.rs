@@ -151,6 +151,19 @@ impl Inbox {
         self.end += bytes.len();
     }
 
+    /// Puts `bytes` back in front of what is pending, as if never handed
+    /// out: a request that runs again on another server (see
+    /// `client::routing`). Between messages only.
+    pub fn unread(&mut self, bytes: &[u8]) {
+        debug_assert!(self.at_boundary());
+        let mut buf = Vec::with_capacity(self.buf.len().max(bytes.len() + self.end - self.start));
+        buf.extend_from_slice(bytes);
+        buf.extend_from_slice(self.pending());
+        let end = buf.len();
+        buf.resize(buf.capacity(), 0);
+        (self.buf, self.start, self.end) = (buf, 0, end);
+    }
+
     /// Reads what the socket has into free space. `Ready(Ok(0))` at end of stream.
     pub fn poll_fill<S: AsyncRead + Unpin>(&mut self, cx: &mut Context<'_>, stream: &mut S) -> Poll<io::Result<usize>> {
         self.make_room();
@@ -283,6 +296,23 @@ mod tests {
         assert!(matches!(inbox.next(|_| true).unwrap(), Some(Piece::Whole(b'Z', _))));
         assert!(matches!(inbox.next(|_| true).unwrap(), Some(Piece::Whole(b'D', m)) if m == &big[..]));
         assert!(inbox.next(|_| true).unwrap().is_none());
+    }
+
+    #[test]
+    fn unread_bytes_come_out_again_before_what_was_pending() {
+        let (first, second) = (msg(b'Q', b"select 1\0"), msg(b'Q', b"select 2\0"));
+        let mut inbox = Inbox::new(1 << 20);
+        feed(&mut inbox, &[&first[..], &second[..]].concat());
+        assert!(matches!(inbox.next(|_| true).unwrap(), Some(Piece::Whole(b'Q', m)) if m == &first[..]));
+        inbox.unread(&first);
+        assert_eq!(inbox.pending(), &[&first[..], &second[..]].concat()[..]);
+        assert!(matches!(inbox.next(|_| true).unwrap(), Some(Piece::Whole(b'Q', m)) if m == &first[..]));
+        assert!(matches!(inbox.next(|_| true).unwrap(), Some(Piece::Whole(b'Q', m)) if m == &second[..]));
+        assert!(inbox.next(|_| true).unwrap().is_none());
+        // Into an empty inbox, and read on behind it.
+        inbox.unread(&second);
+        feed(&mut inbox, &first);
+        assert_eq!(inbox.pending(), &[&second[..], &first[..]].concat()[..]);
     }
 
     #[test]

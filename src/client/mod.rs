@@ -606,6 +606,7 @@ impl Session {
         // ones (set for every transaction: a flag left on would note them
         // with nobody to take them).
         self.exchange.notes_foreign_closes = self.notifications.as_ref().is_some_and(|n| !n.kept.is_empty());
+        let mut holding = self.holds_read();
         let end = Relay {
             intake: if one_request {
                 Intake::one_request(self.config.relay_buffer_size)
@@ -657,12 +658,21 @@ impl Session {
                 key: &server.cancel_key,
                 timeout: Config::secs(self.config.server_connect_timeout),
             }),
+            holding: &mut holding,
         }
         .await;
         self.entry.unqueue();
         let offer = self.offer.take();
         self.flush_counters();
         self.forget_ended_subscription();
+        let (end, lease, offer) = match holding {
+            false => (end, lease, offer),
+            true => match Box::pin(self.after_held_read(end, lease, offer)).await {
+                routing::Held::Go(end, lease, offer) => (end, lease, offer),
+                routing::Held::Retry => return Ok(Transaction::Over),
+                routing::Held::ClientGone => return Ok(Transaction::SessionOver),
+            },
+        };
         match end {
             RelayEnd::Released => {
                 *self.entry.server.borrow_mut() = None;

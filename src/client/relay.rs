@@ -329,6 +329,11 @@ pub struct Relay<'a> {
     /// Where a LISTEN the client sends to the server is subscribed to
     /// ahead (transaction mode; see `notify::follow`).
     pub hub: Option<super::notifications::HubDoor<'a>>,
+    /// The server's replies stay in `to_client` while this is true: a read
+    /// on a standby that may yet run again on the primary (see
+    /// `client::routing`). The relay sets it false as it lets them go, once
+    /// they fill its buffer; the relay may end with them held.
+    pub holding: &'a mut bool,
 }
 
 /// Who to tell once the client's request is on the server (see
@@ -752,17 +757,23 @@ impl Relay<'_> {
                 return Step::Done(RelayEnd::NotificationsOverflow(overflow));
             }
         }
-        match poll_send(cx, self.client, &mut b.to_client, &mut b.counters.bytes_to_client) {
-            Poll::Ready(Ok(wrote)) => progress |= wrote,
-            Poll::Ready(Err(_)) => return Step::Done(RelayEnd::ClientLeft),
-            Poll::Pending => {}
+        // Held replies go once they fill the buffer: the server is read
+        // only while they are under it.
+        *self.holding &= b.to_client.len() < self.intake.buffer;
+        if !*self.holding {
+            match poll_send(cx, self.client, &mut b.to_client, &mut b.counters.bytes_to_client) {
+                Poll::Ready(Ok(wrote)) => progress |= wrote,
+                Poll::Ready(Err(_)) => return Step::Done(RelayEnd::ClientLeft),
+                Poll::Pending => {}
+            }
         }
 
-        // Is this relay over?
-        if Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) && b.to_client.is_empty() {
+        // Is this relay over? (With what it holds, if it holds any.)
+        let delivered = b.to_client.is_empty() || *self.holding;
+        if Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) && delivered {
             return Step::Done(RelayEnd::Released);
         }
-        if b.from_server.eof && b.to_client.is_empty() {
+        if b.from_server.eof && delivered {
             return Step::Done(self.server_gone(None));
         }
         if b.to_server.is_empty() {

@@ -6,11 +6,23 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use tracing::debug;
 
+use super::relay::RelayEnd;
 use super::{until_cancelled, Session};
-use crate::pool::{Checkout, Pool};
+use crate::pool::{Checkout, Lease, Offer, Pool};
 use crate::runtime::ClientState;
+
+/// What became of a read held on a standby ([`Session::after_held_read`]).
+pub(super) enum Held {
+    /// It runs again on the primary: the session's next transaction.
+    Retry,
+    /// As the relay ended, for the session to handle.
+    Go(RelayEnd, Lease, Option<Offer>),
+    /// The client went away as the held replies were written.
+    ClientGone,
+}
 
 impl Session {
     /// A connection from the standby's pool a read was routed to, if any
@@ -47,6 +59,9 @@ impl Session {
     /// ends).
     pub(super) fn route_request(&mut self) -> bool {
         self.routed = None;
+        if let Some(route) = self.route.as_deref_mut() {
+            route.held_read = None;
+        }
         if self.route.as_ref().is_some_and(|r| r.is_retired()) {
             self.take_new_router();
         }
@@ -62,13 +77,87 @@ impl Session {
             let statement = statements.get(std::str::from_utf8(name).ok()?)?;
             Some(crate::protocol::names::query_bytes(&statement.key))
         };
-        match route.decide(self.buffers.from_client.pending(), self.config.max_message_size, carried, prepared) {
+        let pending = self.buffers.from_client.pending();
+        match route.decide(pending, self.config.max_message_size, carried, prepared) {
             crate::router::client::Destination::Primary { one_request } => one_request,
             crate::router::client::Destination::Standby { pool, one_request, .. } => {
                 self.routed = Some(pool);
+                // One the relay takes whole in its first turn (under its
+                // buffer), so that what it took is all of it.
+                if one_request {
+                    route.held_read = crate::router::classify::repeatable_request_len(pending, self.config.max_message_size)
+                        .filter(|&len| len < self.config.relay_buffer_size)
+                        .map(|len| BytesMut::from(&pending[..len]));
+                }
                 one_request
             }
         }
+    }
+
+    /// Whether the relay holds the replies to the request routed now: a
+    /// read on a standby that may run again on the primary.
+    pub(super) fn holds_read(&self) -> bool {
+        self.route.as_ref().is_some_and(|r| r.held_read.is_some())
+    }
+
+    /// After the relay of a read held on a standby (`held`: its replies
+    /// are all still in `to_client`): if the standby refused it as a write
+    /// (25006, so nothing ran) or went away, the read runs again on the
+    /// primary, as the client's next request, and the client sees only
+    /// that; `Retry` then, with the standby's connection given back or
+    /// closed. Else `Go` with the relay's end as it was, for the session to
+    /// handle as any other (the held replies go out first if it was
+    /// released).
+    ///
+    /// Only a lone read routed to a standby is held (not a `BEGIN READ
+    /// ONLY` block), only one that names no statement
+    /// (`classify::repeatable_request_len`), and only until its replies
+    /// fill the relay's buffer: past that they go to the client and the
+    /// standby's error, if one comes, goes with them.
+    pub(super) async fn after_held_read(&mut self, end: RelayEnd, lease: Lease, offer: Option<Offer>) -> Held {
+        let held = self.route.as_deref_mut().and_then(|r| r.held_read.take());
+        let Some(request) = held else { return Held::Go(end, lease, offer) };
+        match end {
+            RelayEnd::Released if self.exchange.tracker.refused_a_write() => {
+                debug!("read routing: a standby refused a read as a write (25006); it runs again on the primary");
+                self.buffers.to_client.clear();
+                self.pass_on(lease, offer, false).await;
+            }
+            RelayEnd::Released => {
+                // Nothing else is in the way: the connection waited for this.
+                if self.deliver_held().await.is_err() {
+                    self.pass_on(lease, offer, true).await;
+                    return Held::ClientGone;
+                }
+                return Held::Go(RelayEnd::Released, lease, offer);
+            }
+            RelayEnd::ServerClosed | RelayEnd::ServerError(_) | RelayEnd::ServerEnded => {
+                debug!("read routing: a standby went away during a read; it runs again on the primary");
+                self.buffers.to_client.clear();
+                self.buffers.from_server.clear();
+                self.buffers.to_server.clear();
+                self.end_transaction();
+                self.exchange.reset();
+                drop(lease); // closes it
+                self.park_server_side();
+            }
+            end => return Held::Go(end, lease, offer),
+        }
+        self.buffers.from_client.unread(&request);
+        if let Some(route) = self.route.as_deref_mut() {
+            route.retry_on_primary();
+        }
+        Held::Retry
+    }
+
+    /// Writes the replies a held read left in `to_client`.
+    async fn deliver_held(&mut self) -> std::io::Result<()> {
+        use futures_lite::AsyncWriteExt;
+        self.client.write_all(&self.buffers.to_client).await?;
+        self.client.flush().await?;
+        self.buffers.counters.bytes_to_client += self.buffers.to_client.len() as u64;
+        self.buffers.to_client.clear();
+        Ok(())
     }
 
     /// A reload retired the session's router: the shard's router for its

@@ -345,6 +345,30 @@ pub fn classify_request<'s>(
     }
 }
 
+/// The length of the client's first request in `pending` (up to and with
+/// its Query or Sync), if running it on a second server leaves the
+/// client's session as running it once would: a simple Query, or
+/// extended-protocol messages that Parse only the unnamed statement (a
+/// named Parse adds the name to the client's statements as it goes out,
+/// and a second would fail with 42P05). `None` otherwise, and if the
+/// request is not all in `pending`. For a read routed to a standby, which
+/// runs again on the primary if the standby refuses or loses it
+/// (`client::routing`).
+pub fn repeatable_request_len(pending: &[u8], max_body: usize) -> Option<usize> {
+    let mut at = 0;
+    loop {
+        let header = parse_header(&pending[at..], max_body).ok()??;
+        let body = pending.get(at + HEADER_LEN..at + HEADER_LEN + header.body_len)?;
+        at += HEADER_LEN + header.body_len;
+        match header.tag {
+            frontend::QUERY | frontend::SYNC => return Some(at),
+            frontend::PARSE if parse_name(body)?.is_empty() => {}
+            frontend::BIND | frontend::DESCRIBE | frontend::EXECUTE | frontend::FLUSH => {}
+            _ => return None,
+        }
+    }
+}
+
 /// The shard's verdicts on statement texts, so that a hot statement is
 /// parsed once: at most [`Classifier::CAPACITY`] texts, forgotten all at
 /// once when full (a verdict costs one parse to find again).
@@ -540,6 +564,28 @@ mod tests {
         message(&mut call, b'F', b"\0\0\0\x01");
         assert_eq!(c.request(&call, 1 << 20, none), Kind::Other);
         assert_eq!(c.request(b"", 1 << 20, none), Kind::Other);
+    }
+
+    #[test]
+    fn a_request_is_repeatable_unless_it_names_a_statement() {
+        let simple = query("select 1");
+        let mut then_more = simple.clone();
+        then_more.extend_from_slice(&query("select 2"));
+        assert_eq!(repeatable_request_len(&then_more, 1 << 20), Some(simple.len()), "the first request only");
+        let unnamed = extended("", "select $1::int", "");
+        assert_eq!(repeatable_request_len(&unnamed, 1 << 20), Some(unnamed.len()));
+        // A Bind of a statement named in an earlier request leaves nothing behind.
+        let bound = extended("", "select 1", "s1");
+        let bind_only = &bound[bound.iter().position(|&b| b == b'B').unwrap()..];
+        assert_eq!(repeatable_request_len(bind_only, 1 << 20), Some(bind_only.len()));
+        assert_eq!(repeatable_request_len(&extended("s1", "select 1", ""), 1 << 20), None, "it names s1");
+        assert_eq!(repeatable_request_len(&unnamed[..unnamed.len() - 5], 1 << 20), None, "no Sync yet");
+        assert_eq!(repeatable_request_len(&simple[..3], 1 << 20), None);
+        assert_eq!(repeatable_request_len(b"", 1 << 20), None);
+        let mut close = BytesMut::new();
+        message(&mut close, b'C', b"Ss1\0");
+        message(&mut close, b'S', b"");
+        assert_eq!(repeatable_request_len(&close, 1 << 20), None, "a Close changes the client's statements");
     }
 
     #[test]

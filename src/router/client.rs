@@ -38,11 +38,18 @@ pub struct ClientRoute {
     /// primary that began later tells it ([`Router::primary_position_after`]).
     /// Until then every read goes to the primary.
     ended_at: Option<Instant>,
+    /// The read just routed to a standby, as the client sent it, while it
+    /// may still run again on the primary (the session keeps it here: see
+    /// `client::routing`).
+    pub held_read: Option<bytes::BytesMut>,
+    /// The next request goes to the primary, whatever it is: the held read,
+    /// run again ([`ClientRoute::retry_on_primary`]).
+    retry_next: bool,
 }
 
 impl ClientRoute {
     pub fn new(router: Rc<Router>) -> ClientRoute {
-        ClientRoute { router, written: None, on_primary: false, ended_at: None }
+        ClientRoute { router, written: None, on_primary: false, ended_at: None, held_read: None, retry_next: false }
     }
 
     /// Whether a reload retired its router (see [`Router::retire`]).
@@ -82,6 +89,9 @@ impl ClientRoute {
         carried: Option<&str>,
         prepared: impl Fn(&[u8]) -> Option<&'s [u8]>,
     ) -> Destination {
+        if std::mem::take(&mut self.retry_next) {
+            return Destination::Primary { one_request: true };
+        }
         let kind = self.router.classifier.request(pending, max_body, prepared);
         let destination = match kind {
             Kind::Other => {
@@ -105,6 +115,16 @@ impl ClientRoute {
                 Destination::Primary { one_request: kind == Kind::Read }
             }
         }
+    }
+
+    /// The read just routed to a standby runs again on the primary, as
+    /// the next request: it may have been a write the standby refused
+    /// (25006), so its position is learned after it as after any
+    /// transaction there.
+    pub fn retry_on_primary(&mut self) {
+        self.retry_next = true;
+        self.on_primary = true;
+        self.router.count_retry();
     }
 
     /// The client's transaction ended (its server connection is given
@@ -157,5 +177,20 @@ mod tests {
         // A transaction that was a read on the primary leaves nothing to learn.
         route.transaction_ended(ended + Duration::from_millis(5));
         assert_eq!(route.need(None), Some(Lsn(300)));
+    }
+
+    #[test]
+    fn a_read_retried_goes_to_the_primary_once_and_counts_as_a_write() {
+        let router = router();
+        let mut route = ClientRoute::new(router.clone());
+        route.retry_on_primary();
+        // Whatever the request is (this one is no message at all).
+        assert!(matches!(route.decide(b"", 1 << 20, None, |_| None), Destination::Primary { one_request: true }));
+        assert_eq!(router.stats().retried_on_primary, 1);
+        // Its position after it is to be learned, as after a write.
+        route.transaction_ended(Instant::now());
+        assert_eq!(route.need(None), Some(Lsn(u64::MAX)));
+        // Once: the next request is judged (no message at all is no read).
+        assert!(matches!(route.decide(b"", 1 << 20, None, |_| None), Destination::Primary { one_request: false }));
     }
 }

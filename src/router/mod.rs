@@ -152,6 +152,10 @@ pub struct RouterStats {
     /// Positions of clients after their transactions on the primary, taken
     /// from the monitor's next look at it (no question of their own).
     pub positions_learned: u64,
+    /// Reads a standby refused as writes (25006) or could not answer (it
+    /// went away) before anything of them reached the client, run again
+    /// on the primary (see `client::routing`).
+    pub retried_on_primary: u64,
 }
 
 impl RouterStats {
@@ -161,6 +165,7 @@ impl RouterStats {
         self.stale_reads_avoided += o.stale_reads_avoided;
         self.no_standby += o.no_standby;
         self.positions_learned += o.positions_learned;
+        self.retried_on_primary += o.retried_on_primary;
     }
 }
 
@@ -312,6 +317,11 @@ impl Router {
         }
         slot.1 = Some(waker.clone());
         false
+    }
+
+    /// A read a standby did not answer runs again on the primary.
+    pub fn count_retry(&self) {
+        self.count(|s| s.retried_on_primary += 1);
     }
 
     /// A client's position after its transaction on the primary was learned.
