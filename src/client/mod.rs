@@ -607,7 +607,7 @@ impl Session {
         // with nobody to take them).
         self.exchange.notes_foreign_closes = self.notifications.as_ref().is_some_and(|n| !n.kept.is_empty());
         let mut holding = self.holds_read();
-        let end = Relay {
+        let mut end = Relay {
             intake: if one_request {
                 Intake::one_request(self.config.relay_buffer_size)
             } else {
@@ -662,17 +662,17 @@ impl Session {
         }
         .await;
         self.entry.unqueue();
-        let offer = self.offer.take();
+        let mut offer = self.offer.take();
         self.flush_counters();
         self.forget_ended_subscription();
-        let (end, lease, offer) = match holding {
-            false => (end, lease, offer),
-            true => match Box::pin(self.after_held_read(end, lease, offer)).await {
-                routing::Held::Go(end, lease, offer) => (end, lease, offer),
+        if holding {
+            // Boxed: only a read held on a standby comes this way.
+            match Box::pin(self.after_held_read(end, lease, offer)).await {
+                routing::Held::Go(held_end, held_lease, held_offer) => (end, lease, offer) = (held_end, held_lease, held_offer),
                 routing::Held::Retry => return Ok(Transaction::Over),
                 routing::Held::ClientGone => return Ok(Transaction::SessionOver),
-            },
-        };
+            }
+        }
         match end {
             RelayEnd::Released => {
                 *self.entry.server.borrow_mut() = None;

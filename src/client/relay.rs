@@ -375,7 +375,7 @@ pub(super) enum ClientStop {
 /// on their way to the server by another route (a follower's outbox).
 /// `None`: the client's socket failed. Sets `progress` if it read.
 /// Inlined: it runs at every turn of the relay.
-#[inline]
+#[inline(always)]
 pub(super) fn take_and_read(
     cx: &mut Context<'_>,
     client: &mut Stream,

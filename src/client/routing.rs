@@ -18,7 +18,7 @@ use crate::runtime::ClientState;
 pub(super) enum Held {
     /// It runs again on the primary: the session's next transaction.
     Retry,
-    /// As the relay ended, for the session to handle.
+    /// As the relay ended, for the session to handle as any other.
     Go(RelayEnd, Lease, Option<Offer>),
     /// The client went away as the held replies were written.
     ClientGone,
@@ -104,10 +104,9 @@ impl Session {
     /// are all still in `to_client`): if the standby refused it as a write
     /// (25006, so nothing ran) or went away, the read runs again on the
     /// primary, as the client's next request, and the client sees only
-    /// that; `Retry` then, with the standby's connection given back or
-    /// closed. Else `Go` with the relay's end as it was, for the session to
-    /// handle as any other (the held replies go out first if it was
-    /// released).
+    /// that (the standby's connection given back or closed): `Retry`. Else
+    /// `Go` with the relay's end, handled as any other (the held replies go
+    /// out first if it was released).
     ///
     /// Only a lone read routed to a standby is held (not a `BEGIN READ
     /// ONLY` block), only one that names no statement
