@@ -167,6 +167,31 @@ impl Stream {
         matches!(self, Stream::Tls(_))
     }
 
+    /// The process id of the peer of a unix-domain socket (SO_PEERCRED),
+    /// as PgBouncer's SHOW CLIENTS gives it in `remote_pid`; 0 for a TCP
+    /// peer, or if the socket cannot say.
+    pub fn unix_peer_pid(&self) -> i32 {
+        let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `cred`, ours on
+        // the stack, from the socket this stream owns; on a TCP socket it
+        // fails and writes nothing.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        if rc == 0 {
+            cred.pid.max(0)
+        } else {
+            0
+        }
+    }
+
     /// Says no more will be written (the TCP or unix socket's write side
     /// shut, under TLS too), so the peer reads the end of the stream while
     /// this side can still read what it says before it closes.

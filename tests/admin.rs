@@ -76,8 +76,10 @@ async fn show_commands_have_pgbouncers_columns_and_real_figures() {
         "type|user|database|replication|state|addr|port|local_addr|local_port|connect_time|request_time|wait|wait_us|\
          close_needed|ptr|link|remote_pid|tls|application_name|prepared_statements|id"
     ));
-    assert_eq!(column(&clients, "state", |r| r[2] == "app"), vec!["idle"]);
+    // PgBouncer's word for a logged-in client holding no server.
+    assert_eq!(column(&clients, "state", |r| r[2] == "app"), vec!["active"]);
     assert_eq!(column(&clients, "replication", |r| r[2] == "app"), vec!["none"]);
+    assert_eq!(column(&clients, "remote_pid", |r| r[2] == "app"), vec!["0"], "a TCP client's, as PgBouncer's");
     assert_eq!(column(&clients, "prepared_statements", |r| r[2] == "app"), vec!["1"]);
     let ids = column(&clients, "id", |_| true);
     assert!(ids.iter().all(|id| id.parse::<u64>().is_ok_and(|id| id > 0)) && ids.len() == 2, "{clients:?}");

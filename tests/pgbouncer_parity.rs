@@ -679,6 +679,8 @@ struct Seen {
     hosts: Vec<String>,
     most: usize,
     console: Vec<(&'static str, Table)>,
+    /// The port it listens on.
+    port: u16,
 }
 
 async fn seen(server: &TlsServer, socket: &At, port: u16) -> Seen {
@@ -687,8 +689,9 @@ async fn seen(server: &TlsServer, socket: &At, port: u16) -> Seen {
     let logins = logins_at(socket, port).await;
     let tls_logins = tokio::task::block_in_place(|| tls_logins(port));
     let most = most_backends_at(socket, &server.monitor(), TLS_DB, ("md5user", "md5pass")).await;
-    let console = console_when_quiet(socket, &["SHOW DATABASES", "SHOW POOLS", "SHOW USERS", "SHOW SERVERS"]).await;
-    Seen { logins, tls_logins, hosts, most, console }
+    let console =
+        console_when_quiet(socket, &["SHOW DATABASES", "SHOW POOLS", "SHOW USERS", "SHOW SERVERS", "SHOW CLIENTS"]).await;
+    Seen { logins, tls_logins, hosts, most, console, port }
 }
 
 async fn wait_for_no_backends_on(server: &TlsServer) {
@@ -915,4 +918,23 @@ fn compare(bouncer: &Seen, lane: &Seen) {
 
     let databases = by_name(&console(lane, "SHOW DATABASES"), &["name"]);
     assert!(databases.contains_key(&vec![STAR_DB.to_owned()]), "the `*` entry's {STAR_DB}: {databases:?}");
+
+    // SHOW CLIENTS lists the console alone (see `console_when_quiet`),
+    // which came over the unix socket: `active`, at `unix` and the port
+    // each listens on, its remote_pid this process's (a TCP client's is 0).
+    let own_row = |seen: &Seen| {
+        let (columns, rows) = console(seen, "SHOW CLIENTS");
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        let value = |name: &str| {
+            let value = rows[0][columns.iter().position(|c| c == name).unwrap()].clone().unwrap_or_default();
+            if value == seen.port.to_string() {
+                "its port".to_owned()
+            } else {
+                value
+            }
+        };
+        ["type", "user", "database", "state", "addr", "port", "local_addr", "local_port", "remote_pid"].map(value)
+    };
+    assert_eq!(own_row(lane), own_row(bouncer), "the console's row in SHOW CLIENTS: pglane, PgBouncer");
+    assert_eq!(own_row(lane)[8], std::process::id().to_string());
 }

@@ -591,8 +591,8 @@ mod tests {
         t.clients = table(
             &[("user", TEXT), ("database", TEXT), ("state", TEXT), ("application_name", TEXT)],
             &[
-                &[Some("u"), Some("app"), Some("idle"), Some("psql")],
-                &[Some("u"), Some("app"), Some("idle"), Some("psql")],
+                &[Some("u"), Some("app"), Some("waiting"), Some("psql")],
+                &[Some("u"), Some("app"), Some("waiting"), Some("psql")],
                 &[Some("u"), Some("app"), Some("active"), None],
             ],
         );
@@ -607,7 +607,7 @@ mod tests {
             samples(&text, "pgbouncer_client_connections"),
             [
                 "pgbouncer_client_connections{application_name=\"\",database=\"app\",state=\"active\",user=\"u\"} 1",
-                "pgbouncer_client_connections{application_name=\"psql\",database=\"app\",state=\"idle\",user=\"u\"} 2",
+                "pgbouncer_client_connections{application_name=\"psql\",database=\"app\",state=\"waiting\",user=\"u\"} 2",
             ]
         );
         assert!(text.ends_with("# TYPE pgbouncer_up gauge\npgbouncer_up 0\n"), "up last, 0 when a shard did not answer");

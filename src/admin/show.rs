@@ -326,15 +326,23 @@ pub fn clients_table(snapshots: &[ShardSnapshot], listen: &str) -> Table {
     for c in snapshots.iter().flat_map(|s| &s.clients) {
         let waiting = c.state == crate::runtime::ClientState::Waiting;
         let wait = if waiting { c.state_for } else { Duration::ZERO };
+        // PgBouncer's spellings: a logged-in client is `active` whether or
+        // not it holds a server (`link` says), and one on the unix socket
+        // is at `unix`, the port it listens on.
+        let state = if waiting { "waiting" } else { "active" };
+        let (addr, port) = match c.info.peer {
+            Some(_) => (c.info.addr(), c.info.port()),
+            None => ("unix".to_owned(), local_port),
+        };
         t.push(vec![
             s("C"),
             s(&c.info.user),
             s(&c.info.database),
             s(c.info.replication),
-            s(c.state.as_str()),
-            s(c.info.addr()),
-            s(c.info.port()),
-            s(&local_addr),
+            s(state),
+            s(addr),
+            s(port),
+            s(if c.info.peer.is_some() { local_addr.as_str() } else { "unix" }),
             s(local_port),
             s(format_time(c.connected_at)),
             s(format_time(now - c.state_for)),
@@ -343,7 +351,7 @@ pub fn clients_table(snapshots: &[ShardSnapshot], listen: &str) -> Table {
             s(0),
             s(format!("c{:x}", c.process_id)),
             c.server_pid.map(|p| format!("s{p:x}")),
-            s(c.process_id),
+            s(c.info.remote_pid),
             s(c.info.tls.as_deref().unwrap_or("")),
             s(&c.info.application_name),
             s(c.prepared_statements),
@@ -936,6 +944,7 @@ mod tests {
                 admin: false,
                 tls: None,
                 replication: "none",
+                remote_pid: 0,
             },
             state: crate::runtime::ClientState::Idle,
             connected_at: SystemTime::now(),
@@ -985,9 +994,12 @@ mod tests {
         assert_eq!(column(&t, 0, "replication"), Some("none"));
         assert_eq!(column(&t, 0, "prepared_statements"), Some("4"));
         assert_eq!(column(&t, 0, "id"), Some("7"));
+        // An idle client on the unix socket, in PgBouncer's words.
+        assert_eq!(column(&t, 0, "state"), Some("active"));
+        assert_eq!((column(&t, 0, "addr"), column(&t, 0, "port")), (Some("unix"), Some("6432")));
         // ACTIVE_SOCKETS finds the state and link where they moved to.
         let t = sockets_table(&snaps, "127.0.0.1:6432", false);
-        assert_eq!(column(&t, 0, "state"), Some("cl_idle"));
+        assert_eq!(column(&t, 0, "state"), Some("cl_active"));
         assert!(sockets_table(&snaps, "127.0.0.1:6432", true).rows.is_empty());
     }
 

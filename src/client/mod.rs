@@ -149,6 +149,7 @@ async fn admit_or_serve(
             .get("replication")
             .and_then(|v| replication::mode(v).ok().flatten())
             .map_or("none", replication::Mode::as_str),
+        remote_pid: if peer.is_none() { stream.unix_peer_pid() } else { 0 },
     };
     if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&info.database) {
         // DISABLE in the admin console; PgBouncer's words.

@@ -54,6 +54,9 @@ pub struct ClientInfo {
     pub tls: Option<String>,
     /// SHOW CLIENTS' `replication`: "none", "physical" or "logical".
     pub replication: &'static str,
+    /// The client's process id over the unix socket, 0 over TCP (SHOW
+    /// CLIENTS' `remote_pid`, as PgBouncer's).
+    pub remote_pid: i32,
 }
 
 impl ClientInfo {
