@@ -13,7 +13,8 @@
 //! - a RELOAD that removes a standby from the host list, or turns routing
 //!   off, is followed by clients connected before it and after;
 //! - a request taken for a read that writes, refused by the standby
-//!   (25006), runs again on the primary, and the client gets only that;
+//!   (25006), runs again on the primary, and the client gets only that; so
+//!   does a read under serializable isolation, which no standby runs;
 //! - readers go on when a standby stops and another is promoted, with no
 //!   error (a read in flight on the stopped one runs again on the
 //!   primary), and their last reads are on the primary.
@@ -258,6 +259,21 @@ async fn a_read_a_standby_refuses_as_a_write_runs_again_on_the_primary() {
     assert_eq!(primary.psql("select count(*) from kv where client = -9"), "3");
     let (routers, _) = show_routing(&lane).await;
     assert_eq!(routers["retried_on_primary"], 3, "{routers:?}");
+
+    // A standby runs no serializable transaction (0A000, "cannot use
+    // serializable mode in a hot standby"), which the primary would: the
+    // first read of a client whose default isolation is serializable runs
+    // again on the primary, and its later reads go there at once.
+    let c = client(&lane).await;
+    c.simple_query("set default_transaction_isolation = serializable").await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(
+            row(&c, "select pg_is_in_recovery(), current_setting('transaction_isolation')").await.unwrap(),
+            ["f", "serializable"]
+        );
+    }
+    let (routers, _) = show_routing(&lane).await;
+    assert_eq!(routers["retried_on_primary"], 4, "once: {routers:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -101,9 +101,11 @@ impl Session {
     }
 
     /// After the relay of a read held on a standby (`held`: its replies
-    /// are all still in `to_client`): if the standby refused it as a write
-    /// (25006, so nothing ran) or went away, the read runs again on the
-    /// primary, as the client's next request, and the client sees only
+    /// are all still in `to_client`): if the standby refused what the
+    /// primary would run (`router::client::refusal`: a write, 25006, so
+    /// nothing ran; a conflict with recovery; serializable isolation) or
+    /// went away, the read runs again on the primary, as the client's next
+    /// request, and the client sees only
     /// that (the standby's connection given back or closed): `Retry`. Else
     /// `Go` with the relay's end, handled as any other (the held replies go
     /// out first if it was released).
@@ -116,9 +118,14 @@ impl Session {
     pub(super) async fn after_held_read(&mut self, end: RelayEnd, lease: Lease, offer: Option<Offer>) -> Held {
         let held = self.route.as_deref_mut().and_then(|r| r.held_read.take());
         let Some(request) = held else { return Held::Go(end, lease, offer) };
+        // What the standby refused that the primary would run.
+        let refused = match end {
+            RelayEnd::Released => crate::router::client::refusal(&self.buffers.to_client),
+            _ => None,
+        };
         match end {
-            RelayEnd::Released if self.exchange.tracker.refused_a_write() => {
-                debug!("read routing: a standby refused a read as a write (25006); it runs again on the primary");
+            RelayEnd::Released if refused.is_some() => {
+                debug!("read routing: a standby refused a read ({refused:?}); it runs again on the primary");
                 self.buffers.to_client.clear();
                 self.pass_on(lease, offer, false).await;
             }
@@ -144,7 +151,7 @@ impl Session {
         }
         self.buffers.from_client.unread(&request);
         if let Some(route) = self.route.as_deref_mut() {
-            route.retry_on_primary();
+            route.retry_on_primary(refused);
         }
         Held::Retry
     }

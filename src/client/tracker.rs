@@ -102,12 +102,6 @@ impl Tracker {
         }
     }
 
-    /// Has the server refused a write as read-only (since the last
-    /// [`Tracker::take_read_only_error`])?
-    pub fn refused_a_write(&self) -> bool {
-        self.read_only_error
-    }
-
     /// Has the server refused a write as read-only since the last call?
     pub fn take_read_only_error(&mut self) -> bool {
         std::mem::take(&mut self.read_only_error)

@@ -25,6 +25,46 @@ pub enum Destination {
     Standby { pool: Rc<Pool>, host: usize, one_request: bool },
 }
 
+/// Why a standby's answer to a read sends the read to the primary: what
+/// a standby refuses that the primary the client thinks it talks to would
+/// have run ([`refusal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// 25006: the read was a write after all (a function that writes),
+    /// refused before it did anything.
+    Write,
+    /// 40001 or 40P01 from a lone read: cancelled by a conflict with the
+    /// standby's recovery, which no primary has.
+    RecoveryConflict,
+    /// 0A000, "cannot use serializable mode in a hot standby": the
+    /// client's (or its role's) default isolation is serializable, which
+    /// only the primary runs; its reads stay there from now on.
+    Serializable,
+}
+
+/// The [`Refusal`] in a standby's replies to a lone read (whole backend
+/// messages, as held), from the first ErrorResponse's SQLSTATE; None if
+/// there is none, or its error is one the primary could give too.
+pub fn refusal(replies: &[u8]) -> Option<Refusal> {
+    use crate::protocol::{backend, frame};
+    let mut rest = replies;
+    while let Ok(Some(header)) = frame::parse_header(rest, usize::MAX >> 1) {
+        let body = rest.get(frame::HEADER_LEN..frame::HEADER_LEN + header.body_len)?;
+        rest = &rest[frame::HEADER_LEN + header.body_len..];
+        if header.tag != backend::ERROR_RESPONSE {
+            continue;
+        }
+        let fields = backend::decode_error_fields(body).ok()?;
+        return match fields.code.as_str() {
+            "25006" => Some(Refusal::Write),
+            "40001" | "40P01" => Some(Refusal::RecoveryConflict),
+            "0A000" if fields.message.contains("hot standby") => Some(Refusal::Serializable),
+            _ => None,
+        };
+    }
+    None
+}
+
 /// One client's routing state.
 pub struct ClientRoute {
     router: Rc<Router>,
@@ -45,11 +85,22 @@ pub struct ClientRoute {
     /// The next request goes to the primary, whatever it is: the held read,
     /// run again ([`ClientRoute::retry_on_primary`]).
     retry_next: bool,
+    /// A standby refused its reads for their isolation (serializable):
+    /// they all go to the primary.
+    reads_on_primary: bool,
 }
 
 impl ClientRoute {
     pub fn new(router: Rc<Router>) -> ClientRoute {
-        ClientRoute { router, written: None, on_primary: false, ended_at: None, held_read: None, retry_next: false }
+        ClientRoute {
+            router,
+            written: None,
+            on_primary: false,
+            ended_at: None,
+            held_read: None,
+            retry_next: false,
+            reads_on_primary: false,
+        }
     }
 
     /// Whether a reload retired its router (see [`Router::retire`]).
@@ -98,6 +149,7 @@ impl ClientRoute {
                 self.router.count_primary();
                 None
             }
+            Kind::Read | Kind::ReadOnlyBlock if self.reads_on_primary => None,
             Kind::Read | Kind::ReadOnlyBlock => {
                 let need = self.need(carried);
                 self.router.standby_for(need)
@@ -118,10 +170,11 @@ impl ClientRoute {
     }
 
     /// The read just routed to a standby runs again on the primary, as
-    /// the next request: it may have been a write the standby refused
-    /// (25006), so its position is learned after it as after any
-    /// transaction there.
-    pub fn retry_on_primary(&mut self) {
+    /// the next request (`why`: the standby's refusal, None if it went
+    /// away): it may have been a write the standby refused (25006), so its
+    /// position is learned after it as after any transaction there.
+    pub fn retry_on_primary(&mut self, why: Option<Refusal>) {
+        self.reads_on_primary |= why == Some(Refusal::Serializable);
         self.retry_next = true;
         self.on_primary = true;
         self.router.count_retry();
@@ -183,7 +236,7 @@ mod tests {
     fn a_read_retried_goes_to_the_primary_once_and_counts_as_a_write() {
         let router = router();
         let mut route = ClientRoute::new(router.clone());
-        route.retry_on_primary();
+        route.retry_on_primary(Some(Refusal::Write));
         // Whatever the request is (this one is no message at all).
         assert!(matches!(route.decide(b"", 1 << 20, None, |_| None), Destination::Primary { one_request: true }));
         assert_eq!(router.stats().retried_on_primary, 1);
@@ -192,5 +245,44 @@ mod tests {
         assert_eq!(route.need(None), Some(Lsn(u64::MAX)));
         // Once: the next request is judged (no message at all is no read).
         assert!(matches!(route.decide(b"", 1 << 20, None, |_| None), Destination::Primary { one_request: false }));
+    }
+
+    fn error(code: &str, message: &str) -> bytes::BytesMut {
+        let mut out = bytes::BytesMut::new();
+        crate::protocol::backend::error_response(&mut out, &crate::protocol::backend::ErrorFields::error(code, message));
+        out
+    }
+
+    #[test]
+    fn what_a_standby_refuses_that_a_primary_would_run() {
+        let mut replies = bytes::BytesMut::new();
+        crate::protocol::backend::row_description(&mut replies, &[]);
+        replies.extend_from_slice(&error("25006", "cannot execute INSERT in a read-only transaction"));
+        assert_eq!(refusal(&replies), Some(Refusal::Write), "after a RowDescription");
+        assert_eq!(
+            refusal(&error("40001", "canceling statement due to conflict with recovery")),
+            Some(Refusal::RecoveryConflict)
+        );
+        assert_eq!(
+            refusal(&error("40P01", "canceling statement due to conflict with recovery")),
+            Some(Refusal::RecoveryConflict)
+        );
+        assert_eq!(refusal(&error("0A000", "cannot use serializable mode in a hot standby")), Some(Refusal::Serializable));
+        // What the primary would say as well.
+        assert_eq!(refusal(&error("0A000", "cached plan must not change result type")), None);
+        assert_eq!(refusal(&error("42P01", "relation \"t\" does not exist")), None);
+        assert_eq!(refusal(b""), None);
+    }
+
+    #[test]
+    fn a_client_whose_reads_a_standby_refuses_for_serializable_reads_on_the_primary() {
+        let router = router();
+        let mut route = ClientRoute::new(router.clone());
+        route.retry_on_primary(Some(Refusal::Serializable));
+        let _ = route.decide(b"", 1 << 20, None, |_| None);
+        assert!(route.reads_on_primary);
+        let mut read = bytes::BytesMut::new();
+        crate::protocol::frontend::query(&mut read, "select 1");
+        assert!(matches!(route.decide(&read, 1 << 20, None, |_| None), Destination::Primary { one_request: true }));
     }
 }
