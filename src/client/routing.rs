@@ -12,6 +12,7 @@ use tracing::debug;
 use super::relay::RelayEnd;
 use super::{until_cancelled, Session};
 use crate::pool::{Checkout, Lease, Offer, Pool};
+use crate::router::client::HeldRead;
 use crate::runtime::ClientState;
 
 /// What became of a read held on a standby ([`Session::after_held_read`]).
@@ -83,11 +84,18 @@ impl Session {
             crate::router::client::Destination::Standby { pool, one_request, .. } => {
                 self.routed = Some(pool);
                 // One the relay takes whole in its first turn (under its
-                // buffer), so that what it took is all of it.
+                // buffer), so that what it took is all of it, and that
+                // Parses no name the client has (that fails, 42P05, and
+                // would be forgotten).
                 if one_request {
-                    route.held_read = crate::router::classify::repeatable_request_len(pending, self.config.max_message_size)
-                        .filter(|&len| len < self.config.relay_buffer_size)
-                        .map(|len| BytesMut::from(&pending[..len]));
+                    let statements = &self.statements;
+                    let new_name = |name: &&[u8]| std::str::from_utf8(name).is_ok_and(|n| statements.get(n).is_none());
+                    route.held_read = crate::router::classify::repeatable_request(pending, self.config.max_message_size)
+                        .filter(|(len, parsed)| *len < self.config.relay_buffer_size && parsed.iter().all(new_name))
+                        .map(|(len, parsed)| HeldRead {
+                            request: BytesMut::from(&pending[..len]),
+                            parsed: parsed.iter().map(|name| String::from_utf8_lossy(name).into_owned()).collect(),
+                        });
                 }
                 one_request
             }
@@ -117,7 +125,7 @@ impl Session {
     /// standby's error, if one comes, goes with them.
     pub(super) async fn after_held_read(&mut self, end: RelayEnd, lease: Lease, offer: Option<Offer>) -> Held {
         let held = self.route.as_deref_mut().and_then(|r| r.held_read.take());
-        let Some(request) = held else { return Held::Go(end, lease, offer) };
+        let Some(HeldRead { request, parsed }) = held else { return Held::Go(end, lease, offer) };
         // What the standby refused that the primary would run.
         let refused = match end {
             RelayEnd::Released => crate::router::client::refusal(&self.buffers.to_client),
@@ -148,6 +156,10 @@ impl Session {
                 self.park_server_side();
             }
             end => return Held::Go(end, lease, offer),
+        }
+        // Its Parses run again: the names they gave the client go first.
+        for name in &parsed {
+            self.statements.remove(name);
         }
         self.buffers.from_client.unread(&request);
         if let Some(route) = self.route.as_deref_mut() {

@@ -345,24 +345,31 @@ pub fn classify_request<'s>(
     }
 }
 
-/// The length of the client's first request in `pending` (up to and with
-/// its Query or Sync), if running it on a second server leaves the
-/// client's session as running it once would: a simple Query, or
-/// extended-protocol messages that Parse only the unnamed statement (a
-/// named Parse adds the name to the client's statements as it goes out,
-/// and a second would fail with 42P05). `None` otherwise, and if the
-/// request is not all in `pending`. For a read routed to a standby, which
-/// runs again on the primary if the standby refuses or loses it
-/// (`client::routing`).
-pub fn repeatable_request_len(pending: &[u8], max_body: usize) -> Option<usize> {
+/// The client's first request in `pending` (up to and with its Query or
+/// Sync), if it can run a second time on another server: its length, and
+/// the statement names it Parses (none for a simple Query, nor for the
+/// unnamed statement). A named Parse adds the name to the client's
+/// statements as it goes out: the caller forgets those before the second
+/// run (or it would fail with 42P05), and holds no request that Parses a
+/// name the client already has. `None` for other messages (a Close
+/// changes the client's statements), and if the request is not all in
+/// `pending`. For a read routed to a standby, which runs again on the
+/// primary if the standby refuses or loses it (`client::routing`).
+pub fn repeatable_request(pending: &[u8], max_body: usize) -> Option<(usize, Vec<&[u8]>)> {
     let mut at = 0;
+    let mut parsed = Vec::new();
     loop {
         let header = parse_header(&pending[at..], max_body).ok()??;
         let body = pending.get(at + HEADER_LEN..at + HEADER_LEN + header.body_len)?;
         at += HEADER_LEN + header.body_len;
         match header.tag {
-            frontend::QUERY | frontend::SYNC => return Some(at),
-            frontend::PARSE if parse_name(body)?.is_empty() => {}
+            frontend::QUERY | frontend::SYNC => return Some((at, parsed)),
+            frontend::PARSE => {
+                let name = parse_name(body)?;
+                if !name.is_empty() {
+                    parsed.push(name);
+                }
+            }
             frontend::BIND | frontend::DESCRIBE | frontend::EXECUTE | frontend::FLUSH => {}
             _ => return None,
         }
@@ -567,25 +574,27 @@ mod tests {
     }
 
     #[test]
-    fn a_request_is_repeatable_unless_it_names_a_statement() {
+    fn a_request_is_repeatable_with_the_names_it_parses() {
+        let none: Vec<&[u8]> = Vec::new();
         let simple = query("select 1");
         let mut then_more = simple.clone();
         then_more.extend_from_slice(&query("select 2"));
-        assert_eq!(repeatable_request_len(&then_more, 1 << 20), Some(simple.len()), "the first request only");
+        assert_eq!(repeatable_request(&then_more, 1 << 20), Some((simple.len(), none.clone())), "the first request only");
         let unnamed = extended("", "select $1::int", "");
-        assert_eq!(repeatable_request_len(&unnamed, 1 << 20), Some(unnamed.len()));
+        assert_eq!(repeatable_request(&unnamed, 1 << 20), Some((unnamed.len(), none.clone())));
         // A Bind of a statement named in an earlier request leaves nothing behind.
         let bound = extended("", "select 1", "s1");
         let bind_only = &bound[bound.iter().position(|&b| b == b'B').unwrap()..];
-        assert_eq!(repeatable_request_len(bind_only, 1 << 20), Some(bind_only.len()));
-        assert_eq!(repeatable_request_len(&extended("s1", "select 1", ""), 1 << 20), None, "it names s1");
-        assert_eq!(repeatable_request_len(&unnamed[..unnamed.len() - 5], 1 << 20), None, "no Sync yet");
-        assert_eq!(repeatable_request_len(&simple[..3], 1 << 20), None);
-        assert_eq!(repeatable_request_len(b"", 1 << 20), None);
+        assert_eq!(repeatable_request(bind_only, 1 << 20), Some((bind_only.len(), none.clone())));
+        let named = extended("s1", "select 1", "s1");
+        assert_eq!(repeatable_request(&named, 1 << 20), Some((named.len(), vec![&b"s1"[..]])), "it names s1");
+        assert_eq!(repeatable_request(&unnamed[..unnamed.len() - 5], 1 << 20), None, "no Sync yet");
+        assert_eq!(repeatable_request(&simple[..3], 1 << 20), None);
+        assert_eq!(repeatable_request(b"", 1 << 20), None);
         let mut close = BytesMut::new();
         message(&mut close, b'C', b"Ss1\0");
         message(&mut close, b'S', b"");
-        assert_eq!(repeatable_request_len(&close, 1 << 20), None, "a Close changes the client's statements");
+        assert_eq!(repeatable_request(&close, 1 << 20), None, "a Close changes the client's statements");
     }
 
     #[test]

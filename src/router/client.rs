@@ -65,6 +65,14 @@ pub fn refusal(replies: &[u8]) -> Option<Refusal> {
     None
 }
 
+/// A read held on a standby: the request as the client sent it, and the
+/// statement names it Parses (new to the client), to forget before it runs
+/// again (see `classify::repeatable_request`).
+pub struct HeldRead {
+    pub request: bytes::BytesMut,
+    pub parsed: Vec<String>,
+}
+
 /// One client's routing state.
 pub struct ClientRoute {
     router: Rc<Router>,
@@ -78,10 +86,9 @@ pub struct ClientRoute {
     /// primary that began later tells it ([`Router::primary_position_after`]).
     /// Until then every read goes to the primary.
     ended_at: Option<Instant>,
-    /// The read just routed to a standby, as the client sent it, while it
-    /// may still run again on the primary (the session keeps it here: see
-    /// `client::routing`).
-    pub held_read: Option<bytes::BytesMut>,
+    /// The read just routed to a standby, while it may still run again on
+    /// the primary (the session keeps it here: see `client::routing`).
+    pub held_read: Option<HeldRead>,
     /// The next request goes to the primary, whatever it is: the held read,
     /// run again ([`ClientRoute::retry_on_primary`]).
     retry_next: bool,
