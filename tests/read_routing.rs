@@ -86,15 +86,22 @@ async fn row(c: &tokio_postgres::Client, sql: &str) -> Result<Vec<String>, tokio
     panic!("no row for {sql}");
 }
 
-/// Waits (up to 20 s) until a client that never wrote reads from a
-/// standby: the monitor has seen the standbys.
-async fn until_standbys_serve(lane: &Pglane) {
+/// A new client, once its reads (it never wrote) go to a standby: its
+/// shard's monitor has seen the standbys (up to 20 s).
+async fn reader_on_a_standby(lane: &Pglane) -> tokio_postgres::Client {
     let c = client(lane).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while row(&c, "select pg_is_in_recovery()").await.unwrap()[0] != "t" {
-        assert!(Instant::now() < deadline, "no read reached a standby in 20 s\n{}", lane.log());
+        assert!(Instant::now() < deadline, "no read of a new client reached a standby in 20 s\n{}", lane.log());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    c
+}
+
+/// Waits (up to 20 s) until a client that never wrote reads from a
+/// standby: the monitor has seen the standbys.
+async fn until_standbys_serve(lane: &Pglane) {
+    reader_on_a_standby(lane).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -246,15 +253,14 @@ async fn a_read_a_standby_refuses_as_a_write_runs_again_on_the_primary() {
     primary.wait_for_standby(&fast, Duration::from_secs(60));
     primary.wait_for_standby(&slow, Duration::from_secs(60));
     let lane = pglane(&[primary.port, fast.port, slow.port]);
-    until_standbys_serve(&lane).await;
-    // Fresh clients, which never wrote: their reads go to a standby.
-    let c = client(&lane).await;
-    assert_eq!(row(&c, "select pg_is_in_recovery()").await.unwrap(), ["t"], "a read of a client that never wrote");
+    // Fresh clients, which never wrote, each once its reads go to a
+    // standby (its shard's monitor has seen them).
+    let c = reader_on_a_standby(&lane).await;
     assert_eq!(row(&c, "select lower('ok'::mood), pg_is_in_recovery()").await.unwrap(), ["wrote", "f"]);
-    let c = client(&lane).await;
+    let c = reader_on_a_standby(&lane).await;
     let rows = c.query_typed("select lower('ok'::mood), pg_is_in_recovery()", &[]).await.unwrap();
     assert_eq!((rows[0].get::<_, String>(0).as_str(), rows[0].get::<_, bool>(1)), ("wrote", false));
-    let c = client(&lane).await;
+    let c = reader_on_a_standby(&lane).await;
     let named = c.prepare("select lower('ok'::mood), pg_is_in_recovery()").await.unwrap();
     let r = c.query_one(&named, &[]).await.unwrap();
     assert_eq!((r.get::<_, String>(0).as_str(), r.get::<_, bool>(1)), ("wrote", false));
@@ -263,6 +269,11 @@ async fn a_read_a_standby_refuses_as_a_write_runs_again_on_the_primary() {
     // the first run gave the client is forgotten before the second.
     let messages = tokio::task::block_in_place(|| {
         let mut raw = raw::RawClient::login(lane.port, "postgres", "app");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while raw::first_column(&raw::query(&mut raw, "select pg_is_in_recovery()")) != ["t"] {
+            assert!(Instant::now() < deadline, "the raw client's reads never reached a standby");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let mut out = bytes::BytesMut::new();
         pglane::protocol::frontend::parse(&mut out, "s1", "select lower('ok'::mood), pg_is_in_recovery()", &[]);
         pglane::protocol::frontend::bind(&mut out, "", "s1", &[], std::iter::empty(), &[]);
@@ -292,13 +303,19 @@ async fn a_read_a_standby_refuses_as_a_write_runs_again_on_the_primary() {
     // serializable mode in a hot standby"), which the primary would: the
     // first read of a client whose default isolation is serializable runs
     // again on the primary, and its later reads go there at once.
-    let c = client(&lane).await;
+    let c = reader_on_a_standby(&lane).await;
     c.simple_query("set default_transaction_isolation = serializable").await.unwrap();
+    let isolated_read = "select pg_is_in_recovery(), current_setting('transaction_isolation')";
+    // Its reads go to the primary until the position after its SET is
+    // learned (read-your-writes), then one to a standby, and back.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while show_routing(&lane).await.0["retried_on_primary"] == retried {
+        assert_eq!(row(&c, isolated_read).await.unwrap(), ["f", "serializable"]);
+        assert!(Instant::now() < deadline, "no read of the serializable client reached a standby");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for _ in 0..5 {
-        assert_eq!(
-            row(&c, "select pg_is_in_recovery(), current_setting('transaction_isolation')").await.unwrap(),
-            ["f", "serializable"]
-        );
+        assert_eq!(row(&c, isolated_read).await.unwrap(), ["f", "serializable"]);
     }
     let (routers, _) = show_routing(&lane).await;
     assert_eq!(routers["retried_on_primary"], retried + 1, "once: {routers:?}");

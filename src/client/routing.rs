@@ -103,9 +103,10 @@ impl Session {
     }
 
     /// Whether the relay holds the replies to the request routed now: a
-    /// read on a standby that may run again on the primary.
+    /// read on a standby that may run again on the primary (not one that
+    /// went to the primary because the standby's pool gave no connection).
     pub(super) fn holds_read(&self) -> bool {
-        self.route.as_ref().is_some_and(|r| r.held_read.is_some())
+        self.routed.is_some() && self.route.as_ref().is_some_and(|r| r.held_read.is_some())
     }
 
     /// After the relay of a read held on a standby (`held`: its replies
