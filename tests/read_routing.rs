@@ -189,9 +189,10 @@ async fn what_is_not_a_read_runs_on_the_primary() {
         let r = row(&c, "select nextval('seq'), pg_is_in_recovery()").await.unwrap();
         assert_eq!(r, [want.to_string(), "f".to_owned()]);
     }
-    // A client that never wrote: a fresh one. Its read-only transaction runs
-    // on a standby, and a write in it fails as it would on the primary.
-    let c = client(&lane).await;
+    // A client that never wrote: a fresh one (once its shard's monitor has
+    // seen the standbys). Its read-only transaction runs on a standby, and
+    // a write in it fails as it would on the primary.
+    let c = reader_on_a_standby(&lane).await;
     c.simple_query("begin read only").await.unwrap();
     assert_eq!(row(&c, "select pg_is_in_recovery()").await.unwrap(), ["t"]);
     let e = c.simple_query("insert into kv values (0, 0)").await.unwrap_err();
@@ -202,7 +203,7 @@ async fn what_is_not_a_read_runs_on_the_primary() {
     assert_eq!(row(&c, "select pg_is_in_recovery()").await.unwrap(), ["f"]);
     c.simple_query("commit").await.unwrap();
     // Its unnamed extended-protocol reads go to a standby too.
-    let c = client(&lane).await;
+    let c = reader_on_a_standby(&lane).await;
     let rows = c.query_typed("select pg_is_in_recovery()", &[]).await.unwrap();
     assert!(rows[0].get::<_, bool>(0), "an unnamed-statement read went to the primary");
 
@@ -210,7 +211,7 @@ async fn what_is_not_a_read_runs_on_the_primary() {
     // and pgjdbc do after a few runs) are judged by their text: prepared in
     // one request, bound in later ones, reads on a standby and the rest on
     // the primary.
-    let c = client(&lane).await;
+    let c = reader_on_a_standby(&lane).await;
     let recovery = c.prepare("select pg_is_in_recovery()").await.unwrap();
     for _ in 0..5 {
         assert!(c.query_one(&recovery, &[]).await.unwrap().get::<_, bool>(0), "a named read went to the primary");
@@ -340,8 +341,7 @@ async fn a_carried_position_keeps_a_client_off_a_standby_behind_it() {
     }
     // Without it, such a client reads from the standby (which is behind by
     // its delay: the count it sees may be old, which is what min_lsn is for).
-    let reader = client(&lane).await;
-    assert_eq!(row(&reader, "select pg_is_in_recovery()").await.unwrap(), ["t"]);
+    let reader = reader_on_a_standby(&lane).await;
     // Reads that go to the primary (no standby is that far) wrote nothing:
     // no position is learned after them. (The SET went to the primary: its
     // position is learned at the first read after the monitor's next look.)
