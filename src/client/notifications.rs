@@ -229,12 +229,15 @@ impl Notifications {
     }
 
     /// Writes everything the hub has for the client, waiting for the
-    /// socket: before the client's next request goes anywhere.
+    /// socket: before the client's next request goes anywhere, with what
+    /// the listening connection received and its task has not read yet
+    /// (`Subscription::catch_up_if_behind`).
     pub async fn deliver_all(&mut self, client: &mut Stream) -> Result<(), SessionError> {
         if self.held {
             return Ok(());
         }
         if let Some(subscription) = &self.subscription {
+            subscription.catch_up_if_behind().await;
             subscription.take(&mut self.unsent)?;
         }
         if !self.unsent.is_empty() {

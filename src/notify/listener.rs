@@ -7,6 +7,7 @@
 //! not read only fills its own mailbox.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -72,6 +73,7 @@ pub(super) async fn run(listening: Rc<Listening>, hub: HubRef) {
                         ));
                     }
                     (lost, told_down, retry) = (false, false, RETRY_FIRST);
+                    listening.socket.set(Some(opened.server.stream.as_raw_fd()));
                     conn = Some(opened);
                 }
                 Err(e) => {
@@ -98,6 +100,7 @@ pub(super) async fn run(listening: Rc<Listening>, hub: HubRef) {
             warn!(%database, %user, "notification listener lost its connection: {e}");
             count(&hub, |s| s.connections_lost += 1);
             listening.listened.borrow_mut().clear();
+            listening.socket.set(None);
             conn = None;
             lost = true;
         }
@@ -110,6 +113,7 @@ pub(super) async fn run(listening: Rc<Listening>, hub: HubRef) {
         }
     }
     listening.running.set(false);
+    listening.socket.set(None);
     if let Some(c) = conn {
         c.server.end(crate::server::Goodbye::Terminate, GOODBYE).await;
     }

@@ -148,6 +148,9 @@ struct Listening {
     /// Its task runs: it ends once nobody listens, and a new subscriber
     /// starts another ([`Listening::start`]).
     running: Cell<bool>,
+    /// The open connection's socket, for a look at whether the server
+    /// sent something the task has not read yet ([`Subscription::catch_up_if_behind`]).
+    socket: Cell<Option<std::os::fd::RawFd>>,
 }
 
 enum Command {
@@ -204,7 +207,19 @@ impl Listening {
             commands: RefCell::default(),
             task: RefCell::default(),
             subscribers: Cell::new(0),
+            socket: Cell::new(None),
         }
+    }
+
+    /// The server has sent the listening connection bytes its task has not
+    /// read yet (one peek, not waiting).
+    fn has_unread(&self) -> bool {
+        let Some(fd) = self.socket.get() else { return false };
+        let mut byte = 0u8;
+        // SAFETY: recv of one byte into our own stack, peeking, on the
+        // socket the task keeps open while `socket` names it.
+        let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+        n > 0
     }
 
     /// Starts its task if it does not run.
@@ -388,6 +403,17 @@ impl Subscription {
         let ack = Rc::new(Ack::default());
         self.listening.command(Command::CatchUp { ack: ack.clone() });
         let _ = std::future::poll_fn(|cx| ack.poll(cx)).await;
+    }
+
+    /// [`Subscription::catch_up`], if the listening connection has bytes
+    /// its task has not read yet: notifications committed before the
+    /// client's next request, which PostgreSQL would send an idle client
+    /// before it reads that request, wait in the listening connection's
+    /// socket while the shard is busy. One peek when none do.
+    pub async fn catch_up_if_behind(&self) {
+        if self.listening.has_unread() {
+            self.catch_up().await;
+        }
     }
 
     /// Drops what the mailbox holds for `channel`.
