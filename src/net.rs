@@ -138,10 +138,7 @@ impl Stream {
     /// waiting for us and anything already there was sent unencrypted to be
     /// read as if it came through TLS (CVE-2021-23214, CVE-2021-23222).
     pub fn has_unread_bytes(&self) -> bool {
-        let mut byte = 0u8;
-        // SAFETY: recv into one valid byte of our own stack, on a socket we own.
-        let n = unsafe { libc::recv(self.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-        n > 0
+        has_unread_bytes(self.as_raw_fd())
     }
 
     /// Waits until a read would not wait (see [`Socket::poll_readable`]). A
@@ -242,6 +239,15 @@ impl Stream {
 
 fn detached() -> io::Error {
     io::Error::new(io::ErrorKind::NotConnected, "connection lost during a TLS upgrade")
+}
+
+/// Without blocking: has the peer of socket `fd` sent bytes nobody has
+/// read yet? (`fd` must be open: a socket its caller owns or keeps open.)
+pub fn has_unread_bytes(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: recv of one byte into our own stack, peeking, on an open socket.
+    let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    n > 0
 }
 
 impl AsRawFd for Stream {

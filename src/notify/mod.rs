@@ -214,12 +214,8 @@ impl Listening {
     /// The server has sent the listening connection bytes its task has not
     /// read yet (one peek, not waiting).
     fn has_unread(&self) -> bool {
-        let Some(fd) = self.socket.get() else { return false };
-        let mut byte = 0u8;
-        // SAFETY: recv of one byte into our own stack, peeking, on the
-        // socket the task keeps open while `socket` names it.
-        let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-        n > 0
+        // The task keeps the socket open while `socket` names it.
+        self.socket.get().is_some_and(crate::net::has_unread_bytes)
     }
 
     /// Starts its task if it does not run.
