@@ -120,10 +120,10 @@ impl Session {
     /// out first if it was released).
     ///
     /// Only a lone read routed to a standby is held (not a `BEGIN READ
-    /// ONLY` block), only one that names no statement
-    /// (`classify::repeatable_request_len`), and only until its replies
-    /// fill the relay's buffer: past that they go to the client and the
-    /// standby's error, if one comes, goes with them.
+    /// ONLY` block), only one that can run a second time and Parses no
+    /// name the client has (`classify::repeatable_request`), and only
+    /// until its replies fill the relay's buffer: past that they go to the
+    /// client and the standby's error, if one comes, goes with them.
     pub(super) async fn after_held_read(&mut self, end: RelayEnd, lease: Lease, offer: Option<Offer>) -> Held {
         let held = self.route.as_deref_mut().and_then(|r| r.held_read.take());
         let Some(HeldRead { request, parsed }) = held else { return Held::Go(end, lease, offer) };
