@@ -172,8 +172,13 @@ impl AutoPrepare {
         let options = lex_options(settings)?;
         self.options = options;
         self.lexed.lex(sql, options).map_err(PassThrough::Lexer)?;
-        self.rewritten.clear();
-        self.lexed.write_rewritten(sql, &mut self.rewritten);
+        // Only this function lexes with `self.lexed`: a text read again
+        // from the last one has the rewritten text already written.
+        if !self.lexed.was_read_again() {
+            self.rewritten.clear();
+            self.lexed.write_rewritten(sql, &mut self.rewritten);
+        }
+        debug_assert_eq!(self.rewritten, self.lexed.rewritten(sql));
         Ok(())
     }
 
@@ -246,12 +251,15 @@ impl AutoPrepare {
     pub(super) fn write_error(&mut self, body: &[u8], to_client: &mut BytesMut) {
         let mapped = self.running.front().and_then(|Running { sql, options, spelling, .. }| {
             let fields = backend::error_field_list(body).ok()?;
-            self.lexed.lex(sql, *options).ok()?;
+            // Its own lexer: `self.lexed` holds the last query looked up
+            // (see `AutoPrepare::lex`).
+            let mut lexed = Lexed::for_this_shard();
+            lexed.lex(sql, *options).ok()?;
             let position = |p| match spelling {
-                None => Some(self.lexed.original_position(sql, p)),
+                None => Some(lexed.original_position(sql, p)),
                 Some(first) => lexer::respelled_position(&first.sql, first.options, sql, *options, p),
             };
-            original_error_fields(&fields, &self.lexed, sql, position)
+            original_error_fields(&fields, &lexed, sql, position)
         });
         match mapped {
             Some(mapped) => {

@@ -331,7 +331,7 @@ fn parse_radix(digits: &[u8], radix: u32) -> u32 {
 /// scanner makes `2147483648` a float string, `doNegate` and `make_const`
 /// turn `-2147483648` back into an int4).
 #[inline]
-fn classify_number(text: &[u8], fractional: bool, negative: bool) -> LiteralKind {
+pub(super) fn classify_number(text: &[u8], fractional: bool, negative: bool) -> LiteralKind {
     if fractional {
         return LiteralKind::Numeric;
     }

@@ -39,6 +39,8 @@
 //! * `hash.rs`: the shape hash;
 //! * `rewrite.rs`: the rewritten text and error positions mapped back;
 //! * `respell.rs`: two spellings of one statement, compared token by token;
+//! * `relex.rs`: a text read again from the last one lexed, when only its
+//!   literal values differ (a hot statement's next execution);
 //! * `marks.rs`: which of a few telling words a text may hold, in one pass
 //!   (for the session-state scans of `client::pinning` and `settings`).
 //!
@@ -49,6 +51,7 @@ mod hash;
 mod keywords;
 mod literals;
 mod marks;
+mod relex;
 mod respell;
 mod rewrite;
 mod scanner;
@@ -289,7 +292,19 @@ pub struct Lexed {
     frames: Vec<Frame>,
     /// The tokens, when [`Lexed::lex_tokens`] records them.
     tokens: Vec<Token>,
+    /// The text [`Lexed::lex`] last lexed, and with what options (None when
+    /// what this holds is not its lexing): the next text is first read
+    /// again from it (`relex.rs`).
+    template: Vec<u8>,
+    template_options: Option<LexOptions>,
+    /// The last [`Lexed::lex`] read its text again from the one before.
+    read_again: bool,
 }
+
+/// A longer text is not kept as a template: it would hold memory for a
+/// query that is seldom hot, and a scan of it costs little more than the
+/// comparison would.
+const TEMPLATE_MAX: usize = 8 * 1024;
 
 impl Lexed {
     /// The bytes its buffers hold (the literal values of the largest query
@@ -302,6 +317,7 @@ impl Lexed {
             + self.kept.capacity() * size_of::<Kept>()
             + self.frames.capacity() * size_of::<Frame>()
             + self.tokens.capacity() * size_of::<Token>()
+            + self.template.capacity()
     }
 }
 
@@ -349,19 +365,50 @@ impl Lexed {
             kept: Vec::new(),
             frames: Vec::new(),
             tokens: Vec::new(),
+            template: Vec::new(),
+            template_options: None,
+            read_again: false,
         }
     }
 
     /// Lexes one query. On `Err` the output is empty and the query must pass
-    /// through unchanged.
+    /// through unchanged. A text that differs from the last one lexed only in
+    /// its literal values is read from that one (`relex.rs`), not scanned.
     pub fn lex(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
-        self.lex_recording::<false>(sql, options)
+        if self.template_options == Some(options) {
+            let template = std::mem::take(&mut self.template);
+            let again = self.relex(&template, sql.as_bytes(), options);
+            self.template = template;
+            if again {
+                self.template.clear();
+                self.template.extend_from_slice(sql.as_bytes());
+                self.read_again = true;
+                return Ok(());
+            }
+        }
+        self.read_again = false;
+        let result = self.lex_recording::<false>(sql, options);
+        self.template_options = None;
+        if result.is_ok() && sql.len() <= TEMPLATE_MAX {
+            self.template.clear();
+            self.template.extend_from_slice(sql.as_bytes());
+            self.template_options = Some(options);
+        }
+        result
     }
 
     /// [`Lexed::lex`], recording the tokens ([`Lexed::tokens`]) as well: for
-    /// the cold path only.
+    /// the cold path only. It always scans.
     pub fn lex_tokens(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
+        self.template_options = None;
+        self.read_again = false;
         self.lex_recording::<true>(sql, options)
+    }
+
+    /// Whether the last [`Lexed::lex`] read its text from the text lexed
+    /// before it: then both have one shape, and one rewritten text.
+    pub fn was_read_again(&self) -> bool {
+        self.read_again
     }
 
     /// One scanner per `RECORD`, so that [`Lexed::lex`] has no trace of
