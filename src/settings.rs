@@ -73,6 +73,7 @@
 //! `'tomorrow'`, `'yesterday'`) make a text mean something else each time it
 //! is parsed: such a text is never shared ([`names_the_moment`]).
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use thiserror::Error;
@@ -166,8 +167,9 @@ pub struct Settings {
     /// The client's startup values (not reported ones): RESET, RESET ALL
     /// and DISCARD ALL go back to these. Empty for a server connection.
     baseline: BTreeMap<String, Value>,
-    /// See [`Settings::version`].
-    version: u64,
+    /// See [`Settings::version`]. A cell, so that two sides found to hold
+    /// the same values take one version ([`Settings::sql_to_apply_over`]).
+    version: Cell<u64>,
 }
 
 thread_local! {
@@ -221,7 +223,7 @@ impl Settings {
     }
 
     pub fn set(&mut self, name: &str, value: Value) {
-        self.version = next_version();
+        self.version.set(next_version());
         self.values.insert(name.to_owned(), value);
     }
 
@@ -231,7 +233,7 @@ impl Settings {
     /// ([`Settings::parse_context`], a server connection's output settings)
     /// can be kept with the version, whichever `Settings` it came from.
     pub fn version(&self) -> u64 {
-        self.version
+        self.version.get()
     }
 
     pub fn get(&self, name: &str) -> Option<&Value> {
@@ -239,7 +241,7 @@ impl Settings {
     }
 
     pub fn remove(&mut self, name: &str) {
-        self.version = next_version();
+        self.version.set(next_version());
         self.values.remove(name);
     }
 
@@ -262,7 +264,7 @@ impl Settings {
             },
             Change::ResetAll => {
                 // Reported values come back with the server's reports.
-                self.version = next_version();
+                self.version.set(next_version());
                 self.values.retain(|_, value| matches!(value, Value::Reported(_)));
                 self.values.extend(self.baseline.iter().map(|(n, v)| (n.clone(), v.clone())));
             }
@@ -289,13 +291,13 @@ impl Settings {
         self.values.clone_from(&client.values);
         if unknown.is_empty() {
             // The same values: the same version (see `version`).
-            self.version = client.version;
+            self.version.set(client.version.get());
             return;
         }
         for name in unknown {
             self.values.insert(name, Value::Unknown);
         }
-        self.version = next_version();
+        self.version.set(next_version());
     }
 
     /// This side's values of the settings parse analysis reads (what a
@@ -383,7 +385,11 @@ impl Settings {
         if self.values == server.values {
             // The same values under another version (clients with the same
             // settings taking turns on a connection): one ordered walk of
-            // both maps, where the loops below look each name up.
+            // both maps, where the loops below look each name up. Both take
+            // the older version, so that the next turn is told by it alone.
+            let version = self.version.get().min(server.version.get());
+            self.version.set(version);
+            server.version.set(version);
             return None;
         }
         let kept = |name: &String| keep_unknown && server.values.get(name) == Some(&Value::Unknown);
@@ -1054,6 +1060,12 @@ mod tests {
         assert_eq!((server.version(), replaced.sql_to_apply_over(&server, false)), (replaced.version(), None));
         server.set("TimeZone", Value::Reported("UTC".into()));
         assert!(replaced.sql_to_apply_over(&server, false).is_some(), "a change on either side is a new version");
+        // Equal values under two versions: found so once, then by the version.
+        let mut twin = Settings::default();
+        twin.set("TimeZone", Value::Reported("Asia/Tokyo".into()));
+        assert_ne!(twin.version(), replaced.version());
+        assert_eq!(twin.sql_to_apply_over(&replaced, false), None);
+        assert_eq!(twin.version(), replaced.version(), "the same values take one version");
         assert_eq!(b.parse_settings().get("TimeZone"), Some(&Value::Reported("Asia/Tokyo".into())));
         assert_eq!(b.parse_settings().get("work_mem"), None);
     }

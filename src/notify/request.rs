@@ -122,6 +122,11 @@ pub fn listen_request(pending: &[u8], max_body: usize, kept: &KeptStatements) ->
             replies: vec![Reply::Query],
         });
     }
+    // Most requests looked at are a Parse of another text: told so before
+    // anything is allocated.
+    if tag == frontend::PARSE && !parse_may_listen(body) {
+        return None;
+    }
     let mut request = ListenRequest { runs: None, prepares: None, closes: None, flushed: false, replies: Vec::with_capacity(4) };
     // The statement the request's Bind bound, once it has.
     let mut bound: Option<ListenStatement> = None;
@@ -198,8 +203,7 @@ pub fn listen_request(pending: &[u8], max_body: usize, kept: &KeptStatements) ->
 /// A Parse's name and LISTEN or UNLISTEN statement, if it is one without
 /// parameter types.
 fn parsed_listen(body: &[u8]) -> Option<(&str, ListenStatement)> {
-    let at = crate::protocol::nul_at(body)?;
-    if !statement::may_be_listen(&body[at + 1..]) {
+    if !parse_may_listen(body) {
         return None;
     }
     let (name, rest) = names::split_parse(body).ok()?;
@@ -209,6 +213,12 @@ fn parsed_listen(body: &[u8]) -> Option<(&str, ListenStatement)> {
         return None;
     }
     Some((name, statement::parse(sql)?))
+}
+
+/// Whether the Parse `body`'s text may be LISTEN or UNLISTEN
+/// ([`statement::may_be_listen`]): a few compares past its name.
+fn parse_may_listen(body: &[u8]) -> bool {
+    crate::protocol::nul_at(body).is_some_and(|at| statement::may_be_listen(&body[at + 1..]))
 }
 
 /// Whether a Bind's parameters (what follows its names, as

@@ -376,10 +376,14 @@ pub(super) fn follow_changes(sql: &str, marks: Marks) -> Option<Vec<Change>> {
 pub(super) fn leaves_sequences_alone(sql: &str) -> bool {
     const WORDS: [&[u8]; 11] =
         [b"begin", b"start", b"commit", b"end", b"rollback", b"abort", b"savepoint", b"release", b"set", b"show", b"reset"];
+    // The first word first: most texts are told by it alone.
+    let word = first_word(sql);
+    if !WORDS.iter().any(|w| word.eq_ignore_ascii_case(w)) {
+        return false;
+    }
     let body = sql.trim_ascii_end();
     let body = body.strip_suffix(';').unwrap_or(body);
-    let word = first_word(body);
-    !body.contains(';') && WORDS.iter().any(|w| word.eq_ignore_ascii_case(w))
+    !body.contains(';')
 }
 
 /// The word `sql` begins with, after whitespace: letters, digits and `_`

@@ -264,7 +264,7 @@ impl Exchange {
         if name.is_empty() {
             let context = (self.auto.is_some() && facts.plannable).then(|| self.context_for(facts.traits, st));
             let watched = self.watch_parse_text(rest, known, facts, st, to_server);
-            if self.deallocate_parsed(rest, st, to_server) {
+            if self.deallocate_parsed(text, st, to_server) {
                 return true;
             }
             return self.parse_unnamed(message, rest, context, watched, st, to_server);
@@ -610,13 +610,14 @@ impl Exchange {
 
     /// The same for `DEALLOCATE name` Parsed as the unnamed statement (as
     /// psycopg sends it): an empty unnamed statement instead, whose portal's
-    /// Execute answers as the DEALLOCATE.
-    pub(super) fn deallocate_parsed(&mut self, rest: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
+    /// Execute answers as the DEALLOCATE. `text` is the Parse's query text,
+    /// up to its NUL.
+    pub(super) fn deallocate_parsed(&mut self, text: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
         self.deallocate_unnamed = false;
         if self.tracker.status() == backend::TransactionStatus::Failed {
             return false;
         }
-        let Some(name) = super::super::deallocate::deallocated_name(names::query_bytes(rest)) else { return false };
+        let Some(name) = super::super::deallocate::deallocated_name(text) else { return false };
         if st.client.remove(&name).is_none() {
             return false;
         }
