@@ -1004,9 +1004,12 @@ impl Session {
         self.entry.set_state(ClientState::Waiting);
         let started = crate::rt::now();
         let mut left = wait;
+        // The waits only some transactions have are boxed: inline, they
+        // would make every transaction's future larger than the
+        // allocator's small sizes (1 KiB), and its allocation the slow one.
         if self.shard.is_paused(&self.entry.info.database) {
             let unpaused = with_timeout(wait, self.shard.wait_unpaused(&self.entry.info.database));
-            match until_cancelled(&self.entry, unpaused).await {
+            match Box::pin(until_cancelled(&self.entry, unpaused)).await {
                 None => return Ok(None),
                 Some(None) => return Err(SessionError::Pool(PoolError::WaitTimeout)),
                 Some(Some(_)) => {}
@@ -1014,7 +1017,11 @@ impl Session {
             left = wait.saturating_sub(crate::rt::now().saturating_duration_since(started));
         }
         // A read routed to a standby: that host's pool first (see `routing`).
-        let Some(read) = self.checkout_read(left).await else { return Ok(None) };
+        let read = match self.routed.is_some() {
+            true => Box::pin(self.checkout_read(left)).await,
+            false => Some(None),
+        };
+        let Some(read) = read else { return Ok(None) };
         let got = match read {
             Some(got) => got,
             None => {

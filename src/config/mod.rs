@@ -1046,19 +1046,36 @@ impl Config {
         })
     }
 
+    /// Whole seconds (every default, and most settings) are converted
+    /// without the float decomposition `from_secs_f64` does: a transaction
+    /// converts a few of them.
     pub fn secs(seconds: f64) -> Duration {
-        Duration::from_secs_f64(seconds)
+        let whole = seconds as u64;
+        if whole as f64 == seconds {
+            Duration::from_secs(whole)
+        } else {
+            Duration::from_secs_f64(seconds)
+        }
     }
 
     /// A timeout where 0 means "never".
     pub fn optional_secs(seconds: f64) -> Option<Duration> {
-        (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
+        (seconds > 0.0).then(|| Config::secs(seconds))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_convert_whole_or_fractional() {
+        for seconds in [0.0, 0.25, 1.0, 1.5, 120.0, 3600.0, 0.001, 86400.5] {
+            assert_eq!(Config::secs(seconds), Duration::from_secs_f64(seconds), "{seconds}");
+        }
+        assert_eq!(Config::optional_secs(0.0), None);
+        assert_eq!(Config::optional_secs(2.0), Some(Duration::from_secs(2)));
+    }
 
     const MINIMAL: &str = r#"
 listen = "127.0.0.1:6432"
