@@ -370,6 +370,26 @@ impl Settings {
         }
     }
 
+    /// Whether `server` has this side's values.
+    pub fn agrees_with(&self, server: &Settings) -> bool {
+        if self.version == server.version {
+            // Nothing changed since the server took these values (the
+            // common case: a client back on the connection it had).
+            return true;
+        }
+        if self.values != server.values {
+            return false;
+        }
+        // The same values under another version (clients with the same
+        // settings taking turns on a connection): one ordered walk of both
+        // maps. Both take the older version, so that the next turn is told
+        // by it alone.
+        let version = self.version.get().min(server.version.get());
+        self.version.set(version);
+        server.version.set(version);
+        true
+    }
+
     /// The SQL that turns a server connection with `server` settings into one
     /// with `self`'s, or None if they already agree. `keep_unknown`: a
     /// setting whose value on the server is unknown is left as it is, for
@@ -377,19 +397,7 @@ impl Settings {
     /// (a SET inside a block, `set_config` with a parameter): the value
     /// there is the client's, and RESETting it would lose it.
     pub fn sql_to_apply_over(&self, server: &Settings, keep_unknown: bool) -> Option<String> {
-        if self.version == server.version {
-            // Nothing changed since the server took these values (the
-            // common case: a client back on the connection it had).
-            return None;
-        }
-        if self.values == server.values {
-            // The same values under another version (clients with the same
-            // settings taking turns on a connection): one ordered walk of
-            // both maps, where the loops below look each name up. Both take
-            // the older version, so that the next turn is told by it alone.
-            let version = self.version.get().min(server.version.get());
-            self.version.set(version);
-            server.version.set(version);
+        if self.agrees_with(server) {
             return None;
         }
         let kept = |name: &String| keep_unknown && server.values.get(name) == Some(&Value::Unknown);

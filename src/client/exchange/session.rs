@@ -211,6 +211,9 @@ impl Exchange {
         keep_unknown: bool,
         to_server: &mut BytesMut,
     ) -> bool {
+        if client.agrees_with(server) {
+            return false;
+        }
         let holds = !keep_unknown && settings::timeout_may_cancel(server);
         let sql = if holds {
             // Whatever the lift leaves, the alignment sets the client's.

@@ -304,6 +304,26 @@ fn an_alignment_a_timeout_could_cancel_holds_the_client_and_runs_again() {
     assert_eq!(tags(&query(&mut ex, &mut sides, "select 1")), "Q");
 }
 
+/// A client whose own statement_timeout is short, back on a connection
+/// that already has its settings: nothing to align, nothing held (each
+/// transaction paid a lift and an alignment round trip before).
+#[test]
+fn a_short_timeout_of_the_clients_own_is_not_aligned_again() {
+    let mut sides = Sides::new();
+    sides.client_settings.set("statement_timeout", Value::Sql("100".into()));
+    sides.server_settings.take_values_of(&sides.client_settings, false);
+    let mut ex = Exchange::default();
+    let mut to_server = BytesMut::new();
+    assert!(!ex.align_settings(&sides.client_settings, &mut sides.server_settings, false, &mut to_server));
+    assert!(to_server.is_empty(), "{:?}", messages(to_server));
+    // The same values under another version: the same.
+    let mut twin = Settings::default();
+    twin.set("statement_timeout", Value::Sql("100".into()));
+    assert!(!ex.align_settings(&twin, &mut sides.server_settings, false, &mut to_server));
+    assert!(to_server.is_empty(), "{:?}", messages(to_server));
+    assert_eq!(tags(&query(&mut ex, &mut sides, "select 1")), "Q");
+}
+
 /// The server's replies, whole; returns what the client got.
 fn reply(ex: &mut Exchange, sides: &mut Sides, replies: &[(u8, &[u8])]) -> Vec<(u8, Vec<u8>)> {
     let mut to_client = BytesMut::new();
