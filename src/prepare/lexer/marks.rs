@@ -19,7 +19,12 @@
 //! `SET` would otherwise stand for, `lastval` and `currval` are looked for
 //! whole.
 //!
-//! Pure; never allocates. Shift-And (one table load and three bit
+//! [`MarksMemo`] answers for a text that differs from the one looked at
+//! before it only in its digits (a hot query's next values) without a pass:
+//! no mark has a digit in it, so a digit ends any match, and two texts with
+//! the same runs of other bytes between their digits have the same marks.
+//!
+//! [`Marks::of`] is pure and never allocates. Shift-And (one table load and three bit
 //! operations per byte), written here because a search for several short
 //! words in texts this short is cheaper so than any general multi-pattern
 //! searcher's set-up.
@@ -143,6 +148,20 @@ const TABLE: [u64; 256] = {
     table
 };
 
+/// What [`MarksMemo`] rests on: a digit is no mark's letter.
+const _NO_DIGIT_IN_ANY_MARK: () = {
+    let mut i = 0;
+    while i < ALL.len() {
+        let letters = ALL[i].letters();
+        let mut j = 0;
+        while j < letters.len() {
+            assert!(!letters[j].is_ascii_digit());
+            j += 1;
+        }
+        i += 1;
+    }
+};
+
 /// The bits of each mark's first letter, and of its last.
 const FIRST: u64 = letter_bits(false);
 const LAST: u64 = letter_bits(true);
@@ -194,10 +213,108 @@ impl Marks {
     }
 }
 
+/// The marks of the text looked at last (see the module doc). A text
+/// longer than this is not kept.
+const MEMO_TEXT_MAX: usize = 1024;
+
+/// The last text [`MarksMemo::of`] passed over, and its marks.
+#[derive(Debug, Default)]
+pub struct MarksMemo {
+    text: Vec<u8>,
+    marks: Marks,
+}
+
+impl MarksMemo {
+    /// [`Marks::of`] `sql`: the kept text's marks if `sql` differs from it
+    /// only in its digits.
+    pub fn of(&mut self, sql: &[u8]) -> Marks {
+        if same_but_digits(&self.text, sql) {
+            return self.marks;
+        }
+        let marks = Marks::of(sql);
+        self.text.clear();
+        self.marks = Marks::default();
+        if sql.len() <= MEMO_TEXT_MAX {
+            self.text.extend_from_slice(sql);
+            self.marks = marks;
+        }
+        marks
+    }
+
+    /// The bytes it keeps.
+    pub fn retained_bytes(&self) -> usize {
+        self.text.capacity()
+    }
+}
+
+/// Whether `a` and `b` are the same runs of non-digit bytes, with runs of
+/// digits (of any length, but none missing) in the same places between them.
+fn same_but_digits(a: &[u8], b: &[u8]) -> bool {
+    let in_digits =
+        |text: &[u8], at: usize| text.get(at).is_some_and(u8::is_ascii_digit) || (at > 0 && text[at - 1].is_ascii_digit());
+    let (mut i, mut j) = (0, 0);
+    loop {
+        let common = common_prefix(&a[i..], &b[j..]);
+        i += common;
+        j += common;
+        if i == a.len() && j == b.len() {
+            return true;
+        }
+        // They differ here: only inside a run of digits on both sides.
+        if !in_digits(a, i) || !in_digits(b, j) {
+            return false;
+        }
+        let digits_a = a[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let digits_b = b[j..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits_a == 0 && digits_b == 0 {
+            return false;
+        }
+        i += digits_a;
+        j += digits_b;
+    }
+}
+
+/// How many bytes `a` and `b` begin with alike, compared eight at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("8 bytes"));
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if x != y {
+            return i + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_memo_answers_for_other_digits_only() {
+        let mut memo = MarksMemo::default();
+        let pgbench = b"SELECT abalance FROM pgbench_accounts WHERE aid = 81649;";
+        assert!(memo.of(pgbench).is_empty());
+        assert!(same_but_digits(pgbench, b"SELECT abalance FROM pgbench_accounts WHERE aid = 7;"));
+        assert!(same_but_digits(b"x12y3", b"x4y567"));
+        assert!(same_but_digits(b"12", b"3"));
+        assert!(!same_but_digits(b"se1t", b"set"), "a digit that splits a word");
+        assert!(!same_but_digits(b"ab1", b"ab"), "a run of digits missing");
+        assert!(!same_but_digits(b"x1", b"x1y"));
+        assert!(!same_but_digits(b"1x", b"1y"));
+        assert!(!same_but_digits(b"aid = 5", b"aid = 5 OFFSET 1"));
+        // A text that gains a mark in a digit's place is passed over.
+        assert!(!memo.of(b"SELECT 1 FROM t").has(Mark::Set));
+        assert!(memo.of(b"SELECT set FROM t").has(Mark::Set));
+        assert!(memo.of(b"SELECT set FROM t").has(Mark::Set), "kept");
+    }
 
     fn naive(sql: &[u8]) -> Marks {
         let lower = sql.to_ascii_lowercase();
@@ -267,6 +384,27 @@ mod tests {
         #[test]
         fn any_bytes(sql in proptest::collection::vec(any::<u8>(), 0..64)) {
             prop_assert_eq!(Marks::of(&sql), naive(&sql));
+        }
+
+        /// After any text, the memo's marks of the next are a pass's.
+        #[test]
+        fn the_memo_agrees_with_a_pass(
+            first in "(?i)[a-z_ 0-9]{0,6}(set|lis|1|12|int|s1et|lastval|curr3val)?[a-z_ 0-9]{0,6}(set|9|u&)?[0-9 ]{0,3}",
+            second in "(?i)[a-z_ 0-9]{0,6}(set|lis|1|12|int|s1et|lastval|curr3val)?[a-z_ 0-9]{0,6}(set|9|u&)?[0-9 ]{0,3}",
+            digits in proptest::collection::vec("[0-9]{1,4}", 4),
+        ) {
+            // The second text, and the first with its digit runs replaced.
+            let respelled = first.split(|c: char| c.is_ascii_digit()).filter(|s| !s.is_empty()).collect::<Vec<_>>();
+            let mut same_runs = String::new();
+            for (i, run) in respelled.iter().enumerate() {
+                same_runs.push_str(run);
+                same_runs.push_str(&digits[i % 4]);
+            }
+            for next in [second.as_str(), same_runs.as_str()] {
+                let mut memo = MarksMemo::default();
+                memo.of(first.as_bytes());
+                prop_assert_eq!(memo.of(next.as_bytes()), Marks::of(next.as_bytes()), "{:?} then {:?}", first, next);
+            }
         }
     }
 }

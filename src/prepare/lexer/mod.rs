@@ -59,7 +59,7 @@ mod scanner;
 use std::ops::Range;
 
 pub(crate) use chars::contains_ignore_ascii_case;
-pub use marks::{Mark, Marks};
+pub use marks::{Mark, Marks, MarksMemo};
 pub use respell::{respelled_position, same_place, same_statement, same_tokens, Token, TokenClass};
 use scanner::{Frame, Scanner};
 
