@@ -182,7 +182,7 @@ async fn admit_or_serve(
         }
         Target::Replication(server) => {
             info!(?peer, %user, %database, "replication connection, passed through to a server connection of its own");
-            Box::pin(serve_replication(&mut stream, &params, &server, &pending, process_id, &entry)).await;
+            Box::pin(replication::serve(&mut stream, &params, &server, &pending, process_id, &entry)).await;
             shard.unregister_client(process_id);
             return None;
         }
@@ -265,36 +265,6 @@ fn add_default_settings(params: &mut StartupParams, defaults: &std::collections:
             params.params.push((name.clone(), value.clone()));
         }
     }
-}
-
-/// Serves a replication client (see `replication`): its own server
-/// connection, bytes passed through both ways until either side closes.
-async fn serve_replication(
-    client: &mut Stream,
-    startup: &StartupParams,
-    target: &crate::server::ServerTarget,
-    pending: &[u8],
-    process_id: i32,
-    entry: &ClientEntry,
-) {
-    let mut server = match replication::open(target, startup, client, process_id, entry.secret_key).await {
-        Ok(server) => server,
-        Err(e) => {
-            info!("replication connection refused: {e}");
-            if let Some(fields) = e.client_message() {
-                send_error(client, &fields).await;
-            }
-            return;
-        }
-    };
-    // A cancel request reaches it for as long as the session lasts.
-    *entry.server.borrow_mut() = Some(server.cancel_key.clone());
-    entry.set_state(ClientState::Active);
-    match replication::pass_through(client, &mut server.stream, pending, &entry.killed).await {
-        Ok(()) => info!("replication connection ended"),
-        Err(e) => info!("replication connection ended: {e}"),
-    }
-    *entry.server.borrow_mut() = None;
 }
 
 /// Why a login or session ended early.

@@ -21,11 +21,43 @@ use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tracing::info;
 
 use crate::net::Stream;
 use crate::protocol::backend::{self, ErrorFields, TransactionStatus};
 use crate::protocol::startup::{StartupParams, PROTOCOL_OPTION_PREFIX};
+use crate::runtime::{ClientEntry, ClientState};
 use crate::server::{ServerConn, ServerTarget};
+
+/// Serves a replication client: its own server connection, bytes passed
+/// through both ways until either side closes.
+pub(super) async fn serve(
+    client: &mut Stream,
+    startup: &StartupParams,
+    target: &ServerTarget,
+    pending: &[u8],
+    process_id: i32,
+    entry: &ClientEntry,
+) {
+    let mut server = match open(target, startup, client, process_id, entry.secret_key).await {
+        Ok(server) => server,
+        Err(e) => {
+            info!("replication connection refused: {e}");
+            if let Some(fields) = e.client_message() {
+                super::send_error(client, &fields).await;
+            }
+            return;
+        }
+    };
+    // A cancel request reaches it for as long as the session lasts.
+    *entry.server.borrow_mut() = Some(server.cancel_key.clone());
+    entry.set_state(ClientState::Active);
+    match pass_through(client, &mut server.stream, pending, &entry.killed).await {
+        Ok(()) => info!("replication connection ended"),
+        Err(e) => info!("replication connection ended: {e}"),
+    }
+    *entry.server.borrow_mut() = None;
+}
 
 /// Which kind of replication a startup packet asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
