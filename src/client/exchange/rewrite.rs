@@ -75,9 +75,9 @@ pub(super) struct AutoPolicy {
 /// transaction to the next without an idle client holding them.
 #[derive(Debug)]
 pub(super) struct AutoPrepare {
+    /// The query being looked up, lexed (its rewritten text is the
+    /// lexer's, [`Lexed::rewritten_of_last`]), and how it was lexed.
     pub(super) lexed: Lexed,
-    /// The rewritten text of the query being looked up, and how it was lexed.
-    pub(super) rewritten: String,
     pub(super) options: LexOptions,
     /// The query's statement was prepared from this other spelling.
     pub(super) spelling: Option<Rc<Spelling>>,
@@ -139,7 +139,6 @@ impl Default for AutoPrepare {
     fn default() -> AutoPrepare {
         AutoPrepare {
             lexed: Lexed::for_this_shard(),
-            rewritten: String::new(),
             options: LexOptions::default(),
             spelling: None,
             running: VecDeque::new(),
@@ -155,14 +154,13 @@ impl AutoPrepare {
     /// (see `relay::Buffers::park_server_side`).
     pub(super) fn retained_bytes(&self) -> usize {
         self.lexed.retained_bytes()
-            + self.rewritten.capacity()
             + self.spare.iter().map(String::capacity).sum::<usize>()
             + self.traits.retained_bytes()
             + self.bind.capacity()
     }
 
     /// Lexes the simple query `sql` into its shape (the rewritten text,
-    /// [`AutoPrepare::rewritten`]), or says why it passes through.
+    /// [`Lexed::rewritten_of_last`]), or says why it passes through.
     pub(super) fn lex(&mut self, sql: &str, ready: Ready, settings: &Settings) -> Result<(), PassThrough> {
         match ready {
             Ready::Yes => {}
@@ -172,13 +170,7 @@ impl AutoPrepare {
         let options = lex_options(settings)?;
         self.options = options;
         self.lexed.lex(sql, options).map_err(PassThrough::Lexer)?;
-        // Only this function lexes with `self.lexed`: a text read again
-        // from the last one has the rewritten text already written.
-        if !self.lexed.was_read_again() {
-            self.rewritten.clear();
-            self.lexed.write_rewritten(sql, &mut self.rewritten);
-        }
-        debug_assert_eq!(self.rewritten, self.lexed.rewritten(sql));
+        debug_assert_eq!(self.lexed.rewritten_of_last(), self.lexed.rewritten(sql));
         Ok(())
     }
 
@@ -197,7 +189,7 @@ impl AutoPrepare {
             return Err(PassThrough::UnknownSettings);
         }
         let options = self.options;
-        let (hash, types, rewritten) = (self.lexed.shape_hash(), self.lexed.param_types(), &self.rewritten);
+        let (hash, types, rewritten) = (self.lexed.shape_hash(), self.lexed.param_types(), self.lexed.rewritten_of_last());
         let mut lookup = registry.shapes.lookup(context, hash, rewritten, types, Instant::now);
         if matches!(lookup, Lookup::Miss) {
             let same = |first: &Spelling| lexer::same_statement(&first.sql, first.options, sql, options);
@@ -217,7 +209,7 @@ impl AutoPrepare {
                     context,
                     settings: settings.parse_settings(),
                     hash,
-                    sql: rewritten.as_str().into(),
+                    sql: rewritten.into(),
                     param_types: types.into(),
                     original: sql.into(),
                     options,
@@ -251,15 +243,12 @@ impl AutoPrepare {
     pub(super) fn write_error(&mut self, body: &[u8], to_client: &mut BytesMut) {
         let mapped = self.running.front().and_then(|Running { sql, options, spelling, .. }| {
             let fields = backend::error_field_list(body).ok()?;
-            // Its own lexer: `self.lexed` holds the last query looked up
-            // (see `AutoPrepare::lex`).
-            let mut lexed = Lexed::for_this_shard();
-            lexed.lex(sql, *options).ok()?;
+            self.lexed.lex(sql, *options).ok()?;
             let position = |p| match spelling {
-                None => Some(lexed.original_position(sql, p)),
+                None => Some(self.lexed.original_position(sql, p)),
                 Some(first) => lexer::respelled_position(&first.sql, first.options, sql, *options, p),
             };
-            original_error_fields(&fields, &lexed, sql, position)
+            original_error_fields(&fields, &self.lexed, sql, position)
         });
         match mapped {
             Some(mapped) => {
@@ -365,7 +354,7 @@ impl Exchange {
         let auto = self.rewriting();
         let looked_up = match auto.lex(sql, ready, st.client_settings) {
             Ok(()) => {
-                let traits = auto.traits.of(auto.lexed.shape_hash(), &auto.rewritten);
+                let traits = auto.traits.of(auto.lexed.shape_hash(), auto.lexed.rewritten_of_last());
                 let context = self.context_for(traits, st);
                 self.rewriting().statement_for(sql, context, st.client_settings, st.registry, after)
             }

@@ -19,8 +19,8 @@
 //! `SET` would otherwise stand for, `lastval` and `currval` are looked for
 //! whole.
 //!
-//! [`MarksMemo`] answers for a text that differs from the one looked at
-//! before it only in its digits (a hot query's next values) without a pass:
+//! [`MarksMemo`] answers for a text that differs from one looked at lately
+//! only in its digits (a hot query's next values) without a pass:
 //! no mark has a digit in it, so a digit ends any match, and two texts with
 //! the same runs of other bytes between their digits have the same marks.
 //!
@@ -213,37 +213,72 @@ impl Marks {
     }
 }
 
-/// The marks of the text looked at last (see the module doc). A text
-/// longer than this is not kept.
+/// How many texts [`MarksMemo`] keeps: a transaction's statements fit.
+const MEMO_TEXTS: usize = 8;
+
+/// A longer text is not kept.
 const MEMO_TEXT_MAX: usize = 1024;
 
-/// The last text [`MarksMemo::of`] passed over, and its marks.
+/// The last texts [`MarksMemo::of`] passed over, one per key (the lexer's
+/// template key, `relex::text_key`), and their marks.
 #[derive(Debug, Default)]
 pub struct MarksMemo {
-    text: Vec<u8>,
-    marks: Marks,
+    kept: Vec<(u64, Vec<u8>, Marks)>,
+    next: usize,
+    /// The entry used last.
+    last: usize,
+    /// The capacity of the texts kept, counted as they are kept.
+    bytes: usize,
 }
 
 impl MarksMemo {
-    /// [`Marks::of`] `sql`: the kept text's marks if `sql` differs from it
+    /// [`Marks::of`] `sql`: a kept text's marks if `sql` differs from it
     /// only in its digits.
     pub fn of(&mut self, sql: &[u8]) -> Marks {
-        if same_but_digits(&self.text, sql) {
-            return self.marks;
+        let key = super::relex::text_key(sql);
+        // The entry used last first: a hot query comes again and again.
+        let found = match self.kept.get(self.last) {
+            Some((k, _, _)) if *k == key => Some(self.last),
+            _ => self.kept.iter().position(|(k, _, _)| *k == key),
+        };
+        if let Some(i) = found {
+            self.last = i;
+        }
+        if let Some(i) = found {
+            let (_, text, marks) = &self.kept[i];
+            if same_but_digits(text, sql) {
+                return *marks;
+            }
         }
         let marks = Marks::of(sql);
-        self.text.clear();
-        self.marks = Marks::default();
-        if sql.len() <= MEMO_TEXT_MAX {
-            self.text.extend_from_slice(sql);
-            self.marks = marks;
+        if sql.len() > MEMO_TEXT_MAX {
+            return marks;
         }
+        let i = match found {
+            Some(i) => i,
+            None if self.kept.len() < MEMO_TEXTS => {
+                self.kept.push((key, Vec::new(), Marks::default()));
+                self.kept.len() - 1
+            }
+            None => {
+                self.next = (self.next + 1) % MEMO_TEXTS;
+                self.next
+            }
+        };
+        self.last = i;
+        let (k, text, m) = &mut self.kept[i];
+        self.bytes -= text.capacity();
+        *k = key;
+        text.clear();
+        text.extend_from_slice(sql);
+        *m = marks;
+        self.bytes += text.capacity();
         marks
     }
 
     /// The bytes it keeps.
     pub fn retained_bytes(&self) -> usize {
-        self.text.capacity()
+        self.bytes
     }
 }
 
@@ -314,6 +349,12 @@ mod tests {
         assert!(!memo.of(b"SELECT 1 FROM t").has(Mark::Set));
         assert!(memo.of(b"SELECT set FROM t").has(Mark::Set));
         assert!(memo.of(b"SELECT set FROM t").has(Mark::Set), "kept");
+        // Texts of other keys are kept beside one another.
+        let kept = memo.kept.len();
+        assert!(memo.of(b"SELECT abalance FROM pgbench_accounts WHERE aid = 5;").is_empty());
+        assert!(memo.of(b"UPDATE t SET x = 1").has(Mark::Set));
+        assert_eq!(memo.kept.len(), kept + 1, "the pgbench query was kept, under its key");
+        assert_eq!(memo.retained_bytes(), memo.kept.iter().map(|(_, text, _)| text.capacity()).sum::<usize>());
     }
 
     fn naive(sql: &[u8]) -> Marks {

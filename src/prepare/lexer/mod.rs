@@ -60,6 +60,7 @@ use std::ops::Range;
 
 pub(crate) use chars::contains_ignore_ascii_case;
 pub use marks::{Mark, Marks, MarksMemo};
+use relex::Templates;
 pub use respell::{respelled_position, same_place, same_statement, same_tokens, Token, TokenClass};
 use scanner::{Frame, Scanner};
 
@@ -292,19 +293,17 @@ pub struct Lexed {
     frames: Vec<Frame>,
     /// The tokens, when [`Lexed::lex_tokens`] records them.
     tokens: Vec<Token>,
-    /// The text [`Lexed::lex`] last lexed, and with what options (None when
-    /// what this holds is not its lexing): the next text is first read
-    /// again from it (`relex.rs`).
-    template: Vec<u8>,
-    template_options: Option<LexOptions>,
-    /// The last [`Lexed::lex`] read its text again from the one before.
+    /// Texts [`Lexed::lex`] lexed lately, with their lexing: the next text
+    /// of one of their shapes is read again from it (`relex.rs`).
+    templates: Templates,
+    /// The template holding the last [`Lexed::lex`]'s lexing and rewritten
+    /// text: the one it read its text again from, or kept it in.
+    last: Option<usize>,
+    /// The last [`Lexed::lex`] read its text again from a template.
     read_again: bool,
+    /// The rewritten text of a text not kept as a template.
+    rewritten: String,
 }
-
-/// A longer text is not kept as a template: it would hold memory for a
-/// query that is seldom hot, and a scan of it costs little more than the
-/// comparison would.
-const TEMPLATE_MAX: usize = 8 * 1024;
 
 impl Lexed {
     /// The bytes its buffers hold (the literal values of the largest query
@@ -317,7 +316,8 @@ impl Lexed {
             + self.kept.capacity() * size_of::<Kept>()
             + self.frames.capacity() * size_of::<Frame>()
             + self.tokens.capacity() * size_of::<Token>()
-            + self.template.capacity()
+            + self.templates.retained_bytes()
+            + self.rewritten.capacity()
     }
 }
 
@@ -365,50 +365,61 @@ impl Lexed {
             kept: Vec::new(),
             frames: Vec::new(),
             tokens: Vec::new(),
-            template: Vec::new(),
-            template_options: None,
+            templates: Templates::default(),
+            last: None,
             read_again: false,
+            rewritten: String::new(),
         }
     }
 
     /// Lexes one query. On `Err` the output is empty and the query must pass
-    /// through unchanged. A text that differs from the last one lexed only in
-    /// its literal values is read from that one (`relex.rs`), not scanned.
+    /// through unchanged. A text that differs from one lexed lately only in
+    /// its literal values is read again from that one (`relex.rs`), not
+    /// scanned.
     pub fn lex(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
-        if self.template_options == Some(options) {
-            let template = std::mem::take(&mut self.template);
-            let again = self.relex(&template, sql.as_bytes(), options);
-            self.template = template;
-            if again {
-                self.template.clear();
-                self.template.extend_from_slice(sql.as_bytes());
-                self.read_again = true;
+        let key = relex::text_key(sql.as_bytes());
+        if let Some(i) = self.templates.find(key, options, self.last) {
+            if self.relex(i, sql.as_bytes(), options) {
+                (self.last, self.read_again) = (Some(i), true);
                 return Ok(());
             }
         }
-        self.read_again = false;
         let result = self.lex_recording::<false>(sql, options);
-        self.template_options = None;
-        if result.is_ok() && sql.len() <= TEMPLATE_MAX {
-            self.template.clear();
-            self.template.extend_from_slice(sql.as_bytes());
-            self.template_options = Some(options);
+        self.last = match result {
+            Ok(()) => self.remember(key, sql, options),
+            Err(_) => None,
+        };
+        if result.is_ok() && self.last.is_none() {
+            let mut out = std::mem::take(&mut self.rewritten);
+            out.clear();
+            self.write_rewritten(sql, &mut out);
+            self.rewritten = out;
         }
+        self.read_again = false;
         result
     }
 
     /// [`Lexed::lex`], recording the tokens ([`Lexed::tokens`]) as well: for
     /// the cold path only. It always scans.
     pub fn lex_tokens(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
-        self.template_options = None;
-        self.read_again = false;
+        (self.last, self.read_again) = (None, false);
         self.lex_recording::<true>(sql, options)
     }
 
-    /// Whether the last [`Lexed::lex`] read its text from the text lexed
-    /// before it: then both have one shape, and one rewritten text.
+    /// Whether the last [`Lexed::lex`] read its text again from one lexed
+    /// before.
     pub fn was_read_again(&self) -> bool {
         self.read_again
+    }
+
+    /// The rewritten text ([`Lexed::write_rewritten`]) of the text the last
+    /// successful [`Lexed::lex`] lexed: its template's, written once for
+    /// every text of its shape, or one written for a text too long to keep.
+    pub fn rewritten_of_last(&self) -> &str {
+        match self.last {
+            Some(i) => self.templates.rewritten(i),
+            None => &self.rewritten,
+        }
     }
 
     /// One scanner per `RECORD`, so that [`Lexed::lex`] has no trace of
