@@ -48,7 +48,7 @@ pub fn query(buf: &mut BytesMut, sql: &str) {
 }
 
 pub fn sync(buf: &mut BytesMut) {
-    put_message(buf, SYNC, |_| {});
+    buf.extend_from_slice(&[SYNC, 0, 0, 0, 4]);
 }
 
 pub fn terminate(buf: &mut BytesMut) {
@@ -217,6 +217,12 @@ pub fn bind<'v>(
 }
 
 pub fn describe(buf: &mut BytesMut, target: Target, name: &str) {
+    // The unnamed one (every rewritten query's portal): one copy of its
+    // seven bytes rather than four appends and a length patched in.
+    if name.is_empty() {
+        buf.extend_from_slice(&[DESCRIBE, 0, 0, 0, 6, target.as_byte(), 0]);
+        return;
+    }
     put_message(buf, DESCRIBE, |b| {
         b.put_u8(target.as_byte());
         put_cstr(b, name);
@@ -225,6 +231,11 @@ pub fn describe(buf: &mut BytesMut, target: Target, name: &str) {
 
 /// Execute: run portal `portal`, returning at most `max_rows` rows (0: all).
 pub fn execute(buf: &mut BytesMut, portal: &str, max_rows: u32) {
+    if portal.is_empty() {
+        let [a, b, c, d] = max_rows.min(i32::MAX as u32).to_be_bytes();
+        buf.extend_from_slice(&[EXECUTE, 0, 0, 0, 9, 0, a, b, c, d]);
+        return;
+    }
     put_message(buf, EXECUTE, |b| {
         put_cstr(b, portal);
         b.put_u32(max_rows.min(i32::MAX as u32));
@@ -346,13 +357,21 @@ mod tests {
         close(&mut buf, Target::Statement, "s1");
         flush(&mut buf);
         execute(&mut buf, "p", u32::MAX);
+        describe(&mut buf, Target::Statement, "s1");
+        execute(&mut buf, "", 300);
+        execute(&mut buf, "", u32::MAX);
+        sync(&mut buf);
         let mut want = framed(DESCRIBE, b"P\0");
         want.extend(framed(EXECUTE, b"\0\0\0\0\0"));
         want.extend(framed(CLOSE, b"Ss1\0"));
         want.extend(framed(FLUSH, b""));
         want.extend(framed(EXECUTE, b"p\0\x7f\xff\xff\xff"));
+        want.extend(framed(DESCRIBE, b"Ss1\0"));
+        want.extend(framed(EXECUTE, b"\0\0\0\x01\x2c"));
+        want.extend(framed(EXECUTE, b"\0\x7f\xff\xff\xff"));
+        want.extend(framed(SYNC, b""));
         assert_eq!(&buf[..], want);
-        for tag in [DESCRIBE, EXECUTE, CLOSE, FLUSH, EXECUTE] {
+        for tag in [DESCRIBE, EXECUTE, CLOSE, FLUSH, EXECUTE, DESCRIBE, EXECUTE, EXECUTE, SYNC] {
             assert_eq!(split_message(&mut buf, 100).unwrap().unwrap().tag, tag);
         }
         assert!(is_known_tag(DESCRIBE) && is_known_tag(FLUSH));

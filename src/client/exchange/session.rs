@@ -377,11 +377,20 @@ pub(super) fn follow_changes(sql: &str, marks: Marks) -> Option<Vec<Change>> {
 /// function, so no nextval). Worth asking only about a text sent while the
 /// state may be another client's (psycopg sends BEGIN on its own first).
 pub(super) fn leaves_sequences_alone(sql: &str) -> bool {
-    const WORDS: [&[u8]; 11] =
-        [b"begin", b"start", b"commit", b"end", b"rollback", b"abort", b"savepoint", b"release", b"set", b"show", b"reset"];
-    // The first word first: most texts are told by it alone.
+    // The first word first: most texts are told by it alone, most of
+    // them by its length and first letter.
     let word = first_word(sql);
-    if !WORDS.iter().any(|w| word.eq_ignore_ascii_case(w)) {
+    let candidates: &[&[u8]] = match (word.len(), word.first().map(u8::to_ascii_lowercase)) {
+        (3, Some(b'e' | b's')) => &[b"end", b"set"],
+        (4, Some(b's')) => &[b"show"],
+        (5, Some(b'b' | b's' | b'a' | b'r')) => &[b"begin", b"start", b"abort", b"reset"],
+        (6, Some(b'c')) => &[b"commit"],
+        (7, Some(b'r')) => &[b"release"],
+        (8, Some(b'r')) => &[b"rollback"],
+        (9, Some(b's')) => &[b"savepoint"],
+        _ => return false,
+    };
+    if !candidates.iter().any(|w| word.eq_ignore_ascii_case(w)) {
         return false;
     }
     let body = sql.trim_ascii_end();
@@ -445,11 +454,23 @@ mod tests {
     fn statements_that_leave_sequences_alone() {
         for sql in
             ["BEGIN", "begin isolation level serializable;", "  SET TimeZone = 'UTC'", "show work_mem", "savepoint a", "COMMIT"]
+                .into_iter()
+                .chain(["END", "Start transaction", "abort", "RESET ALL", "release a", "ROLLBACK;", "rollback to a", "sHoW all"])
         {
             assert!(leaves_sequences_alone(sql), "{sql}");
         }
-        for sql in ["select lastval()", "begin; select nextval('s')", "insert into t default values", "settle", "", "values (1)"]
-        {
+        for sql in [
+            "select lastval()",
+            "begin; select nextval('s')",
+            "insert into t default values",
+            "settle",
+            "",
+            "values (1)",
+            "ends",
+            "resets",
+            "commits",
+            "shows",
+        ] {
             assert!(!leaves_sequences_alone(sql), "{sql}");
         }
     }
