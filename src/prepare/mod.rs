@@ -17,4 +17,6 @@ pub mod lexer;
 mod registry;
 pub mod shape;
 
-pub use registry::{ClientStatements, Context, PrepareStats, Registry, RowRecord, ServerStatements, Statement, StatementLimit};
+pub use registry::{
+    ClientStatements, Context, PrepareStats, RecentStatements, Registry, RowRecord, ServerStatements, Statement, StatementLimit,
+};

@@ -3,7 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use bytes::Bytes;
 
@@ -286,15 +286,29 @@ impl Registry {
     }
 
     /// [`Registry::register`] for a client whose last Parse of the same
-    /// kind (its unnamed statement) gave it `last`: that statement again
-    /// without a lookup if it is the one `register` would return (same
-    /// context, same body, still registered). Drivers that send the unnamed
-    /// statement's Parse before every Bind send the same text over and over.
-    pub fn register_again(&self, last: Option<&Rc<Statement>>, context: Context, body: &[u8]) -> Rc<Statement> {
-        match last {
-            Some(s) if s.registered.get() && s.context == context && s.key[..] == *body => s.clone(),
-            _ => self.register(context, body),
+    /// kind (its unnamed statement) gave it `last`, with `recent` the
+    /// statements such Parses gave lately: one of those again without a
+    /// lookup if it is the one `register` would return (same context, same
+    /// body, still registered). Drivers that send the unnamed statement's
+    /// Parse before every Bind send the same text over and over, or a
+    /// transaction's few texts in turn (the lookup hashes the whole text).
+    pub fn register_again(
+        &self,
+        last: Option<&Rc<Statement>>,
+        recent: &mut RecentStatements,
+        context: Context,
+        body: &[u8],
+    ) -> Rc<Statement> {
+        let current = |s: &Statement| s.registered.get() && s.context == context && s.key[..] == *body;
+        if let Some(s) = last.filter(|s| current(s)) {
+            return s.clone();
         }
+        if let Some(s) = recent.find(current) {
+            return s;
+        }
+        let statement = self.register(context, body);
+        recent.note(&statement);
+        statement
     }
 
     /// Forgets a statement whose Parse failed, unless a client still holds it.
@@ -534,6 +548,37 @@ impl ServerStatements {
     }
 }
 
+/// How many statements [`RecentStatements`] keeps: a transaction's texts
+/// fit (pgbench's tpcb-like parses five).
+const RECENT: usize = 8;
+
+/// The statements unnamed Parses gave lately, oldest first from `next`:
+/// held weakly, so that a statement no client holds is still trimmed.
+#[derive(Debug, Default)]
+pub struct RecentStatements {
+    kept: Vec<Weak<Statement>>,
+    next: usize,
+}
+
+impl RecentStatements {
+    /// The first kept statement still alive for which `current` holds,
+    /// looked for from the oldest: texts taken in turn come back oldest
+    /// first.
+    fn find(&self, current: impl Fn(&Statement) -> bool) -> Option<Rc<Statement>> {
+        let (newer, older) = self.kept.split_at(self.next.min(self.kept.len()));
+        older.iter().chain(newer).filter_map(Weak::upgrade).find(|s| current(s))
+    }
+
+    fn note(&mut self, statement: &Rc<Statement>) {
+        if self.kept.len() < RECENT {
+            self.kept.push(Rc::downgrade(statement));
+            return;
+        }
+        self.kept[self.next] = Rc::downgrade(statement);
+        self.next = (self.next + 1) % RECENT;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -614,7 +659,9 @@ mod tests {
         let r = Registry::new(0, 10);
         let other = r.context(b"search_path=b");
         let last = r.register(Context::DEFAULT, b"select * from t");
-        let again = |last: &Rc<Statement>, context, body: &[u8]| r.register_again(Some(last), context, body);
+        let again = |last: &Rc<Statement>, context, body: &[u8]| {
+            r.register_again(Some(last), &mut RecentStatements::default(), context, body)
+        };
         assert!(Rc::ptr_eq(&again(&last, Context::DEFAULT, b"select * from t"), &last), "the same text: the same statement");
         for (context, body) in [(Context::DEFAULT, &b"select * from u"[..]), (other, b"select * from t")] {
             let got = again(&last, context, body);
@@ -628,9 +675,40 @@ mod tests {
         r.forget_failed(&failed);
         assert!(!Rc::ptr_eq(&again(&failed, Context::DEFAULT, b"selec 1"), &failed), "nor a forgotten one");
         assert!(Rc::ptr_eq(
-            &r.register_again(None, Context::DEFAULT, b"select * from u"),
+            &r.register_again(None, &mut RecentStatements::default(), Context::DEFAULT, b"select * from u"),
             &r.register(Context::DEFAULT, b"select * from u")
         ));
+    }
+
+    /// Texts parsed in turn are found among the recent ones, and only while
+    /// each is what `register` would give.
+    #[test]
+    fn recent_statements_give_what_register_would() {
+        let r = Registry::new(0, 100);
+        let mut recent = RecentStatements::default();
+        let texts: Vec<Vec<u8>> = (0..10).map(|i| format!("select {i} from t").into_bytes()).collect();
+        let mut held = Vec::new();
+        for round in 0..3 {
+            for text in &texts[..5] {
+                let got = r.register_again(None, &mut recent, Context::DEFAULT, text);
+                assert!(Rc::ptr_eq(&got, &r.register(Context::DEFAULT, text)), "round {round}");
+                held.push(got);
+            }
+        }
+        assert_eq!(recent.kept.len(), 5, "noted once each, found after");
+        // More texts than it keeps: the oldest make way.
+        for text in &texts {
+            held.push(r.register_again(None, &mut recent, Context::DEFAULT, text));
+        }
+        assert_eq!(recent.kept.len(), RECENT);
+        // A retired statement is not found again; its successor is.
+        let old = r.register(Context::DEFAULT, &texts[9]);
+        r.retire(&old);
+        let new = r.register_again(None, &mut recent, Context::DEFAULT, &texts[9]);
+        assert!(!Rc::ptr_eq(&new, &old) && Rc::ptr_eq(&new, &r.register(Context::DEFAULT, &texts[9])));
+        // Nor one of another context.
+        let other = r.context(b"search_path=b");
+        assert!(Rc::ptr_eq(&r.register_again(None, &mut recent, other, &texts[9]), &r.register(other, &texts[9])));
     }
 
     #[test]

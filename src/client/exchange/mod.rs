@@ -46,7 +46,6 @@ use super::negotiate::{self, NegotiateError, Negotiator, Plan, PlanMemo};
 use super::pinning::SessionFeature;
 use super::quiet::QuietTexts;
 use super::tracker::Tracker;
-use crate::prepare::lexer::MarksMemo;
 use crate::prepare::{ClientStatements, Registry, ServerStatements, Statement};
 use crate::protocol::backend::{self, ErrorFields};
 use crate::protocol::frame::HEADER_LEN;
@@ -329,9 +328,6 @@ pub struct Exchange {
     rewriting: Option<Box<AutoPrepare>>,
     /// Negotiated plans made lately, lent the same way (see [`PlanMemo`]).
     plans: Option<Box<PlanMemo>>,
-    /// The marks of the text watched last, lent the same way: a hot
-    /// query's next values are not passed over again (see [`MarksMemo`]).
-    marks: MarksMemo,
     /// The client's statements are its own on its server connection
     /// (session mode): its messages pass through as sent
     /// ([`Exchange::passing_through`]). Else they are the pool's, shared.
@@ -442,16 +438,13 @@ pub struct InFlight {
     due: VecDeque<Due>,
     rewriting: Option<Box<AutoPrepare>>,
     plans: Option<Box<PlanMemo>>,
-    marks: MarksMemo,
 }
 
 impl InFlight {
     /// The bytes its buffers hold (auto-prepare's lexer keeps a query's
     /// literal values, whatever their size, until the next query).
     pub fn retained_bytes(&self) -> usize {
-        self.rewriting.as_ref().map_or(0, |r| r.retained_bytes())
-            + self.plans.as_ref().map_or(0, |p| p.retained_bytes())
-            + self.marks.retained_bytes()
+        self.rewriting.as_ref().map_or(0, |r| r.retained_bytes()) + self.plans.as_ref().map_or(0, |p| p.retained_bytes())
     }
 }
 
@@ -487,7 +480,6 @@ impl Exchange {
         if self.plans.is_none() {
             self.plans = lent.plans;
         }
-        self.marks = lent.marks;
     }
 
     /// Gives the lent part back when the server connection goes, unless
@@ -496,12 +488,7 @@ impl Exchange {
     pub fn park(&mut self) -> InFlight {
         let due = self.due.give_room();
         let idle = self.rewriting.as_ref().is_some_and(|r| r.running.is_empty());
-        InFlight {
-            due,
-            rewriting: if idle { self.rewriting.take() } else { None },
-            plans: self.plans.take(),
-            marks: std::mem::take(&mut self.marks),
-        }
+        InFlight { due, rewriting: if idle { self.rewriting.take() } else { None }, plans: self.plans.take() }
     }
 
     /// The client's unnamed statement is none pglane has (pglane answered
@@ -610,8 +597,6 @@ impl Exchange {
             // connection's text settings too: nothing of it is about this
             // server connection.
             plans: _,
-            // Marks of a text, nothing about a connection.
-            marks: _,
             passes_through: _,
             quiet: _,
             for_server,

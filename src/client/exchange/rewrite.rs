@@ -29,8 +29,8 @@ use bytes::BytesMut;
 
 use super::{Check, Due, Exchange, Request, Statements};
 use crate::prepare::auto::{Job, Lookup, PassThrough, Spelling};
-use crate::prepare::lexer::{self, LexOptions, Lexed};
-use crate::prepare::{Context, Registry, Statement};
+use crate::prepare::lexer::{self, LexOptions, Lexed, MarksMemo};
+use crate::prepare::{Context, RecentStatements, Registry, Statement};
 use crate::protocol::backend;
 use crate::protocol::frontend::{self, Target};
 use crate::protocol::names;
@@ -90,6 +90,14 @@ pub(super) struct AutoPrepare {
     /// Where a negotiated rewritten query's Bind is written before it is
     /// negotiated: kept, so that writing it allocates nothing.
     pub(super) bind: BytesMut,
+    /// The marks of the texts watched lately (`Exchange::watch_text`): a
+    /// hot query's next values are not passed over again. Here, lent with
+    /// the rest, rather than in every client's exchange: an idle client's
+    /// task is sized to an allocator class with little room.
+    pub(super) marks: MarksMemo,
+    /// The statements unnamed Parses were mapped to lately (see
+    /// `Registry::register_again`), lent the same way.
+    pub(super) recent_unnamed: RecentStatements,
 }
 
 /// A larger scratch Bind (a query with large literals) is let go.
@@ -145,6 +153,8 @@ impl Default for AutoPrepare {
             spare: Vec::new(),
             traits: TraitsMemo::default(),
             bind: BytesMut::new(),
+            marks: MarksMemo::default(),
+            recent_unnamed: RecentStatements::default(),
         }
     }
 }
@@ -157,6 +167,7 @@ impl AutoPrepare {
             + self.spare.iter().map(String::capacity).sum::<usize>()
             + self.traits.retained_bytes()
             + self.bind.capacity()
+            + self.marks.retained_bytes()
     }
 
     /// Lexes the simple query `sql` into its shape (the rewritten text,

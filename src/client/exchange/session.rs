@@ -65,7 +65,10 @@ impl Exchange {
     pub(super) fn watch_text(&mut self, sql: &str, st: &mut Statements<'_>) -> Watched {
         // One pass over the text tells which of the scans below can find
         // anything in it: most texts get none of them.
-        let marks = self.marks.of(sql.as_bytes());
+        let marks = match self.rewriting.as_deref_mut() {
+            Some(auto) => auto.marks.of(sql.as_bytes()),
+            None => Marks::of(sql.as_bytes()),
+        };
         let text = pinning::MarkedText::new(sql, marks);
         let idle = self.tracker.status() == backend::TransactionStatus::Idle;
         let changes = idle.then(|| follow_changes(sql, marks)).flatten();

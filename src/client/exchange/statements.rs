@@ -335,7 +335,7 @@ impl Exchange {
                 Unnamed::Shared(s) => Some(s),
                 _ => None,
             };
-            let statement = st.registry.register_again(last, context, rest);
+            let statement = st.registry.register_again(last, &mut self.rewriting().recent_unnamed, context, rest);
             self.unnamed = Unnamed::Shared(statement.clone());
             return self.parse_shared(statement, ClientName::Unnamed, Some(previous), st, to_server);
         }

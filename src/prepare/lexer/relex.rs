@@ -9,17 +9,18 @@
 //! kind, read by the rules the scanner reads it by. The scanner walks left
 //! to right, and what it decides at a token depends on the tokens before it
 //! and on the bytes after it up to the next token, never on a literal's
-//! value. Equal bytes before a slot, a literal of the same kind in it (so
-//! the same first byte, and the same parameter type), and equal bytes after
-//! it give the same walk: the same shape hash, parameter types, kept
-//! literals and errors, with the slots' spans and values those of the new
-//! text. The tests check this against a full lex of random texts.
+//! value. Equal bytes before a slot, a literal of the same kind and
+//! parameter type in it, and equal bytes after it give the same walk: the
+//! same shape hash, parameter types, kept literals and errors, with the
+//! slots' spans and values those of the new text. The tests check this
+//! against a full lex of random texts.
 //!
 //! Only the literals a hot path repeats are read here: a plain integer
 //! (`42`, no `.`, no exponent; `-42` where the template's number had its
-//! minus folded, which the scanner then folds here too, or none) and a plain
-//! `'…'` string (no prefix letter, no continuation). Anything else, or any byte that differs outside
-//! a slot, and the caller lexes the text in full.
+//! minus folded, which the scanner then folds here too, or none) and a
+//! plain `'…'` string (no prefix letter, no continuation). Anything else,
+//! or any byte that differs outside a slot, and the caller lexes the text
+//! in full.
 //!
 //! [`Templates`] keeps the last few texts lexed, one per [`text_key`] (a
 //! transaction's statements each have their own), each with its lexing and
