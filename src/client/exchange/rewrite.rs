@@ -116,6 +116,10 @@ const TRAITS_TEXT_MAX: usize = 1024;
 #[derive(Debug, Default)]
 pub(super) struct TraitsMemo {
     slots: [Option<(u64, TextTraits, String)>; TRAITS_SLOTS],
+    /// The slot filled next when a text is not found (in turn: a slot
+    /// chosen by the hash alone let two of a transaction's shapes evict
+    /// each other).
+    next: usize,
 }
 
 impl TraitsMemo {
@@ -124,17 +128,21 @@ impl TraitsMemo {
         if text.len() > TRAITS_TEXT_MAX {
             return TextTraits::of(text.as_bytes());
         }
-        let slot = &mut self.slots[(hash % TRAITS_SLOTS as u64) as usize];
-        if let Some((seen_hash, traits, seen)) = slot {
-            if *seen_hash == hash && seen == text {
+        let found = self.slots.iter().position(|s| s.as_ref().is_some_and(|(seen_hash, _, _)| *seen_hash == hash));
+        if let Some((_, traits, seen)) = found.and_then(|i| self.slots[i].as_ref()) {
+            if seen == text {
                 return *traits;
             }
         }
+        let i = found.unwrap_or_else(|| {
+            self.next = (self.next + 1) % TRAITS_SLOTS;
+            self.next
+        });
         let traits = TextTraits::of(text.as_bytes());
-        let mut seen = slot.take().map(|(_, _, seen)| seen).unwrap_or_default();
+        let mut seen = self.slots[i].take().map(|(_, _, seen)| seen).unwrap_or_default();
         seen.clear();
         seen.push_str(text);
-        *slot = Some((hash, traits, seen));
+        self.slots[i] = Some((hash, traits, seen));
         traits
     }
 
@@ -489,5 +497,11 @@ mod tests {
         assert_eq!(memo.of(1, &long), TextTraits::of(long.as_bytes()));
         assert_eq!(memo.retained_bytes(), kept);
         assert!(kept <= TRAITS_SLOTS * TRAITS_TEXT_MAX);
+        // Shapes whose hashes fall on one slot by their low bits are both kept.
+        let mut memo = TraitsMemo::default();
+        memo.of(1, texts[0]);
+        memo.of(1 + TRAITS_SLOTS as u64, texts[2]);
+        let kept: Vec<u64> = memo.slots.iter().flatten().map(|(hash, _, _)| *hash).collect();
+        assert!(kept.contains(&1) && kept.contains(&(1 + TRAITS_SLOTS as u64)), "{kept:?}");
     }
 }

@@ -20,9 +20,10 @@
 //! whole.
 //!
 //! [`MarksMemo`] answers for a text that differs from one looked at lately
-//! only in its digits (a hot query's next values) without a pass:
-//! no mark has a digit in it, so a digit ends any match, and two texts with
-//! the same runs of other bytes between their digits have the same marks.
+//! only in bytes no mark has (digits, a minus, spaces, quotes: a hot
+//! query's next values) without a pass: such a byte ends any match, so two
+//! texts with the same runs of mark letters between such bytes have the
+//! same marks.
 //!
 //! [`Marks::of`] is pure and never allocates. Shift-And (one table load and three bit
 //! operations per byte), written here because a search for several short
@@ -148,20 +149,6 @@ const TABLE: [u64; 256] = {
     table
 };
 
-/// What [`MarksMemo`] rests on: a digit is no mark's letter.
-const _NO_DIGIT_IN_ANY_MARK: () = {
-    let mut i = 0;
-    while i < ALL.len() {
-        let letters = ALL[i].letters();
-        let mut j = 0;
-        while j < letters.len() {
-            assert!(!letters[j].is_ascii_digit());
-            j += 1;
-        }
-        i += 1;
-    }
-};
-
 /// The bits of each mark's first letter, and of its last.
 const FIRST: u64 = letter_bits(false);
 const LAST: u64 = letter_bits(true);
@@ -233,7 +220,7 @@ pub struct MarksMemo {
 
 impl MarksMemo {
     /// [`Marks::of`] `sql`: a kept text's marks if `sql` differs from it
-    /// only in its digits.
+    /// only in bytes no mark has.
     pub fn of(&mut self, sql: &[u8]) -> Marks {
         let key = super::relex::text_key(sql);
         // The entry used last first: a hot query comes again and again.
@@ -246,7 +233,7 @@ impl MarksMemo {
         }
         if let Some(i) = found {
             let (_, text, marks) = &self.kept[i];
-            if same_but_digits(text, sql) {
+            if same_but_neutral(text, sql) {
                 return *marks;
             }
         }
@@ -282,11 +269,12 @@ impl MarksMemo {
     }
 }
 
-/// Whether `a` and `b` are the same runs of non-digit bytes, with runs of
-/// digits (of any length, but none missing) in the same places between them.
-fn same_but_digits(a: &[u8], b: &[u8]) -> bool {
-    let in_digits =
-        |text: &[u8], at: usize| text.get(at).is_some_and(u8::is_ascii_digit) || (at > 0 && text[at - 1].is_ascii_digit());
+/// Whether `a` and `b` are the same runs of mark letters, with runs of
+/// other bytes (any, but none missing) in the same places between them: a
+/// byte no mark has resets the search (its `TABLE` entry is 0).
+fn same_but_neutral(a: &[u8], b: &[u8]) -> bool {
+    let neutral = |c: u8| TABLE[usize::from(c)] == 0;
+    let in_neutral = |text: &[u8], at: usize| text.get(at).is_some_and(|&c| neutral(c)) || (at > 0 && neutral(text[at - 1]));
     let (mut i, mut j) = (0, 0);
     loop {
         let common = common_prefix(&a[i..], &b[j..]);
@@ -295,17 +283,17 @@ fn same_but_digits(a: &[u8], b: &[u8]) -> bool {
         if i == a.len() && j == b.len() {
             return true;
         }
-        // They differ here: only inside a run of digits on both sides.
-        if !in_digits(a, i) || !in_digits(b, j) {
+        // They differ here: only inside a run of neutral bytes on both sides.
+        if !in_neutral(a, i) || !in_neutral(b, j) {
             return false;
         }
-        let digits_a = a[i..].iter().take_while(|c| c.is_ascii_digit()).count();
-        let digits_b = b[j..].iter().take_while(|c| c.is_ascii_digit()).count();
-        if digits_a == 0 && digits_b == 0 {
+        let skipped_a = a[i..].iter().take_while(|&&c| neutral(c)).count();
+        let skipped_b = b[j..].iter().take_while(|&&c| neutral(c)).count();
+        if skipped_a == 0 && skipped_b == 0 {
             return false;
         }
-        i += digits_a;
-        j += digits_b;
+        i += skipped_a;
+        j += skipped_b;
     }
 }
 
@@ -333,19 +321,22 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn the_memo_answers_for_other_digits_only() {
+    fn the_memo_answers_for_other_neutral_bytes_only() {
         let mut memo = MarksMemo::default();
         let pgbench = b"SELECT abalance FROM pgbench_accounts WHERE aid = 81649;";
         assert!(memo.of(pgbench).is_empty());
-        assert!(same_but_digits(pgbench, b"SELECT abalance FROM pgbench_accounts WHERE aid = 7;"));
-        assert!(same_but_digits(b"x12y3", b"x4y567"));
-        assert!(same_but_digits(b"12", b"3"));
-        assert!(!same_but_digits(b"se1t", b"set"), "a digit that splits a word");
-        assert!(!same_but_digits(b"ab1", b"ab"), "a run of digits missing");
-        assert!(!same_but_digits(b"x1", b"x1y"));
-        assert!(!same_but_digits(b"1x", b"1y"));
-        assert!(!same_but_digits(b"aid = 5", b"aid = 5 OFFSET 1"));
-        // A text that gains a mark in a digit's place is passed over.
+        assert!(same_but_neutral(pgbench, b"SELECT abalance FROM pgbench_accounts WHERE aid = 7;"));
+        assert!(same_but_neutral(b"x12y3", b"x4y567"));
+        assert!(same_but_neutral(b"12", b"3"));
+        assert!(same_but_neutral(b"SET a = a + -1234 WHERE b = '1'", b"SET a = a + 56 WHERE b = '22'"), "a sign, quotes");
+        assert!(!same_but_neutral(b"WHERE b = 'x'", b"WHERE b = 'yy'"), "letters of marks in a literal");
+        assert!(!same_but_neutral(b"se1t", b"set"), "a digit that splits a word");
+        assert!(!same_but_neutral(b"ab1", b"ab"), "a run of neutral bytes missing");
+        assert!(!same_but_neutral(b"x1", b"x1y"));
+        assert!(!same_but_neutral(b"1x", b"1y"));
+        assert!(!same_but_neutral(b"aid = 5", b"aid = 5 OFFSET 1"));
+        assert!(!same_but_neutral(b"a 'set'", b"a 'sit'"), "a letter of a mark inside a literal");
+        // A text that gains a mark in a neutral byte's place is passed over.
         assert!(!memo.of(b"SELECT 1 FROM t").has(Mark::Set));
         assert!(memo.of(b"SELECT set FROM t").has(Mark::Set));
         assert!(memo.of(b"SELECT set FROM t").has(Mark::Set), "kept");
@@ -430,8 +421,8 @@ mod tests {
         /// After any text, the memo's marks of the next are a pass's.
         #[test]
         fn the_memo_agrees_with_a_pass(
-            first in "(?i)[a-z_ 0-9]{0,6}(set|lis|1|12|int|s1et|lastval|curr3val)?[a-z_ 0-9]{0,6}(set|9|u&)?[0-9 ]{0,3}",
-            second in "(?i)[a-z_ 0-9]{0,6}(set|lis|1|12|int|s1et|lastval|curr3val)?[a-z_ 0-9]{0,6}(set|9|u&)?[0-9 ]{0,3}",
+            first in "(?i)[a-z_ 0-9'-]{0,6}(set|lis|1|12|int|s1et|se-t|lastval|curr3val)?[a-z_ 0-9]{0,6}(set|9|u&|-)?[0-9 ']{0,3}",
+            second in "(?i)[a-z_ 0-9'-]{0,6}(set|lis|1|12|int|s1et|se-t|lastval|curr3val)?[a-z_ 0-9]{0,6}(set|9|u&|-)?[0-9 ']{0,3}",
             digits in proptest::collection::vec("[0-9]{1,4}", 4),
         ) {
             // The second text, and the first with its digit runs replaced.
