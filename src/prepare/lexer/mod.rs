@@ -39,8 +39,8 @@
 //! * `hash.rs`: the shape hash;
 //! * `rewrite.rs`: the rewritten text and error positions mapped back;
 //! * `respell.rs`: two spellings of one statement, compared token by token;
-//! * `relex.rs`: a text read again from the last one lexed, when only its
-//!   literal values differ (a hot statement's next execution);
+//! * `relex.rs`: a text read again from one of the last few lexed, when only
+//!   its literal values differ (a hot statement's next execution);
 //! * `marks.rs`: which of a few telling words a text may hold, in one pass
 //!   (for the session-state scans of `client::pinning` and `settings`).
 //!
@@ -407,8 +407,9 @@ impl Lexed {
     }
 
     /// Whether the last [`Lexed::lex`] read its text again from one lexed
-    /// before.
-    pub fn was_read_again(&self) -> bool {
+    /// before (the lexer's own tests ask; callers need not know).
+    #[cfg(test)]
+    pub(super) fn was_read_again(&self) -> bool {
         self.read_again
     }
 
