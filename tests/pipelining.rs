@@ -407,9 +407,48 @@ fn a_client_whose_query_ran_long_is_not_followed_for_a_while() {
     }
 }
 
+/// What [`cancel_behind`] saw.
+struct CancelledBehind {
+    ahead: Vec<Message>,
+    behind: Vec<Message>,
+    /// From the request behind to its reply.
+    took: Duration,
+    /// The reply to the query the client behind ran next, straight on.
+    next: Vec<Message>,
+}
+
+/// Lines up `behind_sql` behind another client's `SELECT pg_sleep(0.5)`
+/// (see [`line_up`]) and sends a cancel request for it while it waits
+/// there, not yet handed over. Straight after its reply, the client behind
+/// runs `SELECT pg_sleep(0.3)` on the same backend (one connection), past
+/// when a cancel would be sent again had its request still run.
+fn cancel_behind(port: u16, blocker: &mut RawClient, behind_sql: &'static str) -> CancelledBehind {
+    let (keys, key) = std::sync::mpsc::channel();
+    let (mut ahead, behind) = line_up(port, blocker, "SELECT pg_sleep(0.5)", move |mut client, login| {
+        let k = login.iter().find(|m| m.tag == backend::BACKEND_KEY_DATA).expect("BackendKeyData");
+        let pid = i32::from_be_bytes(k.body[..4].try_into().unwrap());
+        let secret = i32::from_be_bytes(k.body[4..8].try_into().unwrap());
+        send_query(&mut client, behind_sql);
+        keys.send((pid, secret)).unwrap();
+        let started = std::time::Instant::now();
+        let reply = client.until_ready();
+        let took = started.elapsed();
+        (reply, took, query(&mut client, "SELECT pg_sleep(0.3)"))
+    });
+    let (pid, secret) = key.recv().unwrap();
+    // Behind the other client's sleep, not yet handed over.
+    wait_for_waiting(port, |n| n == 0);
+    let mut cancel = BytesMut::new();
+    pglane::protocol::startup::encode_cancel(&mut cancel, pid, secret);
+    std::io::Write::write_all(&mut std::net::TcpStream::connect(("127.0.0.1", port)).unwrap(), &cancel).unwrap();
+    let ahead = ahead.until_ready();
+    let (behind, took, next) = behind.join().unwrap();
+    CancelledBehind { ahead, behind, took, next }
+}
+
 /// A cancel request for a query waiting behind another client's is held
 /// until the connection is handed over, and then cancels that query, not
-/// the one that was ahead of it.
+/// the one that was ahead of it, nor the client's next one.
 #[test]
 fn a_cancel_for_a_request_behind_another_waits_for_the_hand_over() {
     postgres().fresh_database("pipe_cancel", Some(USER));
@@ -418,26 +457,45 @@ fn a_cancel_for_a_request_behind_another_waits_for_the_hand_over() {
     let mut blocker = RawClient::login(port, USER, "app");
     warm(port, &mut blocker, "SELECT pg_sleep(0.001)");
     warm(port, &mut blocker, "SELECT 1");
-    let (keys, key) = std::sync::mpsc::channel();
-    let (mut ahead, behind) = line_up(port, &mut blocker, "SELECT pg_sleep(0.5)", move |mut client, login| {
-        let k = login.iter().find(|m| m.tag == backend::BACKEND_KEY_DATA).expect("BackendKeyData");
-        let pid = i32::from_be_bytes(k.body[..4].try_into().unwrap());
-        let secret = i32::from_be_bytes(k.body[4..8].try_into().unwrap());
-        send_query(&mut client, "SELECT pg_sleep(10)");
-        keys.send((pid, secret)).unwrap();
-        let started = std::time::Instant::now();
-        (client.until_ready(), started.elapsed())
-    });
-    let (pid, secret) = key.recv().unwrap();
-    // Behind the other client's sleep, not yet handed over.
-    wait_for_waiting(port, |n| n == 0);
-    let mut cancel = BytesMut::new();
-    pglane::protocol::startup::encode_cancel(&mut cancel, pid, secret);
-    std::io::Write::write_all(&mut std::net::TcpStream::connect(("127.0.0.1", port)).unwrap(), &cancel).unwrap();
-    assert_eq!(error_code(&ahead.until_ready()), None, "the query ahead was cancelled");
-    let (reply, took) = behind.join().unwrap();
-    assert_eq!(error_code(&reply).as_deref(), Some("57014"), "not cancelled after {took:?}: {reply:?}");
+    let seen = cancel_behind(port, &mut blocker, "SELECT pg_sleep(10)");
+    assert_eq!(error_code(&seen.ahead), None, "the query ahead was cancelled");
+    let (reply, took) = (&seen.behind, seen.took);
+    assert_eq!(error_code(reply).as_deref(), Some("57014"), "not cancelled after {took:?}: {reply:?}");
     assert!(took < Duration::from_secs(8), "cancelled only after {took:?}");
+    assert_eq!(error_code(&seen.next), None, "the client's next query was cancelled too");
+}
+
+/// PostgreSQL ignores a cancel that reaches a backend while it reads its
+/// next command, and a request that waited behind another's is read right
+/// as that one ends, which is when its held cancel is sent: about one in two
+/// hundred was lost so (once in CI, in the test above). So the cancel is
+/// sent once more if the request is still unanswered 100 ms on. A lost
+/// cancel cannot be had on demand; a function that catches the first one
+/// and sleeps on stands in for it, and the second cancel stops it.
+#[test]
+fn a_held_cancel_is_sent_again_if_the_request_behind_still_runs() {
+    let db = "pipe_cancel_again";
+    postgres().fresh_database(db, Some(USER));
+    postgres().psql_db(
+        db,
+        "CREATE FUNCTION stubborn(seconds float8) RETURNS int LANGUAGE plpgsql AS $$ \
+         BEGIN \
+           BEGIN PERFORM pg_sleep(seconds); EXCEPTION WHEN query_canceled THEN NULL; END; \
+           PERFORM pg_sleep(seconds); \
+           RETURN 1; \
+         END $$",
+    );
+    let lane = pglane(1, db);
+    let port = lane.port;
+    let mut blocker = RawClient::login(port, USER, "app");
+    warm(port, &mut blocker, "SELECT pg_sleep(0.001)");
+    warm(port, &mut blocker, "SELECT stubborn(0.001)");
+    let seen = cancel_behind(port, &mut blocker, "SELECT stubborn(10)");
+    assert_eq!(error_code(&seen.ahead), None, "the query ahead was cancelled");
+    let (reply, took) = (&seen.behind, seen.took);
+    assert_eq!(error_code(reply).as_deref(), Some("57014"), "not cancelled again after {took:?}: {reply:?}");
+    assert!(took < Duration::from_secs(5), "cancelled again only after {took:?}");
+    assert_eq!(error_code(&seen.next), None, "the client's next query was cancelled too");
 }
 
 /// The server connection dies while a request waits behind another

@@ -936,16 +936,7 @@ mod tests {
     fn client(user: &str, database: &str, prepared_statements: u32, id: u64) -> ClientSnapshot {
         ClientSnapshot {
             process_id: id as i32,
-            info: crate::runtime::ClientInfo {
-                user: user.into(),
-                database: database.into(),
-                peer: None,
-                application_name: String::new(),
-                admin: false,
-                tls: None,
-                replication: "none",
-                remote_pid: 0,
-            },
+            info: crate::runtime::ClientInfo::over_the_socket(user, database),
             state: crate::runtime::ClientState::Idle,
             connected_at: SystemTime::now(),
             state_for: Duration::ZERO,

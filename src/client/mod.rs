@@ -388,13 +388,14 @@ struct Session {
 
 /// Sends a cancel request for what `key`'s backend runs, on its own task,
 /// within `timeout`. The connection serves no other client until the server
-/// has it.
-fn spawn_cancel(key: &Rc<crate::server::CancelKey>, timeout: Duration) {
+/// has it. Then `and_then` runs, told whether the server took it.
+fn spawn_cancel(key: &Rc<crate::server::CancelKey>, timeout: Duration, and_then: impl AsyncFnOnce(bool) + 'static) {
     let under_way = key.cancel_under_way();
     let key = key.clone();
     crate::rt::spawn_local(async move {
-        let _ = crate::server::send_cancel(&key, timeout).await;
+        let sent = crate::server::send_cancel(&key, timeout).await.is_ok();
         drop(under_way);
+        and_then(sent).await;
     })
     .detach();
 }
@@ -599,7 +600,7 @@ impl Session {
             },
             release_when_idle,
             shutdown: &self.shard.shutdown,
-            killed: &self.entry.killed,
+            entry: &self.entry,
             waker_id,
             waker_left: &mut self.waker_left,
             saw_ready: false,
@@ -633,6 +634,7 @@ impl Session {
         }
         .await;
         self.entry.unqueue();
+        self.entry.answered();
         let mut offer = self.offer.take();
         self.flush_counters();
         self.forget_ended_subscription();
@@ -868,6 +870,9 @@ impl Session {
         self.flush_counters();
         match end {
             follow::FollowEnd::HandedOver(Handover { lease, unread, stream_left, unsent, skip_ready }) => {
+                // Its whole messages are on the server, with no other client's
+                // behind them (an offer that stayed with this client has one).
+                let alone_on_server = unsent.is_empty() && self.buffers.from_client.at_boundary() && self.offer.is_none();
                 self.buffers.to_server.extend_from_slice(&unsent);
                 self.buffers.from_server.take_over(&unread, stream_left);
                 self.skip_ready = skip_ready;
@@ -875,9 +880,10 @@ impl Session {
                     behind.holder_started();
                 }
                 *self.entry.server.borrow_mut() = Some(lease.cancel_key.clone());
+                self.entry.handed_over(alone_on_server);
                 if cancel_held {
                     // The holder's request is answered: what runs now is this client's.
-                    self.send_cancel(&lease.cancel_key);
+                    self.cancel_held_request(&lease.cancel_key);
                 }
                 self.lease_started = crate::rt::now();
                 Ok(Some(lease))
@@ -1140,20 +1146,34 @@ impl Session {
         });
     }
 
+    /// Sends the cancel request held while the request waited behind
+    /// another client's, now that the request runs; once more if need be
+    /// (see `runtime::cancel_again_while_behind`).
+    fn cancel_held_request(&self, key: &Rc<crate::server::CancelKey>) {
+        let timeout = Config::secs(self.config.server_connect_timeout);
+        if !self.entry.cancel_sent(key) {
+            return spawn_cancel(key, timeout, async |_| {});
+        }
+        let (entry, again, shard, id) = (self.entry.clone(), key.clone(), self.shard.clone(), self.waker_id());
+        spawn_cancel(key, timeout, async move |sent| {
+            let wake = move || shard.shutdown.wake(id);
+            if sent {
+                crate::runtime::cancel_again_while_behind(entry, again, timeout, wake).await;
+            } else {
+                entry.cancel_checked();
+                wake();
+            }
+        });
+    }
+
     /// Closes a server connection whose conversation was left halfway.
     fn close_mid_conversation(&mut self, server: Lease) {
         self.buffers.from_server.clear();
         self.buffers.to_server.clear();
         // A backend busy with an abandoned query would run it to the end
         // before noticing its socket closed: cancel it first.
-        self.send_cancel(&server.cancel_key);
+        spawn_cancel(&server.cancel_key, Config::secs(self.config.server_connect_timeout), async |_| {});
         drop(server); // closes it
-    }
-
-    /// Sends a cancel request for what `key`'s backend runs, on its own task.
-    /// The connection serves no other client until the server has it.
-    fn send_cancel(&self, key: &Rc<crate::server::CancelKey>) {
-        spawn_cancel(key, Config::secs(self.config.server_connect_timeout));
     }
 }
 

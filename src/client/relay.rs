@@ -286,7 +286,9 @@ pub struct Relay<'a> {
     pub sources: Sources<'a>,
     pub release_when_idle: bool,
     pub shutdown: &'a ShutdownSignal,
-    pub killed: &'a std::cell::Cell<bool>,
+    /// The client's registry entry: KILL, and a cancel to send again (see
+    /// `ClientEntry::behind_unanswered`).
+    pub entry: &'a crate::runtime::ClientEntry,
     pub waker_id: u64,
     /// The shutdown signal has this task's waker (see `poll_fired_once`).
     pub waker_left: &'a mut bool,
@@ -351,7 +353,7 @@ impl Unsent<'_> {
     fn written(self) {
         *self.entry.server.borrow_mut() = Some(self.key.clone());
         if self.entry.unqueue() {
-            super::spawn_cancel(self.key, self.timeout);
+            super::spawn_cancel(self.key, self.timeout, async |_| {});
         }
     }
 }
@@ -564,7 +566,7 @@ impl Relay<'_> {
 
     /// One round: read, process and write each direction once.
     fn step(&mut self, cx: &mut Context<'_>) -> Step {
-        if self.killed.get() {
+        if self.entry.killed.get() {
             return Step::Done(RelayEnd::Killed);
         }
         let mut progress = false;
@@ -613,7 +615,9 @@ impl Relay<'_> {
             }
         }
         if let Some(offer) = self.offer.as_ref() {
-            if b.to_server.len() < self.intake.buffer {
+            // (Held back while a cancel sent for this client's request is
+            // unchecked; its check wakes this relay.)
+            if b.to_server.len() < self.intake.buffer && offer.has_outbox() && self.entry.may_queue_behind() {
                 offer.move_outbox(&mut b.to_server);
             }
         }
@@ -722,6 +726,7 @@ impl Relay<'_> {
                         }
                         if forwarded && tag == backend::READY_FOR_QUERY {
                             self.saw_ready = true;
+                            self.entry.answered();
                             b.counters.queries += 1;
                             if self.exchange.is_quiet() {
                                 if let Some(since) = self.busy_since.take() {

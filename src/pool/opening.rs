@@ -54,6 +54,11 @@
 //! fails the follower's request with the holder's. pglane cannot tell
 //! either from the follower's own trouble, nor take back what it sent.
 //!
+//! A cancel request for a follower is held until the hand-over, and then
+//! checked and sent once more if need be (`runtime::ClientEntry::cancel_sent`):
+//! meanwhile the follower's relay moves no other client's messages out of
+//! its offer's outbox.
+//!
 //! This module only keeps the hand-over's state; what a relay does with it
 //! is the client's (`client::relay`, `client::follow`).
 
@@ -238,6 +243,11 @@ impl Opening {
     /// A follower took this opening since it was posted.
     pub fn is_claimed(&self) -> bool {
         self.claimed.get()
+    }
+
+    /// The follower has messages waiting to go to the server.
+    pub fn has_outbox(&self) -> bool {
+        !self.outbox.borrow().is_empty()
     }
 
     /// Moves the follower's messages to the end of `to_server`.

@@ -4,6 +4,7 @@
 //! here, by the shard that owns the client, exactly as PostgreSQL would.
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use tracing::{debug, warn};
 
@@ -17,7 +18,7 @@ impl Shard {
     /// that owns the client, or by the peer instance that does. Returns once
     /// the server (or the peer) has taken it, so that the client's cancel
     /// connection closes only then, as PostgreSQL's does.
-    pub async fn route_cancel(&self, process_id: i32, secret_key: i32) {
+    pub async fn route_cancel(self: &Rc<Self>, process_id: i32, secret_key: i32) {
         match self.keys.route(process_id, secret_key) {
             keys::Route::Shard { shard, secret } if shard == self.id => self.cancel_local(process_id, secret).await,
             keys::Route::Shard { shard, secret } if shard < self.shards => {
@@ -57,7 +58,7 @@ impl Shard {
     /// `ClientEntry::queued`); a client between requests has nothing to
     /// cancel (and the connection it last held may serve another client by
     /// now), so the cancel is dropped, never kept for its next request.
-    pub(super) async fn cancel_local(&self, process_id: i32, secret_key: i32) {
+    pub(super) async fn cancel_local(self: &Rc<Self>, process_id: i32, secret_key: i32) {
         let (key, queued): (Option<Rc<CancelKey>>, Option<Rc<ClientEntry>>) = {
             let clients = self.clients.borrow();
             let Some(client) = clients.get(&process_id).filter(|c| c.secret_key == secret_key) else { return };
@@ -87,10 +88,59 @@ impl Shard {
             return;
         }
         let Some(key) = key else { return };
-        // Until the server has it, the connection goes to no other client.
-        let _under_way = key.cancel_under_way();
-        if let Err(e) = crate::server::send_cancel(&key, timeout).await {
-            warn!(shard = self.id, "cancel request to {} failed: {e}", key.address);
+        let behind = self.clients.borrow().get(&process_id).filter(|c| c.cancel_sent(&key)).cloned();
+        let sent = send_to_backend(&key, timeout).await;
+        if let Some(client) = behind {
+            let shard = self.clone();
+            let wake = move || shard.shutdown.wake(u64::from(process_id as u32));
+            if sent {
+                rt::spawn_local(cancel_again_while_behind(client, key, timeout, wake)).detach();
+            } else {
+                client.cancel_checked();
+                wake();
+            }
         }
     }
+}
+
+/// How long a request that went to the server behind another client's may
+/// run after a cancel request for it was sent before the cancel is sent
+/// once more (see [`cancel_again_while_behind`]). By then its backend has
+/// long read the request, so a cancel that arrives finds it running.
+const CANCEL_AGAIN_AFTER: Duration = Duration::from_millis(100);
+
+/// Sends a cancel request to `key`'s backend; whether the server took it.
+/// Until it has, the connection goes to no other client.
+async fn send_to_backend(key: &Rc<CancelKey>, timeout: Duration) -> bool {
+    let _under_way = key.cancel_under_way();
+    match crate::server::send_cancel(key, timeout).await {
+        Ok(()) => true,
+        Err(e) => {
+            warn!("cancel request to {} failed: {e}", key.address);
+            false
+        }
+    }
+}
+
+/// After a cancel request was sent for `client`'s request, which went to
+/// the server behind another client's (`ClientEntry::cancel_sent`): sends
+/// it once more if that request is still unanswered a little later, then
+/// lets other clients' requests go behind it again (`wake` wakes its relay,
+/// which may be holding one back).
+///
+/// PostgreSQL ignores a cancel that reaches a backend while it reads its
+/// next command, and such a request is read right as the one ahead ends,
+/// about when its cancel, held until then, is sent. Sent again, the cancel
+/// reaches the same request or, if that just ended, a backend with nothing
+/// of another client's queued, which ignores it. What this changes against
+/// a direct connection: a query that catches `query_canceled` and runs on
+/// is cancelled a second time.
+pub async fn cancel_again_while_behind(client: Rc<ClientEntry>, key: Rc<CancelKey>, timeout: Duration, wake: impl FnOnce()) {
+    rt::sleep(CANCEL_AGAIN_AFTER).await;
+    if client.may_cancel_again(&key) {
+        debug!(process_id = key.process_id, "a request that went behind another still runs: its cancel is sent again");
+        send_to_backend(&key, timeout).await;
+    }
+    client.cancel_checked();
+    wake();
 }

@@ -33,6 +33,28 @@ impl ClientState {
     }
 }
 
+/// A client's request that went to the server behind another client's
+/// (server pipelining), as far as a cancel request for it goes.
+///
+/// Such a request starts the moment the one ahead ends, which is about when
+/// a cancel request held until then is sent, and PostgreSQL ignores a cancel
+/// that reaches a backend still reading its next command (about one in two
+/// hundred, sent right at the hand-over, was lost). So a cancel sent for it
+/// is checked a little later and sent once more if it still runs (see
+/// `runtime::cancel::cancel_again_while_behind`); meanwhile no other
+/// client's request goes to the server behind it, which a late cancel could
+/// otherwise stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behind {
+    /// Not behind another's, answered, or another client's request is (or
+    /// may be) behind it: a cancel is sent once.
+    No,
+    /// Handed over, unanswered, and no other client's request behind it.
+    Alone,
+    /// As `Alone`, with a cancel sent and not checked yet.
+    Cancelled,
+}
+
 /// A number no other client or server connection of this process has had
 /// (SHOW CLIENTS' and SERVERS' `id`, as PgBouncer's). Taken once per login
 /// and per server connection opened, never on the query path.
@@ -60,6 +82,21 @@ pub struct ClientInfo {
 }
 
 impl ClientInfo {
+    /// A plain client of `user` on `database` over the unix socket (for tests).
+    #[cfg(test)]
+    pub fn over_the_socket(user: &str, database: &str) -> ClientInfo {
+        ClientInfo {
+            user: user.into(),
+            database: database.into(),
+            peer: None,
+            application_name: String::new(),
+            admin: false,
+            tls: None,
+            replication: "none",
+            remote_pid: 0,
+        }
+    }
+
     /// Its address as SHOW CLIENTS gives it (empty over the unix socket).
     pub fn addr(&self) -> String {
         self.peer.map(|p| p.ip().to_string()).unwrap_or_default()
@@ -104,6 +141,9 @@ pub struct ClientEntry {
     /// `cancel_held` until it is, as sent now it would cancel the other's.
     pub following: Cell<bool>,
     pub cancel_held: Cell<bool>,
+    /// Where its request stands for a cancel request sent again (see
+    /// [`Behind`]).
+    behind: Cell<Behind>,
     /// It has held a server connection at least once.
     served: Cell<bool>,
 }
@@ -126,6 +166,7 @@ impl ClientEntry {
             killed: Cell::new(false),
             following: Cell::new(false),
             cancel_held: Cell::new(false),
+            behind: Cell::new(Behind::No),
             served: Cell::new(false),
         }
     }
@@ -192,6 +233,58 @@ impl ClientEntry {
         Poll::Pending
     }
 
+    /// Its request went to the server behind another client's and was
+    /// handed the connection: `alone` if no other client's is behind it.
+    pub fn handed_over(&self, alone: bool) {
+        self.behind.set(if alone { Behind::Alone } else { Behind::No });
+    }
+
+    /// Its request is answered (or the relay is over).
+    pub fn answered(&self) {
+        self.behind.set(Behind::No);
+    }
+
+    /// A cancel request goes to `key`'s backend for the request it runs: if
+    /// that went behind another client's and is alone, its cancel is to be
+    /// checked (true), and until then no other client's request goes behind.
+    pub fn cancel_sent(&self, key: &Rc<CancelKey>) -> bool {
+        let alone = self.behind.get() == Behind::Alone && self.holds(key);
+        if alone {
+            self.behind.set(Behind::Cancelled);
+        }
+        alone
+    }
+
+    /// The request a cancel was sent for (see [`ClientEntry::cancel_sent`])
+    /// still runs, unanswered, on `key`'s backend.
+    pub fn may_cancel_again(&self, key: &Rc<CancelKey>) -> bool {
+        self.behind.get() == Behind::Cancelled && self.holds(key)
+    }
+
+    /// The cancel sent is checked: other clients' requests may go behind.
+    pub fn cancel_checked(&self) {
+        if self.behind.get() == Behind::Cancelled {
+            self.behind.set(Behind::Alone);
+        }
+    }
+
+    /// Another client's request is to go to the server behind this one's:
+    /// not while a cancel for this one is unchecked (false); from then on,
+    /// no cancel is sent again.
+    pub fn may_queue_behind(&self) -> bool {
+        match self.behind.get() {
+            Behind::Cancelled => false,
+            _ => {
+                self.behind.set(Behind::No);
+                true
+            }
+        }
+    }
+
+    fn holds(&self, key: &Rc<CancelKey>) -> bool {
+        self.server.borrow().as_ref().is_some_and(|held| Rc::ptr_eq(held, key))
+    }
+
     /// Has it held a server connection since it logged in? A client that
     /// has not has its first request on the way (it just logged in): a
     /// rolling restart lets it run that (see `runtime::listeners`).
@@ -214,5 +307,73 @@ impl ClientEntry {
             self.state.set(state);
             self.state_since.set(crate::rt::now());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ServerAddress;
+
+    fn client() -> ClientEntry {
+        ClientEntry::new(ClientInfo::over_the_socket("u", "d"), 7)
+    }
+
+    fn server_key() -> Rc<CancelKey> {
+        Rc::new(CancelKey::new(ServerAddress::Tcp { host: "localhost".into(), port: 5432 }, 1, 2, None))
+    }
+
+    /// Holding `key`, handed over with `alone`.
+    fn handed_over(alone: bool) -> (ClientEntry, Rc<CancelKey>) {
+        let (entry, key) = (client(), server_key());
+        *entry.server.borrow_mut() = Some(key.clone());
+        entry.handed_over(alone);
+        (entry, key)
+    }
+
+    #[test]
+    fn a_cancel_for_a_request_alone_behind_is_checked_and_holds_others_back_until_then() {
+        let (entry, key) = handed_over(true);
+        assert!(entry.cancel_sent(&key));
+        assert!(entry.may_cancel_again(&key));
+        assert!(!entry.may_queue_behind(), "another client's request went behind an unchecked cancel");
+        entry.cancel_checked();
+        assert!(!entry.may_cancel_again(&key));
+        // Still alone: a second cancel is checked too.
+        assert!(entry.cancel_sent(&key));
+        entry.cancel_checked();
+        // Once another client's request goes behind, a cancel is sent once.
+        assert!(entry.may_queue_behind());
+        assert!(!entry.cancel_sent(&key));
+        assert!(!entry.may_cancel_again(&key));
+    }
+
+    #[test]
+    fn a_cancel_is_sent_once_for_a_request_not_alone_behind_or_answered() {
+        let (entry, key) = handed_over(false);
+        assert!(!entry.cancel_sent(&key), "another client's request is behind it");
+        assert!(entry.may_queue_behind());
+
+        let (entry, key) = handed_over(true);
+        assert!(entry.cancel_sent(&key));
+        entry.answered();
+        assert!(!entry.may_cancel_again(&key), "answered");
+        assert!(entry.may_queue_behind());
+
+        // Never behind another's.
+        let (entry, key) = (client(), server_key());
+        *entry.server.borrow_mut() = Some(key.clone());
+        assert!(!entry.cancel_sent(&key));
+    }
+
+    #[test]
+    fn a_cancel_is_not_sent_again_once_the_connection_went_back() {
+        let (entry, key) = handed_over(true);
+        assert!(entry.cancel_sent(&key));
+        *entry.server.borrow_mut() = None;
+        assert!(!entry.may_cancel_again(&key));
+        // Nor to another backend the client holds by then.
+        *entry.server.borrow_mut() = Some(server_key());
+        assert!(!entry.may_cancel_again(&key));
     }
 }

@@ -10,6 +10,7 @@
 //! login.
 
 mod cancel;
+pub use cancel::cancel_again_while_behind;
 mod clients;
 mod control;
 pub mod keys;
