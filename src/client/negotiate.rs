@@ -381,6 +381,9 @@ const PLAN_DESCRIPTION_MAX: usize = 2048;
 #[derive(Debug, Default)]
 pub struct PlanMemo {
     slots: [Option<Box<Planned>>; PLAN_SLOTS],
+    /// What [`PlanMemo::retained_bytes`] says, counted as slots are filled:
+    /// it is asked at every transaction's end.
+    bytes: usize,
 }
 
 #[derive(Debug)]
@@ -394,6 +397,10 @@ struct Planned {
 }
 
 impl Planned {
+    fn retained_bytes(&self) -> usize {
+        self.description.capacity() + self.codes.capacity()
+    }
+
     fn made_from(&self, description: &[u8], codes: &[u8], settings: &TextSettings, max_row: usize, small_rows: bool) -> bool {
         self.description == description
             && self.codes == codes
@@ -440,10 +447,12 @@ impl PlanMemo {
                 plan: None,
             })
         });
+        self.bytes -= planned.retained_bytes();
         planned.description.clear();
         planned.description.extend_from_slice(description);
         planned.codes.clear();
         planned.codes.extend_from_slice(codes);
+        self.bytes += planned.retained_bytes();
         planned.settings.clone_from(settings);
         planned.max_row = max_row;
         planned.small_rows = small_rows;
@@ -453,7 +462,7 @@ impl PlanMemo {
 
     /// The bytes it holds, for whoever keeps it between clients.
     pub fn retained_bytes(&self) -> usize {
-        self.slots.iter().flatten().map(|p| p.description.capacity() + p.codes.capacity()).sum()
+        self.bytes
     }
 }
 
@@ -848,6 +857,7 @@ mod tests {
             planned(plan_bind(&wide, &rests[0], &utc, 1 << 20, false))
         );
         assert_eq!(memo.retained_bytes(), kept);
+        assert_eq!(kept, memo.slots.iter().flatten().map(|p| p.retained_bytes()).sum::<usize>(), "counted as filled");
     }
 
     #[test]

@@ -30,6 +30,7 @@ use bytes::BytesMut;
 use super::{Check, Due, Exchange, Request, Statements};
 use crate::prepare::auto::{Job, Lookup, PassThrough, Spelling};
 use crate::prepare::lexer::{self, LexOptions, Lexed, MarksMemo};
+use crate::prepare::memo::Memo;
 use crate::prepare::{Context, RecentStatements, Registry, Statement};
 use crate::protocol::backend;
 use crate::protocol::frontend::{self, Target};
@@ -115,11 +116,10 @@ const TRAITS_TEXT_MAX: usize = 1024;
 /// comparison of its bytes, not a scan of them.
 #[derive(Debug, Default)]
 pub(super) struct TraitsMemo {
-    slots: [Option<(u64, TextTraits, String)>; TRAITS_SLOTS],
-    /// The slot filled next when a text is not found (in turn: a slot
-    /// chosen by the hash alone let two of a transaction's shapes evict
-    /// each other).
-    next: usize,
+    kept: Memo<(TextTraits, String), TRAITS_SLOTS>,
+    /// What [`TraitsMemo::retained_bytes`] says, counted as texts are kept:
+    /// it is asked at every transaction's end.
+    bytes: usize,
 }
 
 impl TraitsMemo {
@@ -128,26 +128,25 @@ impl TraitsMemo {
         if text.len() > TRAITS_TEXT_MAX {
             return TextTraits::of(text.as_bytes());
         }
-        let found = self.slots.iter().position(|s| s.as_ref().is_some_and(|(seen_hash, _, _)| *seen_hash == hash));
-        if let Some((_, traits, seen)) = found.and_then(|i| self.slots[i].as_ref()) {
+        let found = self.kept.find(hash);
+        if let Some(i) = found {
+            let (traits, seen) = self.kept.get(i);
             if seen == text {
                 return *traits;
             }
         }
-        let i = found.unwrap_or_else(|| {
-            self.next = (self.next + 1) % TRAITS_SLOTS;
-            self.next
-        });
         let traits = TextTraits::of(text.as_bytes());
-        let mut seen = self.slots[i].take().map(|(_, _, seen)| seen).unwrap_or_default();
+        let (_, (kept, seen)) = self.kept.place(hash, found);
+        self.bytes -= seen.capacity();
         seen.clear();
         seen.push_str(text);
-        self.slots[i] = Some((hash, traits, seen));
+        self.bytes += seen.capacity();
+        *kept = traits;
         traits
     }
 
     fn retained_bytes(&self) -> usize {
-        self.slots.iter().flatten().map(|(_, _, seen)| seen.capacity()).sum()
+        self.bytes
     }
 }
 
@@ -496,12 +495,12 @@ mod tests {
         let kept = memo.retained_bytes();
         assert_eq!(memo.of(1, &long), TextTraits::of(long.as_bytes()));
         assert_eq!(memo.retained_bytes(), kept);
+        assert_eq!(kept, memo.kept.entries().map(|(_, seen)| seen.capacity()).sum::<usize>(), "counted as kept");
         assert!(kept <= TRAITS_SLOTS * TRAITS_TEXT_MAX);
-        // Shapes whose hashes fall on one slot by their low bits are both kept.
+        // Shapes whose hashes share their low bits are both kept.
         let mut memo = TraitsMemo::default();
         memo.of(1, texts[0]);
         memo.of(1 + TRAITS_SLOTS as u64, texts[2]);
-        let kept: Vec<u64> = memo.slots.iter().flatten().map(|(hash, _, _)| *hash).collect();
-        assert!(kept.contains(&1) && kept.contains(&(1 + TRAITS_SLOTS as u64)), "{kept:?}");
+        assert!(memo.kept.find(1).is_some() && memo.kept.find(1 + TRAITS_SLOTS as u64).is_some());
     }
 }

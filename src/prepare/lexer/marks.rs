@@ -30,6 +30,8 @@
 //! words in texts this short is cheaper so than any general multi-pattern
 //! searcher's set-up.
 
+use crate::prepare::memo::Memo;
+
 /// What is looked for: a word's first letters, or a whole word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
@@ -210,10 +212,7 @@ const MEMO_TEXT_MAX: usize = 1024;
 /// template key, `relex::text_key`), and their marks.
 #[derive(Debug, Default)]
 pub struct MarksMemo {
-    kept: Vec<(u64, Vec<u8>, Marks)>,
-    next: usize,
-    /// The entry used last.
-    last: usize,
+    kept: Memo<(Vec<u8>, Marks), MEMO_TEXTS>,
     /// The capacity of the texts kept, counted as they are kept.
     bytes: usize,
 }
@@ -223,16 +222,9 @@ impl MarksMemo {
     /// only in bytes no mark has.
     pub fn of(&mut self, sql: &[u8]) -> Marks {
         let key = super::relex::text_key(sql);
-        // The entry used last first: a hot query comes again and again.
-        let found = match self.kept.get(self.last) {
-            Some((k, _, _)) if *k == key => Some(self.last),
-            _ => self.kept.iter().position(|(k, _, _)| *k == key),
-        };
+        let found = self.kept.find(key);
         if let Some(i) = found {
-            self.last = i;
-        }
-        if let Some(i) = found {
-            let (_, text, marks) = &self.kept[i];
+            let (text, marks) = self.kept.get(i);
             if same_but_neutral(text, sql) {
                 return *marks;
             }
@@ -241,24 +233,11 @@ impl MarksMemo {
         if sql.len() > MEMO_TEXT_MAX {
             return marks;
         }
-        let i = match found {
-            Some(i) => i,
-            None if self.kept.len() < MEMO_TEXTS => {
-                self.kept.push((key, Vec::new(), Marks::default()));
-                self.kept.len() - 1
-            }
-            None => {
-                self.next = (self.next + 1) % MEMO_TEXTS;
-                self.next
-            }
-        };
-        self.last = i;
-        let (k, text, m) = &mut self.kept[i];
+        let (_, (text, kept)) = self.kept.place(key, found);
         self.bytes -= text.capacity();
-        *k = key;
         text.clear();
         text.extend_from_slice(sql);
-        *m = marks;
+        *kept = marks;
         self.bytes += text.capacity();
         marks
     }
@@ -341,11 +320,11 @@ mod tests {
         assert!(memo.of(b"SELECT set FROM t").has(Mark::Set));
         assert!(memo.of(b"SELECT set FROM t").has(Mark::Set), "kept");
         // Texts of other keys are kept beside one another.
-        let kept = memo.kept.len();
+        let kept = memo.kept.entries().count();
         assert!(memo.of(b"SELECT abalance FROM pgbench_accounts WHERE aid = 5;").is_empty());
         assert!(memo.of(b"UPDATE t SET x = 1").has(Mark::Set));
-        assert_eq!(memo.kept.len(), kept + 1, "the pgbench query was kept, under its key");
-        assert_eq!(memo.retained_bytes(), memo.kept.iter().map(|(_, text, _)| text.capacity()).sum::<usize>());
+        assert_eq!(memo.kept.entries().count(), kept + 1, "the pgbench query was kept, under its key");
+        assert_eq!(memo.retained_bytes(), memo.kept.entries().map(|(text, _)| text.capacity()).sum::<usize>());
     }
 
     fn naive(sql: &[u8]) -> Marks {

@@ -378,7 +378,7 @@ impl Lexed {
     /// scanned.
     pub fn lex(&mut self, sql: &str, options: LexOptions) -> Result<(), Unsupported> {
         let key = relex::text_key(sql.as_bytes());
-        if let Some(i) = self.templates.find(key, options, self.last) {
+        if let Some(i) = self.templates.find(key, options) {
             if self.relex(i, sql.as_bytes(), options) {
                 (self.last, self.read_again) = (Some(i), true);
                 return Ok(());

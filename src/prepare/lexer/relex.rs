@@ -30,6 +30,7 @@
 
 use super::literals::classify_number;
 use super::{Kept, LexOptions, Lexed, LiteralKind, Slot};
+use crate::prepare::memo::Memo;
 
 /// How many texts are kept: a transaction's statements fit (pgbench's
 /// tpcb-like runs seven).
@@ -97,7 +98,6 @@ fn below(at: u32) -> u64 {
 /// A text lexed before, and its lexing.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Template {
-    key: u64,
     options: LexOptions,
     text: Vec<u8>,
     shape_hash: u64,
@@ -112,25 +112,19 @@ pub(super) struct Template {
 /// The templates kept, filled in turn.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Templates {
-    kept: Vec<Template>,
-    next: usize,
+    kept: Memo<Template, TEMPLATES>,
     /// What [`Templates::retained_bytes`] says, kept up to date.
     bytes: usize,
 }
 
 impl Templates {
-    /// The template of `key` lexed with `options`, if one is kept; `last`
-    /// (the one used last) is looked at first.
-    pub(super) fn find(&self, key: u64, options: LexOptions, last: Option<usize>) -> Option<usize> {
-        let fits = |t: &Template| t.key == key && t.options == options;
-        match last {
-            Some(i) if fits(&self.kept[i]) => Some(i),
-            _ => self.kept.iter().position(fits),
-        }
+    /// The template of `key` lexed with `options`, if one is kept.
+    pub(super) fn find(&mut self, key: u64, options: LexOptions) -> Option<usize> {
+        self.kept.find(key).filter(|&i| self.kept.get(i).options == options)
     }
 
     pub(super) fn rewritten(&self, i: usize) -> &str {
-        &self.kept[i].rewritten
+        &self.kept.get(i).rewritten
     }
 
     /// The bytes the templates hold, counted as they are kept.
@@ -159,20 +153,10 @@ impl Lexed {
             return None;
         }
         let t = &mut self.templates;
-        let i = match t.kept.iter().position(|t| t.key == key) {
-            Some(i) => i,
-            None if t.kept.len() < TEMPLATES => {
-                t.kept.push(Template::default());
-                t.kept.len() - 1
-            }
-            None => {
-                t.next = (t.next + 1) % TEMPLATES;
-                t.next
-            }
-        };
-        let mut template = std::mem::take(&mut t.kept[i]);
+        let found = t.kept.find(key);
+        let (i, kept) = t.kept.place(key, found);
+        let mut template = std::mem::take(kept);
         t.bytes -= template.retained_bytes();
-        template.key = key;
         template.options = options;
         template.text.clear();
         template.text.extend_from_slice(sql.as_bytes());
@@ -183,7 +167,7 @@ impl Lexed {
         template.rewritten.clear();
         self.write_rewritten(sql, &mut template.rewritten);
         self.templates.bytes += template.retained_bytes();
-        self.templates.kept[i] = template;
+        *self.templates.kept.get_mut(i) = template;
         Some(i)
     }
 
@@ -192,7 +176,7 @@ impl Lexed {
     /// must then lex `sql` in full.
     pub(super) fn relex(&mut self, i: usize, sql: &[u8], options: LexOptions) -> bool {
         let Lexed { templates, shape_hash, slots, param_types, values, kept: kept_out, tokens, .. } = self;
-        let template = &templates.kept[i];
+        let template = templates.kept.get(i);
         let text = template.text.as_slice();
         tokens.clear();
         slots.clear();
@@ -327,7 +311,7 @@ mod tests {
         if lexed.lex(template, options).is_err() {
             return false;
         }
-        let Some(i) = lexed.templates.find(text_key(template.as_bytes()), options, None) else { return false };
+        let Some(i) = lexed.templates.find(text_key(template.as_bytes()), options) else { return false };
         if !lexed.relex(i, sql.as_bytes(), options) {
             return false;
         }
@@ -449,7 +433,7 @@ mod tests {
                 assert_eq!(outcome(&lexed, &sql), outcome(&full, &sql), "{sql}");
             }
         }
-        let counted: usize = lexed.templates.kept.iter().map(Template::retained_bytes).sum();
+        let counted: usize = lexed.templates.kept.entries().map(Template::retained_bytes).sum();
         assert_eq!(lexed.templates.retained_bytes(), counted);
     }
 
