@@ -72,6 +72,7 @@ use bytes::{BufMut, BytesMut};
 use thiserror::Error;
 
 use crate::formats::{oid, transcoder_for, TextSettings, TranscodeError, Transcoder};
+use crate::prepare::memo::Memo;
 use crate::prepare::{RowRecord, Statement};
 use crate::protocol::backend::{self, FORMAT_BINARY, FORMAT_TEXT};
 use crate::protocol::frame::{parse_header, HEADER_LEN};
@@ -365,8 +366,10 @@ pub fn plan_bind<'r>(
     Some((Plan::new(&types, &codes, settings, max_row, small_rows)?, params))
 }
 
-/// Slots of a [`PlanMemo`]: a transaction's statements fit (pgbench's
-/// tpcb-like binds five).
+/// Plans a [`PlanMemo`] keeps: a transaction's statements fit (pgbench's
+/// tpcb-like binds five). Found by key among all of them: placed by the
+/// statement's address alone, two of tpcb-like's five shared a place and
+/// one was planned again in every transaction.
 const PLAN_SLOTS: usize = 8;
 /// Longer descriptions are planned each time and not kept.
 const PLAN_DESCRIPTION_MAX: usize = 2048;
@@ -380,13 +383,13 @@ const PLAN_DESCRIPTION_MAX: usize = 2048;
 /// `exchange::InFlight`), so that an idle client holds none of it.
 #[derive(Debug, Default)]
 pub struct PlanMemo {
-    slots: [Option<Box<Planned>>; PLAN_SLOTS],
-    /// What [`PlanMemo::retained_bytes`] says, counted as slots are filled:
+    kept: Memo<Planned, PLAN_SLOTS>,
+    /// What [`PlanMemo::retained_bytes`] says, counted as plans are kept:
     /// it is asked at every transaction's end.
     bytes: usize,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Planned {
     description: Vec<u8>,
     codes: Vec<u8>,
@@ -411,8 +414,8 @@ impl Planned {
 }
 
 impl PlanMemo {
-    /// [`plan_bind`], remembered in the slot `key` picks (any number: the
-    /// statement's address, say; the slot's content decides a hit).
+    /// [`plan_bind`], remembered under `key` (any number: the statement's
+    /// address, say; the entry's content decides a hit).
     pub fn plan_bind<'r>(
         &mut self,
         key: usize,
@@ -428,8 +431,9 @@ impl PlanMemo {
                 Plan::new(&described_types(description)?, &frontend::decode_format_codes(codes), settings, max_row, small_rows)?;
             return Some((Rc::new(plan), params));
         }
-        let slot = &mut self.slots[key % PLAN_SLOTS];
-        if let Some(planned) = slot.as_deref() {
+        let key = key as u64;
+        let found = self.kept.find(key);
+        if let Some(planned) = found.map(|i| self.kept.get(i)) {
             if planned.made_from(description, codes, settings, max_row, small_rows) {
                 return planned.plan.clone().map(|plan| (plan, params));
             }
@@ -437,16 +441,7 @@ impl PlanMemo {
         let plan = described_types(description)
             .and_then(|types| Plan::new(&types, &frontend::decode_format_codes(codes), settings, max_row, small_rows))
             .map(Rc::new);
-        let planned = slot.get_or_insert_with(|| {
-            Box::new(Planned {
-                description: Vec::new(),
-                codes: Vec::new(),
-                settings: TextSettings::default(),
-                max_row,
-                small_rows,
-                plan: None,
-            })
-        });
+        let (_, planned) = self.kept.place(key, found);
         self.bytes -= planned.retained_bytes();
         planned.description.clear();
         planned.description.extend_from_slice(description);
@@ -848,6 +843,12 @@ mod tests {
         let first = memo.plan_bind(3, d, &rests[0], &utc, 1 << 20, false).unwrap().0;
         let again = memo.plan_bind(3, d, &rests[0], &utc, 1 << 20, false).unwrap().0;
         assert!(Rc::ptr_eq(&first, &again));
+        // Keys alike in their low bits (statements' addresses) keep a plan each.
+        let other = &descriptions[1];
+        let beside = memo.plan_bind(3 + PLAN_SLOTS, other, &rests[0], &utc, 1 << 20, false).unwrap().0;
+        let first_again = memo.plan_bind(3, d, &rests[0], &utc, 1 << 20, false).unwrap().0;
+        let beside_again = memo.plan_bind(3 + PLAN_SLOTS, other, &rests[0], &utc, 1 << 20, false).unwrap().0;
+        assert!(Rc::ptr_eq(&first, &first_again) && Rc::ptr_eq(&beside, &beside_again));
         // A description over the memo's limit is planned, and not kept.
         let wide = description(&[oid::INT4; 200]);
         assert!(wide.len() > PLAN_DESCRIPTION_MAX);
@@ -857,7 +858,7 @@ mod tests {
             planned(plan_bind(&wide, &rests[0], &utc, 1 << 20, false))
         );
         assert_eq!(memo.retained_bytes(), kept);
-        assert_eq!(kept, memo.slots.iter().flatten().map(|p| p.retained_bytes()).sum::<usize>(), "counted as filled");
+        assert_eq!(kept, memo.kept.entries().map(|p| p.retained_bytes()).sum::<usize>(), "counted as filled");
     }
 
     #[test]
