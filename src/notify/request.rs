@@ -109,8 +109,9 @@ pub fn listen_request(pending: &[u8], max_body: usize, kept: &KeptStatements) ->
     let mut messages = Messages { rest: pending, max_body };
     let (tag, body) = messages.next()?;
     if tag == frontend::QUERY {
-        let text = names::query_bytes(body);
-        if !statement::may_be_listen(text) {
+        // The text's first word, read off the body (its NUL not searched
+        // for: the exchange does that once for what is not LISTEN).
+        if !statement::may_be_listen(body) {
             return None;
         }
         let statement = statement::parse(frontend::decode_query(body).ok()?)?;
@@ -362,6 +363,12 @@ mod tests {
         let mut q = BytesMut::new();
         frontend::query(&mut q, "LISTEN jobs; SELECT 1");
         assert_eq!(listen_request(&q, MAX, &none()), None);
+        // The first word is read off the body, NUL and all.
+        for (sql, listens) in [("LISTEN", false), ("LIST", false), ("", false), (" \tlisten x", true), ("unlisten *", true)] {
+            let mut q = BytesMut::new();
+            frontend::query(&mut q, sql);
+            assert_eq!(listen_request(&q, MAX, &none()).is_some(), listens, "{sql:?}");
+        }
     }
 
     #[test]
