@@ -14,18 +14,24 @@ use super::{put_cstr, put_message, ProtocolError, Reader};
 /// A Parse body as `(statement name, rest)`; the rest (query text, NUL,
 /// parameter count and type OIDs) is what identifies the statement.
 pub fn split_parse(body: &[u8]) -> Result<(&str, &[u8]), ProtocolError> {
+    split_parse_text(body).map(|(name, rest, _)| (name, rest))
+}
+
+/// [`split_parse`], with the query text the rest starts with: found once,
+/// by the same pass that checks the rest's shape.
+pub fn split_parse_text(body: &[u8]) -> Result<(&str, &[u8], &str), ProtocolError> {
     let mut r = Reader::new(body, "Parse");
     let name = r.cstr()?;
     let rest = r.rest();
     // Check the rest's shape so that a malformed Parse is never cached.
     let mut check = Reader::new(rest, "Parse");
-    check.cstr()?;
+    let text = check.cstr()?;
     // The count is unsigned on the wire: PostgreSQL takes up to 65,535.
     let count = usize::from(check.u16()?);
     if check.rest().len() != count * 4 {
         return Err(ProtocolError::Malformed("Parse"));
     }
-    Ok((name, rest))
+    Ok((name, rest, text))
 }
 
 /// The query text inside a Parse rest (for logs and statistics).
@@ -160,6 +166,7 @@ mod tests {
         assert!(split_parse(b"S_1\0select 1\0\0\x01").is_err()); // one OID announced, none there
         assert!(split_parse(b"S_1\0select 1\0\xff\xff").is_err()); // negative count
         assert!(split_parse(b"S_1\0select 1\0\0\0").is_ok());
+        assert_eq!(split_parse_text(b"S_1\0select 1\0\0\0").unwrap(), ("S_1", &b"select 1\0\0\0"[..], "select 1"));
     }
 
     #[test]

@@ -242,7 +242,7 @@ impl Exchange {
     /// A client's Parse (see the module docs). Returns whether anything was
     /// forwarded.
     pub(super) fn parse(&mut self, message: &[u8], body: &[u8], st: &mut Statements<'_>, to_server: &mut BytesMut) -> bool {
-        let Ok((name, rest)) = names::split_parse(body) else {
+        let Ok((name, rest, text)) = names::split_parse_text(body) else {
             // Malformed: the server refuses it, and the unnamed statement
             // is gone either way.
             self.unnamed = Unnamed::None;
@@ -250,7 +250,7 @@ impl Exchange {
             self.pass(message, to_server, Request::Parse { parsed: Parsed::Unnamed { previous }, plain: false });
             return true;
         };
-        let text = names::query_bytes(rest);
+        let text = text.as_bytes();
         let known = self.quiet.get(text);
         if self.passes_through {
             // Nothing is shared: the text's traits are not needed.
