@@ -1157,12 +1157,7 @@ impl Session {
         let (entry, again, shard, id) = (self.entry.clone(), key.clone(), self.shard.clone(), self.waker_id());
         spawn_cancel(key, timeout, async move |sent| {
             let wake = move || shard.shutdown.wake(id);
-            if sent {
-                crate::runtime::cancel_again_while_behind(entry, again, timeout, wake).await;
-            } else {
-                entry.cancel_checked();
-                wake();
-            }
+            crate::runtime::cancel_again_while_behind(entry, again, sent, timeout, wake).await;
         });
     }
 

@@ -93,12 +93,7 @@ impl Shard {
         if let Some(client) = behind {
             let shard = self.clone();
             let wake = move || shard.shutdown.wake(u64::from(process_id as u32));
-            if sent {
-                rt::spawn_local(cancel_again_while_behind(client, key, timeout, wake)).detach();
-            } else {
-                client.cancel_checked();
-                wake();
-            }
+            rt::spawn_local(cancel_again_while_behind(client, key, sent, timeout, wake)).detach();
         }
     }
 }
@@ -123,10 +118,10 @@ async fn send_to_backend(key: &Rc<CancelKey>, timeout: Duration) -> bool {
 }
 
 /// After a cancel request was sent for `client`'s request, which went to
-/// the server behind another client's (`ClientEntry::cancel_sent`): sends
-/// it once more if that request is still unanswered a little later, then
-/// lets other clients' requests go behind it again (`wake` wakes its relay,
-/// which may be holding one back).
+/// the server behind another client's (`ClientEntry::cancel_sent`): if the
+/// server took it (`sent`), sends it once more if that request is still
+/// unanswered a little later; then lets other clients' requests go behind
+/// it again (`wake` wakes its relay, which may be holding one back).
 ///
 /// PostgreSQL ignores a cancel that reaches a backend while it reads its
 /// next command, and such a request is read right as the one ahead ends,
@@ -135,9 +130,17 @@ async fn send_to_backend(key: &Rc<CancelKey>, timeout: Duration) -> bool {
 /// of another client's queued, which ignores it. What this changes against
 /// a direct connection: a query that catches `query_canceled` and runs on
 /// is cancelled a second time.
-pub async fn cancel_again_while_behind(client: Rc<ClientEntry>, key: Rc<CancelKey>, timeout: Duration, wake: impl FnOnce()) {
-    rt::sleep(CANCEL_AGAIN_AFTER).await;
-    if client.may_cancel_again(&key) {
+pub async fn cancel_again_while_behind(
+    client: Rc<ClientEntry>,
+    key: Rc<CancelKey>,
+    sent: bool,
+    timeout: Duration,
+    wake: impl FnOnce(),
+) {
+    if sent {
+        rt::sleep(CANCEL_AGAIN_AFTER).await;
+    }
+    if sent && client.may_cancel_again(&key) {
         debug!(process_id = key.process_id, "a request that went behind another still runs: its cancel is sent again");
         send_to_backend(&key, timeout).await;
     }
