@@ -6,10 +6,12 @@
 //!
 //! It owns only which entry holds which key and which one goes next; what
 //! an entry holds, whether a found entry really fits (its text compared),
-//! and the bytes entries retain are each caller's. A hand-written ring
-//! rather than an LRU crate: eight entries looked at in turn beat any
-//! hashed structure on this path, and nothing here allocates once the
-//! entries exist.
+//! and the bytes entries retain are each caller's. Written here rather than
+//! taken from an LRU crate: an LRU hashes its keys and keeps recency links,
+//! where for eight entries a compare of 64-bit keys in turn is less work,
+//! and refilling in turn is all these memos need (a transaction's few
+//! statements each keep theirs). Nothing here allocates once the entries
+//! exist.
 
 /// Up to `N` entries, one per 64-bit key: the entry found (or filled) last
 /// is looked at first, as a hot statement comes again and again; a new key
