@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::rt::net::Socket;
+use crate::rt::net::{Peek, Socket};
 use futures_lite::{AsyncRead, AsyncWrite};
 
 use crate::config::ServerAddress;
@@ -127,10 +127,7 @@ impl Stream {
     /// connection resting in a pool must have nothing to say; if it has sent
     /// something (a FATAL before its backend exited) or closed, it is unusable.
     pub fn is_quiet_and_open(&self) -> bool {
-        let mut byte = 0u8;
-        // SAFETY: recv into one valid byte of our own stack, on a socket we own.
-        let n = unsafe { libc::recv(self.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-        n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
+        self.socket().is_some_and(|s| s.unread() == Peek::Nothing)
     }
 
     /// Without blocking: has the peer sent bytes nobody has read yet? Used
@@ -138,7 +135,26 @@ impl Stream {
     /// waiting for us and anything already there was sent unencrypted to be
     /// read as if it came through TLS (CVE-2021-23214, CVE-2021-23222).
     pub fn has_unread_bytes(&self) -> bool {
-        has_unread_bytes(self.as_raw_fd())
+        self.socket().is_some_and(|s| s.unread() == Peek::Bytes)
+    }
+
+    /// The socket under the stream (under its TLS, if it has some).
+    fn socket(&self) -> Option<&Socket> {
+        match self {
+            Stream::Plain(socket) => Some(socket),
+            Stream::Tls(tls) => tls.get_ref().0.socket(),
+            Stream::Detached => None,
+        }
+    }
+
+    /// Reads wait for readiness, never in a receive of the ring (see
+    /// [`Socket::read_by_readiness`]).
+    pub fn read_by_readiness(&mut self) {
+        match self {
+            Stream::Plain(socket) => socket.read_by_readiness(),
+            Stream::Tls(tls) => tls.get_mut().0.read_by_readiness(),
+            Stream::Detached => {}
+        }
     }
 
     /// Waits until a read would not wait (see [`Socket::poll_readable`]). A
@@ -239,15 +255,6 @@ impl Stream {
 
 fn detached() -> io::Error {
     io::Error::new(io::ErrorKind::NotConnected, "connection lost during a TLS upgrade")
-}
-
-/// Without blocking: has the peer of socket `fd` sent bytes nobody has
-/// read yet? (`fd` must be open: a socket its caller owns or keeps open.)
-pub fn has_unread_bytes(fd: RawFd) -> bool {
-    let mut byte = 0u8;
-    // SAFETY: recv of one byte into our own stack, peeking, on an open socket.
-    let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-    n > 0
 }
 
 impl AsRawFd for Stream {

@@ -73,6 +73,9 @@ pub(super) async fn run(listening: Rc<Listening>, hub: HubRef) {
                         ));
                     }
                     (lost, told_down, retry) = (false, false, RETRY_FIRST);
+                    let mut opened = opened;
+                    // Its unread bytes are peeked at by the clients' tasks.
+                    opened.server.stream.read_by_readiness();
                     listening.socket.set(Some(opened.server.stream.as_raw_fd()));
                     conn = Some(opened);
                 }

@@ -212,10 +212,11 @@ impl Listening {
     }
 
     /// The server has sent the listening connection bytes its task has not
-    /// read yet (one peek, not waiting).
+    /// read yet (one peek, not waiting; the task's reads wait for
+    /// readiness, so what it has not read is still in the socket).
     fn has_unread(&self) -> bool {
         // The task keeps the socket open while `socket` names it.
-        self.socket.get().is_some_and(crate::net::has_unread_bytes)
+        self.socket.get().is_some_and(|fd| crate::rt::net::peek(fd) == crate::rt::net::Peek::Bytes)
     }
 
     /// Starts its task if it does not run.

@@ -13,12 +13,15 @@
 //!
 //! - [`executor`]: tasks (async-task), a local run queue, and a queue other
 //!   threads push wake-ups into, with an eventfd to interrupt a parked loop;
-//! - [`reactor`]: the ring (SINGLE_ISSUER, DEFER_TASKRUN), readiness polls,
-//!   timers kept in user space, and one `io_uring_enter` per turn that both
-//!   submits and waits, its timeout the nearest timer;
+//! - [`reactor`]: the ring (SINGLE_ISSUER, DEFER_TASKRUN), receives and
+//!   readiness polls, sends queued for the end of the turn, timers kept in
+//!   user space, and one `io_uring_enter` per turn that both submits and
+//!   waits, its timeout the nearest timer;
+//! - [`recv_buffers`]: the buffer ring receives put their bytes in;
 //! - [`spin`]: whether a loop about to sleep spins first, and for how long;
-//! - [`net`]: a socket that reads and writes with plain non-blocking
-//!   syscalls and asks the ring only when the kernel has nothing for it;
+//! - [`net`]: a socket that reads with plain non-blocking syscalls while
+//!   the kernel has bytes for it, then waits in the ring for the next ones
+//!   to come with a receive's completion;
 //! - [`blocking`]: a thread per executor for CPU-heavy work off the loop.
 //!
 //! What this module must not do: know anything about PostgreSQL or pglane's
@@ -29,6 +32,7 @@ pub mod blocking;
 pub mod executor;
 pub mod net;
 pub mod reactor;
+pub mod recv_buffers;
 pub mod spin;
 pub mod time;
 

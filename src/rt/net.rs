@@ -1,13 +1,15 @@
 //! Sockets on the reactor: a connected stream socket (TCP or unix) with
 //! `AsyncRead`/`AsyncWrite`, a listener, and connecting.
 //!
-//! Reads and writes are plain non-blocking `recv`/`send` calls, made at once:
-//! when the kernel has the bytes (or the room) that is the whole cost. Only
-//! when it has nothing does the socket arm a one-shot poll in the ring and
-//! wait. A read that returned less than asked is taken to mean the socket is
-//! drained, so the next read waits for the poll instead of trying a recv
-//! that would fail: a request/response exchange then costs one recv per
-//! message, no failed one. The poll checks readiness as it is armed, so
+//! Reads are plain non-blocking `recv` calls while the kernel may have bytes
+//! for them. Once a read found the socket drained (it returned less than
+//! asked, or nothing), the next one waits in the ring instead: a receive
+//! into a buffer the kernel picks when the bytes come (see
+//! [`super::recv_buffers`]), which the socket reads from, then gives back.
+//! A request/response exchange then costs no recv syscall at all: the
+//! reply comes with its completion. Where the kernel has no buffer rings
+//! (before 5.19), or they are all taken, the wait is a one-shot readiness
+//! poll and a recv follows. Either checks the socket as it is armed, so
 //! bytes that arrived in between are never missed.
 //!
 //! Writes up to [`SEND_QUEUE_LIMIT`] are not sent at once: they are copied
@@ -34,13 +36,16 @@ use std::task::{Context, Poll};
 use futures_lite::{AsyncRead, AsyncWrite};
 
 use super::executor::with_reactor;
-use super::reactor::{Token, SEND_QUEUE_LIMIT};
+use super::reactor::{ReadWait, Token, SEND_QUEUE_LIMIT};
+use super::recv_buffers::Received;
 
 /// A connected stream socket.
 pub struct Socket {
     /// Taken only by `drop`, to hand to a send still under way.
     fd: std::mem::ManuallyDrop<OwnedFd>,
-    read_wait: Option<Token>,
+    /// Where the reading side is: idle, waiting in the ring, or holding
+    /// bytes a receive put in a buffer of the ring.
+    read: ReadState,
     write_wait: Option<Token>,
     /// The last queued send, until it is seen finished.
     send: Option<Token>,
@@ -48,6 +53,20 @@ pub struct Socket {
     maybe_readable: bool,
     /// Dropped with a send under way, the send goes on (else it is dropped).
     linger: bool,
+    /// Reads wait for readiness, never in a receive (see
+    /// [`Socket::read_by_readiness`]).
+    by_readiness: bool,
+}
+
+/// The reading side of a [`Socket`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadState {
+    Idle,
+    /// A wait is in the ring ([`super::reactor::Reactor::wait_readable`]).
+    Waiting(Token),
+    /// A receive put these bytes in a buffer of the ring; this many of them
+    /// were read. They are read before anything else.
+    Filled(Received, u16),
 }
 
 /// Waits for `wait` if armed (`Ready` once it fired), else arms a poll for
@@ -84,11 +103,12 @@ impl Socket {
         set_nonblocking(fd.as_raw_fd())?;
         Ok(Socket {
             fd: std::mem::ManuallyDrop::new(fd),
-            read_wait: None,
+            read: ReadState::Idle,
             write_wait: None,
             send: None,
             maybe_readable: true,
             linger: true,
+            by_readiness: false,
         })
     }
 
@@ -140,6 +160,30 @@ impl Socket {
     /// answers to), or may never read it.
     pub fn abandon(mut self) {
         self.linger = false;
+    }
+
+    /// Reads on this socket wait for readiness and then `recv`, never in a
+    /// receive of the ring: for a socket whose unread bytes are checked
+    /// from outside by peeking at its descriptor alone
+    /// ([`has_unread_bytes`]), where bytes received into the ring would
+    /// not show.
+    pub fn read_by_readiness(&mut self) {
+        self.by_readiness = true;
+    }
+
+    /// Without blocking: what the peer sent that nobody has read yet,
+    /// counting what a receive took off the socket already, which a peek at
+    /// the descriptor would not see.
+    pub fn unread(&self) -> Peek {
+        let received = match self.read {
+            ReadState::Idle => false,
+            ReadState::Waiting(token) => with_reactor(|r| r.has_received(token)).unwrap_or(false),
+            ReadState::Filled(..) => true,
+        };
+        match received {
+            true => Peek::Bytes,
+            false => peek(self.fd.as_raw_fd()),
+        }
     }
 
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
@@ -211,7 +255,13 @@ impl Socket {
 
 impl Drop for Socket {
     fn drop(&mut self) {
-        cancel(&mut self.read_wait);
+        match std::mem::replace(&mut self.read, ReadState::Idle) {
+            ReadState::Idle => {}
+            ReadState::Waiting(token) => cancel(&mut Some(token)),
+            ReadState::Filled(received, _) => {
+                with_reactor(|r| r.give_back(received));
+            }
+        }
         cancel(&mut self.write_wait);
         // SAFETY: `fd` is not used again after this.
         let fd = unsafe { std::mem::ManuallyDrop::take(&mut self.fd) };
@@ -232,13 +282,60 @@ impl Socket {
     /// without reading: a caller that needs a buffer to read into takes one
     /// only then.
     pub fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.maybe_readable && self.read_wait.is_none() {
+        if matches!(self.read, ReadState::Filled(..)) || (self.maybe_readable && self.read == ReadState::Idle) {
             return Poll::Ready(Ok(()));
         }
+        self.wait_for_bytes(cx)
+    }
+
+    /// Waits in the ring for what the socket has next: bytes in a buffer of
+    /// the ring (`ReadState::Filled`), or word that a recv would find something
+    /// (`maybe_readable`).
+    fn wait_for_bytes(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let fd = self.fd.as_raw_fd();
-        std::task::ready!(poll_wait(&mut self.read_wait, fd, (libc::POLLIN | libc::POLLRDHUP) as u32, cx))?;
-        self.maybe_readable = true;
+        let polled = with_reactor(|r| {
+            let token = match self.read {
+                ReadState::Waiting(token) => token,
+                _ => r.wait_readable(fd, self.by_readiness),
+            };
+            self.read = ReadState::Waiting(token);
+            r.poll_readable(token, cx)
+        });
+        let Some(polled) = polled else {
+            return Poll::Ready(Err(io::Error::other("socket used outside its rt executor")));
+        };
+        let Poll::Ready(outcome) = polled else { return Poll::Pending };
+        self.read = ReadState::Idle;
+        match outcome {
+            ReadWait::Bytes(received) => self.read = ReadState::Filled(received, 0),
+            ReadWait::Readable => self.maybe_readable = true,
+            ReadWait::Failed(e) => return Poll::Ready(Err(e)),
+        }
         Poll::Ready(Ok(()))
+    }
+
+    /// Reads what a receive left in a buffer of the ring into `buf`, and
+    /// gives the buffer back once all of it was read.
+    fn read_filled(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let ReadState::Filled(received, taken) = &mut self.read else { return Ok(0) };
+        let copied = with_reactor(|r| {
+            let rest = &r.received(*received)[usize::from(*taken)..];
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            (n, n == rest.len())
+        });
+        let Some((n, all)) = copied else {
+            return Err(io::Error::other("socket used outside its rt executor"));
+        };
+        *taken += n as u16;
+        if all {
+            let received = *received;
+            self.read = ReadState::Idle;
+            with_reactor(|r| r.give_back(received));
+            // A full buffer: more may be waiting in the socket.
+            self.maybe_readable = received.len as usize == super::recv_buffers::SIZE;
+        }
+        Ok(n)
     }
 }
 
@@ -247,9 +344,12 @@ impl AsyncRead for Socket {
         let this = self.get_mut();
         let fd = this.fd.as_raw_fd();
         loop {
-            if this.read_wait.is_some() || !this.maybe_readable {
-                std::task::ready!(poll_wait(&mut this.read_wait, fd, (libc::POLLIN | libc::POLLRDHUP) as u32, cx))?;
-                this.maybe_readable = true;
+            if matches!(this.read, ReadState::Filled(..)) && !buf.is_empty() {
+                return Poll::Ready(this.read_filled(buf));
+            }
+            if matches!(this.read, ReadState::Waiting(_)) || !this.maybe_readable {
+                std::task::ready!(this.wait_for_bytes(cx))?;
+                continue;
             }
             // SAFETY: recv into `buf`, valid for its length, on our socket.
             let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
@@ -374,6 +474,31 @@ impl AsRawFd for Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         cancel(self.wait.get_mut());
+    }
+}
+
+/// What a socket has that nobody has read, by one non-blocking peek.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Peek {
+    /// Nothing yet: it would block.
+    Nothing,
+    Bytes,
+    /// The end of the stream, or an error.
+    Closed,
+}
+
+/// Peeks at socket `fd` (which must be open), not waiting: what it has
+/// that nobody has read. Bytes a [`Socket`]'s receive took already are
+/// not seen ([`Socket::unread`] sees them).
+pub fn peek(fd: RawFd) -> Peek {
+    let mut byte = 0u8;
+    // SAFETY: recv of one byte into our own stack, peeking, on an open socket.
+    let n = unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    match n {
+        n if n > 0 => Peek::Bytes,
+        0 => Peek::Closed,
+        _ if io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock => Peek::Nothing,
+        _ => Peek::Closed,
     }
 }
 
@@ -748,6 +873,145 @@ mod tests {
             let (listener, addr) = tcp_listener();
             drop(listener);
             assert!(Socket::connect_tcp(addr).await.is_err());
+        })
+        .unwrap();
+    }
+
+    /// Waits, without reading, until `socket`'s wait in the ring came to
+    /// something.
+    async fn readable(socket: &mut Socket) {
+        futures_lite::future::poll_fn(|cx| socket.poll_readable(cx)).await.unwrap();
+    }
+
+    #[test]
+    fn a_reply_that_came_while_waiting_is_read_from_the_ring_in_order_in_any_piece_size() {
+        block_on(async {
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let mut a = Socket::from_fd(a.into()).unwrap();
+            let mut b = Socket::from_fd(b.into()).unwrap();
+            // Drained first, so that the next read waits in the ring.
+            let mut buf = vec![0u8; 1000];
+            b.write_all(b"x").await.unwrap();
+            assert_eq!(a.read(&mut buf).await.unwrap(), 1);
+            // More than one buffer of the ring, read 1000 bytes at a time.
+            let sent: Vec<u8> = (0..super::super::recv_buffers::SIZE * 3 + 77).map(|i| (i % 251) as u8).collect();
+            let expected = sent.clone();
+            let writer = spawn_local(async move {
+                sleep(Duration::from_millis(20)).await;
+                b.write_all(&sent).await.unwrap();
+                b
+            });
+            readable(&mut a).await;
+            assert!(matches!(a.read, ReadState::Filled(..)), "the bytes came with the receive's completion");
+            let mut got = Vec::new();
+            while got.len() < expected.len() {
+                let n = a.read(&mut buf).await.unwrap();
+                assert!(n > 0);
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got == expected, "every byte, in order");
+            drop(writer.await);
+            assert_eq!(a.read(&mut buf).await.unwrap(), 0, "end of file once the peer is gone");
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn bytes_a_receive_took_off_the_socket_still_count_as_unread() {
+        block_on(async {
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let mut a = Socket::from_fd(a.into()).unwrap();
+            let mut b = Socket::from_fd(b.into()).unwrap();
+            let mut buf = [0u8; 1];
+            b.write_all(b"Sx").await.unwrap();
+            // The first read takes the socket's bytes; the second waits in the ring.
+            let mut two = [0u8; 2];
+            assert_eq!(a.read(&mut two).await.unwrap(), 2);
+            assert_eq!(a.unread(), Peek::Nothing);
+            let writer = spawn_local(async move {
+                sleep(Duration::from_millis(20)).await;
+                b.write_all(b"S+unencrypted").await.unwrap();
+                b
+            });
+            readable(&mut a).await;
+            assert_eq!(peek(a.as_raw_fd()), Peek::Nothing, "the receive emptied the socket");
+            assert_eq!(a.unread(), Peek::Bytes);
+            assert_eq!(a.read(&mut buf).await.unwrap(), 1);
+            assert_eq!(a.unread(), Peek::Bytes, "what the 'S' came with is unread (CVE-2021-23222)");
+            let mut rest = [0u8; 64];
+            assert_eq!(a.read(&mut rest).await.unwrap(), 12);
+            assert_eq!(a.unread(), Peek::Nothing);
+            drop(writer.await);
+            assert_eq!(a.unread(), Peek::Closed);
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_socket_dropped_with_bytes_in_the_ring_gives_its_buffer_back() {
+        block_on(async {
+            // Three times as many sockets as the ring has buffers, each
+            // dropped holding one: the last still receives into the ring.
+            for _ in 0..3 * super::super::recv_buffers::COUNT {
+                let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+                let mut a = Socket::from_fd(a.into()).unwrap();
+                a.maybe_readable = false;
+                let writer = spawn_local(async move {
+                    let mut b = Socket::from_fd(b.into()).unwrap();
+                    b.write_all(b"unread").await.unwrap();
+                    b
+                });
+                readable(&mut a).await;
+                assert!(matches!(a.read, ReadState::Filled(..)), "a buffer of the ring was free for these bytes");
+                drop(a);
+                drop(writer.await);
+            }
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_socket_read_by_readiness_leaves_its_bytes_in_the_socket_until_read() {
+        block_on(async {
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let mut a = Socket::from_fd(a.into()).unwrap();
+            a.read_by_readiness();
+            a.maybe_readable = false;
+            let mut b = Socket::from_fd(b.into()).unwrap();
+            let writer = spawn_local(async move {
+                sleep(Duration::from_millis(20)).await;
+                b.write_all(b"hello").await.unwrap();
+                b
+            });
+            readable(&mut a).await;
+            assert_eq!(peek(a.as_raw_fd()), Peek::Bytes, "a peek at the descriptor sees them");
+            let mut buf = [0u8; 16];
+            assert_eq!(a.read(&mut buf).await.unwrap(), 5);
+            drop(writer.await);
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_read_gets_its_bytes_by_recv_when_every_buffer_of_the_ring_is_taken() {
+        block_on(async {
+            let mut held = Vec::new();
+            for i in 0..=super::super::recv_buffers::COUNT {
+                let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+                let mut a = Socket::from_fd(a.into()).unwrap();
+                a.maybe_readable = false;
+                let mut b = Socket::from_fd(b.into()).unwrap();
+                b.write_all(format!("socket {i}").as_bytes()).await.unwrap();
+                readable(&mut a).await;
+                held.push((a, b));
+            }
+            let last = held.last_mut().unwrap();
+            assert_eq!(last.0.read, ReadState::Idle, "no buffer was left: the wait said only that bytes are there");
+            let mut buf = [0u8; 64];
+            for (i, (a, _)) in held.iter_mut().enumerate() {
+                let n = a.read(&mut buf).await.unwrap();
+                assert_eq!(&buf[..n], format!("socket {i}").as_bytes());
+            }
         })
         .unwrap();
     }

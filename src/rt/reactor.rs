@@ -1,9 +1,11 @@
 //! The reactor: one io_uring per executor thread, and the timers.
 //!
-//! It does only what the executor cannot do without the kernel: tell it when
-//! a socket that had nothing for it becomes readable or writable (a one-shot
-//! poll op per wait), and wait for that, a timer, or a wake-up from another
-//! thread (a read op on the executor's eventfd), all in one `io_uring_enter`.
+//! It does only what the executor cannot do without the kernel: bring a
+//! socket that had nothing for it its next bytes (a receive into a buffer
+//! of [`super::recv_buffers`], or where the kernel has no buffer rings a
+//! one-shot readiness poll), tell it when a full socket has room, and wait
+//! for that, a timer, or a wake-up from another thread (a read op on the
+//! executor's eventfd), all in one `io_uring_enter`.
 //!
 //! The ring is set up SINGLE_ISSUER and DEFER_TASKRUN where the kernel has
 //! them (6.1+): completions are then processed only inside our own enter, in
@@ -53,6 +55,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{opcode, squeue, types, IoUring};
 
+use super::recv_buffers::{Received, RecvBuffers};
 use super::spin::{RunQueue, SpinPolicy};
 
 /// user_data of the eventfd read that interrupts a wait.
@@ -82,6 +85,16 @@ const SPARE_SEND_BUFFERS: usize = 64;
 /// before the reactor gives up on it and closes the descriptor.
 pub const SEND_LINGER: Duration = Duration::from_secs(5);
 
+/// What a wait for a socket's bytes came to (see [`Reactor::wait_readable`]).
+#[derive(Debug)]
+pub enum ReadWait {
+    /// These bytes, in a buffer of the ring: read them, then give it back.
+    Bytes(Received),
+    /// Something to read (bytes, the end, or an error): `recv` says what.
+    Readable,
+    Failed(io::Error),
+}
+
 /// One op in flight, as its future sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Token {
@@ -102,6 +115,9 @@ enum Slot {
     /// Completed with this result (a byte count, poll mask, or -errno);
     /// its future has not looked yet.
     Done(i32),
+    /// A receive completed with these bytes, in a buffer of the ring that
+    /// its future has not looked at yet (see [`Reactor::wait_readable`]).
+    Received(Received),
     /// Its future is gone and the op was cancelled; free it on completion.
     Abandoned,
 }
@@ -158,8 +174,12 @@ pub struct Reactor {
     /// The slots of send ops pushed since the ring was last entered: each
     /// completes, once, within the next enter (see the module comment).
     sends_in_ring: Vec<u32>,
-    /// Completions taken off the ring, reused from one reap to the next.
-    completed: Vec<(u64, i32)>,
+    /// Completions taken off the ring (user_data, result, flags), reused
+    /// from one reap to the next.
+    completed: Vec<(u64, i32, u32)>,
+    /// Where receives put their bytes; `None` where the kernel has no
+    /// buffer rings, and reads wait for readiness instead.
+    recv_buffers: Option<RecvBuffers>,
     /// Emptied send buffers, for the next sends.
     spare_sends: Vec<Vec<u8>>,
     /// Sends of dropped sockets, oldest first (see [`SEND_LINGER`]).
@@ -193,7 +213,9 @@ impl Reactor {
                 "this kernel's io_uring lacks EXT_ARG or NODROP: pglane needs Linux 5.11 or later",
             ));
         }
+        let recv_buffers = RecvBuffers::register(&ring).ok();
         let mut reactor = Reactor {
+            recv_buffers,
             ring,
             slots: Vec::new(),
             outgoing: Vec::new(),
@@ -243,6 +265,62 @@ impl Reactor {
         let poll = opcode::PollAdd::new(types::Fd(fd), events).build().user_data(token.user_data());
         self.push(poll);
         token
+    }
+
+    /// Asks to be told when `fd` has bytes to read (or its end, or an
+    /// error): a receive into a buffer of the ring where the kernel has
+    /// buffer rings, else a readiness poll. [`Reactor::poll_readable`] says
+    /// what it came to.
+    /// `by_readiness` asks for the poll anyway.
+    pub fn wait_readable(&mut self, fd: RawFd, by_readiness: bool) -> Token {
+        if by_readiness || self.recv_buffers.is_none() {
+            return self.poll_fd(fd, (libc::POLLIN | libc::POLLRDHUP) as u32);
+        }
+        let token = self.slot();
+        let recv = opcode::Recv::new(types::Fd(fd), std::ptr::null_mut(), super::recv_buffers::SIZE as u32)
+            .buf_group(super::recv_buffers::GROUP)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT)
+            .user_data(token.user_data());
+        self.push(recv);
+        token
+    }
+
+    /// What a [`Reactor::wait_readable`] came to, once it did (the token is
+    /// then spent).
+    pub fn poll_readable(&mut self, token: Token, cx: &mut Context<'_>) -> Poll<ReadWait> {
+        if let Slot::Received(received) = self.slots[token.index as usize].1 {
+            self.slots[token.index as usize].1 = Slot::Free;
+            self.free.push(token.index);
+            return Poll::Ready(ReadWait::Bytes(received));
+        }
+        self.poll_token(token, cx).map(|result| match result {
+            // A poll's mask, or a receive that found the end of the stream
+            // or no buffer left: a plain recv will say what is there.
+            r if r >= 0 || r == -libc::ENOBUFS => ReadWait::Readable,
+            r => ReadWait::Failed(io::Error::from_raw_os_error(-r)),
+        })
+    }
+
+    /// Whether a receive completed with bytes its future has not read yet.
+    pub fn has_received(&self, token: Token) -> bool {
+        let (generation, slot) = &self.slots[token.index as usize];
+        *generation == token.generation && matches!(slot, Slot::Received(_))
+    }
+
+    /// The bytes a receive put in a buffer of the ring.
+    pub fn received(&self, received: Received) -> &[u8] {
+        match &self.recv_buffers {
+            Some(buffers) => buffers.bytes(received),
+            None => &[],
+        }
+    }
+
+    /// Gives a receive's buffer back to the ring, once its bytes are read.
+    pub fn give_back(&mut self, received: Received) {
+        if let Some(buffers) = &mut self.recv_buffers {
+            buffers.give_back(received.buffer);
+        }
     }
 
     /// Queues `data` for `fd`, to be sent at the end of this turn; its token
@@ -306,7 +384,7 @@ impl Reactor {
                 self.outgoing[token.index as usize].owned_fd = Some(fd);
                 true
             }
-            Slot::Done(_) => {
+            Slot::Done(_) | Slot::Received(_) => {
                 *slot = Slot::Free;
                 self.free.push(token.index);
                 false
@@ -444,7 +522,7 @@ impl Reactor {
                 waker.wake();
                 return true;
             }
-            Slot::Waiting(None) | Slot::Done(_) => {}
+            Slot::Waiting(None) | Slot::Done(_) | Slot::Received(_) => {}
             Slot::Abandoned | Slot::Free => {
                 *slot = Slot::Free;
                 self.free.push(index);
@@ -480,6 +558,14 @@ impl Reactor {
                 self.free.push(token.index);
                 Poll::Ready(result)
             }
+            // (Only `poll_readable` spends receives.)
+            Slot::Received(received) => {
+                let received = *received;
+                *slot = Slot::Free;
+                self.free.push(token.index);
+                self.give_back(received);
+                Poll::Ready(-libc::ECANCELED)
+            }
             Slot::Waiting(waker) => {
                 match waker {
                     Some(w) if w.will_wake(cx.waker()) => {}
@@ -506,6 +592,12 @@ impl Reactor {
             Slot::Done(_) => {
                 *slot = Slot::Free;
                 self.free.push(token.index);
+            }
+            Slot::Received(received) => {
+                let received = *received;
+                *slot = Slot::Free;
+                self.free.push(token.index);
+                self.give_back(received);
             }
             Slot::Free | Slot::Abandoned => {}
         }
@@ -643,11 +735,11 @@ impl Reactor {
         {
             let mut completion = self.ring.completion();
             completion.sync();
-            completed.extend((&mut completion).map(|cqe| (cqe.user_data(), cqe.result())));
+            completed.extend((&mut completion).map(|cqe| (cqe.user_data(), cqe.result(), cqe.flags())));
         }
         let mut news = false;
         let mut wake_up_read = false;
-        for &(user_data, result) in &completed {
+        for &(user_data, result, flags) in &completed {
             match user_data {
                 WAKE_UP => wake_up_read = true,
                 CANCEL => {}
@@ -664,16 +756,27 @@ impl Reactor {
                         continue;
                     }
                     news = true;
-                    match std::mem::replace(slot, Slot::Done(result)) {
-                        Slot::Waiting(Some(waker)) => waker.wake(),
-                        Slot::Waiting(None) | Slot::Done(_) => {}
-                        Slot::Abandoned => {
-                            *slot = Slot::Free;
-                            self.free.push(index as u32);
+                    let done = match io_uring::cqueue::buffer_select(flags) {
+                        Some(buffer) => {
+                            Slot::Received(Received { buffer, len: result.clamp(0, super::recv_buffers::SIZE as i32) as u16 })
                         }
-                        // Already spent and on the free list: a second
-                        // completion must not put it there twice.
-                        Slot::Free => *slot = Slot::Free,
+                        None => Slot::Done(result),
+                    };
+                    match std::mem::replace(slot, done) {
+                        Slot::Waiting(Some(waker)) => waker.wake(),
+                        Slot::Waiting(None) | Slot::Done(_) | Slot::Received(_) => {}
+                        // Its future is gone: nobody reads what came.
+                        before @ (Slot::Abandoned | Slot::Free) => {
+                            let done = std::mem::replace(slot, Slot::Free);
+                            // A slot already spent is on the free list: a
+                            // second completion must not put it there twice.
+                            if matches!(before, Slot::Abandoned) {
+                                self.free.push(index as u32);
+                            }
+                            if let Slot::Received(received) = done {
+                                self.give_back(received);
+                            }
+                        }
                     }
                 }
             }
