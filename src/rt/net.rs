@@ -322,7 +322,11 @@ impl Socket {
             let rest = &r.received(*received)[usize::from(*taken)..];
             let n = rest.len().min(buf.len());
             buf[..n].copy_from_slice(&rest[..n]);
-            (n, n == rest.len())
+            let all = n == rest.len();
+            if all {
+                r.give_back(*received);
+            }
+            (n, all)
         });
         let Some((n, all)) = copied else {
             return Err(io::Error::other("socket used outside its rt executor"));
@@ -331,7 +335,6 @@ impl Socket {
         if all {
             let received = *received;
             self.read = ReadState::Idle;
-            with_reactor(|r| r.give_back(received));
             // A full buffer: more may be waiting in the socket.
             self.maybe_readable = received.len as usize == super::recv_buffers::SIZE;
         }
