@@ -26,11 +26,17 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use io_uring::types::BufRingEntry;
 use io_uring::IoUring;
 
-/// Buffers in the ring (a power of two).
-pub(super) const COUNT: u16 = 128;
-/// Bytes in each: a request or a reply of a transaction usually fits one.
-/// (A length in one fits a u16.)
-pub const SIZE: usize = 16 * 1024;
+/// Buffers in the ring (a power of two). A buffer is out of the ring only
+/// from its receive's completion until its socket's task reads it, in the
+/// same turn as a rule: more than this many at once and the rest read with
+/// `recv`.
+pub(super) const COUNT: u16 = 64;
+/// Bytes in each: a request or a reply of a transaction usually fits one,
+/// and so does the client inbox's first buffer (`client::inbox::INITIAL`);
+/// a longer one is read on with `recv` after the first buffer, full, said
+/// that more may be there. The kernel fills the buffers in turn, so all of
+/// them are soon resident: 256 KiB a shard. (A length in one fits a u16.)
+pub const SIZE: usize = 4 * 1024;
 const _: () = assert!(SIZE <= u16::MAX as usize);
 /// The ring's buffer group id.
 pub const GROUP: u16 = 0;
