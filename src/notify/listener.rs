@@ -65,7 +65,7 @@ pub(super) async fn run(listening: Rc<Listening>, hub: HubRef) {
     while !listening.unwanted() {
         let Some(c) = conn.as_mut() else {
             match open(&listening, &hub).await {
-                Ok(opened) => {
+                Ok(mut opened) => {
                     info!(%database, %user, "notification listener connected");
                     if lost {
                         listening.tell_everyone(&ErrorFields::notice(
@@ -73,7 +73,6 @@ pub(super) async fn run(listening: Rc<Listening>, hub: HubRef) {
                         ));
                     }
                     (lost, told_down, retry) = (false, false, RETRY_FIRST);
-                    let mut opened = opened;
                     // Its unread bytes are peeked at by the clients' tasks.
                     opened.server.stream.read_by_readiness();
                     listening.socket.set(Some(opened.server.stream.as_raw_fd()));

@@ -164,9 +164,8 @@ impl Socket {
 
     /// Reads on this socket wait for readiness and then `recv`, never in a
     /// receive of the ring: for a socket whose unread bytes are checked
-    /// from outside by peeking at its descriptor alone
-    /// ([`has_unread_bytes`]), where bytes received into the ring would
-    /// not show.
+    /// from outside by peeking at its descriptor alone ([`peek`]), where
+    /// bytes received into the ring would not show.
     pub fn read_by_readiness(&mut self) {
         self.by_readiness = true;
     }
@@ -180,9 +179,10 @@ impl Socket {
             ReadState::Waiting(token) => with_reactor(|r| r.has_received(token)).unwrap_or(false),
             ReadState::Filled(..) => true,
         };
-        match received {
-            true => Peek::Bytes,
-            false => peek(self.fd.as_raw_fd()),
+        if received {
+            Peek::Bytes
+        } else {
+            peek(self.fd.as_raw_fd())
         }
     }
 
@@ -257,7 +257,9 @@ impl Drop for Socket {
     fn drop(&mut self) {
         match std::mem::replace(&mut self.read, ReadState::Idle) {
             ReadState::Idle => {}
-            ReadState::Waiting(token) => cancel(&mut Some(token)),
+            ReadState::Waiting(token) => {
+                with_reactor(|r| r.cancel(token));
+            }
             ReadState::Filled(received, _) => {
                 with_reactor(|r| r.give_back(received));
             }
@@ -765,12 +767,16 @@ mod tests {
         .unwrap();
     }
 
+    /// Two connected unix sockets on the reactor.
+    fn socket_pair() -> (Socket, Socket) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        (Socket::from_fd(a.into()).unwrap(), Socket::from_fd(b.into()).unwrap())
+    }
+
     #[test]
     fn a_read_waits_for_bytes_that_come_later() {
         block_on(async {
-            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-            let mut a = Socket::from_fd(a.into()).unwrap();
-            let mut b = Socket::from_fd(b.into()).unwrap();
+            let (mut a, mut b) = socket_pair();
             let writer = spawn_local(async move {
                 sleep(Duration::from_millis(20)).await;
                 b.write_all(b"late").await.unwrap();
@@ -889,9 +895,7 @@ mod tests {
     #[test]
     fn a_reply_that_came_while_waiting_is_read_from_the_ring_in_order_in_any_piece_size() {
         block_on(async {
-            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-            let mut a = Socket::from_fd(a.into()).unwrap();
-            let mut b = Socket::from_fd(b.into()).unwrap();
+            let (mut a, mut b) = socket_pair();
             // Drained first, so that the next read waits in the ring.
             let mut buf = vec![0u8; 1000];
             b.write_all(b"x").await.unwrap();
@@ -922,9 +926,7 @@ mod tests {
     #[test]
     fn bytes_a_receive_took_off_the_socket_still_count_as_unread() {
         block_on(async {
-            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-            let mut a = Socket::from_fd(a.into()).unwrap();
-            let mut b = Socket::from_fd(b.into()).unwrap();
+            let (mut a, mut b) = socket_pair();
             let mut buf = [0u8; 1];
             b.write_all(b"Sx").await.unwrap();
             // The first read takes the socket's bytes; the second waits in the ring.
@@ -956,11 +958,9 @@ mod tests {
             // Three times as many sockets as the ring has buffers, each
             // dropped holding one: the last still receives into the ring.
             for _ in 0..3 * super::super::recv_buffers::COUNT {
-                let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-                let mut a = Socket::from_fd(a.into()).unwrap();
+                let (mut a, mut b) = socket_pair();
                 a.maybe_readable = false;
                 let writer = spawn_local(async move {
-                    let mut b = Socket::from_fd(b.into()).unwrap();
                     b.write_all(b"unread").await.unwrap();
                     b
                 });
@@ -976,11 +976,9 @@ mod tests {
     #[test]
     fn a_socket_read_by_readiness_leaves_its_bytes_in_the_socket_until_read() {
         block_on(async {
-            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-            let mut a = Socket::from_fd(a.into()).unwrap();
+            let (mut a, mut b) = socket_pair();
             a.read_by_readiness();
             a.maybe_readable = false;
-            let mut b = Socket::from_fd(b.into()).unwrap();
             let writer = spawn_local(async move {
                 sleep(Duration::from_millis(20)).await;
                 b.write_all(b"hello").await.unwrap();
@@ -1000,10 +998,8 @@ mod tests {
         block_on(async {
             let mut held = Vec::new();
             for i in 0..=super::super::recv_buffers::COUNT {
-                let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-                let mut a = Socket::from_fd(a.into()).unwrap();
+                let (mut a, mut b) = socket_pair();
                 a.maybe_readable = false;
-                let mut b = Socket::from_fd(b.into()).unwrap();
                 b.write_all(format!("socket {i}").as_bytes()).await.unwrap();
                 readable(&mut a).await;
                 held.push((a, b));
