@@ -158,7 +158,7 @@ impl Follow<'_> {
             let st = &mut self.sources.statements(&mut session);
             let sent = self.opening.outbox_len();
             match take_and_read(cx, self.client, b, self.exchange, st, &mut self.intake, sent, &mut progress) {
-                Some(stop) => stop,
+                Some(taken) => taken.stop,
                 None => return Some(Poll::Ready(FollowEnd::ClientLeft)),
             }
         };
