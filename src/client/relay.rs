@@ -370,11 +370,11 @@ pub(super) enum ClientStop {
     BadTag(u8),
 }
 
-/// Reads of the client's socket one [`take_and_read`] may make: the second
-/// finds, in the common case, that the client has nothing more and posts
-/// the wait for its next bytes, which spares the relay a round that would
-/// do only that. More would let a client whose messages pglane answers
-/// itself keep one round going.
+/// Reads of one socket a round of the relay (or one [`take_and_read`]) may
+/// make: the second finds, in the common case, that the peer has nothing
+/// more and posts the wait for its next bytes, which spares the relay a
+/// round that would do only that. More would let a client whose messages
+/// pglane answers itself keep one round going.
 const READS_PER_ROUND: usize = 2;
 
 /// How [`take_and_read`] left the client's side.
@@ -686,19 +686,27 @@ impl Relay<'_> {
             }
         }
 
-        // Server → client.
+        // Server → client. A read that brought bytes is followed by a
+        // second look (see [`READS_PER_ROUND`]), unless the connection is
+        // done with: mid-transaction, that posts the wait for the next
+        // reply in this round instead of one more.
         let mut server_waiting = false;
-        if !b.from_server.eof && b.to_client.len() < self.intake.buffer {
-            match b.from_server.poll_fill(cx, self.server) {
-                Poll::Ready(Ok(n)) => {
-                    b.counters.bytes_from_server += n as u64;
-                    progress = true;
+        for look in 0..READS_PER_ROUND {
+            let mut read = false;
+            if !b.from_server.eof && b.to_client.len() < self.intake.buffer {
+                match b.from_server.poll_fill(cx, self.server) {
+                    Poll::Ready(Ok(n)) => {
+                        b.counters.bytes_from_server += n as u64;
+                        progress = true;
+                        read = true;
+                    }
+                    Poll::Ready(Err(e)) => return Step::Done(self.server_gone(Some(e))),
+                    Poll::Pending => server_waiting = true,
                 }
-                Poll::Ready(Err(e)) => return Step::Done(self.server_gone(Some(e))),
-                Poll::Pending => server_waiting = true,
             }
-        }
-        {
+            if look > 0 && !read {
+                break;
+            }
             // Bytes after the final ReadyForQuery stay behind (and make the
             // connection unfit for reuse).
             // The replies of the client ahead, whose client left.
@@ -766,6 +774,9 @@ impl Relay<'_> {
             let queued = b.to_server.len();
             self.exchange.take_for_server(&mut b.to_server);
             progress |= b.to_server.len() > queued;
+            if !read || Self::releasable(self.release_when_idle, self.saw_ready, self.exchange) {
+                break;
+            }
         }
         if let Some(notifications) = self.notifications.as_deref_mut().filter(|n| n.subscription.is_some()) {
             if let Some(outcomes) = self.exchange.take_listen_outcomes() {
