@@ -58,16 +58,30 @@ pub struct Shared {
 /// Client connections by database and by user (see [`Shared::count_client`]).
 #[derive(Default)]
 struct ClientCounts {
-    databases: HashMap<String, usize>,
-    users: HashMap<String, usize>,
+    databases: HashMap<Arc<str>, usize>,
+    users: HashMap<Arc<str>, usize>,
+}
+
+impl ClientCounts {
+    /// Counts one more client of `name` in `map`; the name as the map keeps
+    /// it, shared, so that a counted client costs no allocation of its own.
+    fn count(map: &mut HashMap<Arc<str>, usize>, name: &str) -> Arc<str> {
+        let key = match map.get_key_value(name) {
+            Some((key, _)) => key.clone(),
+            None => Arc::from(name),
+        };
+        *map.entry(key.clone()).or_default() += 1;
+        key
+    }
 }
 
 /// A client counted against max_db_client_connections and
-/// max_user_client_connections until this drops.
+/// max_user_client_connections until this drops. Held by every session:
+/// its names are the counts' own keys, not copies.
 pub struct CountedClient {
     shared: Arc<Shared>,
-    database: String,
-    user: String,
+    database: Arc<str>,
+    user: Arc<str>,
 }
 
 impl Drop for CountedClient {
@@ -75,7 +89,7 @@ impl Drop for CountedClient {
         let mut counts = self.shared.client_counts.lock().unwrap_or_else(|e| e.into_inner());
         let ClientCounts { databases, users } = &mut *counts;
         for (map, name) in [(databases, &self.database), (users, &self.user)] {
-            if let Some(count) = map.get_mut(name) {
+            if let Some(count) = map.get_mut(&**name) {
                 *count -= 1;
                 if *count == 0 {
                     map.remove(name);
@@ -130,9 +144,9 @@ impl Shared {
         if full(counts.users.get(user), config.max_user_client_connections(user)) {
             return Err("max_user_client_connections");
         }
-        *counts.databases.entry(database.to_owned()).or_default() += 1;
-        *counts.users.entry(user.to_owned()).or_default() += 1;
-        Ok(CountedClient { shared: self.clone(), database: database.to_owned(), user: user.to_owned() })
+        let database = ClientCounts::count(&mut counts.databases, database);
+        let user = ClientCounts::count(&mut counts.users, user);
+        Ok(CountedClient { shared: self.clone(), database, user })
     }
 
     /// A shard makes its first pool of `name`, served by the `*` entry:
