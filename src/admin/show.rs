@@ -338,7 +338,7 @@ pub fn clients_table(snapshots: &[ShardSnapshot], listen: &str) -> Table {
             s("C"),
             s(&c.info.user),
             s(&c.info.database),
-            s(c.info.replication),
+            s(c.info.replication_str()),
             s(state),
             s(addr),
             s(port),

@@ -142,13 +142,10 @@ async fn admit_or_serve(
         user: params.user().unwrap_or_default().to_owned(),
         database: params.database().unwrap_or_default().to_owned(),
         peer,
-        application_name: params.get("application_name").unwrap_or_default().to_owned(),
+        application_name: params.get("application_name").unwrap_or_default().into(),
         admin: matches!(target, Target::Admin { .. }),
-        tls: stream.tls_description(),
-        replication: params
-            .get("replication")
-            .and_then(|v| replication::mode(v).ok().flatten())
-            .map_or("none", replication::Mode::as_str),
+        tls: stream.tls_description().map(String::into_boxed_str),
+        replication: params.get("replication").and_then(|v| replication::mode(v).ok().flatten()),
         remote_pid: if peer.is_none() { stream.unix_peer_pid() } else { 0 },
     };
     if !matches!(target, Target::Admin { .. }) && shard.is_disabled(&info.database) {

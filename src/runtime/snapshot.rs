@@ -128,7 +128,7 @@ impl Shard {
                     client_pid: Some(pid),
                     tls: key.tls.clone(),
                     local_addr: key.local_addr,
-                    application_name: Some(c.info.application_name.clone()),
+                    application_name: Some(c.info.application_name.to_string()),
                     id: key.id,
                     prepared_statements: key.session.upgrade().and_then(|s| s.try_borrow().ok().map(|s| s.statements.len())),
                 })
