@@ -20,6 +20,7 @@ pub mod deallocate;
 pub mod exchange;
 mod follow;
 mod give_back;
+mod idle;
 mod inbox;
 mod login;
 pub mod negotiate;
@@ -58,6 +59,7 @@ use crate::settings;
 
 use crate::prepare::ClientStatements;
 use exchange::Exchange;
+use idle::Idle;
 use login::{log_failed_login, login, refuse, Claimed, Target};
 pub use relay::ServerSide;
 use relay::{Buffers, Deadline, Intake, Limits, Relay, RelayEnd};
@@ -73,32 +75,39 @@ static NEXT_SESSION_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::At
 /// ends (and then counts it out).
 ///
 /// Two futures, so that a logged-in client's task holds only its session:
-/// the login and admission (large, short-lived, and an async fn keeps its
-/// arguments for its whole life) run boxed, and are freed before the
-/// session runs.
+/// the login, admission and the session's start (large, short-lived, and an
+/// async fn keeps its arguments for its whole life) run boxed, and are
+/// freed before the session runs.
 pub fn serve(shard: &Rc<Shard>, stream: Stream, peer: Option<std::net::SocketAddr>) -> impl Future<Output = ()> {
     let admission = Box::pin(admit(shard.clone(), stream, peer));
     async move {
         // `let else`, not `if let`: the admission's answer must not outlive
         // the statement, or the task would hold the session twice.
-        let Some((mut session, params)) = admission.await else { return };
-        let ended = session.run(params).await;
-        Box::pin(session.end(ended)).await;
-        crate::memory::let_go_of_a_buffer(session.buffers.from_client.buffer_len());
-        session.shard.client_gone();
+        let Some(mut session) = admission.await else { return };
+        let ended = session.run().await;
+        Box::pin(session.finish(ended)).await;
     }
 }
 
-/// The login, then the session it admits to (with the startup packet's
-/// parameters); `None` once a client that gets no session is served (a
-/// refusal, a cancel request, the admin console, a replication connection)
-/// and counted out.
-async fn admit(shard: Rc<Shard>, stream: Stream, peer: Option<std::net::SocketAddr>) -> Option<(Session, StartupParams)> {
-    let admitted = admit_or_serve(&shard, stream, peer).await;
-    if admitted.is_none() {
+/// The login, then the session it admits to, started (the server's
+/// parameters, the startup packet's settings, the greeting); `None` once a
+/// client that gets no session is served (a refusal, a cancel request, the
+/// admin console, a replication connection), or its session ended while
+/// starting, and counted out.
+async fn admit(shard: Rc<Shard>, stream: Stream, peer: Option<std::net::SocketAddr>) -> Option<Session> {
+    let Some((mut session, params)) = admit_or_serve(&shard, stream, peer).await else {
         shard.client_gone();
+        return None;
+    };
+    // Here, not in `Session::run`: run would keep the startup packet's
+    // parameters, its argument, in the client's task for the session's life.
+    match Box::pin(session.start(params)).await {
+        Ok(()) => Some(session),
+        Err(e) => {
+            Box::pin(session.finish(Err(e))).await;
+            None
+        }
     }
-    admitted
 }
 
 async fn admit_or_serve(
@@ -233,7 +242,7 @@ async fn admit_or_serve(
         lease_started: Instant::now(),
         settings: settings::Settings::default(),
         startup_applied: false,
-        unlearned: Vec::new(),
+        unlearned: Box::default(),
         owed_notices: BytesMut::new(),
         waker_left: false,
         offer: None,
@@ -352,7 +361,7 @@ struct Session {
     startup_applied: bool,
     /// Reported settings of the startup packet, as the client spelled them,
     /// whose spelling by the server the pool has yet to learn.
-    unlearned: Vec<(String, String)>,
+    unlearned: Box<[(String, String)]>,
     /// NoticeResponses the server sent while its startup settings were
     /// applied (a SET's warning), owed to the client: PostgreSQL sends them
     /// at login, after AuthenticationOk and before ParameterStatus, which is
@@ -438,33 +447,23 @@ enum Transaction {
     SessionOver,
 }
 
-/// What the client did while it held no server connection.
-enum Idle {
-    /// It sent (the start of) a message: it needs a server.
-    Message,
-    /// It said Terminate or closed its socket.
-    Gone,
-    Shutdown,
-    /// KILL from the admin console.
-    Killed,
-    /// client_idle_timeout passed.
-    TimedOut,
-}
-
 impl Session {
-    async fn run(&mut self, startup: StartupParams) -> Result<(), SessionError> {
-        // Boxed: what runs once per client is not kept in its task.
-        Box::pin(self.start(startup)).await?;
+    /// The started session (see [`admit`]) until the client leaves, or an
+    /// error ends it.
+    async fn run(&mut self) -> Result<(), SessionError> {
         loop {
             if self.mode == PoolMode::Transaction {
-                match self.wait_for_client_limited().await? {
+                let idle = self.wait_for_client_limited().await?;
+                match idle {
                     Idle::Message => {
                         if let Some(notifications) = self.notifications.as_deref_mut() {
                             // What came before the request goes before its answers.
                             notifications.deliver_all(&mut self.client).await?;
                         }
-                        if let Some(request) = self.listen_request_ahead() {
-                            Box::pin(self.answer_listen(request)).await?;
+                        // Boxed with its request at once: a request held
+                        // across the await would be kept in every client's task.
+                        if let Some(answer) = self.listen_request_ahead().map(|request| Box::pin(self.answer_listen(request))) {
+                            answer.await?;
                             continue;
                         }
                         // Its request waits in pglane until it is on a server.
@@ -694,6 +693,13 @@ impl Session {
                 Err(SessionError::Refused(ErrorFields::fatal(code, message)))
             }
         }
+    }
+
+    /// Ends the session (see [`Session::end`]) and counts the client out.
+    async fn finish(&mut self, ended: Result<(), SessionError>) {
+        Box::pin(self.end(ended)).await;
+        crate::memory::let_go_of_a_buffer(self.buffers.from_client.buffer_len());
+        self.shard.client_gone();
     }
 
     /// The session is over, as `ended` says: logged, the client told why if
@@ -1051,78 +1057,6 @@ impl Session {
         Ok(Some(got))
     }
 
-    /// `wait_for_client`, bounded by client_idle_timeout when one is set.
-    async fn wait_for_client_limited(&mut self) -> Result<Idle, SessionError> {
-        match Config::optional_secs(self.config.client_idle_timeout) {
-            Some(limit) => Ok(with_timeout(limit, self.wait_for_client()).await.transpose()?.unwrap_or(Idle::TimedOut)),
-            None => self.wait_for_client().await,
-        }
-    }
-
-    /// Waits, holding no server, until the client sends something. A
-    /// shutdown ends the wait, except for a client that has not had a
-    /// transaction yet while the port is handed over (so_reuseport): its
-    /// first request is on the way, and it gets to run it. While nothing is
-    /// in its inbox, the inbox holds no buffer: an idle client costs none
-    /// (except over TLS, which keeps buffers of its own anyway).
-    async fn wait_for_client(&mut self) -> Result<Idle, SessionError> {
-        use std::task::Poll;
-        let id = self.waker_id();
-        let spared = self.config.so_reuseport && !self.entry.has_been_served();
-        let tls = self.client.is_tls();
-        let (inbox, client, shutdown, killed, waker_left, shard, notifications) = (
-            &mut self.buffers.from_client,
-            &mut self.client,
-            &self.shard.shutdown,
-            &self.entry.killed,
-            &mut self.waker_left,
-            &self.shard,
-            &mut self.notifications,
-        );
-        futures_lite::future::poll_fn(|cx| loop {
-            if killed.get() {
-                return Poll::Ready(Ok(Idle::Killed));
-            }
-            if let Some(notifications) = notifications.as_deref_mut() {
-                if let Err(e) = notifications.poll_deliver(cx, client) {
-                    return Poll::Ready(Err(e));
-                }
-            }
-            match inbox.pending().first() {
-                Some(&crate::protocol::frontend::TERMINATE) => return Poll::Ready(Ok(Idle::Gone)),
-                Some(_) => return Poll::Ready(Ok(Idle::Message)),
-                None if inbox.eof => return Poll::Ready(Ok(Idle::Gone)),
-                None => {}
-            }
-            if !spared && shutdown.poll_fired_once(id, cx, waker_left) {
-                return Poll::Ready(Ok(Idle::Shutdown));
-            }
-            // The inbox is empty: its buffer goes back while the socket has
-            // nothing (one read fewer than trying it first: the socket says
-            // when a read would find nothing).
-            if !tls {
-                give_back_inbox_buffer(inbox, shard);
-                match client.poll_readable(cx) {
-                    Poll::Ready(Ok(())) => inbox.give_buffer(shard.take_inbox_buffer()),
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(SessionError::ClientIo(e))),
-                    Poll::Pending => return Poll::Pending,
-                }
-            }
-            match inbox.poll_fill(cx, client) {
-                Poll::Ready(Ok(_)) => continue,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(SessionError::ClientIo(e))),
-                Poll::Pending => {
-                    // Readable, and nothing came after all.
-                    if !tls {
-                        give_back_inbox_buffer(inbox, shard);
-                    }
-                    return Poll::Pending;
-                }
-            }
-        })
-        .await
-    }
-
     /// The buffers and exchange state lent for a server connection go back
     /// to the shard (see `relay::ServerSide`).
     fn park_server_side(&mut self) {
@@ -1173,17 +1107,6 @@ fn killed() -> SessionError {
     SessionError::Refused(ErrorFields::fatal("57P01", "terminating connection due to administrator command (KILL)"))
 }
 
-/// An empty inbox's buffer back to the shard's spares (a grown one is let go).
-fn give_back_inbox_buffer(inbox: &mut inbox::Inbox, shard: &Shard) {
-    if let Some(buf) = inbox.take_buffer() {
-        if buf.len() == inbox::INITIAL {
-            shard.return_inbox_buffer(buf);
-        } else {
-            crate::memory::let_go_of_a_buffer(buf.len());
-        }
-    }
-}
-
 fn shutting_down() -> SessionError {
     SessionError::Refused(ErrorFields::fatal("57P01", "terminating connection because pglane is shutting down"))
 }
@@ -1191,16 +1114,19 @@ fn shutting_down() -> SessionError {
 #[cfg(test)]
 mod tests {
     /// A client's task, its session inline, is allocated in mimalloc's
-    /// 1,792-byte class with little room left: 48 bytes more in every
-    /// client's exchange (fc84c54) moved it to the next class, 137 bytes
-    /// more RSS per idle client, and a second crowd of 10,000 no longer fit
-    /// the first one's pages (tests/load.rs `ten_thousand_idle_clients`).
-    /// State only some transactions need is lent with the server side
-    /// (`exchange::InFlight`) instead; a field that must grow the session
-    /// moves this bound, measured.
+    /// 1,536-byte class with no room left (1,536 bytes asked, measured
+    /// with a counting allocator: the session, the idle wait's future or
+    /// the session's answer, whichever is larger, and the task's header).
+    /// 8 bytes more and it is in the 1,792-byte class: 256 bytes more RSS
+    /// per idle client. Before, 48 bytes more in every client's exchange
+    /// (fc84c54) moved it from 1,792 to the next class, and a second crowd
+    /// of 10,000 no longer fit the first one's pages (tests/load.rs
+    /// `ten_thousand_idle_clients`). State only some transactions need is
+    /// lent with the server side (`exchange::InFlight`) instead; a field
+    /// that must grow the session moves this bound, measured.
     #[test]
     fn a_session_stays_the_size_idle_clients_were_measured_at() {
         let size = std::mem::size_of::<super::Session>();
-        assert!(size <= 1368, "Session is {size} bytes");
+        assert!(size <= 1344, "Session is {size} bytes");
     }
 }

@@ -64,7 +64,7 @@ impl Session {
         self.settings = settings::Settings::from_startup_values(&values);
         // Nothing of the client's own to check with a server first.
         self.startup_applied = self.settings.is_empty();
-        self.unlearned = unlearned;
+        self.unlearned = unlearned.into_boxed_slice();
         if self.unlearned.is_empty() {
             return Ok(());
         }
