@@ -824,8 +824,8 @@ impl Relay<'_> {
         // Another round would find what this one left: both sockets
         // waited on, both directions' output gone. Only what wakes the task
         // can change that (this is the case after most rounds that sent a
-        // request or a reply, and a round saved is a tenth of a -S
-        // transaction's work).
+        // request or a reply; the round saved was a twentieth of a -S
+        // transaction's instructions).
         let settled = client_waiting
             && server_waiting
             && b.to_server.is_empty()
