@@ -9,8 +9,14 @@
 //!
 //! The ring is set up SINGLE_ISSUER and DEFER_TASKRUN where the kernel has
 //! them (6.1+): completions are then processed only inside our own enter, in
-//! our own time, never by interrupting the thread. Timers never reach the
-//! ring: they live in a map here, and the nearest one is the wait's timeout.
+//! our own time, never by interrupting the thread. Timers live in a map
+//! here; the nearest one is armed on the ring as an absolute timeout op,
+//! which stays there across the waits it does not end (a wait given a
+//! relative timeout instead needs the clock read, and the distance to the
+//! deadline worked out, on every turn that sleeps: 110 instructions, two
+//! turns a transaction). A timer set nearer than the one armed arms its own
+//! (the old one is removed); one removed or set further away leaves the
+//! armed op to end a wait early, once, after which the nearest is armed.
 //!
 //! Before a wait that would put the thread to sleep, the reactor may first
 //! spin for a while: checking the ring for completions, yielding the CPU
@@ -62,6 +68,8 @@ use super::spin::{RunQueue, SpinPolicy};
 const WAKE_UP: u64 = u64::MAX;
 /// user_data of cancel ops, whose own completions say nothing we need.
 const CANCEL: u64 = u64::MAX - 1;
+/// user_data of the timeout op armed for the nearest timer.
+const TIMER: u64 = u64::MAX - 2;
 
 /// Submission queue entries; more ops than this in one turn are submitted
 /// in several enters.
@@ -157,6 +165,30 @@ impl Outgoing {
     }
 }
 
+/// `CLOCK_MONOTONIC`, which [`Instant`] reads on Linux but does not show: a
+/// deadline as the absolute time a timeout op of the ring takes.
+struct MonotonicClock {
+    /// An instant, and the clock's reading just after it (a few nanoseconds
+    /// late: so is every deadline worked out from it, never early).
+    instant: Instant,
+    reading: Duration,
+}
+
+impl MonotonicClock {
+    fn read() -> MonotonicClock {
+        let instant = Instant::now();
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: writes the clock's reading into a timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        MonotonicClock { instant, reading: Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32) }
+    }
+
+    fn at(&self, deadline: Instant) -> types::Timespec {
+        let at = self.reading + deadline.saturating_duration_since(self.instant);
+        types::Timespec::new().sec(at.as_secs()).nsec(at.subsec_nanos())
+    }
+}
+
 /// A send whose socket was dropped, given up on at `deadline` if not done.
 #[derive(Clone, Copy)]
 struct Lingering {
@@ -187,6 +219,12 @@ pub struct Reactor {
     free: Vec<u32>,
     timers: BTreeMap<(Instant, u64), Waker>,
     next_timer: u64,
+    /// The deadline of the timeout op on the ring, until it completes.
+    armed: Option<Instant>,
+    /// Where the armed op's deadline is read from; boxed, so that its
+    /// address holds until the kernel has read it.
+    armed_at: Box<types::Timespec>,
+    clock: MonotonicClock,
     eventfd: RawFd,
     /// Where the eventfd read lands. Leaked: the kernel may still hold the
     /// op when the ring is torn down.
@@ -205,8 +243,9 @@ impl Reactor {
             .setup_cqsize(COMPLETION_ENTRIES)
             .build(RING_ENTRIES)
             .or_else(|_| IoUring::builder().setup_cqsize(COMPLETION_ENTRIES).build(RING_ENTRIES))?;
-        // Waits with a timeout (EXT_ARG) and never-dropped completions
-        // (NODROP) are what the loop is built on: Linux 5.11 and later.
+        // Never-dropped completions (NODROP) are what the loop is built on;
+        // EXT_ARG marks the kernel pglane is documented and tested from
+        // (5.11), though the loop no longer waits with a timeout argument.
         if !ring.params().is_feature_ext_arg() || !ring.params().is_feature_nodrop() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -227,6 +266,9 @@ impl Reactor {
             free: Vec::new(),
             timers: BTreeMap::new(),
             next_timer: 0,
+            armed: None,
+            armed_at: Box::new(types::Timespec::new()),
+            clock: MonotonicClock::read(),
             eventfd,
             eventfd_buffer: Box::leak(Box::new(0)),
             spin: SpinPolicy::off(),
@@ -640,30 +682,24 @@ impl Reactor {
             None => false,
         };
         let may_wait = may_wait && !spun_into_news;
-        let timeout = match (may_wait, self.timers.first_key_value()) {
-            (false, _) => Some(Duration::ZERO),
-            (true, None) => None,
-            (true, Some(((deadline, _), _))) => Some(deadline.saturating_duration_since(Instant::now())),
-        };
-        let result = match timeout {
-            Some(t) if t.is_zero() => {
-                let mut sq = self.ring.submission();
-                sq.sync();
-                let idle = sq.is_empty() && !sq.taskrun() && !sq.cq_overflow();
-                drop(sq);
-                if idle {
-                    Ok(0)
-                } else {
-                    self.ring.submit()
-                }
+        if may_wait {
+            if let Some(&(deadline, _)) = self.timers.first_key_value().map(|(key, _)| key) {
+                self.arm(deadline);
             }
-            Some(t) => {
-                let ts = types::Timespec::new().sec(t.as_secs()).nsec(t.subsec_nanos());
-                let args = types::SubmitArgs::new().timespec(&ts);
-                self.ring.submitter().submit_with_args(1 + self.unawaited_sends(), &args)
-            }
+        }
+        let result = if may_wait {
             // The turn's own sends complete in this enter: wait for one more.
-            None => self.ring.submit_and_wait(1 + self.unawaited_sends()),
+            self.ring.submit_and_wait(1 + self.unawaited_sends())
+        } else {
+            let mut sq = self.ring.submission();
+            sq.sync();
+            let idle = sq.is_empty() && !sq.taskrun() && !sq.cq_overflow();
+            drop(sq);
+            if idle {
+                Ok(0)
+            } else {
+                self.ring.submit()
+            }
         };
         self.sends_in_ring.clear();
         if let Err(e) = result {
@@ -684,6 +720,22 @@ impl Reactor {
             self.expire_lingering(now);
         }
         now
+    }
+
+    /// Makes sure a timeout op on the ring ends the coming wait by
+    /// `deadline`: the one armed if it is due no later, else a new one (and
+    /// the one it replaces removed).
+    fn arm(&mut self, deadline: Instant) {
+        if self.armed.is_some_and(|armed| armed <= deadline) {
+            return;
+        }
+        if self.armed.is_some() {
+            self.push(opcode::TimeoutRemove::new(TIMER).build().user_data(CANCEL));
+        }
+        *self.armed_at = self.clock.at(deadline);
+        let timeout = opcode::Timeout::new(&*self.armed_at).flags(types::TimeoutFlags::ABS).build().user_data(TIMER);
+        self.push(timeout);
+        self.armed = Some(deadline);
     }
 
     /// Spins, until `until` or the nearest timer, until the kernel has a
@@ -743,6 +795,13 @@ impl Reactor {
             match user_data {
                 WAKE_UP => wake_up_read = true,
                 CANCEL => {}
+                // Fired (or, removed, replaced by another armed since).
+                TIMER => {
+                    if result != -libc::ECANCELED {
+                        self.armed = None;
+                        news = true;
+                    }
+                }
                 user_data => {
                     let index = (user_data & u64::from(u32::MAX)) as usize;
                     let generation = (user_data >> 32) as u32;

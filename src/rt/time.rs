@@ -141,6 +141,61 @@ mod tests {
         assert_eq!(*order.borrow(), vec![10, 20, 30]);
     }
 
+    /// Pending until a thread of its own wakes it, `after` its first poll.
+    async fn woken_from_another_thread(after: Duration) {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut asked = false;
+        std::future::poll_fn(|cx| {
+            if done.load(std::sync::atomic::Ordering::SeqCst) {
+                return Poll::Ready(());
+            }
+            if !asked {
+                asked = true;
+                let (waker, done) = (cx.waker().clone(), done.clone());
+                std::thread::spawn(move || {
+                    std::thread::sleep(after);
+                    done.store(true, std::sync::atomic::Ordering::SeqCst);
+                    waker.wake();
+                });
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    #[test]
+    fn a_timer_nearer_than_the_armed_one_fires_on_time() {
+        // The loop sleeps with a 2 s timer armed on the ring; woken from
+        // another thread, it sets a 10 ms one, which must not wait for it.
+        let waited = block_on(async {
+            let far = spawn_local(sleep(Duration::from_secs(2)));
+            woken_from_another_thread(Duration::from_millis(20)).await;
+            let started = Instant::now();
+            sleep(Duration::from_millis(10)).await;
+            drop(far);
+            started.elapsed()
+        })
+        .unwrap();
+        assert!(waited >= Duration::from_millis(10));
+        assert!(waited < Duration::from_secs(1), "the nearer timer waited for the armed one: {waited:?}");
+    }
+
+    #[test]
+    fn a_timer_after_one_removed_while_armed_fires_on_time() {
+        // A 20 ms timeout armed, then removed when its future is done at
+        // 5 ms: its op still ends a wait, after which the 100 ms one is armed.
+        let waited = block_on(async {
+            let done = with_timeout(Duration::from_millis(20), woken_from_another_thread(Duration::from_millis(5))).await;
+            assert!(done.is_some());
+            let started = Instant::now();
+            sleep(Duration::from_millis(100)).await;
+            started.elapsed()
+        })
+        .unwrap();
+        assert!(waited >= Duration::from_millis(100));
+        assert!(waited < Duration::from_secs(1), "{waited:?}");
+    }
+
     #[test]
     fn a_dropped_timer_does_not_keep_the_loop_waiting() {
         let started = Instant::now();
