@@ -332,8 +332,7 @@ impl Reactor {
     /// then spent).
     pub fn poll_readable(&mut self, token: Token, cx: &mut Context<'_>) -> Poll<ReadWait> {
         if let Slot::Received(received) = self.slots[token.index as usize].1 {
-            self.slots[token.index as usize].1 = Slot::Free;
-            self.free.push(token.index);
+            self.free_slot(token.index);
             return Poll::Ready(ReadWait::Bytes(received));
         }
         self.poll_token(token, cx).map(|result| match result {
@@ -427,8 +426,7 @@ impl Reactor {
                 true
             }
             Slot::Done(_) | Slot::Received(_) => {
-                *slot = Slot::Free;
-                self.free.push(token.index);
+                self.free_slot(token.index);
                 false
             }
             Slot::Free | Slot::Abandoned => false,
@@ -566,11 +564,16 @@ impl Reactor {
             }
             Slot::Waiting(None) | Slot::Done(_) | Slot::Received(_) => {}
             Slot::Abandoned | Slot::Free => {
-                *slot = Slot::Free;
-                self.free.push(index);
+                self.free_slot(index);
             }
         }
         false
+    }
+
+    /// A spent slot, free for the next op.
+    fn free_slot(&mut self, index: u32) {
+        self.slots[index as usize].1 = Slot::Free;
+        self.free.push(index);
     }
 
     fn slot(&mut self) -> Token {
@@ -596,15 +599,13 @@ impl Reactor {
         match slot {
             Slot::Done(result) => {
                 let result = *result;
-                *slot = Slot::Free;
-                self.free.push(token.index);
+                self.free_slot(token.index);
                 Poll::Ready(result)
             }
             // (Only `poll_readable` spends receives.)
             Slot::Received(received) => {
                 let received = *received;
-                *slot = Slot::Free;
-                self.free.push(token.index);
+                self.free_slot(token.index);
                 self.give_back(received);
                 Poll::Ready(-libc::ECANCELED)
             }
@@ -632,13 +633,11 @@ impl Reactor {
                 self.push(cancel);
             }
             Slot::Done(_) => {
-                *slot = Slot::Free;
-                self.free.push(token.index);
+                self.free_slot(token.index);
             }
             Slot::Received(received) => {
                 let received = *received;
-                *slot = Slot::Free;
-                self.free.push(token.index);
+                self.free_slot(token.index);
                 self.give_back(received);
             }
             Slot::Free | Slot::Abandoned => {}
