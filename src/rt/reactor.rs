@@ -183,9 +183,9 @@ impl MonotonicClock {
         MonotonicClock { instant, reading: Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32) }
     }
 
-    fn at(&self, deadline: Instant) -> types::Timespec {
-        let at = self.reading + deadline.saturating_duration_since(self.instant);
-        types::Timespec::new().sec(at.as_secs()).nsec(at.subsec_nanos())
+    /// The clock's reading at `deadline`.
+    fn at(&self, deadline: Instant) -> Duration {
+        self.reading.saturating_add(deadline.saturating_duration_since(self.instant))
     }
 }
 
@@ -731,7 +731,7 @@ impl Reactor {
         if self.armed.is_some() {
             self.push(opcode::TimeoutRemove::new(TIMER).build().user_data(CANCEL));
         }
-        *self.armed_at = self.clock.at(deadline);
+        *self.armed_at = types::Timespec::from(self.clock.at(deadline));
         let timeout = opcode::Timeout::new(&*self.armed_at).flags(types::TimeoutFlags::ABS).build().user_data(TIMER);
         self.push(timeout);
         self.armed = Some(deadline);
@@ -863,5 +863,29 @@ impl Drop for Reactor {
     fn drop(&mut self) {
         self.push_queued_sends();
         let _ = self.ring.submit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn monotonic_now() -> Duration {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: writes the clock's reading into a timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    #[test]
+    fn a_deadline_becomes_the_monotonic_time_it_names_never_earlier() {
+        let clock = MonotonicClock::read();
+        let before = monotonic_now();
+        let at = clock.at(Instant::now() + Duration::from_millis(50));
+        let after = monotonic_now();
+        assert!(at >= before + Duration::from_millis(50), "{at:?} is before {before:?} + 50 ms");
+        assert!(at <= after + Duration::from_millis(51), "{at:?} is after {after:?} + 50 ms");
+        // A deadline already past is a time already past (the op fires at once).
+        assert!(clock.at(clock.instant) <= monotonic_now());
     }
 }
