@@ -90,8 +90,14 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    /// A NUL-terminated string, returned without its terminator.
+    /// A NUL-terminated string, returned without its terminator. The empty
+    /// one (the unnamed statement and portal, most names of the extended
+    /// protocol) with no search and no UTF-8 check.
     pub(crate) fn cstr(&mut self) -> Result<&'a str, ProtocolError> {
+        if let Some((0, rest)) = self.buf.split_first() {
+            self.buf = rest;
+            return Ok("");
+        }
         let end = nul_at(self.buf).ok_or(self.malformed())?;
         let s = std::str::from_utf8(&self.buf[..end]).map_err(|_| self.malformed())?;
         self.buf = &self.buf[end + 1..];
@@ -164,5 +170,17 @@ mod nul_tests {
             assert_eq!(nul_at(&vec![b'x'; len]), None);
             assert!(Reader::new(&vec![b'x'; len], "test").skip_cstr().is_err());
         }
+    }
+
+    #[test]
+    fn empty_strings_are_read_as_any_other() {
+        let mut r = Reader::new(b"\0\0name\0\0", "test");
+        assert_eq!(r.cstr(), Ok(""));
+        assert_eq!(r.cstr(), Ok(""));
+        assert_eq!(r.cstr(), Ok("name"));
+        assert_eq!(r.cstr(), Ok(""));
+        assert!(r.is_empty());
+        assert!(r.cstr().is_err(), "no terminator left");
+        assert!(Reader::new(b"\xff\0", "test").cstr().is_err(), "not UTF-8");
     }
 }
