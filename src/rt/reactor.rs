@@ -13,8 +13,8 @@
 //! here; the nearest one is armed on the ring as an absolute timeout op,
 //! which stays there across the waits it does not end (a wait given a
 //! relative timeout instead needs the clock read, and the distance to the
-//! deadline worked out, on every turn that sleeps: 110 instructions, two
-//! turns a transaction). A timer set nearer than the one armed arms its own
+//! deadline worked out, on every turn that sleeps: 110 instructions, and
+//! a pgbench -S transaction has two such turns). A timer set nearer than the one armed arms its own
 //! (the old one is removed); one removed or set further away leaves the
 //! armed op to end a wait early, once, after which the nearest is armed.
 //!
@@ -681,12 +681,10 @@ impl Reactor {
             None => false,
         };
         let may_wait = may_wait && !spun_into_news;
-        if may_wait {
-            if let Some(&(deadline, _)) = self.timers.first_key_value().map(|(key, _)| key) {
+        let result = if may_wait {
+            if let Some((&(deadline, _), _)) = self.timers.first_key_value() {
                 self.arm(deadline);
             }
-        }
-        let result = if may_wait {
             // The turn's own sends complete in this enter: wait for one more.
             self.ring.submit_and_wait(1 + self.unawaited_sends())
         } else {
