@@ -38,7 +38,7 @@ pub mod tracker;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_lite::AsyncWriteExt;
@@ -239,7 +239,7 @@ async fn admit_or_serve(
         process_id,
         entry,
         exchange,
-        lease_started: Instant::now(),
+        lease_started: crate::rt::Stamp::read(),
         settings: settings::Settings::default(),
         startup_applied: false,
         unlearned: Box::default(),
@@ -354,7 +354,7 @@ struct Session {
     /// This client's names for the shard's prepared statements.
     statements: ClientStatements,
     /// When the current server connection was lent (for xact_time).
-    lease_started: Instant,
+    lease_started: crate::rt::Stamp,
     /// Session settings this client changed (carried to each server it gets).
     settings: settings::Settings,
     /// A server accepted this client's startup settings.
@@ -556,7 +556,7 @@ impl Session {
         let pipelining = self.may_pipeline();
         // A request sent behind another client's started running when
         // that one's ended, about when the connection came.
-        let busy_since = (!self.exchange.is_quiet()).then(crate::rt::now);
+        let busy_since = (!self.exchange.is_quiet()).then(crate::rt::stamp);
         let waker_id = self.waker_id();
         let server = &mut *lease;
         {
@@ -888,7 +888,7 @@ impl Session {
                     // The holder's request is answered: what runs now is this client's.
                     self.cancel_held_request(&lease.cancel_key);
                 }
-                self.lease_started = crate::rt::now();
+                self.lease_started = crate::rt::stamp();
                 Ok(Some(lease))
             }
             follow::FollowEnd::Lost => Err(SessionError::Refused(ErrorFields::fatal(
@@ -981,7 +981,7 @@ impl Session {
     async fn checkout_or_follow(&mut self, may_follow: bool) -> Result<Option<Checkout>, SessionError> {
         let wait = Config::secs(self.config.query_wait_timeout);
         self.entry.set_state(ClientState::Waiting);
-        let started = crate::rt::now();
+        let started = crate::rt::stamp();
         let mut left = wait;
         // The waits only some transactions have are boxed: inline, they
         // would make every transaction's future larger than the
@@ -993,7 +993,7 @@ impl Session {
                 Some(None) => return Err(SessionError::Pool(PoolError::WaitTimeout)),
                 Some(Some(_)) => {}
             }
-            left = wait.saturating_sub(crate::rt::now().saturating_duration_since(started));
+            left = wait.saturating_sub(crate::rt::stamp().saturating_since(started));
         }
         // A read routed to a standby: that host's pool first (see `routing`).
         let read = match self.routed.is_some() {
@@ -1037,12 +1037,8 @@ impl Session {
         };
         let lent = self.buffers.attach_server_side(self.shard.take_buffers());
         self.exchange.attach(lent);
-        let now = crate::rt::now();
-        // The clock is read once per turn of the shard, and most checkouts
-        // find an idle connection within the turn: no arithmetic then
-        // (Instant's costs ~55 instructions).
-        let waited = if now == started { std::time::Duration::ZERO } else { now.saturating_duration_since(started) };
-        self.pool.count(|s| s.wait_time_us += waited.as_micros() as u64);
+        let now = crate::rt::stamp();
+        self.pool.count(|s| s.wait_time_us += now.micros_since(started));
         // Behind another client's request, a cancel would reach that one's
         // query: the key is the client's only once the connection is. In
         // transaction mode, only once its request is written to it (see
@@ -1068,11 +1064,11 @@ impl Session {
     fn end_transaction(&mut self) {
         *self.entry.server.borrow_mut() = None;
         self.entry.set_state(ClientState::Idle);
-        let held = crate::rt::now().saturating_duration_since(self.lease_started);
+        let held = crate::rt::stamp().micros_since(self.lease_started);
         let statements = self.exchange.take_statement_counts();
         self.serving_pool().count(|s| {
             s.xact_count += 1;
-            s.xact_time_us += held.as_micros() as u64;
+            s.xact_time_us += held;
             s.statements.add(&statements);
         });
     }

@@ -296,7 +296,7 @@ pub struct Relay<'a> {
     /// exchange only means nothing was sent yet.
     pub saw_ready: bool,
     /// When the server was last given work while quiet (for query time).
-    pub busy_since: Option<std::time::Instant>,
+    pub busy_since: Option<crate::rt::Stamp>,
     pub limits: Limits,
     /// The running timer, if a limit applies right now.
     pub deadline: Option<(crate::rt::Timer, Deadline)>,
@@ -639,7 +639,7 @@ impl Relay<'_> {
             }
         }
         if self.busy_since.is_none() && !b.to_server.is_empty() {
-            self.busy_since = Some(crate::rt::now());
+            self.busy_since = Some(crate::rt::stamp());
         }
         if self.server_write_failed.is_some() {
             b.to_server.clear();
@@ -756,8 +756,7 @@ impl Relay<'_> {
                             b.counters.queries += 1;
                             if self.exchange.is_quiet() {
                                 if let Some(since) = self.busy_since.take() {
-                                    b.counters.query_time_us +=
-                                        crate::rt::now().saturating_duration_since(since).as_micros() as u64;
+                                    b.counters.query_time_us += crate::rt::stamp().micros_since(since);
                                 }
                             }
                         }

@@ -52,8 +52,8 @@ const HEALTH_CHECK_AFTER_IDLE: Duration = Duration::from_millis(1);
 
 /// Whether a connection idle since `idle_since` is worth a health check
 /// `now` (see [`HEALTH_CHECK_AFTER_IDLE`]).
-fn worth_a_health_check(idle_since: std::time::Instant, now: std::time::Instant) -> bool {
-    now.saturating_duration_since(idle_since) >= HEALTH_CHECK_AFTER_IDLE
+fn worth_a_health_check(idle_since: crate::rt::Stamp, now: crate::rt::Stamp) -> bool {
+    now.saturating_since(idle_since) >= HEALTH_CHECK_AFTER_IDLE
 }
 
 #[derive(Debug, Error)]
@@ -932,7 +932,7 @@ impl Pool {
                 let at = idle.iter().rposition(|c| which(c))?;
                 idle.remove(at)
             };
-            if !worth_a_health_check(conn.idle_since, crate::rt::now()) || conn.is_healthy() {
+            if !worth_a_health_check(conn.idle_since, crate::rt::stamp()) || conn.is_healthy() {
                 return Some(conn);
             }
             self.bump(|s| s.unhealthy_closed += 1);
@@ -978,7 +978,7 @@ impl Pool {
             waiter.grant(Grant::Conn(conn));
             return;
         }
-        conn.idle_since = crate::rt::now();
+        conn.idle_since = crate::rt::stamp();
         self.idle.borrow_mut().push(conn);
     }
 
@@ -1090,13 +1090,13 @@ mod tests {
 
     #[test]
     fn only_a_connection_idle_for_a_while_is_worth_a_health_check() {
-        let back = std::time::Instant::now();
+        let back = crate::rt::Stamp::read();
         assert!(!worth_a_health_check(back, back));
-        assert!(!worth_a_health_check(back, back + Duration::from_micros(999)));
-        assert!(worth_a_health_check(back, back + HEALTH_CHECK_AFTER_IDLE));
-        assert!(worth_a_health_check(back, back + Duration::from_secs(30)));
+        assert!(!worth_a_health_check(back, back.saturating_add(Duration::from_micros(999))));
+        assert!(worth_a_health_check(back, back.saturating_add(HEALTH_CHECK_AFTER_IDLE)));
+        assert!(worth_a_health_check(back, back.saturating_add(Duration::from_secs(30))));
         // A clock read before the connection came back: not idle at all.
-        assert!(!worth_a_health_check(back + Duration::from_secs(1), back));
+        assert!(!worth_a_health_check(back.saturating_add(Duration::from_secs(1)), back));
     }
 
     /// A server no test reaches.

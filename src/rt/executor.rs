@@ -18,7 +18,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_task::Runnable;
 
@@ -38,8 +38,8 @@ pub(super) struct Local {
     remote: Arc<Remote>,
     /// The thread that runs [`super::spawn_blocking`]'s work, started on first use.
     pub(super) blocking: RefCell<Option<std::sync::mpsc::Sender<Runnable>>>,
-    /// When the current turn's wait ended (see [`super::now`]).
-    pub(super) now: Cell<Instant>,
+    /// When the current turn's wait ended (see [`super::time::stamp`]).
+    pub(super) now: Cell<super::time::Stamp>,
 }
 
 /// The part of an executor other threads may touch: wake-ups from them.
@@ -161,7 +161,7 @@ where
             eventfd,
         }),
         blocking: RefCell::default(),
-        now: Cell::new(Instant::now()),
+        now: Cell::new(super::time::Stamp::read()),
     };
     CURRENT.with(|c| c.set(&local));
     let _current = ResetCurrent { local: &local };

@@ -15,8 +15,10 @@
 //!   threads push wake-ups into, with an eventfd to interrupt a parked loop;
 //! - [`reactor`]: the ring (SINGLE_ISSUER, DEFER_TASKRUN), receives and
 //!   readiness polls, sends queued for the end of the turn, timers kept in
-//!   user space, and one `io_uring_enter` per turn that both submits and
-//!   waits, its timeout the nearest timer;
+//!   user space (the nearest armed on the ring), and one `io_uring_enter`
+//!   per turn that both submits and waits;
+//! - [`time`]: the clock as the loop reads it once per turn ([`Stamp`]), and
+//!   timers;
 //! - [`recv_buffers`]: the buffer ring receives put their bytes in;
 //! - [`spin`]: whether a loop about to sleep spins first, and for how long;
 //! - [`net`]: a socket that reads with plain non-blocking syscalls while
@@ -38,4 +40,4 @@ pub mod time;
 
 pub use blocking::spawn_blocking;
 pub use executor::{block_on, spawn_local, spin_before_park, start_pinned, Task};
-pub use time::{now, sleep, with_timeout, Timer};
+pub use time::{now, sleep, stamp, with_timeout, Stamp, Timer};

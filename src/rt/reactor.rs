@@ -10,7 +10,7 @@
 //! The ring is set up SINGLE_ISSUER and DEFER_TASKRUN where the kernel has
 //! them (6.1+): completions are then processed only inside our own enter, in
 //! our own time, never by interrupting the thread. Timers live in a map
-//! here; the nearest one is armed on the ring as an absolute timeout op,
+//! here, by [`Stamp`] (the clock as a number, read once per turn); the nearest one is armed on the ring as an absolute timeout op,
 //! which stays there across the waits it does not end (a wait given a
 //! relative timeout instead needs the clock read, and the distance to the
 //! deadline worked out, on every turn that sleeps: 110 instructions, and
@@ -58,6 +58,8 @@ use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
+
+use super::time::Stamp;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
@@ -165,35 +167,11 @@ impl Outgoing {
     }
 }
 
-/// `CLOCK_MONOTONIC`, which [`Instant`] reads on Linux but does not show: a
-/// deadline as the absolute time a timeout op of the ring takes.
-struct MonotonicClock {
-    /// An instant, and the clock's reading just after it (a few nanoseconds
-    /// late: so is every deadline worked out from it, never early).
-    instant: Instant,
-    reading: Duration,
-}
-
-impl MonotonicClock {
-    fn read() -> MonotonicClock {
-        let instant = Instant::now();
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: writes the clock's reading into a timespec we own.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        MonotonicClock { instant, reading: Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32) }
-    }
-
-    /// The clock's reading at `deadline`.
-    fn at(&self, deadline: Instant) -> Duration {
-        self.reading.saturating_add(deadline.saturating_duration_since(self.instant))
-    }
-}
-
 /// A send whose socket was dropped, given up on at `deadline` if not done.
 #[derive(Clone, Copy)]
 struct Lingering {
     token: Token,
-    deadline: Instant,
+    deadline: Stamp,
 }
 
 pub struct Reactor {
@@ -217,14 +195,13 @@ pub struct Reactor {
     /// Sends of dropped sockets, oldest first (see [`SEND_LINGER`]).
     lingering: std::collections::VecDeque<Lingering>,
     free: Vec<u32>,
-    timers: BTreeMap<(Instant, u64), Waker>,
+    timers: BTreeMap<(Stamp, u64), Waker>,
     next_timer: u64,
     /// The deadline of the timeout op on the ring, until it completes.
-    armed: Option<Instant>,
+    armed: Option<Stamp>,
     /// Where the armed op's deadline is read from; boxed, so that its
     /// address holds until the kernel has read it.
     armed_at: Box<types::Timespec>,
-    clock: MonotonicClock,
     eventfd: RawFd,
     /// Where the eventfd read lands. Leaked: the kernel may still hold the
     /// op when the ring is torn down.
@@ -268,7 +245,6 @@ impl Reactor {
             next_timer: 0,
             armed: None,
             armed_at: Box::new(types::Timespec::new()),
-            clock: MonotonicClock::read(),
             eventfd,
             eventfd_buffer: Box::leak(Box::new(0)),
             spin: SpinPolicy::off(),
@@ -396,7 +372,7 @@ impl Reactor {
     /// `fd` open until it is finished, or for [`SEND_LINGER`] at most.
     pub fn release_send(&mut self, token: Token, fd: OwnedFd) {
         if self.adopt_send(token, fd) {
-            let deadline = Instant::now() + SEND_LINGER;
+            let deadline = Stamp::read().saturating_add(SEND_LINGER);
             self.lingering.push_back(Lingering { token, deadline });
             // Only so that the wait ends by then; nothing is woken.
             self.set_timer(deadline, 0, Waker::noop());
@@ -455,7 +431,7 @@ impl Reactor {
 
     /// Gives up on the sends of dropped sockets that lingered past their
     /// deadline, and forgets those that finished.
-    fn expire_lingering(&mut self, now: Instant) {
+    fn expire_lingering(&mut self, now: Stamp) {
         while let Some(first) = self.lingering.front() {
             let Lingering { token, deadline } = *first;
             let (generation, slot) = &self.slots[token.index as usize];
@@ -645,7 +621,7 @@ impl Reactor {
     }
 
     /// Registers a timer firing at `deadline`; `id` 0 asks for a new one.
-    pub fn set_timer(&mut self, deadline: Instant, id: u64, waker: &Waker) -> u64 {
+    pub fn set_timer(&mut self, deadline: Stamp, id: u64, waker: &Waker) -> u64 {
         let id = if id == 0 {
             self.next_timer += 1;
             self.next_timer
@@ -662,7 +638,7 @@ impl Reactor {
         id
     }
 
-    pub fn remove_timer(&mut self, deadline: Instant, id: u64) {
+    pub fn remove_timer(&mut self, deadline: Stamp, id: u64) {
         self.timers.remove(&(deadline, id));
     }
 
@@ -670,7 +646,7 @@ impl Reactor {
     /// completion, a remote wake-up, or the nearest timer; spinning first if
     /// `may_spin` and the spin policy says so), then wakes the tasks whose
     /// ops completed or whose timers are due. Returns when the wait ended.
-    pub(super) fn turn(&mut self, may_wait: bool, may_spin: bool) -> Instant {
+    pub(super) fn turn(&mut self, may_wait: bool, may_spin: bool) -> Stamp {
         self.push_queued_sends();
         // Waits after work are what the spin policy learns from.
         let measured_since = (may_wait && may_spin && self.spin.is_on()).then(Instant::now);
@@ -706,9 +682,9 @@ impl Reactor {
             }
         }
         self.reap();
-        let now = Instant::now();
+        let now = Stamp::read();
         if let Some(since) = measured_since {
-            self.spin.waited(now - since);
+            self.spin.waited(since.elapsed());
         }
         if !self.timers.is_empty() {
             self.fire_timers(now);
@@ -722,14 +698,14 @@ impl Reactor {
     /// Makes sure a timeout op on the ring ends the coming wait by
     /// `deadline`: the one armed if it is due no later, else a new one (and
     /// the one it replaces removed).
-    fn arm(&mut self, deadline: Instant) {
+    fn arm(&mut self, deadline: Stamp) {
         if self.armed.is_some_and(|armed| armed <= deadline) {
             return;
         }
         if self.armed.is_some() {
             self.push(opcode::TimeoutRemove::new(TIMER).build().user_data(CANCEL));
         }
-        *self.armed_at = types::Timespec::from(self.clock.at(deadline));
+        *self.armed_at = deadline.timespec();
         let timeout = opcode::Timeout::new(&*self.armed_at).flags(types::TimeoutFlags::ABS).build().user_data(TIMER);
         self.push(timeout);
         self.armed = Some(deadline);
@@ -753,7 +729,7 @@ impl Reactor {
             return true;
         }
         if let Some(((deadline, _), _)) = self.timers.first_key_value() {
-            until = until.min(*deadline);
+            until = until.min(deadline.instant());
         }
         let mut step_started = Instant::now();
         loop {
@@ -845,7 +821,7 @@ impl Reactor {
         news || wake_up_read
     }
 
-    fn fire_timers(&mut self, now: Instant) {
+    fn fire_timers(&mut self, now: Stamp) {
         while let Some(entry) = self.timers.first_entry() {
             if entry.key().0 > now {
                 break;
@@ -861,29 +837,5 @@ impl Drop for Reactor {
     fn drop(&mut self) {
         self.push_queued_sends();
         let _ = self.ring.submit();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn monotonic_now() -> Duration {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: writes the clock's reading into a timespec we own.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    }
-
-    #[test]
-    fn a_deadline_becomes_the_monotonic_time_it_names_never_earlier() {
-        let clock = MonotonicClock::read();
-        let before = monotonic_now();
-        let at = clock.at(Instant::now() + Duration::from_millis(50));
-        let after = monotonic_now();
-        assert!(at >= before + Duration::from_millis(50), "{at:?} is before {before:?} + 50 ms");
-        assert!(at <= after + Duration::from_millis(51), "{at:?} is after {after:?} + 50 ms");
-        // A deadline already past is a time already past (the op fires at once).
-        assert!(clock.at(clock.instant) <= monotonic_now());
     }
 }

@@ -1,29 +1,127 @@
-//! Timers: futures that complete at a point in time.
+//! Time on the loop: [`Stamp`], the clock as the loop reads it, and
+//! timers, futures that complete at a point in time.
 //!
-//! They are kept by the reactor in user space (a sorted map), never as ops
-//! in the ring: arming, moving and dropping one is a map operation, and the
-//! loop pays for time only when it waits, as the wait's timeout.
+//! A [`Stamp`] is a reading of `CLOCK_MONOTONIC` in nanoseconds. It is what
+//! the loop reads once per turn, and what the per-transaction timestamps
+//! (a query's start, a lease's, a connection's idle time) are: two subtract
+//! in one instruction, where two [`Instant`]s take about 55 (a timespec's
+//! borrow and a `Duration`'s checks), and a tpcb-like transaction takes
+//! eighteen such differences. [`Instant`] stays the type deadlines are given
+//! in from outside; [`Stamp::of`] and [`Stamp::instant`] convert.
+//!
+//! Timers are kept by the reactor in user space (a sorted map by
+//! [`Stamp`]); the nearest one is armed on the ring as an absolute timeout
+//! op (see [`super::reactor`]).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::executor::{with_local, with_reactor};
 
+/// A reading of `CLOCK_MONOTONIC`, in nanoseconds: the clock [`Instant`]
+/// reads on Linux, as a number (see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Stamp(u64);
+
+impl Stamp {
+    /// The clock now.
+    pub fn read() -> Stamp {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: writes the clock's reading into a timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        Stamp((ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64))
+    }
+
+    /// The reading at `instant`: a few nanoseconds late, never early, so a
+    /// deadline converted never fires before the `Instant` it names.
+    pub fn of(instant: Instant) -> Stamp {
+        let pair = ClockPair::get();
+        match instant.checked_duration_since(pair.instant) {
+            Some(after) => pair.reading.saturating_add(after),
+            None => Stamp(pair.reading.0.saturating_sub(nanos(pair.instant - instant))),
+        }
+    }
+
+    /// The `Instant` of this reading (a few nanoseconds early): for the
+    /// callers that keep `Instant`s.
+    pub fn instant(self) -> Instant {
+        let pair = ClockPair::get();
+        match self.0.checked_sub(pair.reading.0) {
+            Some(after) => pair.instant + Duration::from_nanos(after),
+            None => pair.instant.checked_sub(Duration::from_nanos(pair.reading.0 - self.0)).unwrap_or(pair.instant),
+        }
+    }
+
+    /// The time from `earlier` to this reading; zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: Stamp) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+
+    /// [`Stamp::saturating_since`] in whole microseconds, as statistics count.
+    pub fn micros_since(self, earlier: Stamp) -> u64 {
+        self.0.saturating_sub(earlier.0) / 1_000
+    }
+
+    /// The time since this reading, by the clock read now.
+    pub fn elapsed(self) -> Duration {
+        Stamp::read().saturating_since(self)
+    }
+
+    /// `after` later; the end of time if that does not fit.
+    pub fn saturating_add(self, after: Duration) -> Stamp {
+        Stamp(self.0.saturating_add(nanos(after)))
+    }
+
+    /// As the absolute time a timeout op of the ring takes.
+    pub fn timespec(self) -> io_uring::types::Timespec {
+        io_uring::types::Timespec::from(Duration::from_nanos(self.0))
+    }
+}
+
+/// `d` in nanoseconds, `u64::MAX` if more (585 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// An instant and the clock's reading just after it, taken once per
+/// process: what converts between the two.
+struct ClockPair {
+    instant: Instant,
+    reading: Stamp,
+}
+
+impl ClockPair {
+    fn get() -> &'static ClockPair {
+        static PAIR: OnceLock<ClockPair> = OnceLock::new();
+        PAIR.get_or_init(|| {
+            let instant = Instant::now();
+            ClockPair { instant, reading: Stamp::read() }
+        })
+    }
+}
+
 /// The time this thread's executor last came back from waiting, read once
-/// per turn of its loop; `Instant::now()` outside an executor. It lags the
+/// per turn of its loop; the clock itself outside an executor. It lags the
 /// clock by what the turn's tasks have run so far (microseconds), so it is
 /// for the timestamps taken on every transaction (statistics, idle times),
 /// which would otherwise read the clock a dozen times each; deadlines use
 /// the clock itself.
+pub fn stamp() -> Stamp {
+    with_local(|local| local.now.get()).unwrap_or_else(Stamp::read)
+}
+
+/// [`stamp`] as an `Instant`, for what keeps `Instant`s (a conversion:
+/// what runs per transaction takes a [`Stamp`]).
 pub fn now() -> Instant {
-    with_local(|local| local.now.get()).unwrap_or_else(Instant::now)
+    stamp().instant()
 }
 
 /// Completes at its deadline. Dropping it disarms it.
 pub struct Timer {
-    deadline: Instant,
+    deadline: Stamp,
     /// The reactor's id for it once armed; 0 before.
     id: u64,
 }
@@ -31,21 +129,12 @@ pub struct Timer {
 impl Timer {
     /// A timer that fires `after` from now.
     pub fn new(after: Duration) -> Timer {
-        Timer::at(Instant::now().checked_add(after).unwrap_or_else(far_future))
+        Timer { deadline: Stamp::read().saturating_add(after), id: 0 }
     }
 
     pub fn at(deadline: Instant) -> Timer {
-        Timer { deadline, id: 0 }
+        Timer { deadline: Stamp::of(deadline), id: 0 }
     }
-
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-}
-
-/// A deadline that never comes in practice, for durations too long to add.
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
 }
 
 impl Future for Timer {
@@ -53,7 +142,7 @@ impl Future for Timer {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        if Instant::now() >= this.deadline {
+        if Stamp::read() >= this.deadline {
             if this.id != 0 {
                 with_reactor(|r| r.remove_timer(this.deadline, this.id));
                 this.id = 0;
@@ -115,6 +204,53 @@ mod tests {
     use crate::rt::{block_on, spawn_local};
     use std::cell::RefCell;
     use std::rc::Rc;
+
+    fn monotonic_now() -> Duration {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: writes the clock's reading into a timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    fn as_duration(stamp: Stamp) -> Duration {
+        Duration::from_nanos(stamp.0)
+    }
+
+    #[test]
+    fn an_instant_becomes_the_monotonic_time_it_names_never_earlier() {
+        let before = monotonic_now();
+        let at = as_duration(Stamp::of(Instant::now() + Duration::from_millis(50)));
+        let after = monotonic_now();
+        assert!(at >= before + Duration::from_millis(50), "{at:?} is before {before:?} + 50 ms");
+        assert!(at <= after + Duration::from_millis(51), "{at:?} is after {after:?} + 50 ms");
+        // An instant already past is a time already past (its op fires at once),
+        // also one from before the clock pair was taken.
+        let past = Instant::now().checked_sub(Duration::from_secs(1)).expect("the machine is up for a second");
+        assert!(as_duration(Stamp::of(past)) + Duration::from_millis(999) <= monotonic_now());
+    }
+
+    #[test]
+    fn a_stamp_and_its_instant_name_the_same_time() {
+        let instant = Instant::now();
+        let stamp = Stamp::of(instant);
+        let back = stamp.instant();
+        let apart = back.max(instant) - back.min(instant);
+        assert!(apart < Duration::from_micros(100), "{apart:?}");
+        let earlier = Stamp::of(instant - Duration::from_millis(5));
+        assert!(earlier.instant() < instant);
+        assert_eq!(stamp.saturating_since(earlier).as_millis(), 5);
+        assert_eq!(stamp.micros_since(earlier), 5_000);
+        assert_eq!(earlier.saturating_since(stamp), Duration::ZERO);
+        assert_eq!(earlier.micros_since(stamp), 0);
+        assert_eq!(Stamp(7).saturating_add(Duration::MAX), Stamp(u64::MAX));
+    }
+
+    #[test]
+    fn a_stamp_is_the_timespec_a_timeout_op_takes() {
+        let t = Stamp(12 * 1_000_000_000 + 345).timespec();
+        let expected = io_uring::types::Timespec::new().sec(12).nsec(345);
+        assert_eq!(format!("{t:?}"), format!("{expected:?}"));
+    }
 
     #[test]
     fn timers_fire_in_deadline_order_and_not_before() {

@@ -8,7 +8,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use crate::server::CancelKey;
 
@@ -124,7 +124,7 @@ pub struct ClientEntry {
     /// transaction's end (SHOW CLIENTS' `prepared_statements`).
     pub prepared_statements: Cell<u32>,
     state: Cell<ClientState>,
-    state_since: Cell<Instant>,
+    state_since: Cell<crate::rt::Stamp>,
     /// The server connection the client's request runs on: set once the
     /// request is written to it (in session mode: once it is lent), cleared
     /// when the connection goes back. A cancel request goes to this server.
@@ -163,7 +163,7 @@ impl ClientEntry {
             id: next_connection_id(),
             prepared_statements: Cell::new(0),
             state: Cell::new(ClientState::Idle),
-            state_since: Cell::new(Instant::now()),
+            state_since: Cell::new(crate::rt::Stamp::read()),
             server: RefCell::new(None),
             queued: Cell::new(false),
             cancelled: Cell::new(false),
@@ -305,7 +305,7 @@ impl ClientEntry {
     }
 
     /// Since when the client is in its state.
-    pub fn state_since(&self) -> Instant {
+    pub fn state_since(&self) -> crate::rt::Stamp {
         self.state_since.get()
     }
 
@@ -313,7 +313,7 @@ impl ClientEntry {
         self.served.set(self.served.get() || state == ClientState::Active);
         if self.state.get() != state {
             self.state.set(state);
-            self.state_since.set(crate::rt::now());
+            self.state_since.set(crate::rt::stamp());
         }
     }
 }

@@ -227,7 +227,7 @@ pub struct ServerConn {
     pub params: Vec<(String, String)>,
     pub created: Instant,
     /// When it last went back to its pool.
-    pub idle_since: Instant,
+    pub idle_since: crate::rt::Stamp,
     /// What clients left on its session that pglane keeps track of. Shared,
     /// so that the client whose request runs next on it can translate its
     /// messages while the holder still reads its replies (see
@@ -333,7 +333,7 @@ impl ServerConn {
                 stream,
                 params,
                 created: Instant::now(),
-                idle_since: Instant::now(),
+                idle_since: crate::rt::Stamp::read(),
                 session,
                 generation,
                 host,
