@@ -19,5 +19,6 @@ mod registry;
 pub mod shape;
 
 pub use registry::{
-    ClientStatements, Context, PrepareStats, RecentStatements, Registry, RowRecord, ServerStatements, Statement, StatementLimit,
+    ClientStatements, Context, PrepareStats, PreparedCopy, RecentStatements, Registry, RowRecord, ServerStatements, Statement,
+    StatementLimit,
 };

@@ -474,12 +474,32 @@ impl ClientStatements {
 /// evicted first once `capacity` is reached.
 #[derive(Debug)]
 pub struct ServerStatements {
-    /// id → (last use, server name)
-    entries: IdMap<u64, (u64, Rc<str>)>,
+    entries: IdMap<u64, Prepared>,
     clock: u64,
     capacity: usize,
     /// Server-side names to Close before anything else is prepared (stale plans).
     to_close: Vec<Rc<str>>,
+}
+
+/// One statement as this server connection has it.
+#[derive(Debug)]
+struct Prepared {
+    last_use: u64,
+    server_name: Rc<str>,
+    /// The clock when it was prepared: which copy this is ([`PreparedCopy`]).
+    prepared_at: u64,
+    /// A Describe of a portal of this copy answered NoData.
+    no_rows: bool,
+}
+
+/// What one connection's copy of a statement is known to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreparedCopy {
+    /// Which copy: a statement closed and prepared again is another.
+    pub prepared_at: u64,
+    /// Its portals have no rows, here, for as long as this copy lives
+    /// ([`ServerStatements::note_no_rows`]).
+    pub no_rows: bool,
 }
 
 impl ServerStatements {
@@ -492,10 +512,28 @@ impl ServerStatements {
         self.clock += 1;
         match self.entries.get_mut(&id) {
             Some(entry) => {
-                entry.0 = self.clock;
+                entry.last_use = self.clock;
                 true
             }
             None => false,
+        }
+    }
+
+    /// This connection's copy of `id`, if it has one (not counted as a use).
+    pub fn copy_of(&self, id: u64) -> Option<PreparedCopy> {
+        self.entries.get(&id).map(|p| PreparedCopy { prepared_at: p.prepared_at, no_rows: p.no_rows })
+    }
+
+    /// A Describe of a portal of `id`, bound to its copy prepared at
+    /// `prepared_at`, answered NoData. That holds for every later portal of
+    /// the copy: PostgreSQL fixes a protocol-level prepared statement's
+    /// result type when it is prepared, and fails a Bind that would change
+    /// it ("cached plan must not change result type", 0A000). A copy
+    /// closed and prepared again (stale, evicted, DISCARD ALL) starts
+    /// unknown.
+    pub fn note_no_rows(&mut self, id: u64, prepared_at: u64) {
+        if let Some(p) = self.entries.get_mut(&id).filter(|p| p.prepared_at == prepared_at) {
+            p.no_rows = true;
         }
     }
 
@@ -504,12 +542,18 @@ impl ServerStatements {
     pub fn add(&mut self, statement: &Statement) -> Option<Rc<str>> {
         self.clock += 1;
         let evicted = if self.entries.len() >= self.capacity && !self.entries.contains_key(&statement.id) {
-            let oldest = self.entries.iter().min_by_key(|(_, (used, _))| *used).map(|(id, _)| *id);
-            oldest.and_then(|id| self.entries.remove(&id)).map(|(_, name)| name)
+            let oldest = self.entries.iter().min_by_key(|(_, p)| p.last_use).map(|(id, _)| *id);
+            oldest.and_then(|id| self.entries.remove(&id)).map(|p| p.server_name)
         } else {
             None
         };
-        self.entries.insert(statement.id, (self.clock, statement.server_name.clone()));
+        let prepared = Prepared {
+            last_use: self.clock,
+            server_name: statement.server_name.clone(),
+            prepared_at: self.clock,
+            no_rows: false,
+        };
+        self.entries.insert(statement.id, prepared);
         evicted
     }
 
@@ -519,8 +563,8 @@ impl ServerStatements {
 
     /// The server's plan for `id` is stale: Close it at the next chance.
     pub fn mark_stale(&mut self, id: u64) {
-        if let Some((_, name)) = self.entries.remove(&id) {
-            self.to_close.push(name);
+        if let Some(p) = self.entries.remove(&id) {
+            self.to_close.push(p.server_name);
         }
     }
 
@@ -748,5 +792,38 @@ mod tests {
         s.mark_stale(a.id);
         assert!(!s.has(a.id));
         assert_eq!(s.take_stale(), vec![a.server_name.clone()]);
+    }
+
+    #[test]
+    fn no_rows_is_known_of_one_copy_only() {
+        let r = Registry::new(0, 10);
+        let (a, b) = (r.register(Context::DEFAULT, b"a"), r.register(Context::DEFAULT, b"b"));
+        let mut s = ServerStatements::new(4);
+        assert_eq!(s.copy_of(a.id), None);
+        s.add(&a);
+        s.add(&b);
+        let first = s.copy_of(a.id).expect("prepared");
+        assert!(!first.no_rows, "unknown until a portal is described");
+        s.note_no_rows(a.id, first.prepared_at);
+        assert!(s.copy_of(a.id).is_some_and(|c| c.no_rows));
+        assert!(s.has(a.id) && s.copy_of(a.id).is_some_and(|c| c.no_rows), "a use keeps it");
+        assert!(s.copy_of(b.id).is_some_and(|c| !c.no_rows), "only that statement's");
+        // Closed (stale) and prepared again: another copy, unknown; what
+        // was said of the old one does not reach it.
+        s.mark_stale(a.id);
+        assert_eq!(s.copy_of(a.id), None);
+        s.add(&a);
+        let second = s.copy_of(a.id).expect("prepared again");
+        assert_ne!(second.prepared_at, first.prepared_at);
+        assert!(!second.no_rows);
+        s.note_no_rows(a.id, first.prepared_at);
+        assert!(s.copy_of(a.id).is_some_and(|c| !c.no_rows), "an answer about the old copy");
+        s.note_no_rows(a.id, second.prepared_at);
+        assert!(s.copy_of(a.id).is_some_and(|c| c.no_rows));
+        // DISCARD ALL: the server forgot it.
+        s.clear();
+        assert_eq!(s.copy_of(a.id), None);
+        s.note_no_rows(a.id, second.prepared_at);
+        assert_eq!(s.copy_of(a.id), None, "noting a copy that is gone makes none");
     }
 }

@@ -136,9 +136,13 @@ enum Request {
         portal: Option<Rc<Plan>>,
     },
     /// Describe of a rewritten simple query's portal: its RowDescription is
-    /// the client's (in text, when `plan` negotiated it), its NoData is not.
+    /// the client's (in text, when `plan` negotiated it), its NoData is not,
+    /// but is noted for the statement's copy `bound` (id, `prepared_at`) on
+    /// this connection, whose portals are then not described again (see
+    /// `rewrite`).
     QueryDescribe {
         plan: Option<Rc<Plan>>,
+        bound: Option<(u64, u64)>,
     },
     /// `evicted` names a statement pglane closed to make room.
     Close {
@@ -1221,10 +1225,13 @@ impl Exchange {
                         answer.extend_from_slice(message);
                         self.checked(&statement, &expected, check, answer.freeze(), st);
                     }
-                } else if let Some(Due::Server { request: Request::QueryDescribe { plan }, .. }) = self.due.front() {
+                } else if let Some(Due::Server { request: Request::QueryDescribe { plan, bound }, .. }) = self.due.front() {
                     // A rewritten simple query's RowDescription: the client's,
                     // all text, also where pglane asked binary of the server.
                     forward = tag == backend::ROW_DESCRIPTION;
+                    if let (backend::NO_DATA, Some((id, prepared_at))) = (tag, *bound) {
+                        st.server.note_no_rows(id, prepared_at);
+                    }
                     if let (true, Some(plan)) = (forward, plan.clone()) {
                         forward = false;
                         if let Err(e) = plan.client_row_description(body, to_client) {

@@ -5,6 +5,11 @@
 //! as text parameters, Describe portal, Execute, Sync. The client sees a
 //! simple query's reply: ParseComplete and BindComplete are dropped, NoData
 //! too, and an error's cursor position is mapped back to the client's text.
+//! Once a connection's copy of the statement answered NoData (an UPDATE,
+//! an INSERT), its portals are not described again: PostgreSQL fixes a
+//! prepared statement's result type, and fails the Bind that would change
+//! it (`ServerStatements::note_no_rows`). tpcb-like's four writes send
+//! four Describes and four NoDatas fewer a transaction.
 //! Only at a Sync boundary and outside a failed transaction; other queries
 //! pass through, and a new shape is queued for validation on a side
 //! connection (never speculatively here: a failed Parse would abort the
@@ -396,6 +401,12 @@ impl Exchange {
         // Its reply is a simple query's, which no description of the
         // statement decides: checked, but not waited for.
         self.prepare_here(&statement, Check::Verify, st, to_server);
+        // A simple query sends a RowDescription only for rows, so its
+        // portal is described; not where this connection's copy of the
+        // statement already answered NoData, as it always will
+        // (`ServerStatements::note_no_rows`): an UPDATE's or INSERT's.
+        let copy = st.server.copy_of(statement.id);
+        let describe = !copy.is_some_and(|c| c.no_rows);
         let auto = self.rewriting();
         let (plan, rows_of) = if st.negotiation.is_some() {
             // Negotiated like a client's Bind that asks for all text, as
@@ -413,7 +424,9 @@ impl Exchange {
             frontend::bind(to_server, "", &statement.server_name, &[], auto.lexed.params(), &[]);
             (None, None)
         };
-        frontend::describe(to_server, Target::Portal, "");
+        if describe {
+            frontend::describe(to_server, Target::Portal, "");
+        }
         frontend::execute(to_server, "", 0);
         frontend::sync(to_server);
         let outside_a_block = self.tracker.status() == backend::TransactionStatus::Idle;
@@ -426,8 +439,12 @@ impl Exchange {
                 c.rewrite_ns += ns;
             }
         });
+        let statement_id = statement.id;
         self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement), plain: false }, forward: false });
-        self.expect(Request::QueryDescribe { plan: plan.clone() });
+        if describe {
+            let bound = copy.map(|c| (statement_id, c.prepared_at));
+            self.expect(Request::QueryDescribe { plan: plan.clone(), bound });
+        }
         self.expect(Request::Execute { plan, rows_of, changes: None });
         self.expect(Request::Sync { rewritten: true });
         true
