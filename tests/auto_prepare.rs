@@ -544,6 +544,36 @@ fn a_plan_made_stale_behind_pglanes_back_is_run_again_as_the_plain_query() {
 }
 
 #[test]
+fn a_write_in_a_database_with_rules_on_writes_passes_through_with_the_rules_rows() {
+    let db = "autoprep_rules";
+    postgres().fresh_database(db, Some(USER));
+    let pg = postgres();
+    pg.psql_db(
+        db,
+        &format!(
+            "CREATE TABLE nr (a int); INSERT INTO nr VALUES (1); ALTER TABLE nr OWNER TO {USER};
+             CREATE RULE nr_rows AS ON UPDATE TO nr DO INSTEAD SELECT 42 AS x"
+        ),
+    );
+    let lane = pglane(1, db);
+    let mut client = RawClient::login(lane.port, USER, "app");
+    let mut direct = RawClient::login(pg.port, USER, db);
+    // The rule's SELECT returns its row to a simple query; a prepared
+    // statement's portal would run it and discard the row.
+    let write = "UPDATE nr SET a = a + 1 WHERE a > 0";
+    let before = prepared_stats(lane.port);
+    let through = warm(&lane, &mut client, write);
+    let want = run_ok(&mut direct, write);
+    assert_eq!(tags(&want), "TDCZ", "the rule's row");
+    assert_eq!(through.iter().map(comparable).collect::<Vec<_>>(), want.iter().map(comparable).collect::<Vec<_>>());
+    assert_eq!(prepared_stats(lane.port)["rewrites"], before["rewrites"], "the write passed through");
+    assert!(pass_throughs(lane.port).get("refused_rules").is_some_and(|&n| n >= 1), "{:?}", pass_throughs(lane.port));
+    // A read there is rewritten as anywhere.
+    assert_eq!(first_column(&warm(&lane, &mut client, "SELECT a FROM nr WHERE a > 0")), ["1"]);
+    assert_eq!(prepared_stats(lane.port)["rewrites"], before["rewrites"] + 1);
+}
+
+#[test]
 fn a_literal_the_parser_refuses_does_not_condemn_its_shape() {
     let db = "autoprep_spelling";
     postgres().fresh_database(db, Some(USER));

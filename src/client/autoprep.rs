@@ -14,7 +14,9 @@
 //! validator takes its turn in the pool's queue like a client, which delays
 //! the clients queued behind it by one short round trip, once per shape. A rewrite is cached only if the server prepares it with
 //! the same result columns as the original (names, type OIDs, typmods, and
-//! where they come from) and with the parameter types the shape declares.
+//! where they come from) and with the parameter types the shape declares,
+//! and a write only in a database with no rule on writes
+//! ([`has_rules_on_writes`]).
 //! When no connection is free in time, the original itself fails (a missing
 //! table), or the parser refuses how this query spells a literal, the shape
 //! is tried again later with another of its queries; its queries pass
@@ -160,12 +162,33 @@ async fn side_check(lease: &mut Lease, job: &Job, rewrite: &Rewrite) -> Result<R
         lease.run_to_idle(&align).await?;
         lease.session.borrow_mut().settings.take_values_of(&job.settings, false);
     }
+    if rewrite.kind.writes() && has_rules_on_writes(lease).await? {
+        return Ok(Err(Check::Refused(Reason::Rules)));
+    }
     let described = lease.describe(&[(&job.original, &[]), (&rewrite.sql, &rewrite.param_types)]).await?;
     Ok(match described.as_slice() {
         [Ok(original), Ok(rewritten)] => compare(original, rewritten, rewrite).map_err(Check::Refused),
         [Ok(_), Err(_)] => Err(Check::Refused(Reason::RewriteInvalid)),
         _ => Err(Check::OriginalFailed),
     })
+}
+
+/// Whether the side connection's database has a rule on an INSERT, UPDATE
+/// or DELETE of any relation. A write such a rule expands runs as several
+/// queries, and a SELECT among them (DO ALSO or DO INSTEAD SELECT) returns
+/// its rows to a simple query but not to a prepared statement's portal,
+/// whose Execute PostgreSQL runs with its rows discarded (`PortalRunMulti`:
+/// "the results will be discarded unless you use simple Query protocol").
+/// Asked of the whole database, not of the statement's tables: rules on
+/// writes are rare, and a write then simply passes through. A rule made
+/// after the shape was validated, behind pglane's back, is not seen (one
+/// made through pglane is DDL, which validates every shape again).
+async fn has_rules_on_writes(lease: &mut Lease) -> Result<bool, ServerError> {
+    let sql = "SELECT 'rules', EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite WHERE ev_type <> '1')::pg_catalog.text";
+    match lease.query_pairs(sql).await? {
+        Ok(pairs) => Ok(pairs.first().is_none_or(|(_, exists)| exists != "false")),
+        Err(e) => Err(ServerError::Refused(e)),
+    }
 }
 
 /// Whether the server described the rewrite as it did the original: the

@@ -46,6 +46,15 @@ pub enum StatementKind {
     Merge,
 }
 
+impl StatementKind {
+    /// Whether it writes at its top level, where rules apply (a SELECT's
+    /// data-modifying WITH cannot have a rule add a SELECT: PostgreSQL
+    /// refuses DO INSTEAD SELECT rules there).
+    pub fn writes(self) -> bool {
+        matches!(self, StatementKind::Insert | StatementKind::Update | StatementKind::Delete | StatementKind::Merge)
+    }
+}
+
 /// A shape that may run as a prepared statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rewrite {
@@ -129,10 +138,12 @@ pub enum Reason {
     IntervalParameter,
     #[error("the server describes the rewritten statement's result differently (names, types or typmods)")]
     ResultMismatch,
+    #[error("a write in a database with rules on writes: a rule's SELECT returns rows to a simple query only")]
+    Rules,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 16] = [
         Reason::Syntax,
         Reason::NotOneStatement,
         Reason::Utility,
@@ -148,6 +159,7 @@ impl Reason {
         Reason::RewriteInvalid,
         Reason::IntervalParameter,
         Reason::ResultMismatch,
+        Reason::Rules,
     ];
 
     /// Whether the reason lies in how this query spells its literals rather
@@ -178,6 +190,7 @@ impl Reason {
             Reason::RewriteInvalid => "rewrite_invalid",
             Reason::IntervalParameter => "interval_parameter",
             Reason::ResultMismatch => "result_mismatch",
+            Reason::Rules => "rules",
         }
     }
 }
