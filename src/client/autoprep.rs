@@ -179,12 +179,16 @@ async fn side_check(lease: &mut Lease, job: &Job, rewrite: &Rewrite) -> Result<R
 /// its rows to a simple query but not to a prepared statement's portal,
 /// whose Execute PostgreSQL runs with its rows discarded (`PortalRunMulti`:
 /// "the results will be discarded unless you use simple Query protocol").
-/// Asked of the whole database, not of the statement's tables: rules on
-/// writes are rare, and a write then simply passes through. A rule made
-/// after the shape was validated, behind pglane's back, is not seen (one
-/// made through pglane is DDL, which validates every shape again).
+/// Asked of the whole database's own relations, not of the statement's
+/// tables: rules on writes are rare, and a write then simply passes
+/// through. The system's own (`pg_settings` has two, in every database)
+/// are left out: a write to a system view is not what auto-prepare is
+/// for, and counting them would refuse every write. A rule made after the
+/// shape was validated, behind pglane's back, is not seen (one made
+/// through pglane is DDL, which validates every shape again).
 async fn has_rules_on_writes(lease: &mut Lease) -> Result<bool, ServerError> {
-    let sql = "SELECT 'rules', EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite WHERE ev_type <> '1')::pg_catalog.text";
+    let sql = "SELECT 'rules', EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite r JOIN pg_catalog.pg_class c ON c.oid = r.ev_class \
+               WHERE r.ev_type <> '1' AND c.relnamespace <> 'pg_catalog'::pg_catalog.regnamespace)::pg_catalog.text";
     match lease.query_pairs(sql).await? {
         Ok(pairs) => Ok(pairs.first().is_none_or(|(_, exists)| exists != "false")),
         Err(e) => Err(ServerError::Refused(e)),
