@@ -102,6 +102,28 @@ fn set_config_stays_with_its_client() {
     same_through_pglane("sharing_set_config", "", 1, &s);
 }
 
+/// An UPDATE of `pg_settings` sets what it names (the view's rule calls
+/// set_config), and so does a quoted `"set_config"`: the next client of
+/// that server connection must not inherit either (it did, search_path
+/// included, before pglane looked for them).
+#[test]
+fn settings_changed_through_pg_settings_stay_with_their_client() {
+    let mut s = Scenario::new(&[&[], &[]]);
+    s.query(0, "UPDATE pg_settings SET setting = '4321' WHERE name = 'statement_timeout'")
+        .query(1, "show statement_timeout")
+        .query(0, "show statement_timeout")
+        .query(0, "update pg_catalog.\"pg_settings\" set setting = 'pg_catalog' where name = 'search_path'")
+        .query(1, "show search_path")
+        .exec_params(0, "select \"set_config\"('lock_timeout', '1234', false)", &[])
+        .query(1, "show lock_timeout")
+        .query(0, "show lock_timeout")
+        .query(1, "select setting from pg_settings where name = 'statement_timeout'");
+    // Two server connections: the client that changed a setting keeps one
+    // (it is pinned), the other client gets the other; without the pin it
+    // got the first one back, setting and all.
+    same_through_pglane("sharing_pg_settings", "", 2, &s);
+}
+
 /// pgjdbc sends `SET extra_float_digits = 3` over the extended protocol on
 /// every connection: carried like a simple-query SET, to every server
 /// connection the client gets, and to no other client.

@@ -32,7 +32,9 @@
 //!   `SET SESSION AUTHORIZATION`; `SET LOCAL`, `SET TRANSACTION` and
 //!   `SET CONSTRAINTS` end with the transaction and do not pin;
 //! - `set_config(...)`, unless the caller follows the text (a lone
-//!   `SELECT set_config('name', 'value', false)`, `crate::settings`);
+//!   `SELECT set_config('name', 'value', false)`, `crate::settings`), and
+//!   an UPDATE of `pg_settings`, whose rule calls it (a quoted identifier
+//!   is read as the word it spells, so `"set_config"` is seen too);
 //! - a `DO` block that names any of this (its body is not followed);
 //! - `RESET ALL`
 //!   does not pin either, wherever it appears: it leaves no state behind
@@ -243,7 +245,18 @@ pub fn leaves_session_alone(text: &MarkedText<'_>) -> bool {
 /// found only at a statement's start (LISTEN, DO, PREPARE, SET, RESET,
 /// DISCARD), so a lone statement that begins with another word holds none
 /// of it.
-const ANYWHERE: [Mark; 5] = [Mark::SetConfig, Mark::Adv, Mark::Tem, Mark::Hol, Mark::UnicodeEscape];
+const ANYWHERE: [Mark; 6] = [Mark::SetConfig, Mark::Adv, Mark::Tem, Mark::Hol, Mark::UnicodeEscape, Mark::PgSe];
+
+/// First words of statements that only read `pg_settings` when they name
+/// it (an UPDATE of it sets what it names: the view's rule calls
+/// `set_config`; PostgreSQL refuses that UPDATE inside a WITH).
+const READS: [&str; 5] = ["select", "show", "table", "values", "with"];
+
+/// Whether `word`, in a statement beginning with `first`, is `pg_settings`
+/// in a statement that may write it.
+fn writes_pg_settings(first: &str, word: &str) -> bool {
+    word.eq_ignore_ascii_case("pg_settings") && !READS.iter().any(|r| first.eq_ignore_ascii_case(r))
+}
 
 /// Words a statement begins with for a scan here to find something at its
 /// start (see [`ANYWHERE`]).
@@ -381,7 +394,7 @@ impl<'a> FeatureScan<'a> {
         if self.index == 0 && is("do") {
             return Some(SessionFeature::DoBlock);
         }
-        if is("set_config") {
+        if is("set_config") || writes_pg_settings(self.first, word) {
             return Some(SessionFeature::SetConfig);
         }
         // PREPARE name ..., but not PREPARE TRANSACTION (two-phase commit).
@@ -474,7 +487,7 @@ impl<'a> ResetScan<'a> {
             }
             Item::Word(word) => {
                 self.words_in_statement += 1;
-                self.sets |= word.eq_ignore_ascii_case("set_config");
+                self.sets |= word.eq_ignore_ascii_case("set_config") || writes_pg_settings(self.first.unwrap_or(word), word);
                 match self.first {
                     None => {
                         self.sets |= word.eq_ignore_ascii_case("set");
@@ -536,8 +549,22 @@ impl<'a> Iterator for Words<'a> {
         while self.at < bytes.len() {
             let b = bytes[self.at];
             match b {
-                b'\'' | b'"' => {
-                    // '' and "" inside are two literals back to back: same words.
+                b'"' => {
+                    // A quoted identifier names what its unquoted spelling
+                    // names when it is all word bytes (`"set_config"`,
+                    // `pg_catalog."pg_settings"`): a word, compared ignoring
+                    // case as the others are, which can only find more.
+                    self.at += 1;
+                    let start = self.at;
+                    self.skip_past(b);
+                    let inner = &self.sql[start..self.at.saturating_sub(1).max(start)];
+                    let closed = self.at > start && bytes[self.at - 1] == b'"';
+                    if closed && !inner.is_empty() && inner.bytes().all(is_word_byte) && bytes.get(self.at) != Some(&b'"') {
+                        return Some(Item::Word(inner));
+                    }
+                }
+                b'\'' => {
+                    // '' inside is two literals back to back: same words.
                     self.at += 1;
                     self.skip_past(b);
                 }
@@ -628,6 +655,35 @@ mod tests {
             "do $$ begin end $$",
         ] {
             assert!(!alone(sql), "{sql}");
+        }
+    }
+
+    #[test]
+    fn an_update_of_pg_settings_or_a_quoted_set_config_sets_what_it_names() {
+        // The view's rule calls set_config: the setting changes for the
+        // session, as a SET would, so it pins like an unfollowed set_config.
+        for sql in [
+            "UPDATE pg_settings SET setting = 'x' WHERE name = 'search_path'",
+            "update pg_catalog.PG_SETTINGS set setting = '1s' where name = 'statement_timeout'",
+            "UPDATE \"pg_settings\" SET setting = '1s' WHERE name = 'statement_timeout'",
+            "update pg_catalog.\"pg_settings\" set setting = '1s' where name = 'statement_timeout'",
+            "select 1; update pg_settings set setting = '1s' where name = 'statement_timeout'",
+            "explain analyze update pg_settings set setting = '1s' where name = 'statement_timeout'",
+            "select \"set_config\"('search_path', 'x', false)",
+        ] {
+            let text = MarkedText::of(sql);
+            assert_eq!(session_feature_and_resets(&text, |_| false).0, Some(SetConfig), "{sql}");
+            assert!(resets(&text).touches, "{sql}");
+            assert!(!alone(sql), "{sql}");
+        }
+        // Reading it changes nothing.
+        for sql in [
+            "SELECT setting FROM pg_settings WHERE name = 'work_mem'",
+            "with s as (select * from pg_catalog.pg_settings) select count(*) from s",
+            "table pg_settings",
+        ] {
+            assert_eq!(session_feature_and_resets(&MarkedText::of(sql), |_| false).0, None, "{sql}");
+            assert!(alone(sql), "{sql}");
         }
     }
 

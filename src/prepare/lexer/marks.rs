@@ -66,9 +66,11 @@ pub enum Mark {
     Lastval,
     /// `currval`, whole: so does it.
     Currval,
+    /// `pg_se`: `pg_settings`, whose UPDATE sets what it names.
+    PgSe,
 }
 
-const ALL: [Mark; 15] = [
+const ALL: [Mark; 16] = [
     Mark::Lis,
     Mark::Pre,
     Mark::Set,
@@ -84,6 +86,7 @@ const ALL: [Mark; 15] = [
     Mark::UnicodeEscape,
     Mark::Lastval,
     Mark::Currval,
+    Mark::PgSe,
 ];
 
 impl Mark {
@@ -104,6 +107,7 @@ impl Mark {
             Mark::UnicodeEscape => b"u&",
             Mark::Lastval => b"lastval",
             Mark::Currval => b"currval",
+            Mark::PgSe => b"pg_se",
         }
     }
 
