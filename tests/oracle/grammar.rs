@@ -19,7 +19,8 @@ pub enum Kind {
     Set,
     /// `RESET <setting>`, `RESET ALL`, `SET <setting> TO DEFAULT`.
     Reset,
-    /// `set_config(<setting>, <value>, false)`, by literal or parameter.
+    /// `set_config(<setting>, <value>, false)`, by literal or parameter, its
+    /// name quoted or not; or `UPDATE pg_settings`, whose rule calls it.
     SetConfig,
     /// `BEGIN; SET LOCAL ... | set_config(..., true) | SET ...; <read>; COMMIT | ROLLBACK`.
     SetInBlock,
@@ -456,10 +457,17 @@ impl Gen {
     fn set_config(&mut self, local: bool) -> Stmt {
         let (name, value) = self.setting();
         let value = value.trim_matches('\'');
+        // The same change by other spellings: an UPDATE of pg_settings,
+        // whose rule calls set_config (session-level only), and the
+        // function's name quoted.
+        if !local && !value.contains('\'') && self.rng.chance(20) {
+            return self.any(&format!("update pg_settings set setting = '{value}' where name = '{name}'"));
+        }
+        let function = if self.rng.chance(15) { "\"set_config\"" } else { "set_config" };
         if self.rng.chance(50) {
-            self.with_params(&format!("select set_config('{name}', $1, {local})"), &[value])
+            self.with_params(&format!("select {function}('{name}', $1, {local})"), &[value])
         } else {
-            self.any(&format!("select set_config('{name}', '{value}', {local})"))
+            self.any(&format!("select {function}('{name}', '{value}', {local})"))
         }
     }
 
