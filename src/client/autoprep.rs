@@ -189,10 +189,7 @@ async fn side_check(lease: &mut Lease, job: &Job, rewrite: &Rewrite) -> Result<R
 async fn has_rules_on_writes(lease: &mut Lease) -> Result<bool, ServerError> {
     let sql = "SELECT 'rules', EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite r JOIN pg_catalog.pg_class c ON c.oid = r.ev_class \
                WHERE r.ev_type <> '1' AND c.relnamespace <> 'pg_catalog'::pg_catalog.regnamespace)::pg_catalog.text";
-    match lease.query_pairs(sql).await? {
-        Ok(pairs) => Ok(pairs.first().is_none_or(|(_, exists)| exists != "false")),
-        Err(e) => Err(ServerError::Refused(e)),
-    }
+    Ok(lease.query_value(sql).await?.is_none_or(|exists| exists != "false"))
 }
 
 /// Whether the server described the rewrite as it did the original: the

@@ -394,8 +394,15 @@ impl ServerConn {
     /// it resolved names in does not change). Outside a transaction block.
     pub async fn has_temp_schema(&mut self) -> Result<bool, ServerError> {
         let sql = "SELECT 'oid', pg_catalog.pg_my_temp_schema()::pg_catalog.int8::pg_catalog.text";
+        Ok(self.query_value(sql).await?.is_some_and(|oid| oid != "0"))
+    }
+
+    /// Runs `sql`, a simple query of one (name, value) row as
+    /// [`ServerConn::query_pairs`] reads them, and returns the first row's
+    /// value (`None` if no row came); the server's error is `Refused`.
+    pub async fn query_value(&mut self, sql: &str) -> Result<Option<String>, ServerError> {
         match self.query_pairs(sql).await? {
-            Ok(pairs) => Ok(pairs.first().is_some_and(|(_, oid)| oid != "0")),
+            Ok(pairs) => Ok(pairs.into_iter().next().map(|(_, value)| value)),
             Err(e) => Err(ServerError::Refused(e)),
         }
     }
