@@ -407,6 +407,7 @@ impl Exchange {
         // (`ServerStatements::note_no_rows`): an UPDATE's or INSERT's.
         let copy = st.server.copy_of(statement.id);
         let describe = !copy.is_some_and(|c| c.no_rows);
+        let bound = copy.map(|c| (statement.id, c.prepared_at));
         let auto = self.rewriting();
         let (plan, rows_of) = if st.negotiation.is_some() {
             // Negotiated like a client's Bind that asks for all text, as
@@ -439,10 +440,8 @@ impl Exchange {
                 c.rewrite_ns += ns;
             }
         });
-        let statement_id = statement.id;
         self.due.push_back(Due::Server { request: Request::Bind { statement: Some(statement), plain: false }, forward: false });
         if describe {
-            let bound = copy.map(|c| (statement_id, c.prepared_at));
             self.expect(Request::QueryDescribe { plan: plan.clone(), bound });
         }
         self.expect(Request::Execute { plan, rows_of, changes: None });
