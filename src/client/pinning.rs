@@ -527,12 +527,19 @@ impl<'a> Words<'a> {
         Words { sql, at: 0 }
     }
 
-    /// Skips to just past the next `close` byte (or the end).
-    fn skip_past(&mut self, close: u8) {
+    /// Skips to just past the next `close` byte (or the end); returns
+    /// where that byte is, if there is one.
+    fn skip_past(&mut self, close: u8) -> Option<usize> {
         let bytes = self.sql.as_bytes();
         match bytes[self.at..].iter().position(|&b| b == close) {
-            Some(i) => self.at += i + 1,
-            None => self.at = bytes.len(),
+            Some(i) => {
+                self.at += i + 1;
+                Some(self.at - 1)
+            }
+            None => {
+                self.at = bytes.len();
+                None
+            }
         }
     }
 }
@@ -556,10 +563,10 @@ impl<'a> Iterator for Words<'a> {
                     // case as the others are, which can only find more.
                     self.at += 1;
                     let start = self.at;
-                    self.skip_past(b);
-                    let inner = &self.sql[start..self.at.saturating_sub(1).max(start)];
-                    let closed = self.at > start && bytes[self.at - 1] == b'"';
-                    if closed && !inner.is_empty() && inner.bytes().all(is_word_byte) && bytes.get(self.at) != Some(&b'"') {
+                    let Some(end) = self.skip_past(b) else { continue };
+                    let inner = &self.sql[start..end];
+                    // `""` inside escapes a quote: not a plain word.
+                    if !inner.is_empty() && inner.bytes().all(is_word_byte) && bytes.get(self.at) != Some(&b'"') {
                         return Some(Item::Word(inner));
                     }
                 }
@@ -568,7 +575,9 @@ impl<'a> Iterator for Words<'a> {
                     self.at += 1;
                     self.skip_past(b);
                 }
-                b'-' if bytes.get(self.at + 1) == Some(&b'-') => self.skip_past(b'\n'),
+                b'-' if bytes.get(self.at + 1) == Some(&b'-') => {
+                    self.skip_past(b'\n');
+                }
                 b'/' if bytes.get(self.at + 1) == Some(&b'*') => {
                     // Nested comments end at the first */ here: at worst more
                     // words are scanned, which only over-approximates.
