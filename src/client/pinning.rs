@@ -252,10 +252,12 @@ const ANYWHERE: [Mark; 6] = [Mark::SetConfig, Mark::Adv, Mark::Tem, Mark::Hol, M
 /// `set_config`; PostgreSQL refuses that UPDATE inside a WITH).
 const READS: [&str; 5] = ["select", "show", "table", "values", "with"];
 
-/// Whether `word`, in a statement beginning with `first`, is `pg_settings`
-/// in a statement that may write it.
-fn writes_pg_settings(first: &str, word: &str) -> bool {
-    word.eq_ignore_ascii_case("pg_settings") && !READS.iter().any(|r| first.eq_ignore_ascii_case(r))
+/// Whether `word`, in a statement beginning with `first`, calls
+/// `set_config`: the function by name, or `pg_settings` in a statement that
+/// may write it.
+fn calls_set_config(first: &str, word: &str) -> bool {
+    word.eq_ignore_ascii_case("set_config")
+        || (word.eq_ignore_ascii_case("pg_settings") && !READS.iter().any(|r| first.eq_ignore_ascii_case(r)))
 }
 
 /// Words a statement begins with for a scan here to find something at its
@@ -394,7 +396,7 @@ impl<'a> FeatureScan<'a> {
         if self.index == 0 && is("do") {
             return Some(SessionFeature::DoBlock);
         }
-        if is("set_config") || writes_pg_settings(self.first, word) {
+        if calls_set_config(self.first, word) {
             return Some(SessionFeature::SetConfig);
         }
         // PREPARE name ..., but not PREPARE TRANSACTION (two-phase commit).
@@ -487,7 +489,7 @@ impl<'a> ResetScan<'a> {
             }
             Item::Word(word) => {
                 self.words_in_statement += 1;
-                self.sets |= word.eq_ignore_ascii_case("set_config") || writes_pg_settings(self.first.unwrap_or(word), word);
+                self.sets |= calls_set_config(self.first.unwrap_or(word), word);
                 match self.first {
                     None => {
                         self.sets |= word.eq_ignore_ascii_case("set");
